@@ -1,0 +1,370 @@
+#pragma once
+/// \file fusegrad/eager/autograd.hpp
+/// The tape: autograd nodes, gradient edges, AccumulateGrad, tensor hooks, and the engine
+/// that runs a backward pass in reverse topological order.
+
+#include <algorithm>
+#include <queue>
+#include <unordered_map>
+
+#include "fusegrad/eager/kernels.hpp"
+#include "fusegrad/eager/tensor.hpp"
+
+namespace fusegrad {
+
+/// A node of the backward graph (PyTorch's `torch::autograd::Node`). It receives one
+/// gradient per output of the forward op and returns one per input (`next_edges()`).
+template <Element T>
+class node {
+ public:
+  node() : sequence_nr_(detail::next_id()) {}
+  virtual ~node() = default;
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+
+  /// PyTorch's name for this node kind: "MulBackward0", "AccumulateGrad", ...
+  [[nodiscard]] virtual std::string_view name() const = 0;
+  /// Computes input gradients from output gradients (`grads[i]` has `output_shape(i)`).
+  /// An undefined entry in the result means "no gradient for that input".
+  virtual std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) = 0;
+  /// Frees saved tensors after a backward without retain_graph.
+  virtual void release_saved() {}
+  /// The tensors this node saved for backward (empty once released).
+  [[nodiscard]] virtual std::vector<tensor<T>> saved_tensors() const { return {}; }
+
+  [[nodiscard]] const std::vector<edge<T>>& next_edges() const noexcept { return edges_; }
+  [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
+  [[nodiscard]] const shape& output_shape(std::size_t i) const { return output_shapes_.at(i); }
+  /// Creation order; the engine runs later nodes first.
+  [[nodiscard]] std::uint64_t sequence_nr() const noexcept { return sequence_nr_; }
+  /// Hooks run on the gradient of output `i` before `apply` (non-leaf tensor hooks).
+  [[nodiscard]] std::vector<hook<T>>& pre_hooks(std::size_t i) { return pre_hooks_.at(i); }
+
+  void set_next_edges(std::vector<edge<T>> e) { edges_ = std::move(e); }
+  void add_output(shape s) {
+    output_shapes_.push_back(std::move(s));
+    pre_hooks_.emplace_back();
+  }
+
+ private:
+  std::vector<edge<T>> edges_;
+  std::vector<shape> output_shapes_;
+  std::vector<std::vector<hook<T>>> pre_hooks_;
+  std::uint64_t sequence_nr_;
+};
+
+namespace detail {
+
+/// a + b, element-wise: how gradients are summed.
+struct accumulate_values {
+  template <class V> V value(const V& a, const V& b) const { return a + b; }
+};
+
+/// Runs `h` on `g` and checks that a replacement keeps the shape.
+template <Element T>
+tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
+  std::optional<tensor<T>> r = h.fn(g);
+  if (!r) return g;
+  if (!r->defined() || r->shape() != g.shape())
+    fail("register_hook", "hook ", h.id, " returned a gradient of shape ",
+         r->defined() ? to_string(r->shape()) : std::string("<undefined>"),
+         "; expected the incoming gradient's shape ", to_string(g.shape()));
+  return *r;
+}
+
+/// The node that accumulates into a leaf's `.grad()`; runs the leaf's hooks first.
+template <Element T>
+class accumulate_grad final : public node<T> {
+ public:
+  explicit accumulate_grad(const std::shared_ptr<tensor_impl<T>>& leaf) : leaf_(leaf) {
+    this->add_output(leaf->sizes);
+  }
+  [[nodiscard]] std::string_view name() const override { return "AccumulateGrad"; }
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
+    auto leaf = leaf_.lock();
+    if (!leaf) return {};
+    tensor<T> g = grads.at(0);
+    for (const auto& h : leaf->leaf_hooks) g = run_hook(h, g);
+    if (!leaf->grad.defined()) leaf->grad = contiguous_copy(g);
+    else leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
+    return {};
+  }
+  /// The leaf this node accumulates into (null if it has been destroyed).
+  [[nodiscard]] tensor<T> variable() const {
+    auto l = leaf_.lock();
+    return l ? tensor<T>(l) : tensor<T>{};
+  }
+
+ private:
+  std::weak_ptr<tensor_impl<T>> leaf_;
+};
+
+/// The root of a backward pass: hands the initial gradients to the roots' edges.
+template <Element T>
+class graph_root final : public node<T> {
+ public:
+  graph_root(std::vector<edge<T>> e, std::vector<tensor<T>> grads) : grads_(std::move(grads)) {
+    this->set_next_edges(std::move(e));
+  }
+  [[nodiscard]] std::string_view name() const override { return "GraphRoot"; }
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override { return grads_; }
+
+ private:
+  std::vector<tensor<T>> grads_;
+};
+
+/// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every
+/// built-in op and custom function takes on the eager tape.
+template <Element T, class Rule>
+class rule_node final : public node<T> {
+ public:
+  rule_node(std::string_view name, std::vector<tensor<T>> saved, Rule rule)
+      : name_(name), saved_(std::move(saved)), rule_(std::move(rule)) {
+    for (const auto& t : saved_) {
+      versions_.push_back(t.defined() && t.impl()->store ? t.impl()->store->version() : 0);
+      had_saved_ = had_saved_ || t.defined();
+    }
+  }
+  [[nodiscard]] std::string_view name() const override { return name_; }
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
+    if (released_ && had_saved_)
+      fail("backward", "trying to backward through ", name_,
+           " a second time, but its saved tensors were freed by the first backward; "
+           "expected backward(..., {.retain_graph = true}) on the first call");
+    for (std::size_t i = 0; i < saved_.size(); ++i) {
+      const auto& t = saved_[i];
+      if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
+        fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
+             ") was modified in place after it was saved (version ", t.impl()->store->version(),
+             "); expected version ", versions_[i], " - run backward before updating it");
+    }
+    return rule_(saved_, grads);
+  }
+  void release_saved() override {
+    released_ = true;
+    saved_.clear();
+  }
+  [[nodiscard]] std::vector<tensor<T>> saved_tensors() const override { return saved_; }
+
+ private:
+  std::string_view name_;
+  std::vector<tensor<T>> saved_;
+  Rule rule_;
+  std::vector<std::uint64_t> versions_;
+  bool had_saved_ = false;
+  bool released_ = false;
+};
+
+/// The AccumulateGrad node of a leaf that requires grad (made on first use, then reused).
+template <Element T>
+std::shared_ptr<node<T>> grad_accumulator(const tensor<T>& leaf) {
+  auto& impl = *leaf.impl();
+  if (!impl.grad_accumulator) impl.grad_accumulator = std::make_shared<accumulate_grad<T>>(leaf.impl());
+  return impl.grad_accumulator;
+}
+
+/// Where the gradient of `t` must flow: its producer, its AccumulateGrad, or nowhere.
+template <Element T>
+edge<T> gradient_edge(const tensor<T>& t) {
+  if (!t.defined()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  if (t.requires_grad()) return {grad_accumulator(t), 0};
+  return {};
+}
+
+/// True when an op on these inputs must record a node.
+template <Element T, class... Ts>
+bool needs_grad(const tensor<T>& first, const Ts&... rest) {
+  if (!is_grad_enabled()) return false;
+  return (first.defined() && first.requires_grad()) || ((rest.defined() && rest.requires_grad()) || ...);
+}
+template <Element T>
+bool needs_grad(const std::vector<tensor<T>>& ts) {
+  if (!is_grad_enabled()) return false;
+  return std::any_of(ts.begin(), ts.end(), [](const auto& t) { return t.defined() && t.requires_grad(); });
+}
+
+/// Records `name` on the tape: a node with one edge per input, saving `saved` (held as
+/// detached aliases so saving an output makes no reference cycle), producing `outputs`.
+template <Element T, class Rule>
+std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
+                                const std::vector<tensor<T>*>& outputs,
+                                std::vector<tensor<T>> saved, Rule rule) {
+  for (auto& s : saved)
+    if (s.defined()) s = s.detach();
+  auto n = std::make_shared<rule_node<T, Rule>>(name, std::move(saved), std::move(rule));
+  std::vector<edge<T>> e;
+  e.reserve(inputs.size());
+  for (const auto& in : inputs) e.push_back(gradient_edge(in));
+  n->set_next_edges(std::move(e));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    auto& impl = *outputs[i]->impl();
+    impl.grad_fn = n;
+    impl.output_nr = i;
+    impl.requires_grad = true;
+    n->add_output(impl.sizes);
+  }
+  return n;
+}
+
+/// Runs the backward pass from `roots` seeded with `grads` (PyTorch's engine, one thread).
+template <Element T>
+void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads,
+                  bool retain_graph) {
+  std::vector<edge<T>> root_edges;
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    const auto& r = roots[i];
+    edge<T> e = gradient_edge(r);
+    if (!e.valid())
+      fail("backward", "element ", i, " of tensors does not require grad and does not have a "
+           "grad_fn; expected a tensor computed from inputs with requires_grad(true)");
+    if (!grads[i].defined()) {
+      if (r.numel() != 1)
+        fail("backward", "grad can be implicitly created only for one-element outputs, got shape ",
+             to_string(r.shape()), "; expected backward(gradient) with a gradient of that shape");
+      grads[i] = empty<T>(r.shape());
+      fill(grads[i], T(1));
+    } else if (grads[i].shape() != r.shape()) {
+      fail("backward", "gradient has shape ", to_string(grads[i].shape()), " but the output has shape ",
+           to_string(r.shape()), "; expected equal shapes");
+    }
+    root_edges.push_back(std::move(e));
+  }
+  no_grad guard;
+  auto root = std::make_shared<graph_root<T>>(std::move(root_edges), std::move(grads));
+
+  // Count, for every reachable node, how many edges lead into it.
+  std::unordered_map<node<T>*, std::size_t> deps;
+  std::vector<node<T>*> stack{root.get()};
+  std::unordered_map<node<T>*, bool> seen{{root.get(), true}};
+  while (!stack.empty()) {
+    node<T>* n = stack.back();
+    stack.pop_back();
+    for (const auto& e : n->next_edges()) {
+      if (!e.valid()) continue;
+      ++deps[e.fn.get()];
+      if (!seen[e.fn.get()]) {
+        seen[e.fn.get()] = true;
+        stack.push_back(e.fn.get());
+      }
+    }
+  }
+
+  struct later_first {
+    bool operator()(const std::shared_ptr<node<T>>& a, const std::shared_ptr<node<T>>& b) const {
+      return a->sequence_nr() < b->sequence_nr();
+    }
+  };
+  std::priority_queue<std::shared_ptr<node<T>>, std::vector<std::shared_ptr<node<T>>>, later_first> ready;
+  std::unordered_map<node<T>*, std::vector<tensor<T>>> buffers;
+  ready.push(root);
+  while (!ready.empty()) {
+    std::shared_ptr<node<T>> n = ready.top();
+    ready.pop();
+    std::vector<tensor<T>> in = std::move(buffers[n.get()]);
+    buffers.erase(n.get());
+    in.resize(n->num_outputs());
+    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
+      if (!in[i].defined()) {
+        in[i] = empty<T>(n->output_shape(i));
+        fill(in[i], T(0));
+      }
+      for (const auto& h : n->pre_hooks(i)) in[i] = run_hook(h, in[i]);
+    }
+    std::vector<tensor<T>> out = n->apply(in);
+    if (!retain_graph) n->release_saved();
+    const auto& edges = n->next_edges();
+    for (std::size_t j = 0; j < edges.size(); ++j) {
+      const auto& e = edges[j];
+      if (!e.valid()) continue;
+      if (j < out.size() && out[j].defined()) {
+        if (out[j].shape() != e.fn->output_shape(e.input_nr))
+          fail("backward", n->name(), " returned a gradient of shape ", to_string(out[j].shape()),
+               " for its input ", j, "; expected ", to_string(e.fn->output_shape(e.input_nr)));
+        auto& buf = buffers[e.fn.get()];
+        buf.resize(e.fn->num_outputs());
+        auto& slot = buf[e.input_nr];
+        if (!slot.defined()) slot = out[j];
+        else slot = zip("backward", accumulate_values{}, slot, out[j]);
+      }
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+    }
+  }
+}
+
+}  // namespace detail
+
+template <Element T>
+std::string tensor<T>::grad_fn_name() const {
+  const auto& f = grad_fn();
+  return f ? std::string(f->name()) : std::string();
+}
+
+template <Element T>
+void tensor<T>::backward(const tensor& gradient, backward_options opts) const {
+  checked("backward");
+  detail::run_backward<T>({*this}, {gradient}, opts.retain_graph);
+}
+
+/// Runs one backward pass from several outputs at once (`torch.autograd.backward`).
+template <Element T>
+void backward(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>>& grads = {},
+              backward_options opts = {}) {
+  std::vector<tensor<T>> g = grads;
+  if (g.empty()) g.resize(outputs.size());
+  if (g.size() != outputs.size())
+    detail::fail("backward", "got ", g.size(), " gradients for ", outputs.size(),
+                 " outputs; expected one per output");
+  detail::run_backward<T>(outputs, std::move(g), opts.retain_graph);
+}
+
+template <Element T>
+template <class F>
+std::uint64_t tensor<T>::register_hook(F&& f) {
+  auto& i = checked("register_hook");
+  if (!i.requires_grad)
+    detail::fail("register_hook", "cannot register a hook on a tensor that does not require "
+                 "grad; expected requires_grad(true) or a result of such a tensor");
+  hook<T> h{detail::next_id(), {}};
+  if constexpr (std::is_void_v<std::invoke_result_t<F&, const tensor<T>&>>) {
+    h.fn = [g = std::forward<F>(f)](const tensor<T>& t) mutable -> std::optional<tensor<T>> {
+      g(t);
+      return std::nullopt;
+    };
+  } else {
+    h.fn = [g = std::forward<F>(f)](const tensor<T>& t) mutable -> std::optional<tensor<T>> {
+      return std::optional<tensor<T>>(g(t));
+    };
+  }
+  const auto id = h.id;
+  if (i.grad_fn) i.grad_fn->pre_hooks(i.output_nr).push_back(std::move(h));
+  else i.leaf_hooks.push_back(std::move(h));
+  return id;
+}
+
+template <Element T>
+bool tensor<T>::remove_hook(std::uint64_t id) {
+  auto& i = checked("remove_hook");
+  auto& hs = i.grad_fn ? i.grad_fn->pre_hooks(i.output_nr) : i.leaf_hooks;
+  const auto it = std::find_if(hs.begin(), hs.end(), [&](const auto& h) { return h.id == id; });
+  if (it == hs.end()) return false;
+  hs.erase(it);
+  return true;
+}
+
+template <Element T>
+void tensor<T>::retain_grad() {
+  auto& i = checked("retain_grad");
+  if (!i.grad_fn) return;  // leaves keep their gradient anyway
+  if (i.retains_grad) return;
+  i.retains_grad = true;
+  std::weak_ptr<detail::tensor_impl<T>> self = impl_;
+  register_hook([self](const tensor<T>& g) {
+    if (auto s = self.lock()) {
+      s->grad = s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
+                                  : detail::contiguous_copy(g);
+    }
+  });
+}
+
+}  // namespace fusegrad

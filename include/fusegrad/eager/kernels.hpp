@@ -1,0 +1,207 @@
+#pragma once
+/// \file fusegrad/eager/kernels.hpp
+/// The loops of the eager runtime: strided iteration, vectorised element-wise maps,
+/// broadcasting, reductions and copies. No autograd here: these only move numbers.
+
+#include <array>
+#include <limits>
+#include <vector>
+
+#include "fusegrad/core/simd.hpp"
+#include "fusegrad/eager/tensor.hpp"
+
+namespace fusegrad::detail {
+
+/// Calls `f(bases, n, inner_strides)` once per innermost row of `s`, for N operands laid out
+/// with strides `st[k]` from offsets `off[k]` (all over the same iteration shape `s`).
+template <std::size_t N, class F>
+void for_each_row(const shape& s, const std::array<const strides*, N>& st,
+                  std::array<index_t, N> off, F&& f) {
+  if (fusegrad::numel(s) == 0) return;
+  const std::size_t r = s.size();
+  if (r == 0) {
+    std::array<index_t, N> z{};
+    f(off, index_t{1}, z);
+    return;
+  }
+  std::array<index_t, N> inner{};
+  for (std::size_t k = 0; k < N; ++k) inner[k] = (*st[k])[r - 1];
+  const index_t rows = fusegrad::numel(s) / s[r - 1];
+  std::vector<index_t> idx(r, 0);
+  for (index_t row = 0; row < rows; ++row) {
+    f(off, s[r - 1], inner);
+    for (std::size_t d = r - 1; d-- > 0;) {
+      for (std::size_t k = 0; k < N; ++k) off[k] += (*st[k])[d];
+      if (++idx[d] < s[d]) break;
+      for (std::size_t k = 0; k < N; ++k) off[k] -= (*st[k])[d] * s[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Strides of `t` seen through the broadcast shape `to` (0 on broadcast dims).
+template <Element T>
+strides broadcast_strides(const tensor<T>& t, const shape& to) {
+  const auto& s = t.shape();
+  const auto& st = t.strides();
+  strides r(to.size(), 0);
+  const std::size_t lead = to.size() - s.size();
+  for (std::size_t i = 0; i < s.size(); ++i) r[lead + i] = s[i] == 1 ? 0 : st[i];
+  return r;
+}
+
+/// out[i] = op.value(in[i]) over contiguous memory, SIMD body plus scalar tail.
+template <class Op, Element T>
+void map_contiguous(const Op& op, const T* __restrict in, T* __restrict out, index_t n) {
+  using B = simd<T>;
+  constexpr index_t W = static_cast<index_t>(B::size);
+  index_t i = 0;
+  for (; i + W <= n; i += W) op.value(B::load_unaligned(in + i)).store_unaligned(out + i);
+  for (; i < n; ++i) out[i] = op.value(in[i]);
+}
+
+/// out[i] = op.value(a[i], b[i]); a stride of 0 broadcasts that operand's single value.
+template <class Op, Element T>
+void zip_row(const Op& op, const T* __restrict a, index_t sa, const T* __restrict b, index_t sb,
+             T* __restrict out, index_t n) {
+  using B = simd<T>;
+  constexpr index_t W = static_cast<index_t>(B::size);
+  index_t i = 0;
+  if (sa == 1 && sb == 1) {
+    for (; i + W <= n; i += W)
+      op.value(B::load_unaligned(a + i), B::load_unaligned(b + i)).store_unaligned(out + i);
+  } else if (sa == 0 && sb == 1) {
+    const B av(*a);
+    for (; i + W <= n; i += W) op.value(av, B::load_unaligned(b + i)).store_unaligned(out + i);
+  } else if (sa == 1 && sb == 0) {
+    const B bv(*b);
+    for (; i + W <= n; i += W) op.value(B::load_unaligned(a + i), bv).store_unaligned(out + i);
+  }
+  for (; i < n; ++i) out[i] = op.value(a[i * sa], b[i * sb]);
+}
+
+/// A new contiguous tensor holding `op.value(x)` element-wise.
+template <class Op, Element T>
+tensor<T> map(const Op& op, const tensor<T>& x) {
+  tensor<T> out = empty<T>(x.shape());
+  T* o = out.data_ptr();
+  if (x.is_contiguous()) {
+    map_contiguous(op, static_cast<const T*>(x.data_ptr()), o, x.numel());
+    return out;
+  }
+  const T* p = x.impl()->store->data();
+  for_each_row<1>(x.shape(), {&x.strides()}, {x.offset()},
+                  [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
+                    for (index_t k = 0; k < n; ++k) *o++ = op.value(p[b[0] + k * s[0]]);
+                  });
+  return out;
+}
+
+/// A new contiguous tensor of the broadcast shape holding `op.value(a, b)` element-wise.
+template <class Op, Element T>
+tensor<T> zip(std::string_view name, const Op& op, const tensor<T>& a, const tensor<T>& b) {
+  const shape out_shape = a.shape() == b.shape() ? a.shape()
+                                                  : broadcast_shapes(name, a.shape(), b.shape());
+  tensor<T> out = empty<T>(out_shape);
+  T* o = out.data_ptr();
+  const index_t n = out.numel();
+  if (n == 0) return out;
+  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
+    zip_row(op, static_cast<const T*>(a.data_ptr()), 1, static_cast<const T*>(b.data_ptr()), 1, o, n);
+    return out;
+  }
+  const strides sa = broadcast_strides(a, out_shape), sb = broadcast_strides(b, out_shape);
+  const T* pa = a.impl()->store->data();
+  const T* pb = b.impl()->store->data();
+  for_each_row<2>(out_shape, {&sa, &sb}, {a.offset(), b.offset()},
+                  [&](std::array<index_t, 2> base, index_t len, std::array<index_t, 2> s) {
+                    zip_row(op, pa + base[0], s[0], pb + base[1], s[1], o, len);
+                    o += len;
+                  });
+  return out;
+}
+
+/// A contiguous copy of any strided tensor.
+template <Element T>
+tensor<T> contiguous_copy(const tensor<T>& x) {
+  tensor<T> out = empty<T>(x.shape());
+  T* o = out.data_ptr();
+  const T* p = x.impl()->store ? x.impl()->store->data() : nullptr;
+  for_each_row<1>(x.shape(), {&x.strides()}, {x.offset()},
+                  [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
+                    if (s[0] == 1) std::copy(p + b[0], p + b[0] + n, o);
+                    else for (index_t k = 0; k < n; ++k) o[k] = p[b[0] + k * s[0]];
+                    o += n;
+                  });
+  return out;
+}
+
+/// Fills a contiguous tensor with `v`.
+template <Element T>
+void fill(const tensor<T>& t, T v) {
+  std::fill_n(t.data_ptr(), t.numel(), v);
+}
+
+/// How a reduction combines elements.
+enum class reduce_kind { sum, max };
+
+/// Reduces `x` over the dims flagged in `mask` (one flag per dim). The result keeps the
+/// reduced dims with size 1 (callers squeeze them when keepdim is false).
+template <Element T>
+tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, reduce_kind kind) {
+  shape out_shape = x.shape();
+  for (std::size_t d = 0; d < mask.size(); ++d)
+    if (mask[d]) out_shape[d] = 1;
+  tensor<T> out = empty<T>(out_shape);
+  T* o = out.data_ptr();
+  const T init = kind == reduce_kind::sum ? T(0) : -std::numeric_limits<T>::infinity();
+  std::fill_n(o, out.numel(), init);
+  if (x.numel() == 0) return out;
+  const T* p = x.impl()->store->data();
+  if (x.is_contiguous() && out.numel() == 1) {  // full reduction over contiguous memory
+    using B = simd<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    const T* q = p + x.offset();
+    const index_t n = x.numel();
+    B acc(init);
+    index_t i = 0;
+    if (kind == reduce_kind::sum) {
+      for (; i + W <= n; i += W) acc += B::load_unaligned(q + i);
+      T r = xsimd::hadd(acc);
+      for (; i < n; ++i) r += q[i];
+      *o = r;
+    } else {
+      for (; i + W <= n; i += W) acc = lanes::max(acc, B::load_unaligned(q + i));
+      alignas(64) T lanes_buf[W];
+      acc.store_aligned(lanes_buf);
+      T r = init;
+      for (index_t k = 0; k < W; ++k) r = lanes::max(r, lanes_buf[k]);
+      for (; i < n; ++i) r = lanes::max(r, q[i]);
+      *o = r;
+    }
+    return out;
+  }
+  strides ost = out.strides();
+  for (std::size_t d = 0; d < mask.size(); ++d)
+    if (mask[d]) ost[d] = 0;
+  for_each_row<2>(x.shape(), {&x.strides(), &ost}, {x.offset(), 0},
+                  [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> s) {
+                    if (kind == reduce_kind::sum) {
+                      if (s[1] == 0) {
+                        T acc = 0;
+                        for (index_t k = 0; k < n; ++k) acc += p[b[0] + k * s[0]];
+                        o[b[1]] += acc;
+                      } else {
+                        for (index_t k = 0; k < n; ++k) o[b[1] + k * s[1]] += p[b[0] + k * s[0]];
+                      }
+                    } else {
+                      for (index_t k = 0; k < n; ++k) {
+                        T& r = o[b[1] + k * s[1]];
+                        r = lanes::max(r, p[b[0] + k * s[0]]);
+                      }
+                    }
+                  });
+  return out;
+}
+
+}  // namespace fusegrad::detail

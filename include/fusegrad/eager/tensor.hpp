@@ -1,0 +1,307 @@
+#pragma once
+/// \file fusegrad/eager/tensor.hpp
+/// `fusegrad::tensor<T>`: a handle to shaped, strided, SIMD-aligned storage with an
+/// autograd history. Copying a tensor shares it (like LibTorch's `at::Tensor`); views share
+/// storage with their base.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fusegrad/core/element.hpp"
+#include "fusegrad/core/error.hpp"
+#include "fusegrad/core/grad_mode.hpp"
+#include "fusegrad/core/shape.hpp"
+#include "fusegrad/core/storage.hpp"
+
+namespace fusegrad {
+
+template <Element T>
+class tensor;
+template <Element T>
+class node;
+
+namespace detail {
+template <Element T>
+struct tensor_impl;
+
+inline std::uint64_t next_id() noexcept {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+/// A gradient hook: takes the incoming gradient, returns a replacement or nothing.
+template <Element T>
+struct hook {
+  std::uint64_t id;
+  std::function<std::optional<tensor<T>>(const tensor<T>&)> fn;
+};
+
+/// Where a gradient flows: input slot `input_nr` of node `fn` (null: nowhere).
+template <Element T>
+struct edge {
+  std::shared_ptr<node<T>> fn;
+  std::size_t input_nr = 0;
+  [[nodiscard]] bool valid() const noexcept { return fn != nullptr; }
+};
+
+/// Tag for `backward(...)`'s retain-graph option.
+struct backward_options {
+  bool retain_graph = false;
+};
+
+/// True for `fusegrad::tensor<float>` and `fusegrad::tensor<double>`.
+template <class X>
+inline constexpr bool is_tensor_v = false;
+template <Element T>
+inline constexpr bool is_tensor_v<tensor<T>> = true;
+
+/// A fusegrad eager tensor (of any supported element type).
+template <class X>
+concept Tensor = is_tensor_v<std::remove_cvref_t<X>>;
+
+/// Customisation point: a value type the op functions (`cos`, `+`, `sum`, ...) accept.
+/// Eager tensors are operands; the compile-time expression layer and the run-time tracer
+/// add their own value types by specialising this trait.
+template <class X>
+struct operand_traits {
+  static constexpr bool value = false;
+};
+template <Element T>
+struct operand_traits<tensor<T>> {
+  static constexpr bool value = true;
+  using element_type = T;
+};
+
+/// Something fusegrad's op functions accept: an eager tensor (or, with the other layers,
+/// an expression or a traced value).
+template <class X>
+concept Operand = operand_traits<std::remove_cvref_t<X>>::value;
+
+/// The element type (`float` or `double`) of an operand.
+template <Operand X>
+using element_of = typename operand_traits<std::remove_cvref_t<X>>::element_type;
+
+template <Element T>
+class tensor {
+ public:
+  using value_type = T;
+
+  /// An undefined tensor: holds no data (like a default `at::Tensor`).
+  tensor() = default;
+  explicit tensor(std::shared_ptr<detail::tensor_impl<T>> impl) noexcept : impl_(std::move(impl)) {}
+
+  // --- metadata -------------------------------------------------------------------------
+  [[nodiscard]] bool defined() const noexcept { return impl_ != nullptr; }
+  [[nodiscard]] const fusegrad::shape& shape() const { return checked("shape").sizes; }
+  [[nodiscard]] const fusegrad::strides& strides() const { return checked("strides").st; }
+  [[nodiscard]] std::size_t dim() const { return shape().size(); }
+  [[nodiscard]] index_t size(index_t d) const {
+    return shape()[normalize_dim("size", d, dim())];
+  }
+  [[nodiscard]] index_t numel() const { return fusegrad::numel(shape()); }
+  [[nodiscard]] bool is_contiguous() const {
+    return fusegrad::is_contiguous(shape(), strides());
+  }
+  [[nodiscard]] index_t offset() const { return checked("offset").offset; }
+
+  // --- data -----------------------------------------------------------------------------
+  /// Pointer to the first element of a contiguous tensor. Throws for an undefined tensor
+  /// or a non-contiguous view (call `contiguous()` first).
+  [[nodiscard]] T* data() const {
+    const auto& i = checked("data");
+    if (!fusegrad::is_contiguous(i.sizes, i.st))
+      detail::fail("data", "tensor of shape ", to_string(i.sizes),
+                   " is a non-contiguous view; expected a contiguous tensor (call .contiguous())");
+    return i.store->data() + i.offset;
+  }
+  /// Pointer to element [0,...,0] of any tensor, strided or not (no contiguity check).
+  [[nodiscard]] T* data_ptr() const {
+    const auto& i = checked("data_ptr");
+    return i.store ? i.store->data() + i.offset : nullptr;
+  }
+  /// The value of a one-element tensor.
+  [[nodiscard]] T item() const {
+    const auto& i = checked("item");
+    if (fusegrad::numel(i.sizes) != 1)
+      detail::fail("item", "a tensor of shape ", to_string(i.sizes), " has ",
+                   fusegrad::numel(i.sizes), " elements; expected exactly one element");
+    return *data_ptr();
+  }
+  /// The elements in row-major order (a copy; works for strided views too).
+  [[nodiscard]] std::vector<T> to_vector() const;
+  /// The element at a multi-index, bounds-checked.
+  [[nodiscard]] T at(std::initializer_list<index_t> idx) const;
+
+  // --- autograd -------------------------------------------------------------------------
+  [[nodiscard]] bool requires_grad() const { return checked("requires_grad").requires_grad; }
+  /// Marks a leaf as needing gradients; returns *this so it chains after a factory.
+  tensor& requires_grad(bool on) {
+    auto& i = checked("requires_grad");
+    if (i.grad_fn)
+      detail::fail("requires_grad", "requires_grad can only be changed on leaf tensors; this "
+                   "tensor was produced by ", grad_fn_name(), " (use .detach() for a new leaf)");
+    i.requires_grad = on;
+    return *this;
+  }
+  [[nodiscard]] bool is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+  /// The node that produced this tensor, or null for leaves.
+  [[nodiscard]] const std::shared_ptr<node<T>>& grad_fn() const { return checked("grad_fn").grad_fn; }
+  /// PyTorch's name of `grad_fn()` (e.g. "MulBackward0"), or "" for leaves.
+  [[nodiscard]] std::string grad_fn_name() const;
+  [[nodiscard]] std::size_t output_nr() const { return checked("output_nr").output_nr; }
+  /// The accumulated gradient (undefined until a backward reaches this tensor).
+  [[nodiscard]] tensor grad() const { return checked("grad").grad; }
+  /// Replaces the accumulated gradient (pass `{}` to reset it).
+  void set_grad(tensor g) { checked("set_grad").grad = std::move(g); }
+  /// Resets the accumulated gradient, like `zero_grad(set_to_none=True)`.
+  void zero_grad() { checked("zero_grad").grad = tensor{}; }
+  /// Keeps the gradient of a non-leaf tensor in `grad()` after backward.
+  void retain_grad();
+  /// Runs backward from this tensor; `gradient` may be omitted for one-element tensors.
+  void backward(const tensor& gradient = {}, backward_options opts = {}) const;
+  void backward(backward_options opts) const { backward(tensor{}, opts); }
+  /// Registers `f(grad)` to run when this tensor's gradient is computed. `f` may return a
+  /// replacement gradient (same shape) or nothing. Returns the hook's id.
+  template <class F>
+  std::uint64_t register_hook(F&& f);
+  /// Removes the hook with id `id` (returns false if there was none).
+  bool remove_hook(std::uint64_t id);
+  /// A new leaf sharing storage with this tensor, with no history.
+  [[nodiscard]] tensor detach() const;
+
+  // --- conversions and views (defined in fusegrad/eager/views.hpp) -----------------------
+  [[nodiscard]] tensor contiguous() const;
+  [[nodiscard]] tensor clone() const;
+  [[nodiscard]] tensor reshape(const fusegrad::shape& s) const;
+  [[nodiscard]] tensor view(const fusegrad::shape& s) const;
+  [[nodiscard]] tensor expand(const fusegrad::shape& s) const;
+  [[nodiscard]] tensor permute(const std::vector<index_t>& dims) const;
+  [[nodiscard]] tensor transpose(index_t d0, index_t d1) const;
+  [[nodiscard]] tensor t() const { return transpose(0, 1); }
+  [[nodiscard]] tensor select(index_t d, index_t i) const;
+  [[nodiscard]] tensor slice(index_t d, index_t start, index_t stop, index_t step = 1) const;
+  [[nodiscard]] tensor unsqueeze(index_t d) const;
+  [[nodiscard]] tensor squeeze(index_t d) const;
+
+  /// Identity of the underlying tensor (two handles to one tensor compare equal).
+  [[nodiscard]] bool is_same(const tensor& o) const noexcept { return impl_ == o.impl_; }
+  [[nodiscard]] const std::shared_ptr<detail::tensor_impl<T>>& impl() const noexcept { return impl_; }
+
+ private:
+  detail::tensor_impl<T>& checked(std::string_view op) const {
+    if (!impl_)
+      detail::fail(op, "the tensor is undefined (holds no data); expected a defined tensor "
+                   "(was a gradient read before backward reached it?)");
+    return *impl_;
+  }
+  std::shared_ptr<detail::tensor_impl<T>> impl_;
+};
+
+namespace detail {
+
+template <Element T>
+struct tensor_impl {
+  std::shared_ptr<storage<T>> store;
+  index_t offset = 0;
+  shape sizes;
+  strides st;
+  bool requires_grad = false;
+  bool retains_grad = false;
+  tensor<T> grad;
+  std::shared_ptr<node<T>> grad_fn;  ///< producer (non-leaf), null for leaves
+  std::size_t output_nr = 0;
+  std::shared_ptr<node<T>> grad_accumulator;  ///< AccumulateGrad node of a leaf, made lazily
+  std::vector<hook<T>> leaf_hooks;            ///< hooks of a leaf, run by AccumulateGrad
+};
+
+/// A fresh contiguous tensor of shape `s` (uninitialised elements).
+template <Element T>
+tensor<T> empty(const shape& s) {
+  auto impl = std::make_shared<tensor_impl<T>>();
+  impl->store = std::make_shared<storage<T>>(static_cast<std::size_t>(fusegrad::numel(s)));
+  impl->sizes = s;
+  impl->st = contiguous_strides(s);
+  return tensor<T>(std::move(impl));
+}
+
+/// A tensor sharing `base`'s storage with new sizes, strides and offset (no history).
+template <Element T>
+tensor<T> alias(const tensor<T>& base, shape s, strides st, index_t offset) {
+  auto impl = std::make_shared<tensor_impl<T>>();
+  impl->store = base.impl()->store;
+  impl->offset = offset;
+  impl->sizes = std::move(s);
+  impl->st = std::move(st);
+  return tensor<T>(std::move(impl));
+}
+
+/// Calls `f(linear_index_into_storage)` for each element of a strided layout, row-major.
+template <class F>
+void for_each_offset(const shape& s, const strides& st, index_t offset, F&& f) {
+  const index_t n = fusegrad::numel(s);
+  if (n == 0) return;
+  const std::size_t r = s.size();
+  if (r == 0) {
+    f(offset);
+    return;
+  }
+  std::vector<index_t> idx(r, 0);
+  const index_t inner = s[r - 1], inner_st = st[r - 1];
+  index_t base = offset;
+  for (index_t done = 0; done < n; done += inner) {
+    for (index_t k = 0; k < inner; ++k) f(base + k * inner_st);
+    for (std::size_t d = r - 1; d-- > 0;) {
+      base += st[d];
+      if (++idx[d] < s[d]) break;
+      base -= st[d] * s[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace detail
+
+template <Element T>
+std::vector<T> tensor<T>::to_vector() const {
+  const auto& i = checked("to_vector");
+  std::vector<T> out;
+  out.reserve(static_cast<std::size_t>(fusegrad::numel(i.sizes)));
+  const T* p = i.store ? i.store->data() : nullptr;
+  detail::for_each_offset(i.sizes, i.st, i.offset, [&](index_t o) { out.push_back(p[o]); });
+  return out;
+}
+
+template <Element T>
+T tensor<T>::at(std::initializer_list<index_t> idx) const {
+  const auto& i = checked("at");
+  if (idx.size() != i.sizes.size())
+    detail::fail("at", "got ", idx.size(), " indices for a tensor of shape ", to_string(i.sizes),
+                 "; expected ", i.sizes.size());
+  index_t o = i.offset;
+  std::size_t d = 0;
+  for (index_t k : idx) {
+    if (k < 0 || k >= i.sizes[d])
+      detail::fail("at", "index ", k, " is out of range for dim ", d, " of shape ",
+                   to_string(i.sizes), "; expected 0 <= index < ", i.sizes[d]);
+    o += k * i.st[d++];
+  }
+  return i.store->data()[o];
+}
+
+template <Element T>
+tensor<T> tensor<T>::detach() const {
+  const auto& i = checked("detach");
+  return detail::alias(*this, i.sizes, i.st, i.offset);
+}
+
+}  // namespace fusegrad

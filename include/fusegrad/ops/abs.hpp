@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/abs.hpp
+/// |x|; d/dx = sign(x) (0 at 0, like PyTorch).
+#include "fusegrad/ops/step.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct abs_op {
+  static constexpr std::string_view name = "abs", grad_fn = "AbsBackward0";
+  static constexpr bool uses_input = true, uses_output = false;
+  template <class V> static V value(const V& x) { using std::abs; return abs(x); }
+  template <class V> static auto derivative(const V& x, const V&, const V& g) { return g * sign(x); }
+};
+}  // namespace ops
+
+template <Operand X> auto abs(const X& x) { return apply_op(ops::abs_op{}, x); }
+}  // namespace fusegrad

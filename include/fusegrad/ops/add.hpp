@@ -1,0 +1,30 @@
+#pragma once
+/// \file fusegrad/ops/add.hpp
+/// a + b (broadcasting) and x + s; the gradient passes through unchanged.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct add_op {
+  static constexpr std::string_view name = "add", grad_fn = "AddBackward0";
+  static constexpr bool uses_input = false, uses_output = false;
+  template <class V> static V value(const V& a, const V& b) { return a + b; }
+  template <class V> static auto da(const V&, const V&, const V&, const V& g) { return g; }
+  template <class V> static auto db(const V&, const V&, const V&, const V& g) { return g; }
+};
+template <Element T>
+struct add_scalar_op {
+  static constexpr std::string_view name = "add", grad_fn = "AddBackward1";
+  static constexpr bool uses_input = false, uses_output = false;
+  T s;
+  template <class V> V value(const V& x) const { return x + V(s); }
+  template <class V> auto derivative(const V&, const V&, const V& g) const { return g; }
+};
+}  // namespace ops
+
+template <Operand A, Operand B> auto operator+(const A& a, const B& b) { return apply_op(ops::add_op{}, a, b); }
+template <Operand A, Scalar S> auto operator+(const A& a, S s) {
+  return apply_op(ops::add_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
+}
+template <Scalar S, Operand A> auto operator+(S s, const A& a) { return a + s; }
+}  // namespace fusegrad

@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/cos.hpp
+/// cos(x); d/dx = -sin(x).
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct cos_op {
+  static constexpr std::string_view name = "cos", grad_fn = "CosBackward0";
+  static constexpr bool uses_input = true, uses_output = false;
+  template <class V> static V value(const V& x) { using std::cos; return cos(x); }
+  template <class V> static auto derivative(const V& x, const V&, const V& g) { return g * -sin(x); }
+};
+}  // namespace ops
+
+template <Operand X> auto cos(const X& x) { return apply_op(ops::cos_op{}, x); }
+}  // namespace fusegrad

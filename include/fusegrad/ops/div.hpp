@@ -1,0 +1,40 @@
+#pragma once
+/// \file fusegrad/ops/div.hpp
+/// a / b (broadcasting), x / s and s / x.
+#include "fusegrad/ops/neg.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct div_op {
+  static constexpr std::string_view name = "div", grad_fn = "DivBackward0";
+  static constexpr bool uses_input = true, uses_output = true;
+  template <class V> static V value(const V& a, const V& b) { return a / b; }
+  template <class V> static auto da(const V&, const V& b, const V&, const V& g) { return g / b; }
+  template <class V> static auto db(const V&, const V& b, const V& y, const V& g) { return -(g * y) / b; }
+};
+template <Element T>
+struct div_scalar_op {  // x / s
+  static constexpr std::string_view name = "div", grad_fn = "DivBackward1";
+  static constexpr bool uses_input = false, uses_output = false;
+  T s;
+  template <class V> V value(const V& x) const { return x / V(s); }
+  template <class V> auto derivative(const V&, const V&, const V& g) const { return g / s; }
+};
+template <Element T>
+struct rdiv_scalar_op {  // s / x
+  static constexpr std::string_view name = "rdiv", grad_fn = "RdivBackward1";
+  static constexpr bool uses_input = true, uses_output = true;
+  T s;
+  template <class V> V value(const V& x) const { return V(s) / x; }
+  template <class V> auto derivative(const V& x, const V& y, const V& g) const { return -(g * y) / x; }
+};
+}  // namespace ops
+
+template <Operand A, Operand B> auto operator/(const A& a, const B& b) { return apply_op(ops::div_op{}, a, b); }
+template <Operand A, Scalar S> auto operator/(const A& a, S s) {
+  return apply_op(ops::div_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
+}
+template <Scalar S, Operand A> auto operator/(S s, const A& a) {
+  return apply_op(ops::rdiv_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
+}
+}  // namespace fusegrad

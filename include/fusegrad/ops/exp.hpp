@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/exp.hpp
+/// exp(x); d/dx = exp(x), read from the saved output.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct exp_op {
+  static constexpr std::string_view name = "exp", grad_fn = "ExpBackward0";
+  static constexpr bool uses_input = false, uses_output = true;
+  template <class V> static V value(const V& x) { using std::exp; return exp(x); }
+  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * y; }
+};
+}  // namespace ops
+
+template <Operand X> auto exp(const X& x) { return apply_op(ops::exp_op{}, x); }
+}  // namespace fusegrad

@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/log.hpp
+/// Natural log; d/dx = 1/x.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct log_op {
+  static constexpr std::string_view name = "log", grad_fn = "LogBackward0";
+  static constexpr bool uses_input = true, uses_output = false;
+  template <class V> static V value(const V& x) { using std::log; return log(x); }
+  template <class V> static auto derivative(const V& x, const V&, const V& g) { return g / x; }
+};
+}  // namespace ops
+
+template <Operand X> auto log(const X& x) { return apply_op(ops::log_op{}, x); }
+}  // namespace fusegrad

@@ -1,0 +1,38 @@
+#pragma once
+/// \file fusegrad/ops/max.hpp
+/// Max over all elements or over one dim (values only). The gradient flows to the maximal
+/// elements, split evenly between ties (PyTorch's `amax` rule). An empty reduction throws.
+#include "fusegrad/ops/compare.hpp"
+#include "fusegrad/ops/div.hpp"
+#include "fusegrad/ops/mul.hpp"
+#include "fusegrad/ops/sum.hpp"
+
+namespace fusegrad {
+
+template <Element T>
+tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
+  const auto mask = detail::reduce_mask("max", x.shape(), dims);
+  if (x.numel() == 0 || detail::reduced_count(x.shape(), mask) == 0)
+    detail::fail("max", "cannot reduce a tensor of shape ", to_string(x.shape()),
+                 " over an empty dim; expected a non-empty reduction");
+  tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::max);
+  const shape out = detail::reduced_shape(x.shape(), mask, keepdim);
+  tensor<T> y = detail::alias(r, out, contiguous_strides(out), 0);
+  if (detail::needs_grad(x)) {
+    detail::record<T>(dims.empty() ? "MaxBackward1" : "MaxBackward0", {x}, {&y}, {x, y},
+                      [mask](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+                        const shape& from = s[0].shape();
+                        tensor<T> hit = eq(s[0], detail::unreduce(s[1], from, mask));
+                        tensor<T> count = detail::reduce_keepdim(hit, mask, detail::reduce_kind::sum);
+                        return std::vector<tensor<T>>{
+                            tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
+                      });
+  }
+  return y;
+}
+template <Element T> tensor<T> max(const tensor<T>& x) { return max(x, std::vector<index_t>{}); }
+template <Element T> tensor<T> max(const tensor<T>& x, index_t dim, bool keepdim = false) {
+  return max(x, std::vector<index_t>{dim}, keepdim);
+}
+
+}  // namespace fusegrad

@@ -1,0 +1,25 @@
+#pragma once
+/// \file fusegrad/ops/maximum.hpp
+/// Element-wise max(a, b) with NaN propagation; at ties the gradient is split evenly, as in
+/// PyTorch.
+#include "fusegrad/ops/add.hpp"
+#include "fusegrad/ops/compare.hpp"
+#include "fusegrad/ops/mul.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct maximum_op {
+  static constexpr std::string_view name = "maximum", grad_fn = "MaximumBackward0";
+  static constexpr bool uses_input = true, uses_output = false;
+  template <class V> static V value(const V& a, const V& b) { return lanes::max(a, b); }
+  template <class V> static auto da(const V& a, const V& b, const V&, const V& g) {
+    return g * (gt(a, b) + eq(a, b) * 0.5);
+  }
+  template <class V> static auto db(const V& a, const V& b, const V&, const V& g) {
+    return g * (gt(b, a) + eq(a, b) * 0.5);
+  }
+};
+}  // namespace ops
+
+template <Operand A, Operand B> auto maximum(const A& a, const B& b) { return apply_op(ops::maximum_op{}, a, b); }
+}  // namespace fusegrad

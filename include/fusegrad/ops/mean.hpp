@@ -1,0 +1,28 @@
+#pragma once
+/// \file fusegrad/ops/mean.hpp
+/// Mean over all elements or over given dims (NaN for an empty reduction, like PyTorch).
+#include "fusegrad/ops/div.hpp"
+#include "fusegrad/ops/reduce_common.hpp"
+
+namespace fusegrad {
+
+template <Element T>
+tensor<T> mean(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
+  const auto mask = detail::reduce_mask("mean", x.shape(), dims);
+  const index_t n = detail::reduced_count(x.shape(), mask);
+  tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::sum);
+  r = detail::map(ops::div_scalar_op<T>{static_cast<T>(n)}, r);
+  const shape out = detail::reduced_shape(x.shape(), mask, keepdim);
+  tensor<T> y = detail::alias(r, out, contiguous_strides(out), 0);
+  detail::record_layout(std::string_view(dims.empty() ? "MeanBackward0" : "MeanBackward1"), x, y,
+                        [from = x.shape(), mask, n](const tensor<T>& g) {
+                          return detail::unreduce(tensor<T>(g / static_cast<T>(n)), from, mask);
+                        });
+  return y;
+}
+template <Element T> tensor<T> mean(const tensor<T>& x) { return mean(x, std::vector<index_t>{}); }
+template <Element T> tensor<T> mean(const tensor<T>& x, index_t dim, bool keepdim = false) {
+  return mean(x, std::vector<index_t>{dim}, keepdim);
+}
+
+}  // namespace fusegrad

@@ -1,0 +1,18 @@
+#pragma once
+/// \file fusegrad/ops/neg.hpp
+/// -x.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct neg_op {
+  static constexpr std::string_view name = "neg", grad_fn = "NegBackward0";
+  static constexpr bool uses_input = false, uses_output = false;
+  template <class V> static V value(const V& x) { return -x; }
+  template <class V> static auto derivative(const V&, const V&, const V& g) { return -g; }
+};
+}  // namespace ops
+
+template <Operand X> auto operator-(const X& x) { return apply_op(ops::neg_op{}, x); }
+template <Operand X> auto neg(const X& x) { return apply_op(ops::neg_op{}, x); }
+}  // namespace fusegrad

@@ -1,0 +1,45 @@
+#pragma once
+/// \file fusegrad/ops/reduce_common.hpp
+/// Dim handling shared by the reductions `sum`, `mean` and `max`.
+
+#include "fusegrad/ops/views.hpp"
+
+namespace fusegrad::detail {
+
+/// One flag per dim of `s`: true where `dims` reduces (all dims when `dims` is empty).
+inline std::vector<bool> reduce_mask(std::string_view op, const shape& s, const std::vector<index_t>& dims) {
+  std::vector<bool> m(s.size(), dims.empty());
+  for (index_t d : dims) {
+    const std::size_t dd = normalize_dim(op, d, s.size());
+    if (s.empty()) continue;
+    if (m[dd]) fail(op, "dim ", dd, " appears twice in the reduced dims; expected distinct dims");
+    m[dd] = true;
+  }
+  return m;
+}
+
+/// The shape after reducing `mask`'s dims: kept with size 1, or dropped.
+inline shape reduced_shape(const shape& s, const std::vector<bool>& mask, bool keepdim) {
+  shape r;
+  for (std::size_t d = 0; d < s.size(); ++d) {
+    if (!mask[d]) r.push_back(s[d]);
+    else if (keepdim) r.push_back(1);
+  }
+  return r;
+}
+
+/// Number of elements folded into each result element.
+inline index_t reduced_count(const shape& s, const std::vector<bool>& mask) {
+  index_t n = 1;
+  for (std::size_t d = 0; d < s.size(); ++d)
+    if (mask[d]) n *= s[d];
+  return n;
+}
+
+/// Broadcasts a reduced gradient `g` (shaped `reduced_shape(.., keepdim)`) back to `from`.
+template <Element T>
+tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool>& mask) {
+  return g.reshape(reduced_shape(from, mask, true)).expand(from);
+}
+
+}  // namespace fusegrad::detail

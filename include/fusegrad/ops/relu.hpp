@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/relu.hpp
+/// max(x, 0); d/dx = 1 where the output is positive, else 0 (PyTorch's convention at 0).
+#include "fusegrad/ops/step.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct relu_op {
+  static constexpr std::string_view name = "relu", grad_fn = "ReluBackward0";
+  static constexpr bool uses_input = false, uses_output = true;
+  template <class V> static V value(const V& x) { return lanes::select_gt(x, V(0), x, V(0)); }
+  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * step(y); }
+};
+}  // namespace ops
+
+template <Operand X> auto relu(const X& x) { return apply_op(ops::relu_op{}, x); }
+}  // namespace fusegrad

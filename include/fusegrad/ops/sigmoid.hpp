@@ -1,0 +1,20 @@
+#pragma once
+/// \file fusegrad/ops/sigmoid.hpp
+/// 1 / (1 + exp(-x)); d/dx = y (1 - y), read from the saved output.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct sigmoid_op {
+  static constexpr std::string_view name = "sigmoid", grad_fn = "SigmoidBackward0";
+  static constexpr bool uses_input = false, uses_output = true;
+  template <class V> static V value(const V& x) {
+    using std::exp;
+    return V(1) / (V(1) + exp(-x));
+  }
+  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * (y * (1.0 - y)); }
+};
+}  // namespace ops
+
+template <Operand X> auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
+}  // namespace fusegrad

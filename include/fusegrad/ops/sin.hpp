@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/sin.hpp
+/// sin(x); d/dx = cos(x).
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct sin_op {
+  static constexpr std::string_view name = "sin", grad_fn = "SinBackward0";
+  static constexpr bool uses_input = true, uses_output = false;
+  template <class V> static V value(const V& x) { using std::sin; return sin(x); }
+  template <class V> static auto derivative(const V& x, const V&, const V& g) { return g * cos(x); }
+};
+}  // namespace ops
+
+template <Operand X> auto sin(const X& x) { return apply_op(ops::sin_op{}, x); }
+}  // namespace fusegrad

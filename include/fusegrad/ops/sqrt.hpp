@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/sqrt.hpp
+/// sqrt(x); d/dx = 1 / (2 sqrt(x)), read from the saved output.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct sqrt_op {
+  static constexpr std::string_view name = "sqrt", grad_fn = "SqrtBackward0";
+  static constexpr bool uses_input = false, uses_output = true;
+  template <class V> static V value(const V& x) { using std::sqrt; return sqrt(x); }
+  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g / (y * 2.0); }
+};
+}  // namespace ops
+
+template <Operand X> auto sqrt(const X& x) { return apply_op(ops::sqrt_op{}, x); }
+}  // namespace fusegrad

@@ -1,0 +1,21 @@
+#pragma once
+/// \file fusegrad/ops/step.hpp
+/// step(x) = 1 where x > 0, else 0; sign(x) = -1, 0 or +1. Piecewise constant, so they carry
+/// no gradient (like PyTorch's comparison results); derivative rules use them as masks.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct step_op {
+  static constexpr std::string_view name = "step";
+  template <class V> static V value(const V& x) { return lanes::gt(x, V(0)); }
+};
+struct sign_op {
+  static constexpr std::string_view name = "sign";
+  template <class V> static V value(const V& x) { return lanes::sign(x); }
+};
+}  // namespace ops
+
+template <Operand X> auto step(const X& x) { return apply_op(ops::step_op{}, x); }
+template <Operand X> auto sign(const X& x) { return apply_op(ops::sign_op{}, x); }
+}  // namespace fusegrad

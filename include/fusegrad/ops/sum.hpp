@@ -1,0 +1,26 @@
+#pragma once
+/// \file fusegrad/ops/sum.hpp
+/// Sum over all elements (a 0-d result) or over given dims (optionally keeping them).
+#include "fusegrad/ops/reduce_common.hpp"
+
+namespace fusegrad {
+
+/// Sum over `dims` (all dims when empty); reduced dims are dropped unless `keepdim`.
+template <Element T>
+tensor<T> sum(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
+  const auto mask = detail::reduce_mask("sum", x.shape(), dims);
+  tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::sum);
+  const shape out = detail::reduced_shape(x.shape(), mask, keepdim);
+  tensor<T> y = detail::alias(r, out, contiguous_strides(out), 0);
+  detail::record_layout(std::string_view(dims.empty() ? "SumBackward0" : "SumBackward1"), x, y,
+                        [from = x.shape(), mask](const tensor<T>& g) { return detail::unreduce(g, from, mask); });
+  return y;
+}
+/// Sum of all elements, as a 0-d tensor.
+template <Element T> tensor<T> sum(const tensor<T>& x) { return sum(x, std::vector<index_t>{}); }
+/// Sum over one dim.
+template <Element T> tensor<T> sum(const tensor<T>& x, index_t dim, bool keepdim = false) {
+  return sum(x, std::vector<index_t>{dim}, keepdim);
+}
+
+}  // namespace fusegrad

@@ -1,0 +1,17 @@
+#pragma once
+/// \file fusegrad/ops/tanh.hpp
+/// tanh(x); d/dx = 1 - tanh(x)^2, read from the saved output.
+#include "fusegrad/ops/unary_common.hpp"
+
+namespace fusegrad {
+namespace ops {
+struct tanh_op {
+  static constexpr std::string_view name = "tanh", grad_fn = "TanhBackward0";
+  static constexpr bool uses_input = false, uses_output = true;
+  template <class V> static V value(const V& x) { using std::tanh; return tanh(x); }
+  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * (1.0 - y * y); }
+};
+}  // namespace ops
+
+template <Operand X> auto tanh(const X& x) { return apply_op(ops::tanh_op{}, x); }
+}  // namespace fusegrad
