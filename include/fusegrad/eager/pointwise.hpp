@@ -111,10 +111,11 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
 /// Two tensors of different element types: fusegrad never promotes implicitly.
 template <Element T, Element U, class Op>
   requires(!std::same_as<T, U>)
-void apply_op(const Op&, const tensor<T>&, const tensor<U>&) {
+tensor<T> apply_op(const Op&, const tensor<T>&, const tensor<U>&) {
   static_assert(std::same_as<T, U>,
                 "fusegrad: both operands of a binary op must have the same element type "
                 "(no implicit float/double promotion); convert one side first");
+  return {};
 }
 
 }  // namespace fusegrad
