@@ -9,7 +9,7 @@ struct abs_op {
   static constexpr std::string_view name = "abs", grad_fn = "AbsBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { using std::abs; return abs(x); }
-  template <class V> static auto derivative(const V& x, const V&, const V& g) { return g * sign(x); }
+  static auto derivative(const auto& x, const auto&, const auto& g) { return g * sign(x); }
 };
 }  // namespace ops
 

@@ -9,8 +9,8 @@ struct div_op {
   static constexpr std::string_view name = "div", grad_fn = "DivBackward0";
   static constexpr bool uses_input = true, uses_output = true;
   template <class V> static V value(const V& a, const V& b) { return a / b; }
-  template <class V> static auto da(const V&, const V& b, const V&, const V& g) { return g / b; }
-  template <class V> static auto db(const V&, const V& b, const V& y, const V& g) { return -(g * y) / b; }
+  static auto da(const auto&, const auto& b, const auto&, const auto& g) { return g / b; }
+  static auto db(const auto&, const auto& b, const auto& y, const auto& g) { return -(g * y) / b; }
 };
 template <Element T>
 struct div_scalar_op {  // x / s
@@ -18,7 +18,7 @@ struct div_scalar_op {  // x / s
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> V value(const V& x) const { return x / V(s); }
-  template <class V> auto derivative(const V&, const V&, const V& g) const { return g / s; }
+  auto derivative(const auto&, const auto&, const auto& g) const { return g / s; }
 };
 template <Element T>
 struct rdiv_scalar_op {  // s / x
@@ -26,7 +26,7 @@ struct rdiv_scalar_op {  // s / x
   static constexpr bool uses_input = true, uses_output = true;
   T s;
   template <class V> V value(const V& x) const { return V(s) / x; }
-  template <class V> auto derivative(const V& x, const V& y, const V& g) const { return -(g * y) / x; }
+  auto derivative(const auto& x, const auto& y, const auto& g) const { return -(g * y) / x; }
 };
 }  // namespace ops
 

@@ -9,7 +9,7 @@ struct exp_op {
   static constexpr std::string_view name = "exp", grad_fn = "ExpBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   template <class V> static V value(const V& x) { using std::exp; return exp(x); }
-  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * y; }
+  static auto derivative(const auto&, const auto& y, const auto& g) { return g * y; }
 };
 }  // namespace ops
 

@@ -12,10 +12,10 @@ struct maximum_op {
   static constexpr std::string_view name = "maximum", grad_fn = "MaximumBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& a, const V& b) { return lanes::max(a, b); }
-  template <class V> static auto da(const V& a, const V& b, const V&, const V& g) {
+  static auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (gt(a, b) + eq(a, b) * 0.5);
   }
-  template <class V> static auto db(const V& a, const V& b, const V&, const V& g) {
+  static auto db(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (gt(b, a) + eq(a, b) * 0.5);
   }
 };

@@ -9,8 +9,8 @@ struct mul_op {
   static constexpr std::string_view name = "mul", grad_fn = "MulBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& a, const V& b) { return a * b; }
-  template <class V> static auto da(const V&, const V& b, const V&, const V& g) { return g * b; }
-  template <class V> static auto db(const V& a, const V&, const V&, const V& g) { return g * a; }
+  static auto da(const auto&, const auto& b, const auto&, const auto& g) { return g * b; }
+  static auto db(const auto& a, const auto&, const auto&, const auto& g) { return g * a; }
 };
 template <Element T>
 struct mul_scalar_op {
@@ -18,7 +18,7 @@ struct mul_scalar_op {
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> V value(const V& x) const { return x * V(s); }
-  template <class V> auto derivative(const V&, const V&, const V& g) const { return g * s; }
+  auto derivative(const auto&, const auto&, const auto& g) const { return g * s; }
 };
 }  // namespace ops
 

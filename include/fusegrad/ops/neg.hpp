@@ -9,7 +9,7 @@ struct neg_op {
   static constexpr std::string_view name = "neg", grad_fn = "NegBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   template <class V> static V value(const V& x) { return -x; }
-  template <class V> static auto derivative(const V&, const V&, const V& g) { return -g; }
+  static auto derivative(const auto&, const auto&, const auto& g) { return -g; }
 };
 }  // namespace ops
 

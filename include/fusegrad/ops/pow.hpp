@@ -18,7 +18,7 @@ struct pow_scalar_op {
     else return xsimd::pow(x, V(p));
   }
   /// p x^(p-1); for p == 0 it is 0 * x (so x = 0 gives 0, not 0 * inf).
-  template <class V> auto derivative(const V& x, const V&, const V& g) const {
+  auto derivative(const auto& x, const auto&, const auto& g) const {
     return g * (pow(x, p == T(0) ? T(1) : p - T(1)) * p);
   }
 };
@@ -29,10 +29,10 @@ struct pow_op {
     using std::pow;
     return pow(a, b);
   }
-  template <class V> static auto da(const V& a, const V& b, const V&, const V& g) {
+  static auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (b * pow(a, b - 1.0));
   }
-  template <class V> static auto db(const V& a, const V&, const V& y, const V& g) {
+  static auto db(const auto& a, const auto&, const auto& y, const auto& g) {
     return g * (y * log(a));
   }
 };

@@ -9,7 +9,7 @@ struct relu_op {
   static constexpr std::string_view name = "relu", grad_fn = "ReluBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   template <class V> static V value(const V& x) { return lanes::select_gt(x, V(0), x, V(0)); }
-  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * step(y); }
+  static auto derivative(const auto&, const auto& y, const auto& g) { return g * step(y); }
 };
 }  // namespace ops
 

@@ -12,7 +12,7 @@ struct sigmoid_op {
     using std::exp;
     return V(1) / (V(1) + exp(-x));
   }
-  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g * (y * (1.0 - y)); }
+  static auto derivative(const auto&, const auto& y, const auto& g) { return g * (y * (1.0 - y)); }
 };
 }  // namespace ops
 

@@ -9,7 +9,7 @@ struct sqrt_op {
   static constexpr std::string_view name = "sqrt", grad_fn = "SqrtBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   template <class V> static V value(const V& x) { using std::sqrt; return sqrt(x); }
-  template <class V> static auto derivative(const V&, const V& y, const V& g) { return g / (y * 2.0); }
+  static auto derivative(const auto&, const auto& y, const auto& g) { return g / (y * 2.0); }
 };
 }  // namespace ops
 

@@ -9,8 +9,8 @@ struct sub_op {
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   template <class V> static V value(const V& a, const V& b) { return a - b; }
-  template <class V> static auto da(const V&, const V&, const V&, const V& g) { return g; }
-  template <class V> static auto db(const V&, const V&, const V&, const V& g) { return -g; }
+  static auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
+  static auto db(const auto&, const auto&, const auto&, const auto& g) { return -g; }
 };
 template <Element T>
 struct sub_scalar_op {  // x - s
@@ -18,7 +18,7 @@ struct sub_scalar_op {  // x - s
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> V value(const V& x) const { return x - V(s); }
-  template <class V> auto derivative(const V&, const V&, const V& g) const { return g; }
+  auto derivative(const auto&, const auto&, const auto& g) const { return g; }
 };
 template <Element T>
 struct rsub_scalar_op {  // s - x
@@ -26,7 +26,7 @@ struct rsub_scalar_op {  // s - x
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> V value(const V& x) const { return V(s) - x; }
-  template <class V> auto derivative(const V&, const V&, const V& g) const { return -g; }
+  auto derivative(const auto&, const auto&, const auto& g) const { return -g; }
 };
 }  // namespace ops
 

@@ -1,0 +1,193 @@
+#pragma once
+/// \file fusegrad/compile/compile.hpp
+/// `fg::compile(fn)`: torch.compile at C++ compile time.
+///
+/// `fn` is a generic function written once with fusegrad ops. Called on symbolic inputs it
+/// yields expression types; the C++ compiler derives the backward from them, canonicalises the
+/// joint graph, and decides (constexpr) which values the forward saves. At run time a compiled
+/// function evaluates the forward with its backend and puts ONE node on the eager tape,
+/// `CompiledFunctionBackward`, whose backward runs the derived backward with the same backend.
+/// Compiled functions therefore compose with eager ops, hooks and other compiled functions.
+///
+/// Backends (the seed's table): `backend::eager` runs `fn` op by op on tensors (the
+/// reference); `backend::aot_eager` runs the joint graph and plan node by node; `backend::fused`
+/// (default) runs one vectorised loop per fusion group. Any type modelling `Backend` plugs in.
+
+#include <string_view>
+#include <tuple>
+
+#include "fusegrad/compile/eval_eager.hpp"
+
+namespace fusegrad {
+
+/// The state a graph backend evaluates: values and shapes of canonical nodes.
+template <class A, Element T>
+struct eval_context {
+  const typename A::joint_t& joint;
+  std::vector<tensor<T>>& values;      ///< one slot per canonical node
+  std::vector<shape>& shapes;          ///< shapes of evaluated nodes (forward shapes are kept)
+  const std::vector<tensor<T>>& inputs;
+  const std::vector<tensor<T>>& grads;  ///< gradients of the outputs (backward only)
+};
+
+namespace backend {
+/// Runs the user's function op by op on eager tensors: the reference.
+struct eager {
+  static constexpr std::string_view name = "eager";
+  static constexpr bool runs_graph = false;
+};
+
+/// The joint graph and plan, evaluated node by node with eager kernels (no fusion).
+struct aot_eager {
+  static constexpr std::string_view name = "aot_eager";
+  static constexpr bool runs_graph = true;
+  /// Evaluates the canonical nodes flagged in `Active` (in order); `Keep` says which values
+  /// the caller reads afterwards (this backend keeps them all).
+  template <class A, auto Active, auto Keep, Element T>
+  static void evaluate(eval_context<A, T>& ctx) {
+    [&]<std::size_t... C>(std::index_sequence<C...>) {
+      (
+          [&] {
+            if constexpr (Active[C]) {
+              ctx.values[C] = detail::eval_node<A, C, T>(ctx.joint, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
+              ctx.shapes[C] = ctx.values[C].shape();
+            }
+          }(),
+          ...);
+    }(std::make_index_sequence<A::M>{});
+  }
+};
+}  // namespace backend
+
+/// A compile backend: `name`, and either `runs_graph == false` (the function is run as
+/// written) or a static `evaluate<A, Active, Keep>(eval_context&)` that computes the
+/// flagged canonical nodes of the joint graph.
+template <class B>
+concept Backend = requires {
+  { B::name } -> std::convertible_to<std::string_view>;
+  { B::runs_graph } -> std::convertible_to<bool>;
+};
+
+namespace detail {
+template <std::size_t M>
+constexpr std::array<bool, M> to_array(const bool (&a)[M]) {
+  std::array<bool, M> r{};
+  for (std::size_t i = 0; i < M; ++i) r[i] = a[i];
+  return r;
+}
+}  // namespace detail
+
+/// A function compiled by `fg::compile`. Call it with tensors of one element type.
+template <Backend B, class Policy, class Fn>
+class compiled_function {
+ public:
+  explicit compiled_function(Fn fn) : fn_(std::move(fn)) {}
+
+  template <Element T, std::same_as<tensor<T>>... Ts>
+  auto operator()(const tensor<T>& x0, const Ts&... xs) const {
+    if constexpr (!B::runs_graph) {
+      return fn_(x0, xs...);
+    } else {
+      auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
+      using A = detail::analysis<T, Fn, 1 + sizeof...(Ts)>;
+      if constexpr (A::n_out == 1) return outs[0];
+      else return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return std::tuple{((void)K, outs[K])...};
+      }(std::make_index_sequence<A::n_out>{});
+    }
+  }
+
+  /// The compile-time analysis of this function for `N` inputs of type `T` (for
+  /// `static_assert`s on the plan: `analysis<float, 1>::plan<policy::min_cut>.saved_count`).
+  template <Element T, std::size_t N>
+  using analysis = detail::analysis<T, Fn, N>;
+
+ private:
+  template <Element T, std::size_t N>
+  std::vector<tensor<T>> run_n(const std::vector<tensor<T>>& in) const {
+    using A = detail::analysis<T, Fn, N>;
+    constexpr auto& P = A::template plan<Policy>;
+    constexpr std::size_t M = A::M;
+    const auto joint = A::make_joint(fn_);
+    std::vector<tensor<T>> inputs;
+    inputs.reserve(N);
+    for (const auto& t : in) inputs.push_back(t.is_contiguous() ? t.detach() : detail::contiguous_copy(t));
+    const bool grad = detail::needs_grad(in);
+    std::vector<tensor<T>> values(M);
+    std::vector<shape> shapes(M);
+    const std::vector<tensor<T>> no_grads;
+    eval_context<A, T> ctx{joint, values, shapes, inputs, no_grads};
+    static constexpr std::array<bool, M> fwd = detail::to_array(P.forward);
+    static constexpr std::array<bool, M> keep = [] {
+      std::array<bool, M> k{};
+      for (int o : A::out_node) k[static_cast<std::size_t>(o)] = true;
+      for (std::size_t s = 0; s < M; ++s) k[s] = k[s] || P.saved[s];
+      return k;
+    }();
+    B::template evaluate<A, fwd, keep, T>(ctx);
+    std::vector<tensor<T>> outs(A::n_out);
+    for (std::size_t k = 0; k < A::n_out; ++k) {
+      const auto node = static_cast<std::size_t>(A::out_node[k]);
+      bool alias = A::cg.kind[node] == detail::gkind::input;
+      for (std::size_t q = 0; q < k; ++q) alias = alias || A::out_node[q] == A::out_node[k];
+      outs[k] = alias ? detail::contiguous_copy(values[node]) : values[node];
+    }
+    if (!grad) return outs;
+
+    std::vector<tensor<T>> saved;
+    for (int s = 0; s < P.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(P.saved_nodes[s])]);
+    std::vector<shape> in_shapes;
+    std::vector<bool> wants;
+    for (const auto& t : in) {
+      in_shapes.push_back(t.shape());
+      wants.push_back(t.requires_grad());
+    }
+    std::vector<tensor<T>*> out_ptrs;
+    for (auto& o : outs) out_ptrs.push_back(&o);
+    detail::record<T>(
+        "CompiledFunctionBackward", in, out_ptrs, std::move(saved),
+        [joint, shapes = std::move(shapes), in_shapes = std::move(in_shapes), wants = std::move(wants)](
+            const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& g) {
+          std::vector<tensor<T>> values(M);
+          std::vector<shape> sh = shapes;
+          for (int s = 0; s < P.saved_count; ++s) values[static_cast<std::size_t>(P.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
+          const std::vector<tensor<T>> no_inputs;
+          std::vector<tensor<T>> grads;
+          for (const auto& x : g) grads.push_back(x.is_contiguous() ? x : detail::contiguous_copy(x));
+          eval_context<A, T> bctx{joint, values, sh, no_inputs, grads};
+          static constexpr std::array<bool, M> active = [] {
+            std::array<bool, M> a{};
+            for (std::size_t c = 0; c < M; ++c) a[c] = P.recompute[c] || P.backward[c];
+            return a;
+          }();
+          static constexpr std::array<bool, M> roots = [] {
+            std::array<bool, M> r{};
+            for (int gi : A::grad_node)
+              if (gi >= 0) r[static_cast<std::size_t>(gi)] = true;
+            return r;
+          }();
+          B::template evaluate<A, active, roots, T>(bctx);
+          std::vector<tensor<T>> result(N);
+          for (std::size_t i = 0; i < N; ++i) {
+            if (!wants[i] || A::grad_node[i] < 0) continue;
+            const tensor<T>& gi = values[static_cast<std::size_t>(A::grad_node[i])];
+            result[i] = gi.shape() == in_shapes[i] ? gi : detail::sum_to(gi, in_shapes[i]);
+            if (!result[i].is_contiguous() || result[i].is_same(g[0])) result[i] = detail::contiguous_copy(result[i]);
+          }
+          return result;
+        });
+    return outs;
+  }
+
+  Fn fn_;
+};
+
+/// Compiles `fn` (a generic function of fusegrad ops) with backend `B` and save/recompute
+/// policy `Policy`: `fg::compile(fn)`, `fg::compile<fg::backend::aot_eager>(fn)`,
+/// `fg::compile<fg::backend::fused, fg::policy::save_all>(fn)`.
+template <Backend B = backend::aot_eager, class Policy = policy::min_cut, class Fn>
+compiled_function<B, Policy, Fn> compile(Fn fn) {
+  return compiled_function<B, Policy, Fn>(std::move(fn));
+}
+
+}  // namespace fusegrad

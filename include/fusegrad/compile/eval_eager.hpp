@@ -1,0 +1,105 @@
+#pragma once
+/// \file fusegrad/compile/eval_eager.hpp
+/// Evaluates one canonical node of the joint graph on eager tensors (no recording): the
+/// node-by-node interpreter behind the `aot_eager` backend, and the reference the fused
+/// kernels are checked against.
+
+#include "fusegrad/compile/analysis.hpp"
+#include "fusegrad/ops/matmul.hpp"
+#include "fusegrad/ops/max.hpp"
+#include "fusegrad/ops/mean.hpp"
+#include "fusegrad/ops/sum.hpp"
+
+namespace fusegrad::detail {
+
+/// The shape `s` reduced by `axis` with keepdim (all dims become 1, or the last one).
+inline shape keepdim_shape(const shape& s, reduce_axis axis) {
+  shape r = s;
+  if (axis == reduce_axis::all) std::fill(r.begin(), r.end(), 1);
+  else if (!r.empty()) r.back() = 1;
+  return r;
+}
+
+/// op(X) for a matmul operand: 2-D view [rows, last], transposed if `t`.
+template <Element T>
+tensor<T> matmul_operand(const tensor<T>& x, bool flatten, bool t) {
+  if (x.dim() == 0)
+    fail("matmul", "a 0-d operand cannot be multiplied; expected at least 1 dim inside fg::compile");
+  tensor<T> m = x;
+  if (flatten || t) {
+    const index_t last = x.shape().back();
+    m = x.reshape({last == 0 ? 0 : x.numel() / last, last});
+  }
+  return t ? m.t() : m;
+}
+
+/// op_a(a) · op_b(b) with the conventions of `matmul_expr` (a keeps leading dims unless
+/// transposed, b is always a matrix).
+template <Element T>
+tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb) {
+  no_grad guard;
+  const tensor<T> B = matmul_operand(b, true, tb);
+  if (ta) return mm(matmul_operand(a, true, true), B);
+  if (a.dim() == 1) return matmul(a, B);
+  const tensor<T> A = matmul_operand(a, true, false);
+  if (A.shape()[1] != B.shape()[0])
+    fail("matmul", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
+         " cannot be multiplied inside fg::compile; expected a [..., k] and b [k, n]");
+  shape out(a.shape().begin(), a.shape().end() - 1);
+  out.push_back(B.shape()[1]);
+  return mm(A, B).reshape(out);
+}
+
+/// Value of canonical node C of analysis A, from the values of its children.
+template <class A, std::size_t C, Element T>
+tensor<T> eval_node(const typename A::joint_t& j, const std::vector<tensor<T>>& v,
+                    const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
+                    const std::vector<tensor<T>>& grads) {
+  using E = typename A::template node_t<C>;
+  const E& e = A::template node<C>(j);
+  constexpr auto ch = A::cg.children[C];
+  auto arg = [&](int k) -> const tensor<T>& { return v[static_cast<std::size_t>(ch[static_cast<std::size_t>(k)])]; };
+  if constexpr (is_leaf_v<E>) {
+    if constexpr (std::is_same_v<E, sym<E::index, T>>) return inputs[E::index];
+    else return grads[E::index];
+  } else if constexpr (is_pointwise_v<E>) {
+    if constexpr (arity_v<E> == 1) return map(e.op, arg(0));
+    else return zip(std::remove_cvref_t<decltype(e.op)>::name, e.op, arg(0), arg(1));
+  } else if constexpr (is_reduce_v<E>) {
+    no_grad guard;
+    constexpr auto axis = []<reduce_kind_t K, reduce_axis X, class U>(std::type_identity<reduce_expr<K, X, U>>) {
+      return std::pair{K, X};
+    }(std::type_identity<E>{});
+    const tensor<T>& x = arg(0);
+    if constexpr (axis.second == reduce_axis::all) {
+      tensor<T> r = axis.first == reduce_kind_t::sum ? sum(x) : axis.first == reduce_kind_t::mean ? mean(x) : max(x);
+      return e.keepdim ? r.reshape(keepdim_shape(x.shape(), reduce_axis::all)) : r;
+    } else {
+      if (x.dim() == 0) fail("sum", "cannot reduce the last dim of a 0-d value inside fg::compile");
+      if constexpr (axis.first == reduce_kind_t::sum) return sum(x, -1, e.keepdim);
+      else if constexpr (axis.first == reduce_kind_t::mean) return mean(x, -1, e.keepdim);
+      else return max(x, -1, e.keepdim);
+    }
+  } else if constexpr (is_sumto_v<E>) {
+    constexpr std::size_t K = []<std::size_t KK, class U>(std::type_identity<sumto_expr<KK, U>>) { return KK; }(std::type_identity<E>{});
+    return sum_to(arg(0), shapes[static_cast<std::size_t>(A::cg.canon[K])]);
+  } else if constexpr (is_unreduce_v<E>) {
+    constexpr auto info = []<reduce_kind_t R, reduce_axis X, std::size_t KK, class U>(std::type_identity<unreduce_expr<R, X, KK, U>>) {
+      return std::tuple{R, X, KK};
+    }(std::type_identity<E>{});
+    const shape& to = shapes[static_cast<std::size_t>(A::cg.canon[std::get<2>(info)])];
+    no_grad guard;
+    tensor<T> g = arg(0).reshape(keepdim_shape(to, std::get<1>(info))).expand(to);
+    if constexpr (std::get<0>(info) == reduce_kind_t::mean) {
+      const index_t n = numel(to) / std::max<index_t>(numel(keepdim_shape(to, std::get<1>(info))), 1);
+      return map(ops::div_scalar_op<T>{static_cast<T>(n)}, g);
+    } else {
+      return contiguous_copy(g);
+    }
+  } else {
+    static_assert(is_matmul_v<E>);
+    return matmul_values(arg(0), arg(1), E::ta, E::tb);
+  }
+}
+
+}  // namespace fusegrad::detail

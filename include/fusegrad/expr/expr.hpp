@@ -1,0 +1,231 @@
+#pragma once
+/// \file fusegrad/expr/expr.hpp
+/// Compile-time expression types: what `fg::compile` gets when it calls the user's generic
+/// function on symbolic inputs. A node stores only structure and the constants of its op
+/// (e.g. the 2 of `x * 2`); inputs are symbols (`sym<I, T>`), so an expression can never
+/// dangle: tensors are bound when the compiled function is called.
+///
+/// Every op function of fusegrad (`cos`, `*`, `sum`, `matmul`, ...) accepts expressions,
+/// because expressions model the `Operand` concept and `apply_op` is overloaded for them:
+/// the op structs of `ops/` are the same ones eager mode runs.
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+
+#include "fusegrad/eager/pointwise.hpp"
+#include "fusegrad/ops/step.hpp"
+
+namespace fusegrad {
+
+namespace detail {
+template <class...>
+inline constexpr bool dependent_false = false;
+}
+
+/// What every symbolic value shares: the operations that would need a concrete value.
+/// A symbolic value has no `bool` and no `item()`: data-dependent control flow cannot be
+/// captured at compile time, and using it is a compile error that says so.
+struct symbolic {
+  template <class U = void>
+  float item() const {
+    static_assert(detail::dependent_false<U>,
+                  "fusegrad::compile: item() needs a concrete value, but inside fg::compile values "
+                  "are symbolic (data-dependent control flow cannot be captured at compile time); "
+                  "use the run-time tracer fg::jit for such functions");
+    return 0;
+  }
+  template <class B>
+    requires std::same_as<B, bool>
+  explicit operator B() const {
+    static_assert(detail::dependent_false<B>,
+                  "fusegrad::compile: a symbolic value has no bool (data-dependent control flow "
+                  "cannot be captured at compile time); use the run-time tracer fg::jit for such "
+                  "functions");
+    return false;
+  }
+};
+
+/// Input `I` of a compiled function (element type `T`).
+template <std::size_t I, Element T>
+struct sym : symbolic {
+  using element_type = T;
+  static constexpr std::size_t index = I;
+};
+
+/// The gradient flowing into output `I` of a compiled function (a backward input).
+template <std::size_t I, Element T>
+struct gsym : symbolic {
+  using element_type = T;
+  static constexpr std::size_t index = I;
+};
+
+/// The value of forward node `K` (a post-order index in the joint tree), used by backward
+/// expressions to refer to a forward value whose subtree carries run-time constants.
+template <std::size_t K, Element T>
+struct fwd_ref : symbolic {
+  using element_type = T;
+  static constexpr std::size_t index = K;
+};
+
+/// An element-wise op applied to one or two expressions.
+template <class Op, class... Args>
+struct expr_node : symbolic {
+  using element_type = typename std::tuple_element_t<0, std::tuple<Args...>>::element_type;
+  Op op;
+  std::tuple<Args...> args;
+};
+
+/// Reduction kinds and the dims they reduce.
+enum class reduce_kind_t : unsigned char { sum, mean, max };
+enum class reduce_axis : unsigned char { all, last };
+
+/// sum/mean/max over all dims or the last dim (`keepdim` is a run-time flag).
+template <reduce_kind_t Kind, reduce_axis Axis, class Arg>
+struct reduce_expr : symbolic {
+  using element_type = typename Arg::element_type;
+  Arg arg;
+  bool keepdim = false;
+};
+
+/// Sums an adjoint down to the shape of forward node `K` (the inverse of broadcasting); a
+/// backward-only node that materialises its operand.
+template <std::size_t K, class Arg>
+struct sumto_expr : symbolic {
+  using element_type = typename Arg::element_type;
+  Arg arg;
+};
+
+/// Broadcasts the gradient of a reduction back over the reduction's input (forward node
+/// `K`); for `mean` it also divides by the reduced count. A backward-only node.
+template <reduce_kind_t Kind, reduce_axis Axis, std::size_t K, class Arg>
+struct unreduce_expr : symbolic {
+  using element_type = typename Arg::element_type;
+  Arg arg;
+  bool keepdim = false;
+};
+
+/// `op_a(a) · op_b(b)` where op(X) flattens X to 2-D [rows, last] and transposes it when the
+/// flag is set; without transposition `a` keeps its leading dims. An "extern" node: fusion
+/// groups stop at it and it runs the library's matrix kernel.
+template <class A, class B, bool TA, bool TB>
+struct matmul_expr : symbolic {
+  using element_type = typename A::element_type;
+  static constexpr bool ta = TA, tb = TB;
+  A a;
+  B b;
+};
+
+namespace detail {
+template <class X> inline constexpr bool is_expr_v = false;
+template <std::size_t I, class T> inline constexpr bool is_expr_v<sym<I, T>> = true;
+template <std::size_t I, class T> inline constexpr bool is_expr_v<gsym<I, T>> = true;
+template <std::size_t K, class T> inline constexpr bool is_expr_v<fwd_ref<K, T>> = true;
+template <class Op, class... A> inline constexpr bool is_expr_v<expr_node<Op, A...>> = true;
+template <reduce_kind_t R, reduce_axis X, class A> inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
+template <std::size_t K, class A> inline constexpr bool is_expr_v<sumto_expr<K, A>> = true;
+template <reduce_kind_t R, reduce_axis X, std::size_t K, class A>
+inline constexpr bool is_expr_v<unreduce_expr<R, X, K, A>> = true;
+template <class A, class B, bool TA, bool TB> inline constexpr bool is_expr_v<matmul_expr<A, B, TA, TB>> = true;
+}  // namespace detail
+
+/// A compile-time expression (what fusegrad's ops return for symbolic operands).
+template <class X>
+concept Expr = detail::is_expr_v<std::remove_cvref_t<X>>;
+
+template <Expr E>
+struct operand_traits<E> {
+  static constexpr bool value = true;
+  using element_type = typename E::element_type;
+};
+
+// ---- op dispatch for expressions ------------------------------------------------------
+
+template <Expr X, class Op>
+  requires UnaryOp<Op, typename X::element_type>
+expr_node<Op, X> apply_op(const Op& op, const X& x) {
+  return {{}, op, {x}};
+}
+
+template <Expr A, Expr B, class Op>
+  requires BinaryOp<Op, typename A::element_type>
+expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
+  static_assert(std::same_as<typename A::element_type, typename B::element_type>,
+                "fusegrad: both operands of a binary op must have the same element type "
+                "(no implicit float/double promotion); convert one side first");
+  return {{}, op, {a, b}};
+}
+
+template <Expr X, Element T, class Op>
+void apply_op(const Op&, const X&, const tensor<T>&) {
+  static_assert(!std::is_same_v<T, T>,
+                "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
+                "with symbolic inputs; pass it as an argument of the compiled function instead");
+}
+template <Expr X, Element T, class Op>
+void apply_op(const Op&, const tensor<T>&, const X&) {
+  static_assert(!std::is_same_v<T, T>,
+                "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
+                "with symbolic inputs; pass it as an argument of the compiled function instead");
+}
+
+namespace detail {
+[[noreturn]] inline void only_last_dim(std::string_view op, index_t dim) {
+  fail(op, "inside fg::compile a reduction runs over all dims or the last dim (-1); got dim ", dim,
+       "; expected -1 (or call it without a dim)");
+}
+}  // namespace detail
+
+template <Expr E> reduce_expr<reduce_kind_t::sum, reduce_axis::all, E> sum(const E& e) { return {{}, e, false}; }
+template <Expr E> reduce_expr<reduce_kind_t::mean, reduce_axis::all, E> mean(const E& e) { return {{}, e, false}; }
+template <Expr E> reduce_expr<reduce_kind_t::max, reduce_axis::all, E> max(const E& e) { return {{}, e, false}; }
+template <Expr E>
+reduce_expr<reduce_kind_t::sum, reduce_axis::last, E> sum(const E& e, index_t dim, bool keepdim = false) {
+  if (dim != -1) detail::only_last_dim("sum", dim);
+  return {{}, e, keepdim};
+}
+template <Expr E>
+reduce_expr<reduce_kind_t::mean, reduce_axis::last, E> mean(const E& e, index_t dim, bool keepdim = false) {
+  if (dim != -1) detail::only_last_dim("mean", dim);
+  return {{}, e, keepdim};
+}
+template <Expr E>
+reduce_expr<reduce_kind_t::max, reduce_axis::last, E> max(const E& e, index_t dim, bool keepdim = false) {
+  if (dim != -1) detail::only_last_dim("max", dim);
+  return {{}, e, keepdim};
+}
+
+/// Matrix product inside `fg::compile`: `a` [..., k] times a 2-D `b` [k, n].
+template <Expr A, Expr B>
+matmul_expr<A, B, false, false> matmul(const A& a, const B& b) {
+  return {{}, a, b};
+}
+/// `x wᵀ + b` inside `fg::compile` (x [..., in], w [out, in], b [out]).
+template <Expr X, Expr W, Expr Bias>
+auto linear(const X& x, const W& w, const Bias& b) {
+  return matmul_expr<X, W, false, true>{{}, x, w} + b;
+}
+template <Expr X, Expr W>
+matmul_expr<X, W, false, true> linear(const X& x, const W& w) {
+  return {{}, x, w};
+}
+
+
+/// Comparing symbolic values to branch on them is data-dependent control flow.
+#define FUSEGRAD_SYMBOLIC_COMPARISON(OP)                                                       \
+  template <class A, class B>                                                                  \
+    requires(Expr<A> || Expr<B>)                                                               \
+  bool operator OP(const A&, const B&) {                                                       \
+    static_assert(detail::dependent_false<A>,                                                  \
+                  "fusegrad::compile: comparing symbolic values (" #OP ") to branch on them is "  \
+                  "data-dependent control flow, which cannot be captured at compile time; use "  \
+                  "fg::gt/fg::lt masks, or the run-time tracer fg::jit");                     \
+    return false;                                                                              \
+  }
+FUSEGRAD_SYMBOLIC_COMPARISON(<)
+FUSEGRAD_SYMBOLIC_COMPARISON(>)
+FUSEGRAD_SYMBOLIC_COMPARISON(<=)
+FUSEGRAD_SYMBOLIC_COMPARISON(>=)
+#undef FUSEGRAD_SYMBOLIC_COMPARISON
+
+}  // namespace fusegrad

@@ -1,0 +1,105 @@
+#pragma once
+/// \file fusegrad/expr/graph.hpp
+/// The joint forward/backward graph of a compiled function, computed at compile time.
+///
+/// The joint tree (forward outputs, then one backward output per input that has a gradient)
+/// is flattened in post-order and canonicalised: pure subtrees of the same type become one
+/// node (structural sharing by type identity) and `fwd_ref<K>` becomes the forward node K.
+/// The result is a small constexpr table, children before parents, which the partitioner
+/// (save/recompute plan), the scheduler and the evaluators all read.
+
+#include <array>
+
+#include "fusegrad/expr/backprop.hpp"
+
+namespace fusegrad::detail {
+
+/// What a canonical node is, for scheduling and partitioning.
+enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumto, unreduce, matmul };
+
+template <class E>
+inline constexpr char type_key = 0;
+
+template <class E>
+constexpr gkind kind_of() {
+  if constexpr (is_leaf_v<E>) {
+    if constexpr (std::is_same_v<E, sym<E::index, typename E::element_type>>) return gkind::input;
+    else return gkind::grad_input;  // fwd_refs are resolved before anyone asks
+  } else if constexpr (is_pointwise_v<E>) return gkind::pointwise;
+  else if constexpr (is_reduce_v<E>) return gkind::reduction;
+  else if constexpr (is_sumto_v<E>) return gkind::sumto;
+  else if constexpr (is_unreduce_v<E>) return gkind::unreduce;
+  else return gkind::matmul;
+}
+
+template <class E> inline constexpr bool is_fwd_ref_v = false;
+template <std::size_t K, class T> inline constexpr bool is_fwd_ref_v<fwd_ref<K, T>> = true;
+
+struct raw_entry {
+  gkind kind = gkind::pointwise;
+  const char* key = nullptr;  ///< non-null for pure subtrees: equal keys are one value
+  int alias = -1;             ///< for fwd_ref<K>: K
+  int children[2] = {-1, -1};
+};
+
+template <class E, std::size_t Base, std::size_t N>
+constexpr void fill_raw(std::array<raw_entry, N>& t) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (fill_raw<std::tuple_element_t<I, children_t<E>>, child_base<E, Base, I>()>(t), ...);
+  }(std::make_index_sequence<arity_v<E>>{});
+  if constexpr (!is_joint_v<E>) {
+    raw_entry& r = t[index_of<E, Base>];
+    if constexpr (is_fwd_ref_v<E>) {
+      r.alias = static_cast<int>(E::index);
+    } else {
+      r.kind = kind_of<E>();
+      if constexpr (pure<E>()) r.key = &type_key<E>;
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        ((r.children[I] = static_cast<int>(index_of<std::tuple_element_t<I, children_t<E>>, child_base<E, Base, I>()>)), ...);
+      }(std::make_index_sequence<arity_v<E>>{});
+    }
+  }
+}
+
+/// The canonical graph: `count` nodes, each with its kind, its representative tree index
+/// and its canonical children; `canon` maps every tree index to its canonical node.
+template <std::size_t N>
+struct canonical_graph {
+  std::size_t count = 0;
+  std::array<int, N> canon{};
+  std::array<int, N> rep{};
+  std::array<gkind, N> kind{};
+  std::array<std::array<int, 2>, N> children{};
+};
+
+template <class J>
+constexpr auto canonicalize() {
+  constexpr std::size_t N = tree_size<J>();
+  std::array<raw_entry, N> raw{};
+  fill_raw<J, 0>(raw);
+  canonical_graph<N> g;
+  for (std::size_t t = 0; t < N; ++t) {
+    const raw_entry& r = raw[t];
+    if (r.alias >= 0) {
+      g.canon[t] = g.canon[static_cast<std::size_t>(r.alias)];
+      continue;
+    }
+    int found = -1;
+    if (r.key)
+      for (std::size_t u = 0; u < t && found < 0; ++u)
+        if (raw[u].alias < 0 && raw[u].key == r.key) found = g.canon[u];
+    if (found >= 0) {
+      g.canon[t] = found;
+      continue;
+    }
+    const std::size_t id = g.count++;
+    g.canon[t] = static_cast<int>(id);
+    g.rep[id] = static_cast<int>(t);
+    g.kind[id] = r.kind;
+    for (int k = 0; k < 2; ++k)
+      g.children[id][static_cast<std::size_t>(k)] = r.children[k] < 0 ? -1 : g.canon[static_cast<std::size_t>(r.children[k])];
+  }
+  return g;
+}
+
+}  // namespace fusegrad::detail
