@@ -1,0 +1,144 @@
+#pragma once
+/// \file fusegrad/kernel/schedule.hpp
+/// Fusion groups, decided at compile time (Inductor's scheduler).
+///
+/// The canonical nodes a program evaluates are assigned to *stages*. Stage s runs the
+/// matrix products whose operands are ready, then ONE loop over memory that loads what it
+/// needs, evaluates every element-wise node of the stage in registers, stores the values
+/// later stages (or the caller) read, and accumulates every reduction of the stage.
+/// Element-wise nodes join the stage of their latest operand; a reduction's result, a matrix
+/// product and a broadcast of a reduced value (`unreduce`) are available one stage later.
+
+#include <array>
+#include <utility>
+
+#include "fusegrad/compile/analysis.hpp"
+
+namespace fusegrad::detail {
+
+enum class role : unsigned char { none, leaf, compute, reduce, unreduce, matmul };
+
+template <std::size_t M>
+struct schedule {
+  std::array<role, M> roles{};
+  std::array<int, M> stage{};   ///< loop in which the node is computed / accumulated
+  std::array<int, M> avail{};   ///< first loop that can read the value
+  std::array<bool, M> store{};  ///< an element-wise value written to memory
+  int stages = 0;
+};
+
+template <class A, auto Active, auto Keep>
+constexpr schedule<A::M> make_schedule() {
+  constexpr std::size_t M = A::M;
+  schedule<M> s{};
+  const auto& g = A::cg;
+  auto is_mem = [&](std::size_t c) { return s.roles[c] != role::compute; };  // lives in memory
+  for (std::size_t c = 0; c < M; ++c) {
+    const bool active = Active[c];
+    const gkind k = g.kind[c];
+    if (!active || k == gkind::input || k == gkind::grad_input) {
+      bool used = active || Keep[c];
+      for (std::size_t p = c + 1; p < M && !used; ++p)
+        if (Active[p])
+          for (int ch : g.children[p]) used = used || ch == static_cast<int>(c);
+      s.roles[c] = used ? role::leaf : role::none;
+      s.stage[c] = 0;
+      s.avail[c] = 0;
+      continue;
+    }
+    int in = 0;  // latest stage an operand becomes readable, as a register or from memory
+    int in_mem = 0;  // latest stage an operand is readable from memory
+    for (int ch : g.children[c]) {
+      if (ch < 0) continue;
+      const auto u = static_cast<std::size_t>(ch);
+      in = std::max(in, s.avail[u]);
+      in_mem = std::max(in_mem, is_mem(u) ? s.avail[u] : s.avail[u] + 1);
+    }
+    switch (k) {
+      case gkind::pointwise:
+        s.roles[c] = role::compute;
+        s.stage[c] = s.avail[c] = in;
+        break;
+      case gkind::reduction:
+      case gkind::sumto:
+        s.roles[c] = role::reduce;
+        s.stage[c] = in;
+        s.avail[c] = in + 1;
+        break;
+      case gkind::unreduce:
+        s.roles[c] = role::unreduce;
+        s.stage[c] = s.avail[c] = in_mem;
+        break;
+      default:  // matmul: runs before loop `in_mem`
+        s.roles[c] = role::matmul;
+        s.stage[c] = s.avail[c] = in_mem;
+        break;
+    }
+  }
+  // Values read from memory must be stored: operands of matmul/unreduce, values read by a
+  // later loop, and kept values.
+  for (std::size_t c = 0; c < M; ++c) {
+    if (s.roles[c] == role::none || s.roles[c] == role::leaf) continue;
+    for (int ch : g.children[c]) {
+      if (ch < 0) continue;
+      const auto u = static_cast<std::size_t>(ch);
+      if (s.roles[u] != role::compute) continue;
+      const bool later = s.roles[c] == role::compute || s.roles[c] == role::reduce ? s.stage[c] > s.stage[u] : true;
+      if (later) s.store[u] = true;
+    }
+    if (Keep[c] && s.roles[c] == role::compute) s.store[c] = true;
+    s.stages = std::max(s.stages, s.stage[c] + 1);
+  }
+  return s;
+}
+
+/// The nodes of stage `S` with a given part in its loop, as a compile-time list.
+///   compute: element-wise nodes evaluated in registers (topological order)
+///   reduce:  reductions accumulated by the loop
+///   load:    values the loop reads from memory (leaves, earlier results, unreduce views)
+///   store:   element-wise values the loop writes
+///   matmul:  matrix products run before the loop
+enum class part : unsigned char { compute, reduce, load, store, matmul };
+
+template <class A, auto Active, auto Keep>
+inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
+
+template <class A, auto Active, auto Keep, int S, part P>
+constexpr bool stage_member(std::size_t c) {
+  constexpr auto& sch = schedule_v<A, Active, Keep>;
+  const role r = sch.roles[c];
+  switch (P) {
+    case part::compute: return r == role::compute && sch.stage[c] == S;
+    case part::store: return r == role::compute && sch.stage[c] == S && sch.store[c];
+    case part::reduce: return r == role::reduce && sch.stage[c] == S;
+    case part::matmul: return r == role::matmul && sch.stage[c] == S;
+    case part::load:
+      if ((r == role::compute && sch.stage[c] == S) || r == role::none) return false;
+      for (std::size_t p = 0; p < A::M; ++p) {
+        const role rp = sch.roles[p];
+        if (!((rp == role::compute || rp == role::reduce) && sch.stage[p] == S)) continue;
+        for (int ch : A::cg.children[p])
+          if (ch == static_cast<int>(c)) return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+template <class A, auto Active, auto Keep, int S, part P>
+constexpr std::size_t stage_count() {
+  std::size_t k = 0;
+  for (std::size_t c = 0; c < A::M; ++c) k += stage_member<A, Active, Keep, S, P>(c) ? 1 : 0;
+  return k;
+}
+
+template <class A, auto Active, auto Keep, int S, part P>
+constexpr auto stage_nodes() {
+  std::array<int, stage_count<A, Active, Keep, S, P>()> out{};
+  std::size_t k = 0;
+  for (std::size_t c = 0; c < A::M; ++c)
+    if (stage_member<A, Active, Keep, S, P>(c)) out[k++] = static_cast<int>(c);
+  return out;
+}
+
+}  // namespace fusegrad::detail
