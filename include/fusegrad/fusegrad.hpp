@@ -7,6 +7,8 @@
 /// namespace fg = fusegrad;
 /// \endcode
 
+#include "fusegrad/compile/analysis.hpp"
+#include "fusegrad/compile/compile.hpp"
 #include "fusegrad/core/element.hpp"
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/grad_mode.hpp"
@@ -21,6 +23,8 @@
 #include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/print.hpp"
 #include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/expr/expr.hpp"
+#include "fusegrad/kernel/fused.hpp"
 #include "fusegrad/nn/linear.hpp"
 #include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/add.hpp"

@@ -20,6 +20,10 @@
 
 namespace fusegrad {
 
+namespace backend {
+struct fused;  // the default; defined in fusegrad/kernel/fused.hpp
+}
+
 /// The state a graph backend evaluates: values and shapes of canonical nodes.
 template <class A, Element T>
 struct eval_context {
@@ -185,7 +189,7 @@ class compiled_function {
 /// Compiles `fn` (a generic function of fusegrad ops) with backend `B` and save/recompute
 /// policy `Policy`: `fg::compile(fn)`, `fg::compile<fg::backend::aot_eager>(fn)`,
 /// `fg::compile<fg::backend::fused, fg::policy::save_all>(fn)`.
-template <Backend B = backend::aot_eager, class Policy = policy::min_cut, class Fn>
+template <Backend B = backend::fused, class Policy = policy::min_cut, class Fn>
 compiled_function<B, Policy, Fn> compile(Fn fn) {
   return compiled_function<B, Policy, Fn>(std::move(fn));
 }
