@@ -132,6 +132,7 @@ struct analysis {
         case gkind::input: n.kind = partition::node_kind::input; break;
         case gkind::grad_input: n.kind = partition::node_kind::grad_input; break;
         case gkind::pointwise:
+        case gkind::custom:
         case gkind::unreduce: n.kind = partition::node_kind::pointwise; break;
         case gkind::reduction:
         case gkind::sumto: n.kind = partition::node_kind::reduction; break;
@@ -139,6 +140,7 @@ struct analysis {
       }
       n.children[0] = cg.children[c][0];
       n.children[1] = cg.children[c][1];
+      n.children[2] = cg.children[c][2];
     }
     for (int o : out_node) g.nodes[static_cast<std::size_t>(o)].forward_root = true;
     for (int gi : grad_node)

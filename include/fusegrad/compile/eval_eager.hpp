@@ -62,6 +62,8 @@ tensor<T> eval_node(const typename A::joint_t& j, const std::vector<tensor<T>>& 
   if constexpr (is_leaf_v<E>) {
     if constexpr (std::is_same_v<E, sym<E::index, T>>) return inputs[E::index];
     else return grads[E::index];
+  } else if constexpr (is_custom_v<E>) {
+    return arg(static_cast<int>(arity_v<E>) - 1);
   } else if constexpr (is_pointwise_v<E>) {
     if constexpr (arity_v<E> == 1) return map(e.op, arg(0));
     else return zip(std::remove_cvref_t<decltype(e.op)>::name, e.op, arg(0), arg(1));

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "fusegrad/eager/autograd.hpp"
+#include "fusegrad/expr/expr.hpp"
 
 namespace fusegrad {
 
@@ -53,6 +54,15 @@ Tuple tuple_from(const std::vector<tensor<T>>& v, std::index_sequence<I...>) {
 
 template <CustomFunction F>
 struct function {
+  /// Inside `fg::compile`: an expression whose value is `F::forward(args...)` (fused like any
+  /// other op) and whose derivative is `F::backward`.
+  template <class X0, class... Xs>
+    requires(!Tensor<X0>) && requires(const X0& x0, const Xs&... xs) { F::forward(x0, xs...); }
+  static auto apply(const X0& x0, const Xs&... xs) {
+    auto y = F::forward(x0, xs...);
+    return custom_expr<F, decltype(y), X0, Xs...>{{}, {x0, xs...}, y};
+  }
+
   /// Runs `F::forward` on eager tensors and records one node named `F::name`.
   template <Element T, std::same_as<tensor<T>>... Rest>
   static tensor<T> apply(const tensor<T>& first, const Rest&... rest) {

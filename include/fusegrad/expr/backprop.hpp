@@ -26,6 +26,12 @@ auto add_adjoint(const A& a, const B& b) {
   else return a + b;
 }
 
+inline zero_t fold_add() { return {}; }
+template <class A, class... R>
+auto fold_add(const A& a, const R&... r) {
+  return add_adjoint(a, fold_add(r...));
+}
+
 /// The forward value of subtree `e` (rooted at post-order index `index_of<E, Base>`).
 template <std::size_t Base, class E>
 auto fwd(const E& e) {
@@ -55,6 +61,34 @@ auto backprop_reduce(const reduce_expr<Kind, Axis, A>& e, const G& g) {
                     unreduce_expr<reduce_kind_t::sum, Axis, ia, decltype(count)>{{}, count, true};
     return backprop<I, Base>(e.arg, ga);
   }
+}
+
+/// Custom ops: the user's setup_context/backward, called on forward expressions; the
+/// gradient of each argument flows on into that argument (never through F::forward).
+template <std::size_t I, std::size_t Base, class F, class Fwd, class... Args, class G>
+auto backprop_custom(const custom_expr<F, Fwd, Args...>& e, const G& g) {
+  using E = custom_expr<F, Fwd, Args...>;
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    auto fy = fwd<Base>(e);
+    auto saved = [&] {
+      if constexpr (requires { F::setup_context(fwd<child_base<E, Base, J>()>(std::get<J>(e.args))..., fy); })
+        return F::setup_context(fwd<child_base<E, Base, J>()>(std::get<J>(e.args))..., fy);
+      else
+        return std::tuple{fwd<child_base<E, Base, J>()>(std::get<J>(e.args))...};
+    }();
+    auto grads = F::backward(std::as_const(saved), g);
+    auto as_tuple = [&] {
+      if constexpr (sizeof...(Args) == 1) return std::tuple{grads};
+      else return grads;
+    }();
+    auto one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+      using AK = std::tuple_element_t<K, std::tuple<Args...>>;
+      if constexpr (contains_sym<I, AK>())
+        return backprop<I, child_base<E, Base, K>()>(std::get<K>(e.args), std::get<K>(as_tuple));
+      else return zero_t{};
+    };
+    return fold_add(one(std::integral_constant<std::size_t, J>{})...);
+  }(std::index_sequence_for<Args...>{});
 }
 
 template <std::size_t I, std::size_t Base, class E, class G>
@@ -93,6 +127,8 @@ auto backprop(const E& e, const G& g) {
     }
   } else if constexpr (is_reduce_v<E>) {
     return backprop_reduce<I, Base>(e, g);
+  } else if constexpr (is_custom_v<E>) {
+    return backprop_custom<I, Base>(e, g);
   } else if constexpr (is_matmul_v<E>) {
     using A = std::remove_cvref_t<decltype(e.a)>;
     using B = std::remove_cvref_t<decltype(e.b)>;

@@ -116,8 +116,19 @@ struct matmul_expr : symbolic {
   B b;
 };
 
+/// A custom differentiable op (`fg::function<F>`) applied to expressions: its value is
+/// `F::forward(args...)` (inlined and fused like built-in ops); its derivative is the user's
+/// `F::backward`, called on expressions.
+template <class F, class Fwd, class... Args>
+struct custom_expr : symbolic {
+  using element_type = typename Fwd::element_type;
+  std::tuple<Args...> args;
+  Fwd fwd;
+};
+
 namespace detail {
 template <class X> inline constexpr bool is_expr_v = false;
+template <class F, class Fwd, class... A> inline constexpr bool is_expr_v<custom_expr<F, Fwd, A...>> = true;
 template <std::size_t I, class T> inline constexpr bool is_expr_v<sym<I, T>> = true;
 template <std::size_t I, class T> inline constexpr bool is_expr_v<gsym<I, T>> = true;
 template <std::size_t K, class T> inline constexpr bool is_expr_v<fwd_ref<K, T>> = true;
@@ -157,16 +168,18 @@ expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
 }
 
 template <Expr X, Element T, class Op>
-void apply_op(const Op&, const X&, const tensor<T>&) {
-  static_assert(!std::is_same_v<T, T>,
+X apply_op(const Op&, const X& x, const tensor<T>&) {
+  static_assert(detail::dependent_false<X>,
                 "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
                 "with symbolic inputs; pass it as an argument of the compiled function instead");
+  return x;
 }
 template <Expr X, Element T, class Op>
-void apply_op(const Op&, const tensor<T>&, const X&) {
-  static_assert(!std::is_same_v<T, T>,
+X apply_op(const Op&, const tensor<T>&, const X& x) {
+  static_assert(detail::dependent_false<X>,
                 "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
                 "with symbolic inputs; pass it as an argument of the compiled function instead");
+  return x;
 }
 
 namespace detail {

@@ -15,7 +15,7 @@
 namespace fusegrad::detail {
 
 /// What a canonical node is, for scheduling and partitioning.
-enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumto, unreduce, matmul };
+enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumto, unreduce, matmul, custom };
 
 template <class E>
 inline constexpr char type_key = 0;
@@ -29,6 +29,7 @@ constexpr gkind kind_of() {
   else if constexpr (is_reduce_v<E>) return gkind::reduction;
   else if constexpr (is_sumto_v<E>) return gkind::sumto;
   else if constexpr (is_unreduce_v<E>) return gkind::unreduce;
+  else if constexpr (is_custom_v<E>) return gkind::custom;
   else return gkind::matmul;
 }
 
@@ -39,11 +40,13 @@ struct raw_entry {
   gkind kind = gkind::pointwise;
   const char* key = nullptr;  ///< non-null for pure subtrees: equal keys are one value
   int alias = -1;             ///< for fwd_ref<K>: K
-  int children[2] = {-1, -1};
+  int children[3] = {-1, -1, -1};
 };
 
 template <class E, std::size_t Base, std::size_t N>
 constexpr void fill_raw(std::array<raw_entry, N>& t) {
+  static_assert(is_joint_v<E> || arity_v<E> <= 3,
+                "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (fill_raw<std::tuple_element_t<I, children_t<E>>, child_base<E, Base, I>()>(t), ...);
   }(std::make_index_sequence<arity_v<E>>{});
@@ -69,7 +72,7 @@ struct canonical_graph {
   std::array<int, N> canon{};
   std::array<int, N> rep{};
   std::array<gkind, N> kind{};
-  std::array<std::array<int, 2>, N> children{};
+  std::array<std::array<int, 3>, N> children{};
 };
 
 template <class J>
@@ -96,7 +99,7 @@ constexpr auto canonicalize() {
     g.canon[t] = static_cast<int>(id);
     g.rep[id] = static_cast<int>(t);
     g.kind[id] = r.kind;
-    for (int k = 0; k < 2; ++k)
+    for (int k = 0; k < 3; ++k)
       g.children[id][static_cast<std::size_t>(k)] = r.children[k] < 0 ? -1 : g.canon[static_cast<std::size_t>(r.children[k])];
   }
   return g;

@@ -43,6 +43,9 @@ inline constexpr bool is_unreduce_v<unreduce_expr<R, X, K, A>> = true;
 template <class E> inline constexpr bool is_matmul_v = false;
 template <class A, class B, bool TA, bool TB> inline constexpr bool is_matmul_v<matmul_expr<A, B, TA, TB>> = true;
 template <class... R> struct children_of<joint<R...>> { using type = std::tuple<R...>; };
+template <class F, class Fwd, class... A> struct children_of<custom_expr<F, Fwd, A...>> { using type = std::tuple<A..., Fwd>; };
+template <class E> inline constexpr bool is_custom_v = false;
+template <class F, class Fwd, class... A> inline constexpr bool is_custom_v<custom_expr<F, Fwd, A...>> = true;
 
 template <class E> using children_t = typename children_of<E>::type;
 template <class E> inline constexpr bool is_joint_v = false;
@@ -52,7 +55,10 @@ template <class E> inline constexpr std::size_t arity_v = std::tuple_size_v<chil
 /// Child `I` of a node object.
 template <std::size_t I, class E>
 const auto& child(const E& e) {
-  if constexpr (requires { e.args; }) return std::get<I>(e.args);
+  if constexpr (is_custom_v<E>) {
+    if constexpr (I + 1 == std::tuple_size_v<typename children_of<E>::type>) return e.fwd;
+    else return std::get<I>(e.args);
+  } else if constexpr (requires { e.args; }) return std::get<I>(e.args);
   else if constexpr (requires { e.roots; }) return std::get<I>(e.roots);
   else if constexpr (requires { e.a; }) {
     if constexpr (I == 0) return e.a;

@@ -94,7 +94,9 @@ void infer_shape(eval_context<A, T>& ctx) {
   constexpr auto ch = A::cg.children[C];
   auto sh = [&](int k) -> const shape& { return ctx.shapes[static_cast<std::size_t>(ch[static_cast<std::size_t>(k)])]; };
   shape& out = ctx.shapes[C];
-  if constexpr (is_pointwise_v<E>) {
+  if constexpr (is_custom_v<E>) {
+    out = sh(static_cast<int>(arity_v<E>) - 1);
+  } else if constexpr (is_pointwise_v<E>) {
     if constexpr (arity_v<E> == 1) out = sh(0);
     else out = sh(0) == sh(1) ? sh(0) : broadcast_shapes(std::remove_cvref_t<decltype(e.op)>::name, sh(0), sh(1));
   } else if constexpr (is_reduce_v<E>) {
@@ -253,9 +255,13 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
               constexpr auto c = static_cast<std::size_t>(Cn[J]);
               constexpr auto ch = A::cg.children[c];
               using E = typename A::template node_t<c>;
-              const auto& op = A::template node<c>(joint).op;
-              if constexpr (arity_v<E> == 1) r[c] = op.value(r[static_cast<std::size_t>(ch[0])]);
-              else r[c] = op.value(r[static_cast<std::size_t>(ch[0])], r[static_cast<std::size_t>(ch[1])]);
+              if constexpr (is_custom_v<E>) {
+                r[c] = r[static_cast<std::size_t>(ch[arity_v<E> - 1])];
+              } else {
+                const auto& op = A::template node<c>(joint).op;
+                if constexpr (arity_v<E> == 1) r[c] = op.value(r[static_cast<std::size_t>(ch[0])]);
+                else r[c] = op.value(r[static_cast<std::size_t>(ch[0])], r[static_cast<std::size_t>(ch[1])]);
+              }
             }(),
             ...);
       }(std::make_index_sequence<Cn.size()>{});

@@ -56,6 +56,7 @@ constexpr schedule<A::M> make_schedule() {
     }
     switch (k) {
       case gkind::pointwise:
+      case gkind::custom:
         s.roles[c] = role::compute;
         s.stage[c] = s.avail[c] = in;
         break;
