@@ -264,6 +264,13 @@ void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gr
     std::vector<tensor<T>> in = std::move(buffers[n.get()]);
     buffers.erase(n.get());
     in.resize(n->num_outputs());
+    const bool any = n->num_outputs() == 0 ||
+                     std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
+    if (!any) {  // nothing flows into this node: nothing flows out of it either
+      for (const auto& e : n->next_edges())
+        if (e.valid() && --deps[e.fn.get()] == 0) ready.push(e.fn);
+      continue;
+    }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
       if (!in[i].defined()) {
         in[i] = empty<T>(n->output_shape(i));
@@ -306,7 +313,6 @@ void tensor<T>::backward(const tensor& gradient, backward_options opts) const {
   detail::run_backward<T>({*this}, {gradient}, opts.retain_graph);
 }
 
-/// Runs one backward pass from several outputs at once (`torch.autograd.backward`).
 template <Element T>
 void backward(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>>& grads = {},
               backward_options opts = {}) {
@@ -316,6 +322,13 @@ void backward(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>
     detail::fail("backward", "got ", g.size(), " gradients for ", outputs.size(),
                  " outputs; expected one per output");
   detail::run_backward<T>(outputs, std::move(g), opts.retain_graph);
+}
+
+/// `fg::backward({y1, y2})`.
+template <Element T>
+void backward(std::initializer_list<tensor<T>> outputs, std::initializer_list<tensor<T>> grads = {},
+              backward_options opts = {}) {
+  backward(std::vector<tensor<T>>(outputs), std::vector<tensor<T>>(grads), opts);
 }
 
 template <Element T>

@@ -13,15 +13,18 @@
 namespace fusegrad {
 
 /// A tensor of shape `s` filled with `v`.
+namespace detail {
 template <Element T>
-tensor<T> full(const shape& s, T v) {
-  check_shape("full", s);
-  tensor<T> t = detail::empty<T>(s);
-  detail::fill(t, v);
+tensor<T> filled(std::string_view op, const shape& s, T v) {
+  check_shape(op, s);
+  tensor<T> t = empty<T>(s);
+  fill(t, v);
   return t;
 }
-template <Element T> tensor<T> zeros(const shape& s) { return full<T>(s, T(0)); }
-template <Element T> tensor<T> ones(const shape& s) { return full<T>(s, T(1)); }
+}  // namespace detail
+template <Element T> tensor<T> full(const shape& s, T v) { return detail::filled<T>("full", s, v); }
+template <Element T> tensor<T> zeros(const shape& s) { return detail::filled<T>("zeros", s, T(0)); }
+template <Element T> tensor<T> ones(const shape& s) { return detail::filled<T>("ones", s, T(1)); }
 /// A 0-d tensor holding `v`.
 template <Element T> tensor<T> scalar_tensor(T v) { return full<T>({}, v); }
 template <Element T> tensor<T> zeros_like(const tensor<T>& t) { return zeros<T>(t.shape()); }

@@ -162,7 +162,13 @@ class tensor {
   /// The accumulated gradient (undefined until a backward reaches this tensor).
   [[nodiscard]] tensor grad() const { return checked("grad").grad; }
   /// Replaces the accumulated gradient (pass `{}` to reset it).
-  void set_grad(tensor g) { checked("set_grad").grad = std::move(g); }
+  void set_grad(tensor g) {
+    auto& i = checked("set_grad");
+    if (g.defined() && g.shape() != i.sizes)
+      detail::fail("set_grad", "gradient of shape ", to_string(g.shape()), " for a tensor of shape ",
+                   to_string(i.sizes), "; expected equal shapes");
+    i.grad = std::move(g);
+  }
   /// Resets the accumulated gradient, like `zero_grad(set_to_none=True)`.
   void zero_grad() { checked("zero_grad").grad = tensor{}; }
   /// Keeps the gradient of a non-leaf tensor in `grad()` after backward.

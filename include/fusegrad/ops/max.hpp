@@ -12,7 +12,7 @@ namespace fusegrad {
 template <Element T>
 tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
   const auto mask = detail::reduce_mask("max", x.shape(), dims);
-  if (x.numel() == 0 || detail::reduced_count(x.shape(), mask) == 0)
+  if (detail::reduced_count(x.shape(), mask) == 0)
     detail::fail("max", "cannot reduce a tensor of shape ", to_string(x.shape()),
                  " over an empty dim; expected a non-empty reduction");
   tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::max);

@@ -50,8 +50,8 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
            n, " elements)");
     to[static_cast<std::size_t>(infer)] = n / known;
   } else if (known != n) {
-    fail(op, "shape ", to_string(to), " is invalid for input of shape ", to_string(from), " (",
-         n, " elements); expected ", known, " elements");
+    fail(op, "shape ", to_string(to), " (", known, " elements) is invalid for input of shape ", to_string(from),
+         "; expected a shape with ", n, " elements");
   }
   return to;
 }
@@ -118,6 +118,8 @@ tensor<T> expand(const tensor<T>& x, const shape& s) {
       to[i] = s[i];
       continue;
     }
+    if (s[i] < -1)
+      detail::fail("expand", "invalid size ", s[i], " in ", to_string(s), "; expected sizes >= 0 or -1");
     const index_t have = xs[i - lead], want = s[i] == -1 ? have : s[i];
     if (have != want && have != 1)
       detail::fail("expand", "cannot expand shape ", to_string(xs), " to ", to_string(s), ": dim ", i,
