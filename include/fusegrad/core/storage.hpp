@@ -15,6 +15,67 @@ namespace fusegrad {
 /// Alignment of every buffer fusegrad allocates: one cache line, enough for AVX-512.
 inline constexpr std::size_t storage_alignment = 64;
 
+namespace detail {
+
+/// Keeps freed large buffers per thread for reuse, so a loop that allocates same-sized
+/// tensors every iteration (outputs of fused kernels, gradients) does not hand memory back to
+/// the OS and fault it in again each time. Buffers under 64 KiB go straight to the allocator.
+class buffer_cache {
+ public:
+  static constexpr std::size_t min_bytes = std::size_t{64} << 10;
+  static constexpr std::size_t max_cached_bytes = std::size_t{256} << 20;
+  static constexpr std::size_t max_entries = 32;
+
+  static void* allocate(std::size_t bytes) {
+    if (bytes >= min_bytes && !dead()) {
+      auto& c = local();
+      for (std::size_t i = c.count; i-- > 0;)
+        if (c.entries[i].bytes == bytes) {
+          void* p = c.entries[i].ptr;
+          c.total -= bytes;
+          c.entries[i] = c.entries[--c.count];
+          return p;
+        }
+    }
+    return ::operator new(bytes, std::align_val_t{storage_alignment});
+  }
+  static void release(void* p, std::size_t bytes) noexcept {
+    if (bytes >= min_bytes && !dead()) {
+      auto& c = local();
+      if (c.count < max_entries && c.total + bytes <= max_cached_bytes) {
+        c.entries[c.count++] = {p, bytes};
+        c.total += bytes;
+        return;
+      }
+    }
+    ::operator delete(p, std::align_val_t{storage_alignment});
+  }
+
+ private:
+  struct entry {
+    void* ptr;
+    std::size_t bytes;
+  };
+  struct cache {
+    entry entries[max_entries];
+    std::size_t count = 0, total = 0;
+    ~cache() {
+      dead() = true;  // tensors destroyed after this thread's cache free directly
+      for (std::size_t i = 0; i < count; ++i) ::operator delete(entries[i].ptr, std::align_val_t{storage_alignment});
+    }
+  };
+  static bool& dead() noexcept {
+    thread_local bool d = false;  // trivially destructible: valid until the thread ends
+    return d;
+  }
+  static cache& local() noexcept {
+    thread_local cache c;
+    return c;
+  }
+};
+
+}  // namespace detail
+
 /// A flat buffer of `size` elements. Owned buffers are 64-byte aligned; a buffer made by
 /// `view_of` borrows user memory and never frees it.
 template <Element T>
@@ -22,7 +83,7 @@ class storage {
  public:
   explicit storage(std::size_t n) : size_(n) {
     if (n) {
-      data_ = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{storage_alignment}));
+      data_ = static_cast<T*>(detail::buffer_cache::allocate(n * sizeof(T)));
       owned_ = true;
     }
   }
@@ -30,7 +91,7 @@ class storage {
   storage(const storage&) = delete;
   storage& operator=(const storage&) = delete;
   ~storage() {
-    if (owned_) ::operator delete(data_, std::align_val_t{storage_alignment});
+    if (owned_) detail::buffer_cache::release(data_, size_ * sizeof(T));
   }
   [[nodiscard]] T* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }

@@ -20,6 +20,12 @@ V load_lane(const T* p, index_t stride, index_t i) {
   else return stride == 0 ? V(*p) : V::load_unaligned(p + i);
 }
 
+template <class V, Element T>
+V load_flat(const T* p, index_t i) {
+  if constexpr (std::is_same_v<V, T>) return p[i];
+  else return V::load_unaligned(p + i);
+}
+
 template <reduce_kind_t K, class V>
 V combine(const V& a, const V& b) {
   if constexpr (K == reduce_kind_t::max) return lanes::max(a, b);
@@ -237,14 +243,19 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
   for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
   const auto& joint = ctx.joint;
 
+  auto rows = [&]<bool Flat>(std::bool_constant<Flat>) {
   for_each_row<N>(space, sp, std::array<index_t, N>{}, [&](std::array<index_t, N> base, index_t n, std::array<index_t, N> is) {
-    auto body = [&]<class V>(std::type_identity<V>, index_t i, auto& acc) {
+    auto body = [&]<class V>(std::type_identity<V>, index_t i, auto& acc) __attribute__((flatten)) {
       std::array<V, A::M> r;
       [&]<std::size_t... J>(std::index_sequence<J...>) {
         (
             [&] {
-              if (All || on[J])
-                r[static_cast<std::size_t>(Ln[J])] = load_lane<V>(lp[J] + base[J], is[J], i) * V(scale[J]);
+              if (All || on[J]) {
+                constexpr bool scaled = is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>>;
+                V v = Flat ? load_flat<V>(lp[J] + base[J], i) : load_lane<V>(lp[J] + base[J], is[J], i);
+                if constexpr (scaled) v = v * V(scale[J]);
+                r[static_cast<std::size_t>(Ln[J])] = v;
+              }
             }(),
             ...);
       }(std::make_index_sequence<NL>{});
@@ -272,8 +283,8 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
               if (!All && !on[q]) return;
               T* p = wp[J] + base[q];
               const V& v = r[static_cast<std::size_t>(Wn[J])];
-              if constexpr (std::is_same_v<V, T>) p[i * is[q]] = v;
-              else if (is[q] == 0) *p = v.get(0);
+              if constexpr (std::is_same_v<V, T>) p[Flat ? i : i * is[q]] = v;
+              else if (!Flat && is[q] == 0) *p = v.get(0);
               else v.store_unaligned(p + i);
             }(),
             ...);
@@ -325,6 +336,9 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
           ...);
     }(std::make_index_sequence<NR>{});
   });
+  };
+  if (flat) rows(std::true_type{});
+  else rows(std::false_type{});
 }
 
 /// Runs loop `S` of the schedule: allocates what it writes, then one pass per iteration
