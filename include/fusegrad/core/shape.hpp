@@ -52,6 +52,8 @@ inline strides contiguous_strides(const shape& s) {
 
 /// True when `st` are the row-major strides of `s` (size-1 dims may have any stride).
 inline bool is_contiguous(const shape& s, const strides& st) noexcept {
+  for (index_t d : s)
+    if (d == 0) return true;  // an empty tensor is contiguous, whatever its strides
   index_t acc = 1;
   for (std::size_t i = s.size(); i-- > 0;) {
     if (s[i] == 1) continue;

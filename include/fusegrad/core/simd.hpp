@@ -4,6 +4,7 @@
 /// one generic op definition serve a scalar (`float`, `double`) and an xsimd batch alike.
 
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -64,6 +65,26 @@ template <class V> V sign(const V& a) {
     return a > 0 ? V(1) : (a < 0 ? V(-1) : V(0));
   } else {
     return xsimd::select(a > V(0), V(1), xsimd::select(a < V(0), V(-1), xsimd::select(xsimd::isnan(a), a, V(0))));
+  }
+}
+
+/// `std::pow` semantics on scalars and batches alike: xsimd's batch pow is exp(b log a), which
+/// is wrong for a zero base and for a negative base with an integer exponent; those lanes are
+/// fixed here so the SIMD body and the scalar tail agree.
+template <class V> V pow(const V& a, const V& b) {
+  if constexpr (detail::is_scalar_v<V>) {
+    return std::pow(a, b);
+  } else {
+    const V mag = xsimd::pow(xsimd::abs(a), b);
+    const auto is_int = xsimd::floor(b) == b;
+    const auto odd = is_int && (b - V(2) * xsimd::floor(b * V(0.5))) == V(1);
+    const auto neg = a < V(0);
+    V r = xsimd::select(neg && !is_int, V(std::numeric_limits<typename V::value_type>::quiet_NaN()),
+                        xsimd::select(neg && odd, -mag, mag));
+    const V zero_base = xsimd::select(b > V(0), V(0), V(std::numeric_limits<typename V::value_type>::infinity()));
+    r = xsimd::select(a == V(0), zero_base, r);
+    r = xsimd::select(xsimd::isnan(a) || xsimd::isnan(b), a + b, r);
+    return xsimd::select(b == V(0), V(1), r);
   }
 }
 

@@ -178,75 +178,12 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
   std::array<strides, N> st;
   std::array<T, NL> scale{};
   std::array<T*, NW + NR> wp{};
-  const strides zeros(it.size(), 0);
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    (
-        [&] {
-          constexpr auto c = static_cast<std::size_t>(Ln[J]);
-          scale[J] = T(1);
-          st[J] = zeros;
-          if (!on[J]) return;
-          using E = typename A::template node_t<c>;
-          if constexpr (is_unreduce_v<E>) {
-            const tensor<T>& src = values[static_cast<std::size_t>(A::cg.children[c][0])];
-            const shape& to = shapes[c];
-            const shape ks = keepdim_shape(to, reduction_axis<E>());
-            st[J] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
-            lp[J] = src.data_ptr();
-            if constexpr ([]<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(
-                              std::type_identity<unreduce_expr<K, X, KK, U>>) { return K == reduce_kind_t::mean; }(
-                              std::type_identity<E>{}))
-              scale[J] = static_cast<T>(numel(ks)) / static_cast<T>(std::max<index_t>(numel(to), 1));
-          } else {
-            st[J] = broadcast_strides(values[c], it);
-            lp[J] = values[c].data_ptr();
-          }
-        }(),
-        ...);
-  }(std::make_index_sequence<NL>{});
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    (
-        [&] {
-          constexpr auto c = static_cast<std::size_t>(Wn[J]);
-          st[NL + J] = on[NL + J] ? broadcast_strides(values[c], it) : zeros;
-          wp[J] = values[c].data_ptr();
-        }(),
-        ...);
-  }(std::make_index_sequence<NW>{});
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    (
-        [&] {
-          constexpr auto c = static_cast<std::size_t>(Rn[J]);
-          using E = typename A::template node_t<c>;
-          st[NL + NW + J] = zeros;
-          wp[NW + J] = values[c].data_ptr();
-          if (!on[NL + NW + J]) return;
-          shape view_shape = shapes[c];
-          if constexpr (is_reduce_v<E>) view_shape = keepdim_shape(it, reduction_axis<E>());
-          st[NL + NW + J] = broadcast_strides(alias(values[c], view_shape, contiguous_strides(view_shape), 0), it);
-        }(),
-        ...);
-  }(std::make_index_sequence<NR>{});
-
-  // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
-  const strides full = contiguous_strides(it);
-  auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
-  bool flat = true;
-  for (std::size_t q = 0; q < N && flat; ++q)
-    flat = !on[q] || st[q] == full || (q >= NL + NW && is_zero(st[q]));
-  shape space = it;
-  if (flat) {
-    space = shape{numel(it)};
-    for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
-  }
-  std::array<const strides*, N> sp{};
-  for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
   const auto& joint = ctx.joint;
-
-  auto rows = [&]<bool Flat>(std::bool_constant<Flat>) {
-  for_each_row<N>(space, sp, std::array<index_t, N>{}, [&](std::array<index_t, N> base, index_t n, std::array<index_t, N> is) {
+  // The work of one row of the iteration space: SIMD body, scalar tail, reduction epilogue.
+  auto row_fn = [&]<bool Flat>(std::bool_constant<Flat>, std::array<index_t, N> base, index_t n,
+                               std::array<index_t, N> is) {
     auto body = [&]<class V>(std::type_identity<V>, index_t i, auto& acc) __attribute__((flatten)) {
-      std::array<V, A::M> r;
+      std::array<V, A::M> r{};
       [&]<std::size_t... J>(std::index_sequence<J...>) {
         (
             [&] {
@@ -335,7 +272,105 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
           }(),
           ...);
     }(std::make_index_sequence<NR>{});
-  });
+  };
+
+  // Fast path: every operand has the iteration shape (or is a full reduction): one flat row,
+  // no strides to compute.
+  if constexpr (All) {
+    bool fast = true;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      ((fast = fast && !is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>> &&
+               shapes[static_cast<std::size_t>(Ln[J])] == it),
+       ...);
+    }(std::make_index_sequence<NL>{});
+    for (int w : Wn) fast = fast && shapes[static_cast<std::size_t>(w)] == it;
+    for (int r : Rn) fast = fast && (values[static_cast<std::size_t>(r)].numel() == 1 || shapes[static_cast<std::size_t>(r)] == it);
+    if (fast) {
+      const index_t total = numel(it);
+      std::array<index_t, N> is{};
+      for (std::size_t q = 0; q < N; ++q) is[q] = total == 1 ? 0 : 1;
+      for (std::size_t j = 0; j < NL; ++j) {
+        lp[j] = values[static_cast<std::size_t>(Ln[j])].data_ptr();
+        scale[j] = T(1);
+      }
+      for (std::size_t j = 0; j < NW; ++j) wp[j] = values[static_cast<std::size_t>(Wn[j])].data_ptr();
+      for (std::size_t j = 0; j < NR; ++j) {
+        wp[NW + j] = values[static_cast<std::size_t>(Rn[j])].data_ptr();
+        if (values[static_cast<std::size_t>(Rn[j])].numel() == 1) is[NL + NW + j] = 0;
+      }
+      if (total > 0) row_fn(std::true_type{}, std::array<index_t, N>{}, total, is);
+      return;
+    }
+  }
+  const strides zeros(it.size(), 0);
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    (
+        [&] {
+          constexpr auto c = static_cast<std::size_t>(Ln[J]);
+          scale[J] = T(1);
+          st[J] = zeros;
+          if (!on[J]) return;
+          using E = typename A::template node_t<c>;
+          if constexpr (is_unreduce_v<E>) {
+            const tensor<T>& src = values[static_cast<std::size_t>(A::cg.children[c][0])];
+            const shape& to = shapes[c];
+            const shape ks = keepdim_shape(to, reduction_axis<E>());
+            st[J] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
+            lp[J] = src.data_ptr();
+            if constexpr ([]<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(
+                              std::type_identity<unreduce_expr<K, X, KK, U>>) { return K == reduce_kind_t::mean; }(
+                              std::type_identity<E>{}))
+              scale[J] = static_cast<T>(numel(ks)) / static_cast<T>(std::max<index_t>(numel(to), 1));
+          } else {
+            st[J] = broadcast_strides(values[c], it);
+            lp[J] = values[c].data_ptr();
+          }
+        }(),
+        ...);
+  }(std::make_index_sequence<NL>{});
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    (
+        [&] {
+          constexpr auto c = static_cast<std::size_t>(Wn[J]);
+          st[NL + J] = on[NL + J] ? broadcast_strides(values[c], it) : zeros;
+          wp[J] = values[c].data_ptr();
+        }(),
+        ...);
+  }(std::make_index_sequence<NW>{});
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    (
+        [&] {
+          constexpr auto c = static_cast<std::size_t>(Rn[J]);
+          using E = typename A::template node_t<c>;
+          st[NL + NW + J] = zeros;
+          wp[NW + J] = values[c].data_ptr();
+          if (!on[NL + NW + J]) return;
+          shape view_shape = shapes[c];
+          if constexpr (is_reduce_v<E>) view_shape = keepdim_shape(it, reduction_axis<E>());
+          st[NL + NW + J] = broadcast_strides(alias(values[c], view_shape, contiguous_strides(view_shape), 0), it);
+        }(),
+        ...);
+  }(std::make_index_sequence<NR>{});
+
+  // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
+  const strides full = contiguous_strides(it);
+  auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
+  bool flat = true;
+  for (std::size_t q = 0; q < N && flat; ++q)
+    flat = !on[q] || st[q] == full || (q >= NL + NW && is_zero(st[q]));
+  shape space = it;
+  if (flat) {
+    space = shape{numel(it)};
+    for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+  }
+  std::array<const strides*, N> sp{};
+  for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
+
+  auto rows = [&]<bool Flat>(std::bool_constant<Flat>) {
+    for_each_row<N>(space, sp, std::array<index_t, N>{},
+                    [&](std::array<index_t, N> base, index_t n, std::array<index_t, N> is) {
+                      row_fn(std::bool_constant<Flat>{}, base, n, is);
+                    });
   };
   if (flat) rows(std::true_type{});
   else rows(std::false_type{});

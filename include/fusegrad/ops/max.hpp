@@ -31,8 +31,8 @@ tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
   return y;
 }
 template <Element T> tensor<T> max(const tensor<T>& x) { return max(x, std::vector<index_t>{}); }
-template <Element T> tensor<T> max(const tensor<T>& x, index_t dim, bool keepdim = false) {
-  return max(x, std::vector<index_t>{dim}, keepdim);
+template <Element T, std::integral D> tensor<T> max(const tensor<T>& x, D dim, bool keepdim = false) {
+  return max(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
 }
 
 }  // namespace fusegrad

@@ -21,8 +21,8 @@ tensor<T> mean(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdi
   return y;
 }
 template <Element T> tensor<T> mean(const tensor<T>& x) { return mean(x, std::vector<index_t>{}); }
-template <Element T> tensor<T> mean(const tensor<T>& x, index_t dim, bool keepdim = false) {
-  return mean(x, std::vector<index_t>{dim}, keepdim);
+template <Element T, std::integral D> tensor<T> mean(const tensor<T>& x, D dim, bool keepdim = false) {
+  return mean(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
 }
 
 }  // namespace fusegrad

@@ -1,6 +1,9 @@
 #pragma once
 /// \file fusegrad/ops/pow.hpp
 /// pow(x, p) with a scalar exponent, and pow(a, b) with a tensor exponent (broadcasting).
+#include <cmath>
+
+#include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/log.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/sub.hpp"
@@ -13,9 +16,19 @@ struct pow_scalar_op {
   static constexpr bool uses_input = true, uses_output = false;
   T p;
   template <class V> V value(const V& x) const {
-    if constexpr (detail::is_scalar_v<V>) return std::pow(x, p);
-    else if (p == T(2)) return x * x;
-    else return xsimd::pow(x, V(p));
+    // Small integer exponents by repeated squaring: exact for small integers, faster than
+    // exp(p log x), and defined for negative bases.
+    if (p == std::floor(p) && std::abs(p) <= T(16) && p != T(0)) {
+      auto e = static_cast<int>(std::abs(p));
+      V base = x, r = V(T(1));
+      while (e) {
+        if (e & 1) r = r * base;
+        base = base * base;
+        e >>= 1;
+      }
+      return p < T(0) ? V(T(1)) / r : r;
+    }
+    return lanes::pow(x, V(p));
   }
   /// p x^(p-1); for p == 0 it is 0 * x (so x = 0 gives 0, not 0 * inf).
   auto derivative(const auto& x, const auto&, const auto& g) const {
@@ -25,15 +38,13 @@ struct pow_scalar_op {
 struct pow_op {
   static constexpr std::string_view name = "pow", grad_fn = "PowBackward1";
   static constexpr bool uses_input = true, uses_output = true;
-  template <class V> static V value(const V& a, const V& b) {
-    using std::pow;
-    return pow(a, b);
-  }
+  template <class V> static V value(const V& a, const V& b) { return lanes::pow(a, b); }
   static auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (b * pow(a, b - 1.0));
   }
+  /// y log(a); 0 where a == 0 (as PyTorch: log(a + [a == 0]) avoids 0 * -inf).
   static auto db(const auto& a, const auto&, const auto& y, const auto& g) {
-    return g * (y * log(a));
+    return g * (y * log(a + (1.0 - sign(abs(a)))));
   }
 };
 }  // namespace ops

@@ -19,8 +19,8 @@ tensor<T> sum(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
 /// Sum of all elements, as a 0-d tensor.
 template <Element T> tensor<T> sum(const tensor<T>& x) { return sum(x, std::vector<index_t>{}); }
 /// Sum over one dim.
-template <Element T> tensor<T> sum(const tensor<T>& x, index_t dim, bool keepdim = false) {
-  return sum(x, std::vector<index_t>{dim}, keepdim);
+template <Element T, std::integral D> tensor<T> sum(const tensor<T>& x, D dim, bool keepdim = false) {
+  return sum(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
 }
 
 }  // namespace fusegrad

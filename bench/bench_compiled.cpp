@@ -1,0 +1,224 @@
+// The compile-time fused path (fg::compile) beside hand-written xsimd loops, the eager path,
+// a copy kernel, and Eigen when it is installed.
+//
+//   cmake --preset bench && cmake --build --preset bench
+//   ./build/bench/bench/bench_compiled --benchmark_min_time=0.2   (figures: docs/performance.md)
+//
+// Cases (N = 2^10 ... 2^24 floats):
+//   BM_coscos_fwd_bwd/<variant>  out = cos(cos(x)) * y, then backward with a given gradient g:
+//       fused      fg::compile (min-cut plan: saves x only; one pass forward, one backward)
+//       hand       two hand-written xsimd loops doing the same passes (the goal: fused <= 1.10x)
+//       eager      the same expression op by op on the tape
+//       eigen      Eigen arrays: forward expression, then the gradient expressions
+//   BM_xyz/<variant>  out = x * y + z, forward only (bandwidth bound: 3 reads, 1 write):
+//       fused, hand (a plain loop), eager, eigen, and copy: memcpy of 2N floats, which moves
+//       the same number of bytes (the goal: fused >= 0.85 of copy's throughput)
+
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "fusegrad/fusegrad.hpp"
+
+#if defined(FUSEGRAD_HAVE_EIGEN)
+#include <Eigen/Core>
+#endif
+
+namespace fg = fusegrad;
+
+namespace {
+
+using B = xsimd::batch<float>;
+constexpr long W = static_cast<long>(B::size);
+
+__attribute__((noinline)) void hand_forward(const float* __restrict x, const float* __restrict y,
+                                            float* __restrict out, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W)
+    (xsimd::cos(xsimd::cos(B::load_unaligned(x + i))) * B::load_unaligned(y + i)).store_unaligned(out + i);
+  for (; i < n; ++i) out[i] = std::cos(std::cos(x[i])) * y[i];
+}
+
+__attribute__((noinline)) void hand_backward(const float* __restrict x, const float* __restrict y,
+                                             const float* __restrict g, float* __restrict gx,
+                                             float* __restrict gy, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W) {
+    const B xv = B::load_unaligned(x + i), gv = B::load_unaligned(g + i);
+    const B c1 = xsimd::cos(xv);
+    (gv * B::load_unaligned(y + i) * xsimd::sin(c1) * xsimd::sin(xv)).store_unaligned(gx + i);
+    (gv * xsimd::cos(c1)).store_unaligned(gy + i);
+  }
+  for (; i < n; ++i) {
+    const float c1 = std::cos(x[i]);
+    gx[i] = g[i] * y[i] * std::sin(c1) * std::sin(x[i]);
+    gy[i] = g[i] * std::cos(c1);
+  }
+}
+
+__attribute__((noinline)) void hand_xyz(const float* __restrict x, const float* __restrict y,
+                                        const float* __restrict z, float* __restrict out, long n) {
+  for (long i = 0; i < n; ++i) out[i] = x[i] * y[i] + z[i];
+}
+
+struct inputs {
+  explicit inputs(long n)
+      : x(fg::randn<float>({n}, 1)), y(fg::randn<float>({n}, 2)), z(fg::randn<float>({n}, 3)),
+        g(fg::randn<float>({n}, 4)) {}
+  fg::tensor<float> x, y, z, g;
+};
+
+void set_bytes(benchmark::State& state, long n, int streams) {
+  state.SetBytesProcessed(state.iterations() * n * static_cast<long>(sizeof(float)) * streams);
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+// ---- cos(cos(x)) * y, forward + backward ------------------------------------------------
+
+auto coscos = [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; };
+
+void BM_coscos_fwd_bwd_fused(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  auto f = fg::compile(coscos);
+  fg::tensor<float> x = in.x.detach().requires_grad(true), y = in.y.detach().requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    y.zero_grad();
+    fg::tensor<float> out = f(x, y);
+    out.backward(in.g);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  set_bytes(state, n, 8);  // fwd: x, y -> out; bwd: x, y, g -> gx, gy
+}
+
+void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size());
+  for (auto _ : state) {
+    hand_forward(in.x.data(), in.y.data(), out.data(), n);
+    hand_backward(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 8);
+}
+
+void BM_coscos_fwd_bwd_eager(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  fg::tensor<float> x = in.x.detach().requires_grad(true), y = in.y.detach().requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    y.zero_grad();
+    fg::tensor<float> out = coscos(x, y);
+    out.backward(in.g);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  set_bytes(state, n, 8);
+}
+
+#if defined(FUSEGRAD_HAVE_EIGEN)
+void BM_coscos_fwd_bwd_eigen(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  using A = Eigen::Map<const Eigen::ArrayXf>;
+  A x(in.x.data(), n), y(in.y.data(), n), g(in.g.data(), n);
+  Eigen::ArrayXf out(n), gx(n), gy(n);
+  for (auto _ : state) {
+    out = x.cos().cos() * y;
+    gx = g * y * x.cos().sin() * x.sin();
+    gy = g * x.cos().cos();
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 8);
+}
+#endif
+
+// ---- x * y + z, forward (bandwidth) -----------------------------------------------------
+
+void BM_xyz_fused(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  auto f = fg::compile([](auto x, auto y, auto z) { return x * y + z; });
+  for (auto _ : state) {
+    fg::tensor<float> out = f(in.x, in.y, in.z);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  set_bytes(state, n, 4);
+}
+
+void BM_xyz_hand(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (auto _ : state) {
+    hand_xyz(in.x.data(), in.y.data(), in.z.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 4);
+}
+
+void BM_xyz_eager(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  for (auto _ : state) {
+    fg::tensor<float> out = in.x * in.y + in.z;
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  set_bytes(state, n, 4);
+}
+
+void BM_xyz_copy(benchmark::State& state) {  // memcpy of 2N floats: 2N read + 2N written
+  const long n = state.range(0);
+  std::vector<float> src(static_cast<std::size_t>(2 * n), 1.0f), dst(src.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 4);
+}
+
+#if defined(FUSEGRAD_HAVE_EIGEN)
+void BM_xyz_eigen(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  using A = Eigen::Map<const Eigen::ArrayXf>;
+  A x(in.x.data(), n), y(in.y.data(), n), z(in.z.data(), n);
+  Eigen::ArrayXf out(n);
+  for (auto _ : state) {
+    out = x * y + z;
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 4);
+}
+#endif
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (int e = 10; e <= 24; e += 2) b->Arg(1L << e);
+  b->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_coscos_fwd_bwd_fused)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_eager)->Apply(sizes);
+#if defined(FUSEGRAD_HAVE_EIGEN)
+BENCHMARK(BM_coscos_fwd_bwd_eigen)->Apply(sizes);
+#endif
+BENCHMARK(BM_xyz_fused)->Apply(sizes);
+BENCHMARK(BM_xyz_hand)->Apply(sizes);
+BENCHMARK(BM_xyz_copy)->Apply(sizes);
+BENCHMARK(BM_xyz_eager)->Apply(sizes);
+#if defined(FUSEGRAD_HAVE_EIGEN)
+BENCHMARK(BM_xyz_eigen)->Apply(sizes);
+#endif
