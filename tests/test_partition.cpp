@@ -1,0 +1,715 @@
+// Tests of fusegrad's save/recompute partitioner (fusegrad/partition/plan.hpp).
+//
+// The joint graphs are built by hand; the expected saved sets are derived by hand in the
+// comments. Every plan is also checked by an independent runtime checker (regions, validity,
+// recompute set), and min_cut's size is compared with a brute-force search over all subsets
+// of the forward set, on the hand-built graphs and on ~200 random DAGs. The namespace-scope
+// static_asserts prove that make_plan runs in constant evaluation.
+
+#include <doctest/doctest.h>
+
+#include <fusegrad/partition/plan.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace {
+
+using fusegrad::partition::joint_graph;
+using fusegrad::partition::make_plan;
+using fusegrad::partition::node_info;
+using fusegrad::partition::node_kind;
+using fusegrad::partition::plan;
+using fusegrad::partition::policy;
+using fusegrad::partition::policy_kind;
+
+// ---------------------------------------------------------------------------------------------
+// Graph-building helpers (spell all three children: see the header's "Writing graphs").
+// ---------------------------------------------------------------------------------------------
+
+constexpr node_info mk(node_kind k, int a = -1, int b = -1, int c = -1) {
+  node_info n;
+  n.kind = k;
+  n.children[0] = a;
+  n.children[1] = b;
+  n.children[2] = c;
+  return n;
+}
+constexpr node_info in() { return mk(node_kind::input); }
+constexpr node_info gin() { return mk(node_kind::grad_input); }
+constexpr node_info cst() { return mk(node_kind::constant); }
+constexpr node_info pw(int a, int b = -1, int c = -1) { return mk(node_kind::pointwise, a, b, c); }
+constexpr node_info red(int a) { return mk(node_kind::reduction, a); }
+constexpr node_info ext(int a, int b) { return mk(node_kind::extern_op, a, b); }
+constexpr node_info froot(node_info n) {
+  n.forward_root = true;
+  return n;
+}
+constexpr node_info broot(node_info n) {
+  n.backward_root = true;
+  return n;
+}
+
+constexpr policy min_cut{policy_kind::min_cut, 0};
+constexpr policy save_all{policy_kind::save_all, 0};
+constexpr policy recompute_all{policy_kind::recompute_all, 0};
+constexpr policy budget(int b) { return {policy_kind::memory_budget, b}; }
+
+/// True when exactly the nodes in `want` are saved, listed ascending in saved_nodes.
+template <std::size_t N, std::size_t M>
+constexpr bool saves(const plan<N>& p, const int (&want)[M]) {
+  if (p.saved_count != static_cast<int>(M)) return false;
+  for (std::size_t k = 0; k < M; ++k)
+    if (p.saved_nodes[k] != want[k] || !p.saved[want[k]]) return false;
+  for (std::size_t k = M; k < N; ++k)
+    if (p.saved_nodes[k] != -1) return false;
+  return true;
+}
+template <std::size_t N>
+constexpr bool saves_nothing(const plan<N>& p) {
+  if (p.saved_count != 0) return false;
+  for (std::size_t i = 0; i < N; ++i)
+    if (p.saved[i] || p.saved_nodes[i] != -1) return false;
+  return true;
+}
+
+/// True when exactly the nodes in `want` are recomputed.
+template <std::size_t N, std::size_t M>
+constexpr bool recomputes(const plan<N>& p, const int (&want)[M]) {
+  bool expect[N] = {};
+  for (int w : want) expect[w] = true;
+  for (std::size_t i = 0; i < N; ++i)
+    if (p.recompute[i] != expect[i]) return false;
+  return true;
+}
+template <std::size_t N>
+constexpr bool recomputes_nothing(const plan<N>& p) {
+  for (bool r : p.recompute)
+    if (r) return false;
+  return true;
+}
+
+template <std::size_t N>
+constexpr bool same_plan(const plan<N>& a, const plan<N>& b) {
+  if (a.saved_count != b.saved_count) return false;
+  for (std::size_t i = 0; i < N; ++i)
+    if (a.forward[i] != b.forward[i] || a.backward[i] != b.backward[i] ||
+        a.saved[i] != b.saved[i] || a.recompute[i] != b.recompute[i] ||
+        a.saved_nodes[i] != b.saved_nodes[i])
+      return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cos(cos(x)); backward gx = g * -sin(cos(x)) * -sin(x).
+//   B = {4..9}; needed = {1 (child of sin(c1)), 0 (child of sin(x))}.
+//   min_cut: one flow path source->x->{c1, sink}: cut {x}, recompute c1 = cos(x).
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<10> coscos{{
+    in(),              // 0 x
+    pw(0),             // 1 c1 = cos(x)
+    froot(pw(1)),      // 2 c2 = cos(c1)
+    gin(),             // 3 g
+    pw(1),             // 4 s1 = sin(c1)
+    pw(4),             // 5 n1 = -s1
+    pw(3, 5),          // 6 m1 = g * n1
+    pw(0),             // 7 s0 = sin(x)
+    pw(7),             // 8 n0 = -s0
+    broot(pw(6, 8)),   // 9 gx = m1 * n0
+}};
+
+static_assert(saves(make_plan(coscos, save_all), {0, 1}),
+              "save_all on cos(cos(x)) saves x and cos(x), the two values the backward reads.");
+static_assert(saves(make_plan(coscos, min_cut), {0}),
+              "min_cut on cos(cos(x)) saves only x.");
+static_assert(recomputes(make_plan(coscos, min_cut), {1}),
+              "min_cut on cos(cos(x)) recomputes cos(x) in the backward.");
+static_assert(saves(make_plan(coscos, recompute_all), {0}),
+              "recompute_all on cos(cos(x)) saves only the input x.");
+static_assert(saves(make_plan(coscos, budget(1)), {0}) &&
+                  same_plan(make_plan(coscos, budget(1)), make_plan(coscos, min_cut)),
+              "A budget of 1 rejects save_all (2 tensors) and takes the min_cut plan.");
+static_assert(same_plan(make_plan(coscos, budget(2)), make_plan(coscos, save_all)),
+              "A budget of 2 fits save_all, which recomputes least.");
+static_assert(same_plan(make_plan(coscos, budget(0)), make_plan(coscos, recompute_all)),
+              "When no plan fits the budget, memory_budget falls back to recompute_all.");
+static_assert(make_plan(coscos, min_cut).forward[2] && !make_plan(coscos, min_cut).forward[3] &&
+                  make_plan(coscos, min_cut).backward[4] && !make_plan(coscos, min_cut).backward[1],
+              "The forward/backward regions of cos(cos(x)) are those derived by hand.");
+static_assert(make_plan(coscos, policy{}).saved_count == 1,
+              "The default policy is min_cut.");
+
+// ---------------------------------------------------------------------------------------------
+// cos(cos(a+b+c+d)): every gradient ga..gd is gs (one backward root).
+//   needed = {s (child of sin(s)), c1 (child of sin(c1))}; all flow passes through s.
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<17> coscos4{{
+    in(),               // 0 a
+    in(),               // 1 b
+    in(),               // 2 c
+    in(),               // 3 d
+    pw(0, 1),           // 4 s1 = a + b
+    pw(4, 2),           // 5 s2 = s1 + c
+    pw(5, 3),           // 6 s = s2 + d
+    pw(6),              // 7 c1 = cos(s)
+    froot(pw(7)),       // 8 c2 = cos(c1)
+    gin(),              // 9 g
+    pw(7),              // 10 sin(c1)
+    pw(10),             // 11 neg
+    pw(9, 11),          // 12 mul
+    pw(6),              // 13 sin(s)
+    pw(13),             // 14 neg
+    pw(12, 14),         // 15 mul
+    broot(pw(15)),      // 16 gs (= ga = gb = gc = gd)
+}};
+
+static_assert(saves(make_plan(coscos4, min_cut), {6}),
+              "min_cut on cos(cos(a+b+c+d)) saves only the sum s.");
+static_assert(recomputes(make_plan(coscos4, min_cut), {7}),
+              "min_cut on cos(cos(a+b+c+d)) recomputes cos(s).");
+static_assert(saves(make_plan(coscos4, save_all), {6, 7}),
+              "save_all on cos(cos(a+b+c+d)) saves s and cos(s).");
+static_assert(saves(make_plan(coscos4, recompute_all), {0, 1, 2, 3}),
+              "recompute_all on cos(cos(a+b+c+d)) saves the four inputs.");
+static_assert(recomputes(make_plan(coscos4, recompute_all), {4, 5, 6, 7}),
+              "recompute_all on cos(cos(a+b+c+d)) recomputes the sums and cos(s).");
+
+// ---------------------------------------------------------------------------------------------
+// Softmax-like: m = max(x), e = exp(x - m), z = sum(e), y = e / z.
+// Backward (made up, reads e and z): gx = (g/z - sum(g*e/(z*z))) * e.
+//   needed = {e, z}. min_cut: z must be saved (a reduction the sink reads directly), and one of
+//   e, x-m, {x, m}: the cut closest to the sink saves e.
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<15> softmax{{
+    in(),              // 0 x
+    red(0),            // 1 m = max(x)
+    pw(0, 1),          // 2 d = x - m
+    pw(2),             // 3 e = exp(d)
+    red(3),            // 4 z = sum(e)
+    froot(pw(3, 4)),   // 5 y = e / z
+    gin(),             // 6 g
+    pw(6, 4),          // 7 g / z
+    pw(6, 3),          // 8 g * e
+    pw(4, 4),          // 9 z * z
+    pw(8, 9),          // 10 (g*e) / (z*z)
+    red(10),           // 11 sum(...)          (a reduction in the backward region)
+    pw(7, 11),         // 12 g/z - sum(...)
+    pw(12, 3),         // 13 (...) * e
+    broot(pw(13)),     // 14 gx
+}};
+
+static_assert(saves(make_plan(softmax, save_all), {3, 4}),
+              "save_all on softmax saves exp(x - max x) and its sum.");
+static_assert(saves(make_plan(softmax, min_cut), {3, 4}) &&
+                  recomputes_nothing(make_plan(softmax, min_cut)),
+              "min_cut on softmax saves e and z (the sum can never be recomputed) and recomputes nothing.");
+static_assert(saves(make_plan(softmax, recompute_all), {0, 1, 4}),
+              "recompute_all on softmax saves x and both reductions.");
+static_assert(recomputes(make_plan(softmax, recompute_all), {2, 3}),
+              "recompute_all on softmax recomputes x - m and exp, never a reduction.");
+static_assert(make_plan(softmax, min_cut).backward[11] && !make_plan(softmax, min_cut).forward[11],
+              "A reduction over gradients belongs to the backward region.");
+
+// A reduction feeding a pointwise op the backward reads: saving the later pointwise value is
+// as cheap as saving the reduction, and the sink-side tie-break prefers it.
+//   x, s = sum(x), t = sin(s) (root); backward gx = g * cos(t) (reads t only).
+constexpr joint_graph<6> reduce_then_pointwise{{
+    in(),             // 0 x
+    red(0),           // 1 s = sum(x)
+    froot(pw(1)),     // 2 t = sin(s)
+    gin(),            // 3 g
+    pw(2),            // 4 cos(t)
+    broot(pw(3, 4)),  // 5 gx
+}};
+static_assert(saves(make_plan(reduce_then_pointwise, min_cut), {2}),
+              "min_cut saves the output t rather than the reduction below it.");
+static_assert(saves(make_plan(reduce_then_pointwise, recompute_all), {1}) &&
+                  recomputes(make_plan(reduce_then_pointwise, recompute_all), {2}),
+              "recompute_all saves the reduction (not the input below it) and recomputes sin.");
+
+// An extern op (matmul) in the forward: h = x @ w, y = tanh(h) root; backward reads y, x, w.
+//   needed = {y, x, w}: three separate sources, min cut 3.
+constexpr joint_graph<10> linear_tanh{{
+    in(),              // 0 x
+    in(),              // 1 w
+    ext(0, 1),         // 2 h = x @ w
+    froot(pw(2)),      // 3 y = tanh(h)
+    gin(),             // 4 g
+    pw(3, 3),          // 5 y * y
+    pw(4, 5),          // 6 gh = g * (1 - y*y)
+    broot(ext(6, 1)),  // 7 gx = gh @ w^T
+    broot(ext(0, 6)),  // 8 gw = x^T @ gh
+    cst(),             // 9 unused
+}};
+static_assert(saves(make_plan(linear_tanh, min_cut), {0, 1, 3}),
+              "min_cut on linear+tanh saves x, w and tanh's output.");
+static_assert(saves(make_plan(linear_tanh, recompute_all), {0, 1, 2}) &&
+                  recomputes(make_plan(linear_tanh, recompute_all), {3}),
+              "recompute_all keeps the matmul result (never recomputed) and recomputes tanh.");
+
+// ---------------------------------------------------------------------------------------------
+// tanh: y = tanh(x); backward gx = g * (1 - y*y) reads the forward output itself.
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<7> tanh_graph{{
+    in(),             // 0 x
+    froot(pw(0)),     // 1 y = tanh(x)
+    gin(),            // 2 g
+    pw(1, 1),         // 3 y * y
+    cst(),            // 4 literal 1
+    pw(4, 3),         // 5 1 - y*y
+    broot(pw(2, 5)),  // 6 gx
+}};
+static_assert(saves(make_plan(tanh_graph, min_cut), {1}) &&
+                  recomputes_nothing(make_plan(tanh_graph, min_cut)),
+              "min_cut on tanh saves the output y (the latest value), not x.");
+static_assert(saves(make_plan(tanh_graph, save_all), {1}),
+              "save_all on tanh saves y and never the constant 1.");
+static_assert(saves(make_plan(tanh_graph, recompute_all), {0}) &&
+                  recomputes(make_plan(tanh_graph, recompute_all), {1}),
+              "recompute_all on tanh saves x and recomputes y.");
+
+// ---------------------------------------------------------------------------------------------
+// Diamond: a = sin(x), b = cos(x), y = a * b; backward reads a and b:
+//   gx = (g*b) * b + (g*a) * (-a)   (cos(x) = b, -sin(x) = -a). min_cut: {x}.
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<10> diamond{{
+    in(),              // 0 x
+    pw(0),             // 1 a = sin(x)
+    pw(0),             // 2 b = cos(x)
+    froot(pw(1, 2)),   // 3 y = a * b
+    gin(),             // 4 g
+    pw(4, 2),          // 5 ga = g * b
+    pw(4, 1),          // 6 gb = g * a
+    pw(1),             // 7 -a
+    pw(5, 2, 6),       // 8 ga * b + ...  (three operands)
+    broot(pw(8, 7)),   // 9 gx
+}};
+static_assert(saves(make_plan(diamond, min_cut), {0}) &&
+                  recomputes(make_plan(diamond, min_cut), {1, 2}),
+              "min_cut on the diamond saves x and recomputes both branches.");
+static_assert(saves(make_plan(diamond, save_all), {1, 2}),
+              "save_all on the diamond saves both branches.");
+static_assert(saves(make_plan(diamond, recompute_all), {0}),
+              "recompute_all on the diamond saves x.");
+
+// ---------------------------------------------------------------------------------------------
+// Nothing needed: y = a + b; ga = gb = g.
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<4> add_only{{in(), in(), froot(pw(0, 1)), broot(gin())}};
+static_assert(saves_nothing(make_plan(add_only, min_cut)) &&
+                  saves_nothing(make_plan(add_only, save_all)) &&
+                  saves_nothing(make_plan(add_only, recompute_all)) &&
+                  saves_nothing(make_plan(add_only, budget(0))),
+              "An add needs nothing saved under any policy.");
+static_assert(recomputes_nothing(make_plan(add_only, min_cut)) &&
+                  make_plan(add_only, min_cut).backward[3] && !make_plan(add_only, min_cut).forward[3],
+              "An add recomputes nothing; the gradient input is in the backward region.");
+
+// ---------------------------------------------------------------------------------------------
+// Constants: y = x * 2 (backward gx = g * 2 reads only the constant) and
+// z = sin(x) + 3 (backward reads x). Constants are never saved.
+// ---------------------------------------------------------------------------------------------
+constexpr joint_graph<5> scale_by_const{{in(), cst(), froot(pw(0, 1)), gin(), broot(pw(3, 1))}};
+static_assert(saves_nothing(make_plan(scale_by_const, min_cut)) &&
+                  saves_nothing(make_plan(scale_by_const, save_all)) &&
+                  saves_nothing(make_plan(scale_by_const, recompute_all)),
+              "A constant the backward reads is never saved.");
+constexpr joint_graph<7> sin_plus_const{{
+    in(), cst(), pw(0), froot(pw(2, 1)), gin(), pw(0), broot(pw(4, 5))}};
+static_assert(saves(make_plan(sin_plus_const, min_cut), {0}) &&
+                  saves(make_plan(sin_plus_const, save_all), {0}) &&
+                  saves(make_plan(sin_plus_const, recompute_all), {0}),
+              "sin(x) + 3 saves x under every policy, never the constant.");
+
+// ---------------------------------------------------------------------------------------------
+// Extensions documented in the header.
+// ---------------------------------------------------------------------------------------------
+// A forward value that is itself a backward root must be available to the backward.
+constexpr joint_graph<3> fwd_value_as_grad{{in(), pw(0), broot(froot(pw(1)))}};
+static_assert(saves(make_plan(fwd_value_as_grad, min_cut), {2}) &&
+                  make_plan(fwd_value_as_grad, min_cut).forward[2] &&
+                  saves(make_plan(fwd_value_as_grad, recompute_all), {0}),
+              "A forward node marked backward_root is needed; min_cut saves the latest value.");
+// An input that only the backward reads is still an input: it is saved, never "computed".
+constexpr joint_graph<6> input_only_in_backward{{
+    in(), froot(pw(0)), in(), gin(), pw(3, 2), broot(pw(4, 0))}};
+static_assert(make_plan(input_only_in_backward, min_cut).forward[2] &&
+                  !make_plan(input_only_in_backward, min_cut).backward[2] &&
+                  saves(make_plan(input_only_in_backward, min_cut), {0, 2}),
+              "An input read only by the backward is a forward value and gets saved.");
+
+// ---------------------------------------------------------------------------------------------
+// Larger graphs in constant evaluation (compile-time cost).
+// ---------------------------------------------------------------------------------------------
+// A chain x -> c1 -> ... -> c31 (root); the backward multiplies the derivatives of every step,
+// each reading the previous chain value: all of x, c1..c30 are needed; min_cut saves only x.
+constexpr joint_graph<64> make_chain64() {
+  joint_graph<64> g{};
+  g.nodes[0] = in();
+  for (int i = 1; i < 32; ++i) g.nodes[i] = pw(i - 1);
+  g.nodes[31].forward_root = true;
+  g.nodes[32] = gin();
+  for (int i = 33; i < 64; ++i) g.nodes[i] = pw(i - 1, i - 33);  // b_k = b_{k-1} * f'(c_{k-1})
+  g.nodes[63].backward_root = true;
+  return g;
+}
+constexpr joint_graph<64> chain64 = make_chain64();
+static_assert(saves(make_plan(chain64, min_cut), {0}),
+              "min_cut on a 31-step chain saves only its input.");
+static_assert(make_plan(chain64, save_all).saved_count == 31,
+              "save_all on a 31-step chain saves every value the backward reads.");
+
+// A constexpr LCG shared by the compile-time and runtime random graphs.
+struct lcg {
+  std::uint64_t state;
+  constexpr std::uint32_t next() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(state >> 33);
+  }
+  constexpr int below(int n) { return static_cast<int>(next() % static_cast<std::uint32_t>(n)); }
+};
+
+/// A random joint graph of N nodes: `inputs` inputs, `fwd` forward ops (mostly pointwise, some
+/// reductions/extern ops/constants), one grad input, `bwd` backward ops reading earlier nodes
+/// (forward values and gradients); unused trailing nodes are unreachable constants. With
+/// `local`, forward operands are drawn from the three latest nodes: long, narrow graphs where
+/// the cheapest cut lies in the middle rather than at the inputs or at the needed values.
+template <std::size_t N>
+constexpr joint_graph<N> random_graph(std::uint64_t seed, int inputs, int fwd, int bwd,
+                                      bool local = false) {
+  lcg r{seed};
+  joint_graph<N> g{};
+  for (auto& n : g.nodes) n = cst();
+  int k = 0;
+  for (int i = 0; i < inputs; ++i) g.nodes[k++] = in();
+  const int fwd_begin = k;
+  for (int i = 0; i < fwd; ++i, ++k) {
+    const int roll = r.below(20);
+    const int arity = 1 + r.below(3);
+    node_info n = mk(node_kind::pointwise);
+    if (roll <= 1) n.kind = node_kind::reduction;
+    if (roll == 2) n.kind = node_kind::extern_op;
+    if (roll == 3) {
+      g.nodes[k] = cst();
+      continue;
+    }
+    for (int c = 0; c < arity; ++c) n.children[c] = local ? k - 1 - r.below(k < 3 ? k : 3) : r.below(k);
+    if (g.nodes[n.children[0]].kind == node_kind::constant) n.children[0] = r.below(inputs);
+    g.nodes[k] = n;
+  }
+  const int fwd_end = k;
+  g.nodes[fwd_end - 1].forward_root = true;
+  for (int i = fwd_begin; i < fwd_end; ++i)
+    if (r.below(5) == 0) g.nodes[i].forward_root = true;
+  const int grad = k;
+  g.nodes[k++] = gin();
+  for (int i = 0; i < bwd && k < static_cast<int>(N); ++i, ++k) {
+    const int roll = r.below(20);
+    const int arity = 1 + r.below(3);
+    node_info n = mk(roll == 0 ? node_kind::reduction
+                               : roll == 1 ? node_kind::extern_op : node_kind::pointwise);
+    // First operand: the gradient flow (grad input or an earlier backward node) most of the time.
+    n.children[0] = r.below(3) == 0 ? r.below(fwd_end) : grad + r.below(k - grad);
+    for (int c = 1; c < arity; ++c) n.children[c] = r.below(k);
+    if (r.below(4) == 0) n.backward_root = true;
+    g.nodes[k] = n;
+  }
+  g.nodes[k - 1].backward_root = true;
+  return g;
+}
+
+constexpr joint_graph<256> big = random_graph<256>(42, 3, 120, 130);
+static_assert(make_plan(big, min_cut).saved_count <= make_plan(big, save_all).saved_count &&
+                  make_plan(big, min_cut).saved_count <= make_plan(big, recompute_all).saved_count,
+              "On a 256-node random graph min_cut saves no more than either fixed policy.");
+
+// ---------------------------------------------------------------------------------------------
+// Independent runtime checker. It works on vectors (not on the templates) so that it is
+// compiled once, whatever the graph size; only make_plan is instantiated per N.
+// ---------------------------------------------------------------------------------------------
+
+using rt_graph = std::vector<node_info>;
+
+struct rt_plan {
+  std::vector<bool> forward, backward, saved, recompute;
+  int saved_count = 0;
+  std::vector<int> saved_nodes;
+};
+
+template <std::size_t N>
+rt_graph to_rt(const joint_graph<N>& g) {
+  return rt_graph(g.nodes, g.nodes + N);
+}
+
+template <std::size_t N>
+rt_plan to_rt(const plan<N>& p) {
+  return {std::vector<bool>(p.forward, p.forward + N), std::vector<bool>(p.backward, p.backward + N),
+          std::vector<bool>(p.saved, p.saved + N), std::vector<bool>(p.recompute, p.recompute + N),
+          p.saved_count, std::vector<int>(p.saved_nodes, p.saved_nodes + N)};
+}
+
+bool same_rt_plan(const rt_plan& a, const rt_plan& b) {
+  return a.forward == b.forward && a.backward == b.backward && a.saved == b.saved &&
+         a.recompute == b.recompute && a.saved_count == b.saved_count &&
+         a.saved_nodes == b.saved_nodes;
+}
+
+/// The plans of every policy on one graph; `budgets[b + 1]` is memory_budget with budget b,
+/// for b = -1 .. N.
+struct all_plans {
+  rt_plan all, cut, rec;
+  std::vector<rt_plan> budgets;
+};
+
+template <std::size_t N>
+all_plans plans_of(const joint_graph<N>& g) {
+  all_plans out{to_rt(make_plan(g, save_all)), to_rt(make_plan(g, min_cut)),
+                to_rt(make_plan(g, recompute_all)), {}};
+  for (int b = -1; b <= static_cast<int>(N); ++b) out.budgets.push_back(to_rt(make_plan(g, budget(b))));
+  return out;
+}
+
+struct regions_rt {
+  std::vector<bool> forward, backward, needed;
+};
+
+/// F, B and needed by recursive search from the roots (a different method than the header's).
+regions_rt regions_of(const rt_graph& g) {
+  const std::size_t n = g.size();
+  regions_rt r{std::vector<bool>(n), std::vector<bool>(n), std::vector<bool>(n)};
+  std::vector<bool> from_bwd(n);
+  auto mark = [&](auto&& self, std::vector<bool>& set, int v) -> void {
+    if (set[v]) return;
+    set[v] = true;
+    for (int c : g[v].children)
+      if (c >= 0) self(self, set, c);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (g[i].forward_root) mark(mark, r.forward, static_cast<int>(i));
+    if (g[i].backward_root) mark(mark, from_bwd, static_cast<int>(i));
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (from_bwd[i] && g[i].kind == node_kind::input) r.forward[i] = true;
+  for (std::size_t i = 0; i < n; ++i) r.backward[i] = from_bwd[i] && !r.forward[i];
+  for (std::size_t i = 0; i < n; ++i) {
+    if (r.backward[i]) {
+      for (int c : g[i].children)
+        if (c >= 0 && r.forward[c] && g[c].kind != node_kind::constant) r.needed[c] = true;
+    }
+    if (r.forward[i] && g[i].backward_root && g[i].kind != node_kind::constant) r.needed[i] = true;
+  }
+  return r;
+}
+
+/// Walks down from the needed nodes, stopping at `saved` and constants. Returns false when the
+/// walk meets an unsaved input/reduction/extern_op (the saved set is invalid); fills `recompute`.
+bool walk(const rt_graph& g, const regions_rt& r, const std::vector<bool>& saved,
+          std::vector<bool>& recompute) {
+  const std::size_t n = g.size();
+  recompute.assign(n, false);
+  std::vector<bool> seen(n);
+  std::vector<int> stack;
+  for (std::size_t i = 0; i < n; ++i)
+    if (r.needed[i]) stack.push_back(static_cast<int>(i));
+  bool ok = true;
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    if (seen[v]) continue;
+    seen[v] = true;
+    const node_kind k = g[v].kind;
+    if (saved[v] || k == node_kind::constant) continue;
+    if (k == node_kind::input || k == node_kind::reduction || k == node_kind::extern_op) ok = false;
+    recompute[v] = true;
+    for (int c : g[v].children)
+      if (c >= 0) stack.push_back(c);
+  }
+  return ok;
+}
+
+/// The smallest number of saved F nodes that makes the walk valid, by trying every subset of
+/// the non-constant F nodes (at most 16 of them).
+int brute_force_min(const rt_graph& g, const regions_rt& r) {
+  std::vector<int> cand;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (r.forward[i] && g[i].kind != node_kind::constant) cand.push_back(static_cast<int>(i));
+  REQUIRE(cand.size() <= 16);
+  int best = static_cast<int>(cand.size()) + 1;
+  std::vector<bool> saved(g.size()), recompute;
+  for (std::uint32_t mask = 0; mask < (1u << cand.size()); ++mask) {
+    const int size = __builtin_popcount(mask);
+    if (size >= best) continue;
+    for (std::size_t k = 0; k < cand.size(); ++k) saved[cand[k]] = ((mask >> k) & 1u) != 0;
+    if (walk(g, r, saved, recompute)) best = size;
+  }
+  return best;
+}
+
+/// Checks the structural invariants of one plan against the independent regions.
+void check_plan(const rt_graph& g, const regions_rt& r, const rt_plan& p) {
+  const std::size_t n = g.size();
+  int count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    INFO("node " << i);
+    CHECK(p.forward[i] == r.forward[i]);
+    CHECK(p.backward[i] == r.backward[i]);
+    if (p.saved[i]) {
+      CHECK(r.forward[i]);
+      CHECK(g[i].kind != node_kind::constant);
+      CHECK(g[i].kind != node_kind::grad_input);
+      CHECK(p.saved_nodes[static_cast<std::size_t>(count)] == static_cast<int>(i));
+      ++count;
+    }
+  }
+  CHECK(p.saved_count == count);
+  for (std::size_t k = static_cast<std::size_t>(count); k < n; ++k) CHECK(p.saved_nodes[k] == -1);
+  std::vector<bool> recompute;
+  CHECK(walk(g, r, p.saved, recompute));  // the plan is valid
+  for (std::size_t i = 0; i < n; ++i) {
+    INFO("node " << i);
+    CHECK(p.recompute[i] == recompute[i]);
+    if (p.recompute[i]) {
+      CHECK(r.forward[i]);
+      CHECK(g[i].kind == node_kind::pointwise);  // never reductions, extern ops, inputs
+    }
+  }
+}
+
+/// All policies on one graph: invariants, save_all = needed, recompute_all only saves
+/// inputs/reductions/extern ops, min_cut is minimal, memory_budget picks the right plan.
+void check_all_policies(const rt_graph& g, const all_plans& ps) {
+  const regions_rt r = regions_of(g);
+  check_plan(g, r, ps.all);
+  check_plan(g, r, ps.cut);
+  check_plan(g, r, ps.rec);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    CHECK(ps.all.saved[i] == r.needed[i]);
+    if (ps.rec.saved[i]) {
+      const node_kind k = g[i].kind;
+      CHECK((k == node_kind::input || k == node_kind::reduction || k == node_kind::extern_op));
+    }
+  }
+  CHECK(ps.cut.saved_count == brute_force_min(g, r));
+  CHECK(ps.cut.saved_count <= ps.all.saved_count);
+  CHECK(ps.cut.saved_count <= ps.rec.saved_count);
+  for (std::size_t k = 0; k < ps.budgets.size(); ++k) {
+    const int b = static_cast<int>(k) - 1;
+    INFO("budget " << b);
+    const rt_plan& want = ps.all.saved_count <= b ? ps.all : ps.cut.saved_count <= b ? ps.cut : ps.rec;
+    CHECK(same_rt_plan(ps.budgets[k], want));
+  }
+}
+
+template <std::size_t N>
+void check_all_policies(const joint_graph<N>& g) {
+  check_all_policies(to_rt(g), plans_of(g));
+}
+
+}  // namespace
+
+
+TEST_CASE("partition: hand-built graphs satisfy every invariant and min_cut is minimal") {
+  SUBCASE("cos(cos(x))") { check_all_policies(coscos); }
+  SUBCASE("cos(cos(a+b+c+d))") { check_all_policies(coscos4); }
+  SUBCASE("softmax") { check_all_policies(softmax); }
+  SUBCASE("reduction then pointwise") { check_all_policies(reduce_then_pointwise); }
+  SUBCASE("linear + tanh") { check_all_policies(linear_tanh); }
+  SUBCASE("tanh") { check_all_policies(tanh_graph); }
+  SUBCASE("diamond") { check_all_policies(diamond); }
+  SUBCASE("add only") { check_all_policies(add_only); }
+  SUBCASE("constants") {
+    check_all_policies(scale_by_const);
+    check_all_policies(sin_plus_const);
+  }
+  SUBCASE("extensions") {
+    check_all_policies(fwd_value_as_grad);
+    check_all_policies(input_only_in_backward);
+  }
+}
+
+TEST_CASE("partition: the runtime results equal the compile-time ones") {
+  constexpr auto cut = make_plan(coscos4, min_cut);
+  const joint_graph<17> runtime_graph = coscos4;
+  CHECK(same_plan(make_plan(runtime_graph, min_cut), cut));
+  // The 256-node graph: the runtime plans satisfy every invariant (no brute force: F is large).
+  const rt_graph big_rt = to_rt(big);
+  const regions_rt r = regions_of(big_rt);
+  const rt_plan big_cut = to_rt(make_plan(big, min_cut));
+  const rt_plan big_all = to_rt(make_plan(big, save_all));
+  const rt_plan big_rec = to_rt(make_plan(big, recompute_all));
+  check_plan(big_rt, r, big_cut);
+  check_plan(big_rt, r, big_all);
+  check_plan(big_rt, r, big_rec);
+  CHECK(big_cut.saved_count <= big_all.saved_count);
+  CHECK(big_cut.saved_count <= big_rec.saved_count);
+  MESSAGE("256-node graph: save_all " << big_all.saved_count << ", min_cut " << big_cut.saved_count
+                                      << ", recompute_all " << big_rec.saved_count);
+}
+
+TEST_CASE("partition: reductions are saved when needed and never recomputed") {
+  for (const policy p : {min_cut, save_all, recompute_all}) {
+    const auto plan_ = make_plan(softmax, p);
+    CHECK(plan_.saved[4]);       // z = sum(e), read by the backward
+    CHECK(!plan_.recompute[1]);  // m = max(x)
+    CHECK(!plan_.recompute[4]);
+    CHECK(!plan_.saved[11]);  // a backward reduction is computed by the backward
+  }
+}
+
+TEST_CASE("partition: min_cut matches brute force on 300 random DAGs") {
+  constexpr std::size_t N = 24;
+  lcg seeds{20240607};
+  int graphs = 0, with_needed = 0, beats_save_all = 0, beats_recompute_all = 0, beats_both = 0;
+  for (int t = 0; t < 300; ++t) {
+    const bool local = t >= 200;  // 200 dense graphs, then 100 long narrow ones
+    const int inputs = 1 + seeds.below(3);
+    const int fwd = 1 + seeds.below(13 - inputs + 1);  // inputs + fwd <= 14 forward-section nodes
+    const int bwd = 1 + seeds.below(static_cast<int>(N) - inputs - fwd - 1);
+    const auto g = random_graph<N>(seeds.next(), inputs, fwd, bwd, local);
+    INFO("graph " << t << " inputs " << inputs << " fwd " << fwd << " bwd " << bwd);
+    const all_plans ps = plans_of(g);
+    check_all_policies(to_rt(g), ps);
+    ++graphs;
+    if (ps.all.saved_count > 0) ++with_needed;
+    const bool below_all = ps.cut.saved_count < ps.all.saved_count;
+    const bool below_rec = ps.cut.saved_count < ps.rec.saved_count;
+    beats_save_all += below_all ? 1 : 0;
+    beats_recompute_all += below_rec ? 1 : 0;
+    beats_both += below_all && below_rec ? 1 : 0;
+  }
+  CHECK(graphs == 300);
+  // The generator must exercise the interesting cases, not only trivial graphs.
+  CHECK(with_needed > 150);
+  CHECK(beats_save_all > 100);
+  CHECK(beats_recompute_all > 20);
+  CHECK(beats_both >= 3);
+  MESSAGE("random graphs: " << with_needed << " need saved values; min_cut saves strictly less "
+                            << "than save_all on " << beats_save_all << ", than recompute_all on "
+                            << beats_recompute_all << ", than both on " << beats_both);
+}
+
+TEST_CASE("partition: malformed graphs are rejected") {
+  // A forward root that reaches a gradient input.
+  const joint_graph<3> grad_in_forward{{in(), gin(), froot(pw(0, 1))}};
+  CHECK_THROWS_AS(make_plan(grad_in_forward, min_cut), fusegrad::error);
+  // A child index not smaller than the node's own index.
+  const joint_graph<2> not_topological{{froot(pw(1)), in()}};
+  CHECK_THROWS_AS(make_plan(not_topological, save_all), fusegrad::error);
+  // An input with an operand.
+  const joint_graph<2> input_with_child{{in(), froot(mk(node_kind::input, 0))}};
+  CHECK_THROWS_AS(make_plan(input_with_child, recompute_all), fusegrad::error);
+  // An out-of-range negative index.
+  const joint_graph<2> negative{{in(), froot(pw(-2))}};
+  CHECK_THROWS_AS(make_plan(negative, min_cut), fusegrad::error);
+  // An unknown policy kind.
+  CHECK_THROWS_AS(make_plan(coscos, policy{static_cast<policy_kind>(9), 0}), fusegrad::error);
+  try {
+    make_plan(grad_in_forward, min_cut);
+  } catch (const fusegrad::error& e) {
+    CHECK(std::string(e.what()).find("partition::make_plan") != std::string::npos);
+    CHECK(std::string(e.what()).find("grad_input") != std::string::npos);
+  }
+}
