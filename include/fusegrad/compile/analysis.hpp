@@ -53,24 +53,6 @@ auto symbolic_outputs(const Fn& fn, std::index_sequence<I...>) {
   }
 }
 
-/// d(outputs J..)/d(input I), summed over the outputs (zero_t when input I does not matter).
-template <std::size_t I, std::size_t J, Element T, class Out, std::size_t Base>
-auto sum_adjoints(const Out& outs) {
-  if constexpr (J == std::tuple_size_v<Out>) {
-    return zero_t{};
-  } else {
-    using E = std::tuple_element_t<J, Out>;
-    return add_adjoint(backprop<I, Base>(std::get<J>(outs), gsym<J, T>{}),
-                       sum_adjoints<I, J + 1, T, Out, Base + tree_size<E>()>(outs));
-  }
-}
-
-template <class X>
-auto nonzero_tuple(const X& x) {
-  if constexpr (std::is_same_v<X, zero_t>) return std::tuple<>{};
-  else return std::tuple<X>(x);
-}
-
 /// Everything known at compile time about `fn` on `NIn` inputs of type `T`.
 template <Element T, class Fn, std::size_t NIn>
 struct analysis {
@@ -79,48 +61,187 @@ struct analysis {
   static constexpr std::size_t n_out = std::tuple_size_v<out_t>;
   static constexpr std::size_t n_in = NIn;
 
-  template <std::size_t I>
-  static auto gradient(const out_t& outs) { return sum_adjoints<I, 0, T, out_t, 0>(outs); }
-  template <std::size_t I>
-  using grad_t = decltype(gradient<I>(std::declval<const out_t&>()));
+  // ---- the forward graph ---------------------------------------------------------------
+  static auto forward_joint(const out_t& outs) {
+    return std::apply([](const auto&... r) { return joint<std::remove_cvref_t<decltype(r)>...>{{r...}}; }, outs);
+  }
+  using fjoint_t = decltype(forward_joint(std::declval<const out_t&>()));
+  static constexpr auto fcg = canonicalize<fjoint_t>();
+  static constexpr std::size_t MF = fcg.count;  ///< canonical forward nodes: ids 0..MF-1
 
-  static constexpr std::array<bool, NIn> has_grad = []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::array<bool, NIn>{!std::is_same_v<grad_t<I>, zero_t>...};
-  }(std::make_index_sequence<NIn>{});
+  template <class J>
+  static constexpr auto root_indices() {
+    return []<std::size_t... R>(std::index_sequence<R...>) {
+      std::array<int, sizeof...(R)> idx{};
+      std::size_t acc = 0, k = 0;
+      ((acc += tree_size<std::tuple_element_t<R, children_t<J>>>(), idx[k++] = static_cast<int>(acc) - 1), ...);
+      return idx;
+    }(std::make_index_sequence<arity_v<J>>{});
+  }
+  /// Canonical node of forward output k.
+  static constexpr std::array<int, n_out> out_node = [] {
+    constexpr auto roots = root_indices<fjoint_t>();
+    std::array<int, n_out> r{};
+    for (std::size_t k = 0; k < n_out; ++k) r[k] = fcg.canon[static_cast<std::size_t>(roots[k])];
+    return r;
+  }();
 
-  /// The joint tree: forward outputs, then the gradient of each input that has one.
+  template <std::size_t C>
+  using fnode_t = node_at_t<fjoint_t, static_cast<std::size_t>(fcg.rep[C])>;
+
+  /// Canonical forward node of input i (-1 when the function ignores it).
+  static constexpr std::array<int, NIn> input_node = [] {
+    std::array<int, NIn> r{};
+    r.fill(-1);
+    [&]<std::size_t... C>(std::index_sequence<C...>) {
+      (
+          [&] {
+            using E = fnode_t<C>;
+            if constexpr (is_leaf_v<E>) r[E::index] = static_cast<int>(C);
+          }(),
+          ...);
+    }(std::make_index_sequence<MF>{});
+    return r;
+  }();
+
+  /// Which forward nodes depend on an input (only those get adjoints).
+  static constexpr std::array<bool, MF> has_adjoint = [] {
+    std::array<bool, MF> r{};
+    for (std::size_t c = 0; c < MF; ++c) {
+      if (fcg.kind[c] == gkind::input) r[c] = true;
+      for (int ch : fcg.children[c])
+        if (ch >= 0 && r[static_cast<std::size_t>(ch)]) r[c] = true;
+    }
+    // A node whose only users ignore it (custom ops' forward operand) still gets none then.
+    return r;
+  }();
+
+  /// The (user, slot) pairs of each forward node.
+  static constexpr std::size_t max_users = 3 * MF + 1;
+  static constexpr auto users = [] {
+    std::array<std::array<std::pair<int, int>, max_users>, MF> u{};
+    std::array<std::size_t, MF> n{};
+    for (std::size_t p = 0; p < MF; ++p)
+      for (int s = 0; s < 3; ++s) {
+        const int ch = fcg.children[p][static_cast<std::size_t>(s)];
+        if (ch < 0) continue;
+        u[static_cast<std::size_t>(ch)][n[static_cast<std::size_t>(ch)]++] = {static_cast<int>(p), s};
+      }
+    return std::pair{u, n};
+  }();
+
+  /// Whether forward node P has a (non-zero) adjoint.
+  template <std::size_t P>
+  static constexpr bool live() {
+    return !std::is_same_v<decltype(adjoint<P>(std::declval<const fjoint_t&>())), zero_t>;
+  }
+
+  template <std::size_t C>
+  static auto contributions(const fjoint_t& fj) {
+    constexpr std::size_t nu = users.second[C];
+    auto from_users = [&]<std::size_t... U>(std::index_sequence<U...>) {
+      return std::tuple{[&] {
+        constexpr auto pu = users.first[C][U];
+        constexpr auto P = static_cast<std::size_t>(pu.first);
+        constexpr auto ch = fcg.children[P];
+        if constexpr (!live<P>()) return zero_t{};
+        else return contribution<P, static_cast<std::size_t>(pu.second), ch[0], ch[1], ch[2], T>(
+            get_node<static_cast<std::size_t>(fcg.rep[P]), 0>(fj));
+      }()...};
+    }(std::make_index_sequence<nu>{});
+    auto seeds = [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return std::tuple_cat([&] {
+        if constexpr (out_node[K] == static_cast<int>(C)) return std::tuple<gsym<K, T>>{};
+        else return std::tuple<>{};
+      }()...);
+    }(std::make_index_sequence<n_out>{});
+    return std::tuple_cat(from_users, seeds);
+  }
+
+  template <class X>
+  static constexpr bool is_zero = std::is_same_v<X, zero_t>;
+
+  /// The adjoint of forward node C: one contribution as it is; several, each summed to C's
+  /// shape first; an input's adjoint is always summed to the input's shape.
+  template <std::size_t C>
+  static auto adjoint(const fjoint_t& fj) {
+    if constexpr (!has_adjoint[C]) {
+      return zero_t{};
+    } else {
+      auto parts = contributions<C>(fj);
+      return std::apply(
+          [](const auto&... x) {
+            constexpr std::size_t live = (std::size_t{0} + ... + (is_zero<std::remove_cvref_t<decltype(x)>> ? 0 : 1));
+            constexpr bool reduce_each = live > 1 || fcg.kind[C] == gkind::input;
+            auto wrap = [](const auto& v) {
+              using V = std::remove_cvref_t<decltype(v)>;
+              if constexpr (is_zero<V> || !reduce_each) return v;
+              else return sumto_expr<C, V>{{}, v};
+            };
+            return fold_add(wrap(x)...);
+          },
+          parts);
+    }
+  }
+
+  /// Forward ids whose adjoints are roots of the joint tree, latest first (users before
+  /// operands, so every adj_ref points back to an earlier root).
+  template <std::size_t C>
+  using adjoint_t = decltype(adjoint<C>(std::declval<const fjoint_t&>()));
+  static constexpr std::array<bool, MF> adjoint_live = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<bool, MF>{!is_zero<adjoint_t<C>>...};
+  }(std::make_index_sequence<MF>{});
+
+  /// Forward ids with a live adjoint, latest first.
+  static constexpr std::size_t n_live = [] {
+    std::size_t n = 0;
+    for (bool b : adjoint_live) n += b ? 1 : 0;
+    return n;
+  }();
+  static constexpr std::array<std::size_t, n_live> live_ids = [] {
+    std::array<std::size_t, n_live> r{};
+    std::size_t k = 0;
+    for (std::size_t R = 0; R < MF; ++R)
+      if (adjoint_live[MF - 1 - R]) r[k++] = MF - 1 - R;
+    return r;
+  }();
+
+  /// The joint tree: forward outputs, then the live adjoints from the last forward node down.
   static auto make_joint(const Fn& fn) {
     const auto outs = outputs(fn);
-    auto roots = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple_cat(outs, nonzero_tuple(gradient<I>(outs))...);
-    }(std::make_index_sequence<NIn>{});
-    return std::apply([](const auto&... r) { return joint<std::remove_cvref_t<decltype(r)>...>{{r...}}; }, roots);
+    const auto fj = forward_joint(outs);
+    return [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
+      return joint<std::tuple_element_t<K, out_t>..., adjoint_t<live_ids[J]>...>{
+          {std::get<K>(outs)..., adjoint<live_ids[J]>(fj)...}};
+    }(std::make_index_sequence<n_out>{}, std::make_index_sequence<n_live>{});
   }
   using joint_t = decltype(make_joint(std::declval<const Fn&>()));
   static constexpr std::size_t tree_nodes = tree_size<joint_t>();
-  static constexpr auto cg = canonicalize<joint_t>();
-  static constexpr std::size_t M = cg.count;
 
-  /// Tree index of each root of the joint tree.
-  static constexpr auto root_tree_index = []<std::size_t... R>(std::index_sequence<R...>) {
-    std::array<int, sizeof...(R)> idx{};
-    std::size_t acc = 0, k = 0;
-    ((acc += tree_size<std::tuple_element_t<R, children_t<joint_t>>>(), idx[k++] = static_cast<int>(acc) - 1), ...);
-    return idx;
-  }(std::make_index_sequence<arity_v<joint_t>>{});
-
-  /// Canonical node of forward output k.
-  static constexpr std::array<int, n_out> out_node = [] {
-    std::array<int, n_out> r{};
-    for (std::size_t k = 0; k < n_out; ++k) r[k] = cg.canon[static_cast<std::size_t>(root_tree_index[k])];
+  /// Tree index of the root holding each forward node's adjoint (-1: none).
+  static constexpr std::array<int, MF> adjoint_root = [] {
+    constexpr auto roots = root_indices<joint_t>();
+    std::array<int, MF> r{};
+    r.fill(-1);
+    std::size_t k = n_out;
+    for (std::size_t R = 0; R < MF; ++R) {
+      const std::size_t C = MF - 1 - R;
+      if (adjoint_live[C]) r[C] = roots[k++];
+    }
     return r;
   }();
+  static constexpr auto cg = canonicalize<joint_t, MF>(adjoint_root);
+  static constexpr std::size_t M = cg.count;
+
   /// Canonical node of the gradient of input i (-1: no gradient).
   static constexpr std::array<int, NIn> grad_node = [] {
     std::array<int, NIn> r{};
-    std::size_t k = n_out;
-    for (std::size_t i = 0; i < NIn; ++i)
-      r[i] = has_grad[i] ? cg.canon[static_cast<std::size_t>(root_tree_index[k++])] : -1;
+    for (std::size_t i = 0; i < NIn; ++i) {
+      const int c = input_node[i];
+      r[i] = c >= 0 && adjoint_root[static_cast<std::size_t>(c)] >= 0
+                 ? cg.canon[static_cast<std::size_t>(adjoint_root[static_cast<std::size_t>(c)])]
+                 : -1;
+    }
     return r;
   }();
 

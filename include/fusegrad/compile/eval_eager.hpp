@@ -84,12 +84,12 @@ tensor<T> eval_node(const typename A::joint_t& j, const std::vector<tensor<T>>& 
     }
   } else if constexpr (is_sumto_v<E>) {
     constexpr std::size_t K = []<std::size_t KK, class U>(std::type_identity<sumto_expr<KK, U>>) { return KK; }(std::type_identity<E>{});
-    return sum_to(arg(0), shapes[static_cast<std::size_t>(A::cg.canon[K])]);
+    return sum_to(arg(0), shapes[K]);
   } else if constexpr (is_unreduce_v<E>) {
     constexpr auto info = []<reduce_kind_t R, reduce_axis X, std::size_t KK, class U>(std::type_identity<unreduce_expr<R, X, KK, U>>) {
       return std::tuple{R, X, KK};
     }(std::type_identity<E>{});
-    const shape& to = shapes[static_cast<std::size_t>(A::cg.canon[std::get<2>(info)])];
+    const shape& to = shapes[std::get<2>(info)];
     no_grad guard;
     tensor<T> g = arg(0).reshape(keepdim_shape(to, std::get<1>(info))).expand(to);
     if constexpr (std::get<0>(info) == reduce_kind_t::mean) {

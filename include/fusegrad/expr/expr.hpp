@@ -60,10 +60,16 @@ struct gsym : symbolic {
   static constexpr std::size_t index = I;
 };
 
-/// The value of forward node `K` (a post-order index in the joint tree), used by backward
-/// expressions to refer to a forward value whose subtree carries run-time constants.
+/// The value of canonical forward node `K`, as backward expressions read it.
 template <std::size_t K, Element T>
 struct fwd_ref : symbolic {
+  using element_type = T;
+  static constexpr std::size_t index = K;
+};
+
+/// The adjoint (gradient of the outputs) of canonical forward node `K`.
+template <std::size_t K, Element T>
+struct adj_ref : symbolic {
   using element_type = T;
   static constexpr std::size_t index = K;
 };
@@ -88,16 +94,16 @@ struct reduce_expr : symbolic {
   bool keepdim = false;
 };
 
-/// Sums an adjoint down to the shape of forward node `K` (the inverse of broadcasting); a
-/// backward-only node that materialises its operand.
+/// Sums an adjoint down to the shape of canonical forward node `K` (the inverse of
+/// broadcasting); a backward-only node that materialises its operand.
 template <std::size_t K, class Arg>
 struct sumto_expr : symbolic {
   using element_type = typename Arg::element_type;
   Arg arg;
 };
 
-/// Broadcasts the gradient of a reduction back over the reduction's input (forward node
-/// `K`); for `mean` it also divides by the reduced count. A backward-only node.
+/// Broadcasts the gradient of a reduction back over the reduction's input (canonical forward
+/// node `K`); for `mean` it also divides by the reduced count. A backward-only node.
 template <reduce_kind_t Kind, reduce_axis Axis, std::size_t K, class Arg>
 struct unreduce_expr : symbolic {
   using element_type = typename Arg::element_type;
@@ -132,6 +138,7 @@ template <class F, class Fwd, class... A> inline constexpr bool is_expr_v<custom
 template <std::size_t I, class T> inline constexpr bool is_expr_v<sym<I, T>> = true;
 template <std::size_t I, class T> inline constexpr bool is_expr_v<gsym<I, T>> = true;
 template <std::size_t K, class T> inline constexpr bool is_expr_v<fwd_ref<K, T>> = true;
+template <std::size_t K, class T> inline constexpr bool is_expr_v<adj_ref<K, T>> = true;
 template <class Op, class... A> inline constexpr bool is_expr_v<expr_node<Op, A...>> = true;
 template <reduce_kind_t R, reduce_axis X, class A> inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
 template <std::size_t K, class A> inline constexpr bool is_expr_v<sumto_expr<K, A>> = true;

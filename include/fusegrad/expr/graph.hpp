@@ -35,11 +35,14 @@ constexpr gkind kind_of() {
 
 template <class E> inline constexpr bool is_fwd_ref_v = false;
 template <std::size_t K, class T> inline constexpr bool is_fwd_ref_v<fwd_ref<K, T>> = true;
+template <class E> inline constexpr bool is_adj_ref_v = false;
+template <std::size_t K, class T> inline constexpr bool is_adj_ref_v<adj_ref<K, T>> = true;
 
 struct raw_entry {
   gkind kind = gkind::pointwise;
   const char* key = nullptr;  ///< non-null for pure subtrees: equal keys are one value
-  int alias = -1;             ///< for fwd_ref<K>: K
+  int alias = -1;             ///< for fwd_ref<K>: K (a canonical forward node)
+  int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
   int children[3] = {-1, -1, -1};
 };
 
@@ -54,6 +57,8 @@ constexpr void fill_raw(std::array<raw_entry, N>& t) {
     raw_entry& r = t[index_of<E, Base>];
     if constexpr (is_fwd_ref_v<E>) {
       r.alias = static_cast<int>(E::index);
+    } else if constexpr (is_adj_ref_v<E>) {
+      r.adj = static_cast<int>(E::index);
     } else {
       r.kind = kind_of<E>();
       if constexpr (pure<E>()) r.key = &type_key<E>;
@@ -75,16 +80,24 @@ struct canonical_graph {
   std::array<std::array<int, 3>, N> children{};
 };
 
-template <class J>
-constexpr auto canonicalize() {
+/// `adj_root[K]` is the tree index of the root holding the adjoint of forward node K (roots
+/// come in an order where every adj_ref points back to an earlier root).
+template <class J, std::size_t MF = 1>
+constexpr auto canonicalize(const std::array<int, MF>& adj_root = {}) {
   constexpr std::size_t N = tree_size<J>();
   std::array<raw_entry, N> raw{};
   fill_raw<J, 0>(raw);
   canonical_graph<N> g;
   for (std::size_t t = 0; t < N; ++t) {
     const raw_entry& r = raw[t];
-    if (r.alias >= 0) {
-      g.canon[t] = g.canon[static_cast<std::size_t>(r.alias)];
+    if (r.alias >= 0) {  // forward nodes keep their ids: the forward roots come first
+      g.canon[t] = r.alias;
+      continue;
+    }
+    if (r.adj >= 0) {
+      const int root = adj_root[static_cast<std::size_t>(r.adj)];
+      if (root < 0 || static_cast<std::size_t>(root) >= t) throw "fusegrad: adjoint referenced before it is defined";
+      g.canon[t] = g.canon[static_cast<std::size_t>(root)];
       continue;
     }
     int found = -1;

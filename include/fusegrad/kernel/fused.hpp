@@ -116,7 +116,7 @@ void infer_shape(eval_context<A, T>& ctx) {
       else out.pop_back();
     }
   } else if constexpr (is_sumto_v<E> || is_unreduce_v<E>) {
-    out = ctx.shapes[static_cast<std::size_t>(A::cg.canon[shape_source<E>()])];
+    out = ctx.shapes[shape_source<E>()];
   } else if constexpr (is_matmul_v<E>) {
     out = matmul_shape(sh(0), sh(1), E::ta, E::tb);
   }
