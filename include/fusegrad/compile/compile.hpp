@@ -115,7 +115,7 @@ class compiled_function {
     const auto joint = A::make_joint(fn_);
     std::vector<tensor<T>> inputs;
     inputs.reserve(N);
-    for (const auto& t : in) inputs.push_back(t.is_contiguous() ? t.detach() : detail::contiguous_copy(t));
+    for (const auto& t : in) inputs.push_back(t.is_contiguous() ? t : detail::contiguous_copy(t));
     const bool grad = detail::needs_grad(in);
     std::vector<tensor<T>> values(M);
     std::vector<shape> shapes(M);
