@@ -46,33 +46,26 @@ struct symbolic {
   }
 };
 
-/// Input `I` of a compiled function (element type `T`).
-template <std::size_t I, Element T>
-struct sym : symbolic {
+/// What a leaf of an expression stands for.
+enum class leaf_kind : unsigned char {
+  input,    ///< input I of the compiled function
+  grad,     ///< the gradient flowing into output I (a backward input)
+  forward,  ///< the value of canonical forward node I, as backward expressions read it
+  adjoint   ///< the adjoint (gradient of the outputs) of canonical forward node I
+};
+
+/// A leaf of an expression: it names a value, it holds none.
+template <leaf_kind Kind, std::size_t I, Element T>
+struct leaf_expr : symbolic {
   using element_type = T;
+  static constexpr leaf_kind kind = Kind;
   static constexpr std::size_t index = I;
 };
 
-/// The gradient flowing into output `I` of a compiled function (a backward input).
-template <std::size_t I, Element T>
-struct gsym : symbolic {
-  using element_type = T;
-  static constexpr std::size_t index = I;
-};
-
-/// The value of canonical forward node `K`, as backward expressions read it.
-template <std::size_t K, Element T>
-struct fwd_ref : symbolic {
-  using element_type = T;
-  static constexpr std::size_t index = K;
-};
-
-/// The adjoint (gradient of the outputs) of canonical forward node `K`.
-template <std::size_t K, Element T>
-struct adj_ref : symbolic {
-  using element_type = T;
-  static constexpr std::size_t index = K;
-};
+template <std::size_t I, Element T> using sym = leaf_expr<leaf_kind::input, I, T>;
+template <std::size_t I, Element T> using gsym = leaf_expr<leaf_kind::grad, I, T>;
+template <std::size_t K, Element T> using fwd_ref = leaf_expr<leaf_kind::forward, K, T>;
+template <std::size_t K, Element T> using adj_ref = leaf_expr<leaf_kind::adjoint, K, T>;
 
 /// An element-wise op applied to one or two expressions.
 template <class Op, class... Args>
@@ -135,10 +128,7 @@ struct custom_expr : symbolic {
 namespace detail {
 template <class X> inline constexpr bool is_expr_v = false;
 template <class F, class Fwd, class... A> inline constexpr bool is_expr_v<custom_expr<F, Fwd, A...>> = true;
-template <std::size_t I, class T> inline constexpr bool is_expr_v<sym<I, T>> = true;
-template <std::size_t I, class T> inline constexpr bool is_expr_v<gsym<I, T>> = true;
-template <std::size_t K, class T> inline constexpr bool is_expr_v<fwd_ref<K, T>> = true;
-template <std::size_t K, class T> inline constexpr bool is_expr_v<adj_ref<K, T>> = true;
+template <leaf_kind L, std::size_t I, class T> inline constexpr bool is_expr_v<leaf_expr<L, I, T>> = true;
 template <class Op, class... A> inline constexpr bool is_expr_v<expr_node<Op, A...>> = true;
 template <reduce_kind_t R, reduce_axis X, class A> inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
 template <std::size_t K, class A> inline constexpr bool is_expr_v<sumto_expr<K, A>> = true;

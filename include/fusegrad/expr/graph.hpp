@@ -23,8 +23,8 @@ inline constexpr char type_key = 0;
 template <class E>
 constexpr gkind kind_of() {
   if constexpr (is_leaf_v<E>) {
-    if constexpr (std::is_same_v<E, sym<E::index, typename E::element_type>>) return gkind::input;
-    else return gkind::grad_input;  // fwd_refs are resolved before anyone asks
+    if constexpr (E::kind == leaf_kind::input) return gkind::input;
+    else return gkind::grad_input;  // forward/adjoint refs are resolved before anyone asks
   } else if constexpr (is_pointwise_v<E>) return gkind::pointwise;
   else if constexpr (is_reduce_v<E>) return gkind::reduction;
   else if constexpr (is_sumto_v<E>) return gkind::sumto;
@@ -33,10 +33,13 @@ constexpr gkind kind_of() {
   else return gkind::matmul;
 }
 
-template <class E> inline constexpr bool is_fwd_ref_v = false;
-template <std::size_t K, class T> inline constexpr bool is_fwd_ref_v<fwd_ref<K, T>> = true;
-template <class E> inline constexpr bool is_adj_ref_v = false;
-template <std::size_t K, class T> inline constexpr bool is_adj_ref_v<adj_ref<K, T>> = true;
+template <class E>
+constexpr bool is_leaf_of(leaf_kind k) {
+  if constexpr (is_leaf_v<E>) return E::kind == k;
+  else return false;
+}
+template <class E> inline constexpr bool is_fwd_ref_v = is_leaf_of<E>(leaf_kind::forward);
+template <class E> inline constexpr bool is_adj_ref_v = is_leaf_of<E>(leaf_kind::adjoint);
 
 struct raw_entry {
   gkind kind = gkind::pointwise;

@@ -28,10 +28,7 @@ struct children_of<unreduce_expr<R, X, K, A>> { using type = std::tuple<A>; };
 template <class A, class B, bool TA, bool TB> struct children_of<matmul_expr<A, B, TA, TB>> { using type = std::tuple<A, B>; };
 
 template <class E> inline constexpr bool is_leaf_v = false;
-template <std::size_t I, class T> inline constexpr bool is_leaf_v<sym<I, T>> = true;
-template <std::size_t I, class T> inline constexpr bool is_leaf_v<gsym<I, T>> = true;
-template <std::size_t K, class T> inline constexpr bool is_leaf_v<fwd_ref<K, T>> = true;
-template <std::size_t K, class T> inline constexpr bool is_leaf_v<adj_ref<K, T>> = true;
+template <leaf_kind L, std::size_t I, class T> inline constexpr bool is_leaf_v<leaf_expr<L, I, T>> = true;
 template <class E> inline constexpr bool is_pointwise_v = false;
 template <class Op, class... A> inline constexpr bool is_pointwise_v<expr_node<Op, A...>> = true;
 template <class E> inline constexpr bool is_reduce_v = false;
