@@ -9,6 +9,8 @@
 /// (save/recompute plan), the scheduler and the evaluators all read.
 
 #include <array>
+#include <cstdint>
+#include <string_view>
 
 #include "fusegrad/expr/backprop.hpp"
 
@@ -17,8 +19,39 @@ namespace fusegrad::detail {
 /// What a canonical node is, for scheduling and partitioning.
 enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumto, unreduce, matmul, custom };
 
+/// A structural 64-bit key of an expression type, usable in constant expressions (addresses of
+/// per-type objects are not, under some sanitizers): op and function names are hashed from
+/// `__PRETTY_FUNCTION__`, which is unique per type, and combined with the children's keys.
+template <class X>
+constexpr std::uint64_t name_hash() {
+  std::uint64_t h = 1469598103934665603ull;
+  for (char c : std::string_view(__PRETTY_FUNCTION__)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h * 0xBF58476D1CE4E5B9ull;
+}
 template <class E>
-inline constexpr char type_key = 0;
+constexpr std::uint64_t type_key_of() {
+  std::uint64_t h = 0;
+  if constexpr (is_leaf_v<E>) {
+    h = mix(mix(mix(1, static_cast<std::uint64_t>(E::kind)), E::index), sizeof(typename E::element_type));
+  } else {
+    if constexpr (is_pointwise_v<E>) h = mix(2, name_hash<decltype(std::declval<E>().op)>());
+    else if constexpr (is_custom_v<E>) h = mix(3, []<class F, class Fwd, class... A>(std::type_identity<custom_expr<F, Fwd, A...>>) { return name_hash<F>(); }(std::type_identity<E>{}));
+    else if constexpr (is_matmul_v<E>) h = mix(mix(4, E::ta), E::tb);
+    else if constexpr (is_sumto_v<E>)
+      h = mix(6, []<std::size_t K, class A>(std::type_identity<sumto_expr<K, A>>) { return K; }(std::type_identity<E>{}));
+    else h = mix(5, tree_size<E>());  // reductions and unreduce carry run-time flags: never keyed
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((h = mix(h, type_key_of<std::tuple_element_t<I, children_t<E>>>())), ...);
+    }(std::make_index_sequence<arity_v<E>>{});
+  }
+  return h;
+}
+template <class E>
+inline constexpr std::uint64_t type_key = type_key_of<E>();
 
 template <class E>
 constexpr gkind kind_of() {
@@ -43,7 +76,8 @@ template <class E> inline constexpr bool is_adj_ref_v = is_leaf_of<E>(leaf_kind:
 
 struct raw_entry {
   gkind kind = gkind::pointwise;
-  const char* key = nullptr;  ///< non-null for pure subtrees: equal keys are one value
+  std::uint64_t key = 0;      ///< structural key of a pure subtree: equal keys are one value
+  bool keyed = false;         ///< whether `key` is set (the subtree is pure)
   int alias = -1;             ///< for fwd_ref<K>: K (a canonical forward node)
   int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
   int children[3] = {-1, -1, -1};
@@ -64,7 +98,10 @@ constexpr void fill_raw(std::array<raw_entry, N>& t) {
       r.adj = static_cast<int>(E::index);
     } else {
       r.kind = kind_of<E>();
-      if constexpr (pure<E>()) r.key = &type_key<E>;
+      if constexpr (pure<E>()) {
+        r.key = type_key<E>;
+        r.keyed = true;
+      }
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         ((r.children[I] = static_cast<int>(index_of<std::tuple_element_t<I, children_t<E>>, child_base<E, Base, I>()>)), ...);
       }(std::make_index_sequence<arity_v<E>>{});
@@ -104,9 +141,9 @@ constexpr auto canonicalize(const std::array<int, MF>& adj_root = {}) {
       continue;
     }
     int found = -1;
-    if (r.key)
+    if (r.keyed)
       for (std::size_t u = 0; u < t && found < 0; ++u)
-        if (raw[u].alias < 0 && raw[u].key == r.key) found = g.canon[u];
+        if (raw[u].keyed && raw[u].alias < 0 && raw[u].adj < 0 && raw[u].key == r.key) found = g.canon[u];
     if (found >= 0) {
       g.canon[t] = found;
       continue;
