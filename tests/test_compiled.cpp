@@ -1,0 +1,181 @@
+// fg::compile against the eager path: composite graphs through every backend (values and
+// gradients), gradcheck of the fused path, the plan as compile-time facts, custom ops inside
+// compile, gradients through differently broadcast paths, and composition with the tape.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+namespace fg = fusegrad;
+
+namespace {
+
+double max_rel(const fg::tensor<double>& a, const fg::tensor<double>& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto u = a.to_vector(), v = b.to_vector();
+  double m = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]) / (1e-12 + std::abs(u[i])));
+  return m;
+}
+
+// Runs `fn` eagerly and through backend B on clones of `xs`; compares outputs and gradients.
+template <class B, class F, class... X>
+void same_as_eager(F fn, const X&... xs) {
+  std::vector<fg::tensor<double>> a{xs.detach().clone().requires_grad(true)...};
+  std::vector<fg::tensor<double>> b{xs.detach().clone().requires_grad(true)...};
+  auto compiled = fg::compile<B>(fn);
+  auto call = [&](auto& f, auto& v) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return fg::tensor<double>(f(v[I]...)); }(
+        std::index_sequence_for<X...>{});
+  };
+  const fg::tensor<double> ya = call(fn, a), yb = call(compiled, b);
+  const auto w = fg::randn<double>(ya.shape(), 99);
+  fg::sum(ya * w).backward();
+  fg::sum(yb * w).backward();
+  CHECK(max_rel(ya, yb) < 1e-12);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(a[i].grad().defined() == b[i].grad().defined());
+    if (a[i].grad().defined()) CHECK(max_rel(a[i].grad(), b[i].grad()) < 1e-12);
+  }
+}
+
+auto coscos_mul = [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; };
+auto cos_cos_sum4 = [](auto a, auto b, auto c, auto d) { return fg::cos(fg::cos(a + b + c + d)); };
+auto softmax = [](auto x) {
+  auto e = fg::exp(x - fg::max(x, -1, true));
+  return e / fg::sum(e, -1, true);
+};
+auto logsumexp = [](auto x) {
+  auto m = fg::max(x, -1, true);
+  return fg::log(fg::sum(fg::exp(x - m), -1)) + fg::max(x, -1);
+};
+auto mlp = [](auto x, auto w1, auto b1, auto w2, auto b2) {
+  return fg::linear(fg::tanh(fg::linear(x, w1, b1)), w2, b2);
+};
+auto mixed_broadcast = [](auto x, auto y) { return fg::sum(x) * y + x; };
+auto reductions = [](auto x) { return fg::mean(x * x) + fg::sum(fg::sin(x)) + fg::mean(fg::exp(x), -1, true); };
+
+struct Cosine {
+  static constexpr std::string_view name = "CosineBackward";
+  static auto forward(const auto& x) { return fg::cos(x); }
+  static auto setup_context(const auto& x, const auto&) { return fg::save_for_backward(x); }
+  static auto backward(const auto& saved, const auto& g) {
+    const auto& [x] = saved;
+    return -fg::sin(x) * g;
+  }
+};
+struct ScaledMul {  // a custom rule that differs from the math of forward: a's gradient is doubled
+  static constexpr std::string_view name = "ScaledMulBackward";
+  static auto forward(const auto& a, const auto& b) { return a * b; }
+  static auto backward(const auto& saved, const auto& g) {
+    const auto& [a, b] = saved;
+    return std::tuple{g * b * 2.0, g * a};
+  }
+};
+auto custom = [](auto x, auto y) {
+  return fg::function<ScaledMul>::apply(fg::function<Cosine>::apply(fg::function<Cosine>::apply(x)), y);
+};
+
+// The plan, as compile-time facts.
+using plan_coscos = decltype(fg::compile([](auto x) { return fg::cos(fg::cos(x)); }))::analysis<float, 1>;
+static_assert(plan_coscos::plan<fg::policy::min_cut>.saved_count == 1, "min-cut saves one tensor for cos(cos(x))");
+static_assert(plan_coscos::cg.kind[plan_coscos::plan<fg::policy::min_cut>.saved_nodes[0]] == fg::detail::gkind::input,
+              "and it is the input");
+static_assert(plan_coscos::plan<fg::policy::save_all>.saved_count == 2, "save_all keeps x and cos(x)");
+static_assert(plan_coscos::plan<fg::policy::recompute_all>.saved_count == 1, "recompute_all keeps the input only");
+using plan_sum4 = decltype(fg::compile(cos_cos_sum4))::analysis<float, 4>;
+static_assert(plan_sum4::plan<fg::policy::min_cut>.saved_count == 1, "min-cut saves a+b+c+d only");
+static_assert(plan_sum4::cg.kind[plan_sum4::plan<fg::policy::min_cut>.saved_nodes[0]] == fg::detail::gkind::pointwise,
+              "the saved tensor is the sum, not an input");
+static_assert(plan_sum4::plan<fg::policy::recompute_all>.saved_count == 4, "recompute_all saves the four inputs");
+static_assert(plan_sum4::plan<fg::policy::memory_budget<1>>.saved_count == 1, "a budget of one picks min-cut");
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("compiled composite graphs equal eager", B, fg::backend::aot_eager, fg::backend::fused) {
+  const auto x = fg::randn<double>({4, 37}, 1), y = fg::randn<double>({4, 37}, 2), v = fg::randn<double>({37}, 3);
+  const auto s = fg::randn<double>({}, 4);
+  SUBCASE("cos(cos(x)) * y") { same_as_eager<B>(coscos_mul, x, y); }
+  SUBCASE("broadcast and 0-d") { same_as_eager<B>(coscos_mul, v, x); same_as_eager<B>(coscos_mul, s, v); }
+  SUBCASE("cos(cos(a+b+c+d))") { same_as_eager<B>(cos_cos_sum4, x, v, y, s); }
+  SUBCASE("softmax") { same_as_eager<B>(softmax, x); }
+  SUBCASE("logsumexp") { same_as_eager<B>(logsumexp, fg::randn<double>({2, 3, 13}, 5)); }
+  SUBCASE("two-layer MLP") {
+    same_as_eager<B>(mlp, fg::randn<double>({6, 5}, 6), fg::randn<double>({7, 5}, 7), fg::randn<double>({7}, 8),
+                     fg::randn<double>({3, 7}, 9), fg::randn<double>({3}, 10));
+  }
+  SUBCASE("gradients through differently broadcast paths") { same_as_eager<B>(mixed_broadcast, v, x); }
+  SUBCASE("reductions") { same_as_eager<B>(reductions, x); }
+  SUBCASE("custom ops with their own backward") { same_as_eager<B>(custom, x, y); }
+}
+
+TEST_CASE("fused float results agree with eager within 1e-5") {
+  const auto x = fg::randn<float>({3, 41}, 1), y = fg::randn<float>({3, 41}, 2);
+  auto xa = x.detach().clone().requires_grad(true), xb = x.detach().clone().requires_grad(true);
+  const fg::tensor<float> ya = softmax(xa) * y, yb = fg::compile([](auto a, auto c) {
+    auto e = fg::exp(a - fg::max(a, -1, true));
+    return e / fg::sum(e, -1, true) * c;
+  })(xb, y);
+  fg::sum(ya).backward();
+  fg::sum(yb).backward();
+  // Values elementwise; gradients relative to the gradient's largest element, because softmax's
+  // gradient (g - sum(g * s)) * s cancels, and cancelled float elements carry absolute, not
+  // relative, rounding error in either path (torch.testing's atol + rtol in one number).
+  const auto u = yb.to_vector(), v = ya.to_vector(), gu = xb.grad().to_vector(), gv = xa.grad().to_vector();
+  float gmax = 0;
+  for (const float g : gv) gmax = std::max(gmax, std::abs(g));
+  REQUIRE(gmax > 0.1f);
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    CAPTURE(i);
+    CHECK(u[i] == doctest::Approx(v[i]).epsilon(1e-5));
+    CHECK(std::abs(gu[i] - gv[i]) <= 1e-5f * gmax);
+  }
+}
+
+TEST_CASE("gradcheck of fused compiled functions") {
+  const auto f = fg::compile(coscos_mul);
+  auto r = fg::gradcheck([&](auto... xs) { return f(xs...); }, fg::randn<double>({3, 1}, 3), fg::randn<double>({4}, 4));
+  CHECK_MESSAGE(r, r.message);
+  const auto g = fg::compile(logsumexp);
+  r = fg::gradcheck([&](auto... xs) { return g(xs...); }, fg::randn<double>({2, 5}, 1));
+  CHECK_MESSAGE(r, r.message);
+  const auto h = fg::compile(mlp);
+  r = fg::gradcheck([&](auto... xs) { return h(xs...); }, fg::randn<double>({3, 4}, 1), fg::randn<double>({5, 4}, 2),
+                    fg::randn<double>({5}, 3), fg::randn<double>({2, 5}, 4), fg::randn<double>({2}, 5));
+  CHECK_MESSAGE(r, r.message);
+}
+
+TEST_CASE("compiled functions compose with the tape") {
+  const auto f = fg::compile(coscos_mul);
+  auto x = fg::randn<double>({8}, 1).requires_grad(true);
+  const auto y = fg::randn<double>({8}, 2);  // does not require grad: gets none
+  int hook_calls = 0;
+  x.register_hook([&](const fg::tensor<double>&) { ++hook_calls; });
+  const fg::tensor<double> out = f(f(x, y), y) * 3.0;
+  CHECK(f(x, y).grad_fn_name() == "CompiledFunctionBackward");
+  fg::sum(out).backward();
+  CHECK(hook_calls == 1);
+  CHECK_FALSE(y.grad().defined());
+  auto x2 = x.detach().clone().requires_grad(true);
+  fg::sum(coscos_mul(coscos_mul(x2, y), y) * 3.0).backward();
+  CHECK(max_rel(x.grad(), x2.grad()) < 1e-12);
+  {
+    fg::no_grad guard;
+    CHECK_FALSE(f(x, y).requires_grad());
+  }
+  // Shapes are run-time: one compiled object serves every size.
+  for (fg::index_t n : {1, 7, 64}) CHECK(f(fg::ones<double>({n}), fg::ones<double>({n})).numel() == n);
+}
+
+TEST_CASE("errors inside compile name the problem") {
+  CHECK_THROWS_WITH_AS((void)fg::compile([](auto x) { return fg::sum(x, 0); })(fg::ones<double>({2, 3})),
+                       doctest::Contains("last dim"), fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::compile(coscos_mul)(fg::ones<double>({2, 3}), fg::ones<double>({4})),
+                       doctest::Contains("[2, 3] and [4]"), fg::error);
+  CHECK_THROWS_WITH_AS(
+      (void)fg::compile([](auto a, auto b) { return fg::matmul(a, b); })(fg::ones<double>({2, 3}), fg::ones<double>({4, 5})),
+      doctest::Contains("cannot be multiplied"), fg::error);
+}
