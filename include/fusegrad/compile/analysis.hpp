@@ -4,6 +4,7 @@
 /// element type `T`: its forward expressions, the derived backward expressions, the
 /// canonical joint graph and the save/recompute plan for a policy.
 
+#include <memory>
 #include <tuple>
 
 #include "fusegrad/expr/graph.hpp"
@@ -35,7 +36,7 @@ template <class... X> inline constexpr bool is_std_tuple_v<std::tuple<X...>> = t
 
 /// The forward outputs of `fn` on symbolic inputs, always as a tuple.
 template <Element T, class Fn, std::size_t... I>
-auto symbolic_outputs(const Fn& fn, std::index_sequence<I...>) {
+constexpr auto symbolic_outputs(const Fn& fn, std::index_sequence<I...>) {
   static_assert(std::is_invocable_v<const Fn&, sym<I, T>...>,
                 "fusegrad::compile: the function cannot be called on symbolic inputs; write it as a "
                 "generic lambda (auto parameters) using fusegrad ops only");
@@ -53,20 +54,49 @@ auto symbolic_outputs(const Fn& fn, std::index_sequence<I...>) {
   }
 }
 
+/// Whether `Fn{}(inputs...)` is a constant expression (a captureless function of fusegrad's
+/// built-in ops): then its constants are known at compile time and equal subexpressions with
+/// equal constants are one node. Otherwise (captures, user ops that are not constexpr) constants
+/// are read at run time and nodes that carry one are never merged.
+template <Element T, class Fn, std::size_t... I>
+constexpr bool constant_evaluable(std::index_sequence<I...>) {
+  if constexpr (!std::is_default_constructible_v<Fn>) return false;
+  else return requires { typename std::bool_constant<(static_cast<void>(Fn{}(sym<I, T>{}...)), true)>; };
+}
+
+/// The outputs of a function as the forward joint tree.
+template <class... R>
+constexpr joint<R...> forward_joint_of(const std::tuple<R...>& outs) {
+  return std::apply([](const auto&... r) { return joint<R...>{{r...}}; }, outs);
+}
+
+/// The forward expression of a constant-evaluable function, as a constant.
+template <Element T, class Fn, std::size_t NIn>
+inline constexpr auto constant_forward = forward_joint_of(symbolic_outputs<T>(Fn{}, std::make_index_sequence<NIn>{}));
+
 /// Everything known at compile time about `fn` on `NIn` inputs of type `T`.
 template <Element T, class Fn, std::size_t NIn>
 struct analysis {
-  static auto outputs(const Fn& fn) { return symbolic_outputs<T>(fn, std::make_index_sequence<NIn>{}); }
+  using fn_type = Fn;
+  static constexpr auto outputs(const Fn& fn) { return symbolic_outputs<T>(fn, std::make_index_sequence<NIn>{}); }
   using out_t = decltype(outputs(std::declval<const Fn&>()));
   static constexpr std::size_t n_out = std::tuple_size_v<out_t>;
   static constexpr std::size_t n_in = NIn;
 
   // ---- the forward graph ---------------------------------------------------------------
-  static auto forward_joint(const out_t& outs) {
-    return std::apply([](const auto&... r) { return joint<std::remove_cvref_t<decltype(r)>...>{{r...}}; }, outs);
-  }
+  static constexpr auto forward_joint(const out_t& outs) { return forward_joint_of(outs); }
   using fjoint_t = decltype(forward_joint(std::declval<const out_t&>()));
-  static constexpr auto fcg = canonicalize<fjoint_t>();
+  using ftypes = types_of_t<fjoint_t>;
+  static constexpr std::size_t FN = tree_size<fjoint_t>();  ///< forward tree positions
+  static constexpr bool constant_fn = constant_evaluable<T, Fn>(std::make_index_sequence<NIn>{});
+  static constexpr std::array<raw_entry, FN> fraw = [] {
+    std::array<raw_entry, FN> raw{};
+    int pos = 0;
+    if constexpr (constant_fn) fill_raw<ftypes>(raw.data(), pos, &constant_forward<T, Fn, NIn>);
+    else fill_raw<ftypes>(raw.data(), pos, static_cast<const fjoint_t*>(nullptr));
+    return raw;
+  }();
+  static constexpr auto fcg = canonicalize(fraw);
   static constexpr std::size_t MF = fcg.count;  ///< canonical forward nodes: ids 0..MF-1
 
   template <class J>
@@ -87,7 +117,13 @@ struct analysis {
   }();
 
   template <std::size_t C>
-  using fnode_t = node_at_t<fjoint_t, static_cast<std::size_t>(fcg.rep[C])>;
+  using fnode_t = nth_type_t<static_cast<std::size_t>(fcg.type[C]), ftypes>;
+  /// Forward node C of a forward tree whose node addresses (post-order) are `fp`.
+  template <std::size_t C>
+  static const fnode_t<C>& fnode(const void* const* fp) {
+    return *static_cast<const fnode_t<C>*>(fp[fcg.rep[C]]);
+  }
+  using fptrs = const void* const*;
 
   /// Canonical forward node of input i (-1 when the function ignores it).
   static constexpr std::array<int, NIn> input_node = [] {
@@ -133,11 +169,11 @@ struct analysis {
   /// Whether forward node P has a (non-zero) adjoint.
   template <std::size_t P>
   static constexpr bool live() {
-    return !std::is_same_v<decltype(adjoint<P>(std::declval<const fjoint_t&>())), zero_t>;
+    return !std::is_same_v<decltype(adjoint<P>(fptrs{})), zero_t>;
   }
 
   template <std::size_t C>
-  static auto contributions(const fjoint_t& fj) {
+  static auto contributions(fptrs fp) {
     constexpr std::size_t nu = users.second[C];
     auto from_users = [&]<std::size_t... U>(std::index_sequence<U...>) {
       return std::tuple{[&] {
@@ -146,7 +182,7 @@ struct analysis {
         constexpr auto ch = fcg.children[P];
         if constexpr (!live<P>()) return zero_t{};
         else return contribution<P, static_cast<std::size_t>(pu.second), ch[0], ch[1], ch[2], T>(
-            get_node<static_cast<std::size_t>(fcg.rep[P]), 0>(fj));
+            fnode<P>(fp));
       }()...};
     }(std::make_index_sequence<nu>{});
     auto seeds = [&]<std::size_t... K>(std::index_sequence<K...>) {
@@ -164,11 +200,11 @@ struct analysis {
   /// The adjoint of forward node C: one contribution as it is; several, each summed to C's
   /// shape first; an input's adjoint is always summed to the input's shape.
   template <std::size_t C>
-  static auto adjoint(const fjoint_t& fj) {
+  static auto adjoint(fptrs fp) {
     if constexpr (!has_adjoint[C]) {
       return zero_t{};
     } else {
-      auto parts = contributions<C>(fj);
+      auto parts = contributions<C>(fp);
       return std::apply(
           [](const auto&... x) {
             constexpr std::size_t live = (std::size_t{0} + ... + (is_zero<std::remove_cvref_t<decltype(x)>> ? 0 : 1));
@@ -187,7 +223,7 @@ struct analysis {
   /// Forward ids whose adjoints are roots of the joint tree, latest first (users before
   /// operands, so every adj_ref points back to an earlier root).
   template <std::size_t C>
-  using adjoint_t = decltype(adjoint<C>(std::declval<const fjoint_t&>()));
+  using adjoint_t = decltype(adjoint<C>(fptrs{}));
   static constexpr std::array<bool, MF> adjoint_live = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<bool, MF>{!is_zero<adjoint_t<C>>...};
   }(std::make_index_sequence<MF>{});
@@ -210,9 +246,12 @@ struct analysis {
   static auto make_joint(const Fn& fn) {
     const auto outs = outputs(fn);
     const auto fj = forward_joint(outs);
+    std::array<const void*, FN> fp{};
+    std::size_t pos = 0;
+    collect_addresses(fj, fp.data(), pos);
     return [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
       return joint<std::tuple_element_t<K, out_t>..., adjoint_t<live_ids[J]>...>{
-          {std::get<K>(outs)..., adjoint<live_ids[J]>(fj)...}};
+          {std::get<K>(outs)..., adjoint<live_ids[J]>(fp.data())...}};
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<n_live>{});
   }
   using joint_t = decltype(make_joint(std::declval<const Fn&>()));
@@ -230,7 +269,25 @@ struct analysis {
     }
     return r;
   }();
-  static constexpr auto cg = canonicalize<joint_t, MF>(adjoint_root);
+  using jtypes = types_of_t<joint_t>;
+  /// The joint tree's table: its forward part keeps the forward walk's keys (constants read
+  /// there when known), so the joint graph's first MF nodes are the forward graph's.
+  static constexpr std::array<raw_entry, tree_nodes> jraw = [] {
+    std::array<raw_entry, tree_nodes> raw{};
+    int pos = 0;
+    fill_raw<jtypes>(raw.data(), pos, static_cast<const joint_t*>(nullptr));
+    for (std::size_t t = 0; t < FN; ++t) {
+      raw[t].key = fraw[t].key;
+      raw[t].mergeable = fraw[t].mergeable;
+    }
+    return raw;
+  }();
+  static constexpr auto cg = canonicalize(jraw, adjoint_root);
+  static_assert([] {
+    for (std::size_t t = 0; t < FN; ++t)
+      if (cg.canon[t] != fcg.canon[t]) return false;
+    return true;
+  }(), "fusegrad internal error: the joint graph does not extend the forward graph");
   static constexpr std::size_t M = cg.count;
 
   /// Canonical node of the gradient of input i (-1: no gradient).
@@ -273,9 +330,25 @@ struct analysis {
   static constexpr partition::plan<M> plan = partition::make_plan(pgraph, policy_value<Policy>::value);
 
   template <std::size_t C>
-  using node_t = node_at_t<joint_t, static_cast<std::size_t>(cg.rep[C])>;
+  using node_t = nth_type_t<static_cast<std::size_t>(cg.type[C]), jtypes>;
+  /// Canonical node C of an instance whose node addresses (post-order) are `nodes`.
   template <std::size_t C>
-  static const node_t<C>& node(const joint_t& j) { return get_node<static_cast<std::size_t>(cg.rep[C]), 0>(j); }
+  static const node_t<C>& node(const void* const* nodes) {
+    return *static_cast<const node_t<C>*>(nodes[cg.rep[C]]);
+  }
+
+  /// The joint tree of one compiled function object (its run-time constants) and the
+  /// addresses of its nodes; built once per function object and element type.
+  struct instance {
+    joint_t joint;
+    std::array<const void*, tree_nodes> nodes{};
+  };
+  static std::shared_ptr<const instance> instantiate(const Fn& fn) {
+    std::shared_ptr<instance> p(new instance{make_joint(fn), {}});
+    std::size_t pos = 0;
+    collect_addresses(p->joint, p->nodes.data(), pos);
+    return p;
+  }
 };
 
 }  // namespace detail

@@ -13,6 +13,8 @@
 /// reference); `backend::aot_eager` runs the joint graph and plan node by node; `backend::fused`
 /// (default) runs one vectorised loop per fusion group. Any type modelling `Backend` plugs in.
 
+#include <memory>
+#include <mutex>
 #include <string_view>
 #include <tuple>
 
@@ -27,7 +29,7 @@ struct fused;  // the default; defined in fusegrad/kernel/fused.hpp
 /// The state a graph backend evaluates: values and shapes of canonical nodes.
 template <class A, Element T>
 struct eval_context {
-  const typename A::joint_t& joint;
+  const void* const* nodes;           ///< node addresses of the instance (run-time constants)
   std::vector<tensor<T>>& values;      ///< one slot per canonical node
   std::vector<shape>& shapes;          ///< shapes of evaluated nodes (forward shapes are kept)
   const std::vector<tensor<T>>& inputs;
@@ -53,7 +55,7 @@ struct aot_eager {
       (
           [&] {
             if constexpr (Active[C]) {
-              ctx.values[C] = detail::eval_node<A, C, T>(ctx.joint, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
+              ctx.values[C] = detail::eval_node<A, C, T>(ctx.nodes, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
               ctx.shapes[C] = ctx.values[C].shape();
             }
           }(),
@@ -73,6 +75,26 @@ concept Backend = requires {
 };
 
 namespace detail {
+/// Per function object: the instances (joint tree with constants) built so far, one per
+/// element type and arity, shared by copies of the function object. Thread-safe.
+class instance_cache {
+ public:
+  template <class A, class Fn>
+  std::shared_ptr<const typename A::instance> get(const Fn& fn) {
+    static constexpr char tag = 0;  // one address per analysis type
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, p] : entries_)
+      if (key == &tag) return std::static_pointer_cast<const typename A::instance>(p);
+    auto p = A::instantiate(fn);
+    entries_.emplace_back(&tag, p);
+    return p;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<const void*, std::shared_ptr<const void>>> entries_;
+};
+
 template <std::size_t M>
 constexpr std::array<bool, M> to_array(const bool (&a)[M]) {
   std::array<bool, M> r{};
@@ -86,6 +108,12 @@ template <Backend B, class Policy, class Fn>
 class compiled_function {
  public:
   explicit compiled_function(Fn fn) : fn_(std::move(fn)) {}
+  compiled_function(const compiled_function& other) : fn_(other.fn_) {}
+  compiled_function& operator=(const compiled_function& other) {
+    fn_ = other.fn_;
+    cache_ = std::make_shared<detail::instance_cache>();
+    return *this;
+  }
 
   template <Element T, std::same_as<tensor<T>>... Ts>
   auto operator()(const tensor<T>& x0, const Ts&... xs) const {
@@ -112,7 +140,8 @@ class compiled_function {
     using A = detail::analysis<T, Fn, N>;
     constexpr auto& P = A::template plan<Policy>;
     constexpr std::size_t M = A::M;
-    const auto joint = A::make_joint(fn_);
+    const auto inst = cache_->template get<A>(fn_);
+    const void* const* nodes = inst->nodes.data();
     std::vector<tensor<T>> inputs;
     inputs.reserve(N);
     for (const auto& t : in) inputs.push_back(t.is_contiguous() ? t : detail::contiguous_copy(t));
@@ -120,7 +149,7 @@ class compiled_function {
     std::vector<tensor<T>> values(M);
     std::vector<shape> shapes(M);
     const std::vector<tensor<T>> no_grads;
-    eval_context<A, T> ctx{joint, values, shapes, inputs, no_grads};
+    eval_context<A, T> ctx{nodes, values, shapes, inputs, no_grads};
     static constexpr std::array<bool, M> fwd = detail::to_array(P.forward);
     static constexpr std::array<bool, M> keep = [] {
       std::array<bool, M> k{};
@@ -150,7 +179,7 @@ class compiled_function {
     for (auto& o : outs) out_ptrs.push_back(&o);
     detail::record<T>(
         "CompiledFunctionBackward", in, out_ptrs, std::move(saved),
-        [joint, shapes = std::move(shapes), in_shapes = std::move(in_shapes), wants = std::move(wants)](
+        [inst, shapes = std::move(shapes), in_shapes = std::move(in_shapes), wants = std::move(wants)](
             const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& g) {
           std::vector<tensor<T>> values(M);
           std::vector<shape> sh = shapes;
@@ -158,7 +187,7 @@ class compiled_function {
           const std::vector<tensor<T>> no_inputs;
           std::vector<tensor<T>> grads;
           for (const auto& x : g) grads.push_back(x.is_contiguous() ? x : detail::contiguous_copy(x));
-          eval_context<A, T> bctx{joint, values, sh, no_inputs, grads};
+          eval_context<A, T> bctx{inst->nodes.data(), values, sh, no_inputs, grads};
           static constexpr std::array<bool, M> active = [] {
             std::array<bool, M> a{};
             for (std::size_t c = 0; c < M; ++c) a[c] = P.recompute[c] || P.backward[c];
@@ -184,6 +213,7 @@ class compiled_function {
   }
 
   Fn fn_;
+  std::shared_ptr<detail::instance_cache> cache_ = std::make_shared<detail::instance_cache>();
 };
 
 /// Compiles `fn` (a generic function of fusegrad ops) with backend `B` and save/recompute

@@ -52,11 +52,11 @@ tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb
 
 /// Value of canonical node C of analysis A, from the values of its children.
 template <class A, std::size_t C, Element T>
-tensor<T> eval_node(const typename A::joint_t& j, const std::vector<tensor<T>>& v,
+tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
                     const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
                     const std::vector<tensor<T>>& grads) {
   using E = typename A::template node_t<C>;
-  const E& e = A::template node<C>(j);
+  [[maybe_unused]] const E& e = A::template node<C>(nodes);
   constexpr auto ch = A::cg.children[C];
   auto arg = [&](int k) -> const tensor<T>& { return v[static_cast<std::size_t>(ch[static_cast<std::size_t>(k)])]; };
   if constexpr (is_leaf_v<E>) {

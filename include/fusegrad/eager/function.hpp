@@ -58,7 +58,7 @@ struct function {
   /// other op) and whose derivative is `F::backward`.
   template <class X0, class... Xs>
     requires(!Tensor<X0>) && requires(const X0& x0, const Xs&... xs) { F::forward(x0, xs...); }
-  static auto apply(const X0& x0, const Xs&... xs) {
+  static constexpr auto apply(const X0& x0, const Xs&... xs) {
     auto y = F::forward(x0, xs...);
     return custom_expr<F, decltype(y), X0, Xs...>{{}, {x0, xs...}, y};
   }

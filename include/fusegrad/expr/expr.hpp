@@ -151,13 +151,13 @@ struct operand_traits<E> {
 
 template <Expr X, class Op>
   requires UnaryOp<Op, typename X::element_type>
-expr_node<Op, X> apply_op(const Op& op, const X& x) {
+constexpr expr_node<Op, X> apply_op(const Op& op, const X& x) {
   return {{}, op, {x}};
 }
 
 template <Expr A, Expr B, class Op>
   requires BinaryOp<Op, typename A::element_type>
-expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
+constexpr expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
   static_assert(std::same_as<typename A::element_type, typename B::element_type>,
                 "fusegrad: both operands of a binary op must have the same element type "
                 "(no implicit float/double promotion); convert one side first");
@@ -186,37 +186,37 @@ namespace detail {
 }
 }  // namespace detail
 
-template <Expr E> reduce_expr<reduce_kind_t::sum, reduce_axis::all, E> sum(const E& e) { return {{}, e, false}; }
-template <Expr E> reduce_expr<reduce_kind_t::mean, reduce_axis::all, E> mean(const E& e) { return {{}, e, false}; }
-template <Expr E> reduce_expr<reduce_kind_t::max, reduce_axis::all, E> max(const E& e) { return {{}, e, false}; }
+template <Expr E> constexpr reduce_expr<reduce_kind_t::sum, reduce_axis::all, E> sum(const E& e) { return {{}, e, false}; }
+template <Expr E> constexpr reduce_expr<reduce_kind_t::mean, reduce_axis::all, E> mean(const E& e) { return {{}, e, false}; }
+template <Expr E> constexpr reduce_expr<reduce_kind_t::max, reduce_axis::all, E> max(const E& e) { return {{}, e, false}; }
 template <Expr E>
-reduce_expr<reduce_kind_t::sum, reduce_axis::last, E> sum(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<reduce_kind_t::sum, reduce_axis::last, E> sum(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("sum", dim);
   return {{}, e, keepdim};
 }
 template <Expr E>
-reduce_expr<reduce_kind_t::mean, reduce_axis::last, E> mean(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<reduce_kind_t::mean, reduce_axis::last, E> mean(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("mean", dim);
   return {{}, e, keepdim};
 }
 template <Expr E>
-reduce_expr<reduce_kind_t::max, reduce_axis::last, E> max(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<reduce_kind_t::max, reduce_axis::last, E> max(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("max", dim);
   return {{}, e, keepdim};
 }
 
 /// Matrix product inside `fg::compile`: `a` [..., k] times a 2-D `b` [k, n].
 template <Expr A, Expr B>
-matmul_expr<A, B, false, false> matmul(const A& a, const B& b) {
+constexpr matmul_expr<A, B, false, false> matmul(const A& a, const B& b) {
   return {{}, a, b};
 }
 /// `x wᵀ + b` inside `fg::compile` (x [..., in], w [out, in], b [out]).
 template <Expr X, Expr W, Expr Bias>
-auto linear(const X& x, const W& w, const Bias& b) {
+constexpr auto linear(const X& x, const W& w, const Bias& b) {
   return matmul_expr<X, W, false, true>{{}, x, w} + b;
 }
 template <Expr X, Expr W>
-matmul_expr<X, W, false, true> linear(const X& x, const W& w) {
+constexpr matmul_expr<X, W, false, true> linear(const X& x, const W& w) {
   return {{}, x, w};
 }
 

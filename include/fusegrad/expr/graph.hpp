@@ -9,6 +9,7 @@
 /// (save/recompute plan), the scheduler and the evaluators all read.
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <string_view>
 
@@ -19,9 +20,9 @@ namespace fusegrad::detail {
 /// What a canonical node is, for scheduling and partitioning.
 enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumto, unreduce, matmul, custom };
 
-/// A structural 64-bit key of an expression type, usable in constant expressions (addresses of
-/// per-type objects are not, under some sanitizers): op and function names are hashed from
-/// `__PRETTY_FUNCTION__`, which is unique per type, and combined with the children's keys.
+/// A 64-bit key of a node's own operation (not its operands), usable in constant expressions
+/// (addresses of per-type objects are not, under some sanitizers): op and function names are
+/// hashed from `__PRETTY_FUNCTION__`, which is unique per type.
 template <class X>
 constexpr std::uint64_t name_hash() {
   std::uint64_t h = 1469598103934665603ull;
@@ -33,26 +34,58 @@ constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   return h * 0xBF58476D1CE4E5B9ull;
 }
 template <class E>
-constexpr std::uint64_t type_key_of() {
-  std::uint64_t h = 0;
+constexpr std::uint64_t local_key() {
   if constexpr (is_leaf_v<E>) {
-    h = mix(mix(mix(1, static_cast<std::uint64_t>(E::kind)), E::index), sizeof(typename E::element_type));
+    return mix(mix(mix(1, static_cast<std::uint64_t>(E::kind)), E::index), sizeof(typename E::element_type));
+  } else if constexpr (is_pointwise_v<E>) {
+    return mix(mix(2, name_hash<decltype(std::declval<E>().op)>()), arity_v<E>);
+  } else if constexpr (is_custom_v<E>) {
+    return []<class F, class Fwd, class... A>(std::type_identity<custom_expr<F, Fwd, A...>>) {
+      return mix(mix(3, name_hash<F>()), sizeof...(A));
+    }(std::type_identity<E>{});
+  } else if constexpr (is_matmul_v<E>) {
+    return mix(mix(4, E::ta), E::tb);
+  } else if constexpr (is_reduce_v<E>) {
+    return []<reduce_kind_t K, reduce_axis X, class A>(std::type_identity<reduce_expr<K, X, A>>) {
+      return mix(mix(5, static_cast<std::uint64_t>(K)), static_cast<std::uint64_t>(X));
+    }(std::type_identity<E>{});
+  } else if constexpr (is_sumto_v<E>) {
+    return []<std::size_t K, class A>(std::type_identity<sumto_expr<K, A>>) { return mix(6, K); }(std::type_identity<E>{});
   } else {
-    if constexpr (is_pointwise_v<E>) h = mix(2, name_hash<decltype(std::declval<E>().op)>());
-    else if constexpr (is_custom_v<E>) h = mix(3, []<class F, class Fwd, class... A>(std::type_identity<custom_expr<F, Fwd, A...>>) { return name_hash<F>(); }(std::type_identity<E>{}));
-    else if constexpr (is_matmul_v<E>) h = mix(mix(4, E::ta), E::tb);
-    else if constexpr (is_sumto_v<E>)
-      h = mix(6, []<std::size_t K, class A>(std::type_identity<sumto_expr<K, A>>) { return K; }(std::type_identity<E>{}));
-    else h = mix(5, tree_size<E>());  // reductions and unreduce carry run-time flags: never keyed
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((h = mix(h, type_key_of<std::tuple_element_t<I, children_t<E>>>())), ...);
-    }(std::make_index_sequence<arity_v<E>>{});
+    return []<reduce_kind_t K, reduce_axis X, std::size_t KK, class A>(std::type_identity<unreduce_expr<K, X, KK, A>>) {
+      return mix(mix(mix(7, static_cast<std::uint64_t>(K)), static_cast<std::uint64_t>(X)), KK);
+    }(std::type_identity<E>{});
   }
-  return h;
+}
+
+/// Whether a node carries run-time state of its own (an op constant, a keepdim flag).
+template <class E>
+constexpr bool has_state() {
+  if constexpr (is_pointwise_v<E>) return !std::is_empty_v<decltype(std::declval<E>().op)>;
+  else return is_reduce_v<E> || is_unreduce_v<E>;
+}
+/// Whether the state of a node can be read in a constant expression to key it by value: op
+/// constants that are one scalar of the element type (every built-in scalar op), and flags.
+template <class E>
+constexpr bool state_keyable() {
+  if constexpr (is_pointwise_v<E>) {
+    using Op = decltype(std::declval<E>().op);
+    using T = typename E::element_type;
+    return std::is_trivially_copyable_v<Op> && sizeof(Op) == sizeof(T);
+  } else {
+    return true;
+  }
 }
 template <class E>
-inline constexpr std::uint64_t type_key = type_key_of<E>();
-
+constexpr std::uint64_t state_key(const E& e) {
+  if constexpr (is_pointwise_v<E>) {
+    using T = typename E::element_type;
+    using U = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
+    return std::bit_cast<U>(e.op);
+  } else {
+    return e.keepdim ? 1 : 0;
+  }
+}
 template <class E>
 constexpr gkind kind_of() {
   if constexpr (is_leaf_v<E>) {
@@ -76,57 +109,72 @@ template <class E> inline constexpr bool is_adj_ref_v = is_leaf_of<E>(leaf_kind:
 
 struct raw_entry {
   gkind kind = gkind::pointwise;
-  std::uint64_t key = 0;      ///< structural key of a pure subtree: equal keys are one value
-  bool keyed = false;         ///< whether `key` is set (the subtree is pure)
+  std::uint64_t key = 0;      ///< the node's own operation (and its state, when known)
+  bool mergeable = false;     ///< equal key and equal operands mean one value
+  int type = -1;              ///< index of the node's type in the tree's type list
   int alias = -1;             ///< for fwd_ref<K>: K (a canonical forward node)
   int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
-  int children[3] = {-1, -1, -1};
+  int children[3] = {-1, -1, -1};  ///< tree positions of the operands
 };
 
-template <class E, std::size_t Base, std::size_t N>
-constexpr void fill_raw(std::array<raw_entry, N>& t) {
+/// Fills `raw` in post-order (children first, left to right) and returns the position of `E`.
+/// One instantiation per node *type*: positions are values, not template arguments. With
+/// `obj` (the tree as a constant), node state is read and equal constants merge.
+template <class L, class E>
+constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
   static_assert(is_joint_v<E> || arity_v<E> <= 3,
                 "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
+  int ch[arity_v<E> + 1] = {};
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (fill_raw<std::tuple_element_t<I, children_t<E>>, child_base<E, Base, I>()>(t), ...);
+    ((ch[I] = fill_raw<L>(raw, pos, obj ? &child<I>(*obj) : static_cast<const std::tuple_element_t<I, children_t<E>>*>(nullptr))), ...);
   }(std::make_index_sequence<arity_v<E>>{});
-  if constexpr (!is_joint_v<E>) {
-    raw_entry& r = t[index_of<E, Base>];
+  if constexpr (is_joint_v<E>) {
+    return -1;
+  } else {
+    const int me = pos++;
+    raw_entry& r = raw[me];
+    r.type = type_index<E>(L{});
     if constexpr (is_fwd_ref_v<E>) {
       r.alias = static_cast<int>(E::index);
     } else if constexpr (is_adj_ref_v<E>) {
       r.adj = static_cast<int>(E::index);
     } else {
       r.kind = kind_of<E>();
-      if constexpr (pure<E>()) {
-        r.key = type_key<E>;
-        r.keyed = true;
+      r.key = local_key<E>();
+      r.mergeable = true;
+      if constexpr (has_state<E>()) {
+        if constexpr (state_keyable<E>()) {
+          if (obj) r.key = mix(r.key, state_key(*obj));
+          else r.mergeable = false;
+        } else {
+          r.mergeable = false;
+        }
       }
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((r.children[I] = static_cast<int>(index_of<std::tuple_element_t<I, children_t<E>>, child_base<E, Base, I>()>)), ...);
-      }(std::make_index_sequence<arity_v<E>>{});
+      for (std::size_t k = 0; k < arity_v<E>; ++k) r.children[k] = ch[k];
     }
+    return me;
   }
 }
 
-/// The canonical graph: `count` nodes, each with its kind, its representative tree index
-/// and its canonical children; `canon` maps every tree index to its canonical node.
+/// The canonical graph: `count` nodes, each with its kind, its representative tree position,
+/// its type (an index into the tree's type list) and its canonical children; `canon` maps every
+/// tree position to its canonical node.
 template <std::size_t N>
 struct canonical_graph {
   std::size_t count = 0;
   std::array<int, N> canon{};
   std::array<int, N> rep{};
+  std::array<int, N> type{};
   std::array<gkind, N> kind{};
   std::array<std::array<int, 3>, N> children{};
 };
 
-/// `adj_root[K]` is the tree index of the root holding the adjoint of forward node K (roots
-/// come in an order where every adj_ref points back to an earlier root).
-template <class J, std::size_t MF = 1>
-constexpr auto canonicalize(const std::array<int, MF>& adj_root = {}) {
-  constexpr std::size_t N = tree_size<J>();
-  std::array<raw_entry, N> raw{};
-  fill_raw<J, 0>(raw);
+/// Hash-consing over post-order positions: a node is a new canonical node unless an earlier
+/// mergeable node has the same key and the same canonical operands. `adj_root[K]` is the tree
+/// position of the root holding the adjoint of forward node K (roots come in an order where
+/// every adj_ref points back to an earlier root).
+template <std::size_t N, std::size_t MF = 1>
+constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, const std::array<int, MF>& adj_root = {}) {
   canonical_graph<N> g;
   for (std::size_t t = 0; t < N; ++t) {
     const raw_entry& r = raw[t];
@@ -140,10 +188,15 @@ constexpr auto canonicalize(const std::array<int, MF>& adj_root = {}) {
       g.canon[t] = g.canon[static_cast<std::size_t>(root)];
       continue;
     }
+    std::array<int, 3> ch{-1, -1, -1};
+    for (std::size_t k = 0; k < 3; ++k)
+      ch[k] = r.children[k] < 0 ? -1 : g.canon[static_cast<std::size_t>(r.children[k])];
     int found = -1;
-    if (r.keyed)
-      for (std::size_t u = 0; u < t && found < 0; ++u)
-        if (raw[u].keyed && raw[u].alias < 0 && raw[u].adj < 0 && raw[u].key == r.key) found = g.canon[u];
+    if (r.mergeable)
+      for (std::size_t c = 0; c < g.count && found < 0; ++c) {
+        const raw_entry& q = raw[static_cast<std::size_t>(g.rep[c])];
+        if (q.mergeable && q.key == r.key && g.children[c] == ch) found = static_cast<int>(c);
+      }
     if (found >= 0) {
       g.canon[t] = found;
       continue;
@@ -151,9 +204,9 @@ constexpr auto canonicalize(const std::array<int, MF>& adj_root = {}) {
     const std::size_t id = g.count++;
     g.canon[t] = static_cast<int>(id);
     g.rep[id] = static_cast<int>(t);
+    g.type[id] = r.type;
     g.kind[id] = r.kind;
-    for (int k = 0; k < 3; ++k)
-      g.children[id][static_cast<std::size_t>(k)] = r.children[k] < 0 ? -1 : g.canon[static_cast<std::size_t>(r.children[k])];
+    g.children[id] = ch;
   }
   return g;
 }

@@ -52,7 +52,7 @@ template <class E> inline constexpr std::size_t arity_v = std::tuple_size_v<chil
 
 /// Child `I` of a node object.
 template <std::size_t I, class E>
-const auto& child(const E& e) {
+constexpr const auto& child(const E& e) {
   if constexpr (is_custom_v<E>) {
     if constexpr (I + 1 == std::tuple_size_v<typename children_of<E>::type>) return e.fwd;
     else return std::get<I>(e.args);
@@ -74,18 +74,6 @@ constexpr std::size_t tree_size() {
 }
 template <class... R>
 constexpr std::size_t joint_size() { return (std::size_t{0} + ... + tree_size<R>()); }
-
-/// Post-order index of child `I`'s subtree start, for a subtree starting at `Base`.
-template <class E, std::size_t Base, std::size_t I>
-constexpr std::size_t child_base() {
-  return []<std::size_t... J>(std::index_sequence<J...>) {
-    return (Base + ... + tree_size<std::tuple_element_t<J, children_t<E>>>());
-  }(std::make_index_sequence<I>{});
-}
-
-/// Post-order index of the root of a subtree of type `E` starting at `Base`.
-template <class E, std::size_t Base>
-inline constexpr std::size_t index_of = Base + tree_size<E>() - 1;
 
 /// True when a subtree carries no run-time constants: its type alone identifies its value,
 /// so equal types are one value (structural sharing by type identity).
@@ -114,34 +102,84 @@ constexpr bool contains_sym() {
   }
 }
 
-/// The node with post-order index `K` in a tree starting at `Base`: its type and its object.
-template <class E, std::size_t Base, std::size_t K>
-constexpr auto locate() {
-  if constexpr (!is_joint_v<E> && K == index_of<E, Base>) {
-    return std::type_identity<E>{};
-  } else {
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      constexpr std::size_t which = ((K >= child_base<E, Base, I>() &&
-                                      K < child_base<E, Base, I>() + tree_size<std::tuple_element_t<I, children_t<E>>>()
-                                          ? I : 0) + ... + 0);
-      return locate<std::tuple_element_t<which, children_t<E>>, child_base<E, Base, which>(), K>();
-    }(std::make_index_sequence<arity_v<E>>{});
-  }
-}
-template <class E, std::size_t K>
-using node_at_t = typename decltype(locate<E, 0, K>())::type;
+/// The distinct node types of a tree, as a type list in post-order of first occurrence.
+/// A subtree whose type is already listed is not walked again, so the work is linear in
+/// the number of distinct types, however often subexpressions repeat in the tree.
+template <class... Ts>
+struct type_list {
+  static constexpr std::size_t size = sizeof...(Ts);
+};
+template <class E, class... Ts>
+inline constexpr bool listed_v = (std::is_same_v<E, Ts> || ...);
 
-template <std::size_t K, std::size_t Base, class E>
-const auto& get_node(const E& e) {
-  if constexpr (!is_joint_v<E> && K == index_of<E, Base>) {
-    return e;
-  } else {
-    constexpr std::size_t which = []<std::size_t... I>(std::index_sequence<I...>) {
-      return ((K >= child_base<E, Base, I>() &&
-               K < child_base<E, Base, I>() + tree_size<std::tuple_element_t<I, children_t<E>>>() ? I : 0) + ... + 0);
-    }(std::make_index_sequence<arity_v<E>>{});
-    return get_node<K, child_base<E, Base, which>()>(child<which>(e));
+template <class E, class L>
+struct collect_types;
+template <class L, class... Cs>
+struct collect_children;
+template <class L>
+struct collect_children<L> {
+  using type = L;
+};
+template <class L, class C, class... Cs>
+struct collect_children<L, C, Cs...> {
+  using type = typename collect_children<typename collect_types<C, L>::type, Cs...>::type;
+};
+template <class E, class... Ts>
+struct collect_types<E, type_list<Ts...>> {
+  template <class... Cs>
+  static auto children(std::type_identity<std::tuple<Cs...>>) -> collect_children<type_list<Ts...>, Cs...>;
+  template <class L2>
+  struct append;
+  template <class... Us>
+  struct append<type_list<Us...>> {
+    using type = std::conditional_t<is_joint_v<E>, type_list<Us...>, type_list<Us..., E>>;
+  };
+  static auto walk() {
+    if constexpr (listed_v<E, Ts...>) return std::type_identity<type_list<Ts...>>{};
+    else return std::type_identity<typename append<typename decltype(children(std::type_identity<children_t<E>>{}))::type>::type>{};
   }
+  using type = typename decltype(walk())::type;
+};
+template <class E>
+using types_of_t = typename collect_types<E, type_list<>>::type;
+
+/// Index of type `E` in a type list.
+template <class E, class... Ts>
+constexpr int type_index(type_list<Ts...>) {
+  int i = 0, r = -1;
+  ((r = (r < 0 && std::is_same_v<E, Ts>) ? i : r, ++i), ...);
+  return r;
+}
+
+/// The `I`-th type of a type list, by overload resolution over indexed bases (no recursion).
+template <std::size_t I, class T>
+struct indexed {
+  using type = T;
+};
+template <class Is, class... Ts>
+struct indexer;
+template <std::size_t... Is, class... Ts>
+struct indexer<std::index_sequence<Is...>, Ts...> : indexed<Is, Ts>... {};
+template <std::size_t I, class T>
+indexed<I, T> select_indexed(const indexed<I, T>&);
+template <std::size_t I, class L>
+struct nth_type;
+template <std::size_t I, class... Ts>
+struct nth_type<I, type_list<Ts...>> {
+  using type = typename decltype(select_indexed<I>(indexer<std::index_sequence_for<Ts...>, Ts...>{}))::type;
+};
+template <std::size_t I, class L>
+using nth_type_t = typename nth_type<I, L>::type;
+
+/// Addresses of every node of a tree object, in post-order (the order of the constexpr
+/// tables): how the evaluators reach the run-time constants of a node without one template
+/// instantiation per tree position.
+template <class E>
+void collect_addresses(const E& e, const void** out, std::size_t& pos) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (collect_addresses(child<I>(e), out, pos), ...);
+  }(std::make_index_sequence<arity_v<E>>{});
+  if constexpr (!is_joint_v<E>) out[pos++] = &e;
 }
 
 }  // namespace fusegrad::detail

@@ -96,7 +96,7 @@ inline shape matmul_shape(const shape& a, const shape& b, bool ta, bool tb) {
 template <class A, std::size_t C, Element T>
 void infer_shape(eval_context<A, T>& ctx) {
   using E = typename A::template node_t<C>;
-  const E& e = A::template node<C>(ctx.joint);
+  [[maybe_unused]] const E& e = A::template node<C>(ctx.nodes);
   constexpr auto ch = A::cg.children[C];
   auto sh = [&](int k) -> const shape& { return ctx.shapes[static_cast<std::size_t>(ch[static_cast<std::size_t>(k)])]; };
   shape& out = ctx.shapes[C];
@@ -178,7 +178,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
   std::array<strides, N> st;
   std::array<T, NL> scale{};
   std::array<T*, NW + NR> wp{};
-  const auto& joint = ctx.joint;
+  const void* const* nodes = ctx.nodes;
   // The work of one row of the iteration space: SIMD body, scalar tail, reduction epilogue.
   auto row_fn = [&]<bool Flat>(std::bool_constant<Flat>, std::array<index_t, N> base, index_t n,
                                std::array<index_t, N> is) {
@@ -206,7 +206,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
               if constexpr (is_custom_v<E>) {
                 r[c] = r[static_cast<std::size_t>(ch[arity_v<E> - 1])];
               } else {
-                const auto& op = A::template node<c>(joint).op;
+                const auto& op = A::template node<c>(nodes).op;
                 if constexpr (arity_v<E> == 1) r[c] = op.value(r[static_cast<std::size_t>(ch[0])]);
                 else r[c] = op.value(r[static_cast<std::size_t>(ch[0])], r[static_cast<std::size_t>(ch[1])]);
               }
@@ -461,7 +461,7 @@ void fused_evaluate(eval_context<A, T>& ctx) {
             (
                 [&] {
                   constexpr auto c = static_cast<std::size_t>(mm[J]);
-                  ctx.values[c] = eval_node<A, c, T>(ctx.joint, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
+                  ctx.values[c] = eval_node<A, c, T>(ctx.nodes, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
                 }(),
                 ...);
           }(std::make_index_sequence<mm.size()>{});
@@ -474,7 +474,7 @@ void fused_evaluate(eval_context<A, T>& ctx) {
     (
         [&] {
           if constexpr (Keep[C] && sch.roles[C] == role::unreduce)
-            ctx.values[C] = eval_node<A, C, T>(ctx.joint, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
+            ctx.values[C] = eval_node<A, C, T>(ctx.nodes, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
         }(),
         ...);
   }(std::make_index_sequence<A::M>{});

@@ -22,9 +22,9 @@ struct add_scalar_op {
 };
 }  // namespace ops
 
-template <Operand A, Operand B> auto operator+(const A& a, const B& b) { return apply_op(ops::add_op{}, a, b); }
-template <Operand A, Scalar S> auto operator+(const A& a, S s) {
+template <Operand A, Operand B> constexpr auto operator+(const A& a, const B& b) { return apply_op(ops::add_op{}, a, b); }
+template <Operand A, Scalar S> constexpr auto operator+(const A& a, S s) {
   return apply_op(ops::add_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
-template <Scalar S, Operand A> auto operator+(S s, const A& a) { return a + s; }
+template <Scalar S, Operand A> constexpr auto operator+(S s, const A& a) { return a + s; }
 }  // namespace fusegrad

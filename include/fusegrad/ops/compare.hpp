@@ -20,10 +20,10 @@ struct ne_op { static constexpr std::string_view name = "ne";
   template <class V> static V value(const V& a, const V& b) { return lanes::ne(a, b); } };
 }  // namespace ops
 
-template <Operand A, Operand B> auto gt(const A& a, const B& b) { return apply_op(ops::gt_op{}, a, b); }
-template <Operand A, Operand B> auto ge(const A& a, const B& b) { return apply_op(ops::ge_op{}, a, b); }
-template <Operand A, Operand B> auto lt(const A& a, const B& b) { return apply_op(ops::lt_op{}, a, b); }
-template <Operand A, Operand B> auto le(const A& a, const B& b) { return apply_op(ops::le_op{}, a, b); }
-template <Operand A, Operand B> auto eq(const A& a, const B& b) { return apply_op(ops::eq_op{}, a, b); }
-template <Operand A, Operand B> auto ne(const A& a, const B& b) { return apply_op(ops::ne_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto gt(const A& a, const B& b) { return apply_op(ops::gt_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto ge(const A& a, const B& b) { return apply_op(ops::ge_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto lt(const A& a, const B& b) { return apply_op(ops::lt_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto le(const A& a, const B& b) { return apply_op(ops::le_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto eq(const A& a, const B& b) { return apply_op(ops::eq_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto ne(const A& a, const B& b) { return apply_op(ops::ne_op{}, a, b); }
 }  // namespace fusegrad

@@ -13,5 +13,5 @@ struct cos_op {
 };
 }  // namespace ops
 
-template <Operand X> auto cos(const X& x) { return apply_op(ops::cos_op{}, x); }
+template <Operand X> constexpr auto cos(const X& x) { return apply_op(ops::cos_op{}, x); }
 }  // namespace fusegrad

@@ -13,5 +13,5 @@ struct exp_op {
 };
 }  // namespace ops
 
-template <Operand X> auto exp(const X& x) { return apply_op(ops::exp_op{}, x); }
+template <Operand X> constexpr auto exp(const X& x) { return apply_op(ops::exp_op{}, x); }
 }  // namespace fusegrad

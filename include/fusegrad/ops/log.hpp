@@ -13,5 +13,5 @@ struct log_op {
 };
 }  // namespace ops
 
-template <Operand X> auto log(const X& x) { return apply_op(ops::log_op{}, x); }
+template <Operand X> constexpr auto log(const X& x) { return apply_op(ops::log_op{}, x); }
 }  // namespace fusegrad

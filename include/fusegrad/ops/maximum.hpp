@@ -21,5 +21,5 @@ struct maximum_op {
 };
 }  // namespace ops
 
-template <Operand A, Operand B> auto maximum(const A& a, const B& b) { return apply_op(ops::maximum_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto maximum(const A& a, const B& b) { return apply_op(ops::maximum_op{}, a, b); }
 }  // namespace fusegrad

@@ -13,6 +13,6 @@ struct neg_op {
 };
 }  // namespace ops
 
-template <Operand X> auto operator-(const X& x) { return apply_op(ops::neg_op{}, x); }
-template <Operand X> auto neg(const X& x) { return apply_op(ops::neg_op{}, x); }
+template <Operand X> constexpr auto operator-(const X& x) { return apply_op(ops::neg_op{}, x); }
+template <Operand X> constexpr auto neg(const X& x) { return apply_op(ops::neg_op{}, x); }
 }  // namespace fusegrad

@@ -49,8 +49,8 @@ struct pow_op {
 };
 }  // namespace ops
 
-template <Operand X, Scalar S> auto pow(const X& x, S p) {
+template <Operand X, Scalar S> constexpr auto pow(const X& x, S p) {
   return apply_op(ops::pow_scalar_op<element_of<X>>{static_cast<element_of<X>>(p)}, x);
 }
-template <Operand A, Operand B> auto pow(const A& a, const B& b) { return apply_op(ops::pow_op{}, a, b); }
+template <Operand A, Operand B> constexpr auto pow(const A& a, const B& b) { return apply_op(ops::pow_op{}, a, b); }
 }  // namespace fusegrad

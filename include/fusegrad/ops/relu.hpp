@@ -13,5 +13,5 @@ struct relu_op {
 };
 }  // namespace ops
 
-template <Operand X> auto relu(const X& x) { return apply_op(ops::relu_op{}, x); }
+template <Operand X> constexpr auto relu(const X& x) { return apply_op(ops::relu_op{}, x); }
 }  // namespace fusegrad

@@ -16,5 +16,5 @@ struct sigmoid_op {
 };
 }  // namespace ops
 
-template <Operand X> auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
+template <Operand X> constexpr auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
 }  // namespace fusegrad

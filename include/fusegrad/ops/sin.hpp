@@ -13,5 +13,5 @@ struct sin_op {
 };
 }  // namespace ops
 
-template <Operand X> auto sin(const X& x) { return apply_op(ops::sin_op{}, x); }
+template <Operand X> constexpr auto sin(const X& x) { return apply_op(ops::sin_op{}, x); }
 }  // namespace fusegrad

@@ -13,5 +13,5 @@ struct sqrt_op {
 };
 }  // namespace ops
 
-template <Operand X> auto sqrt(const X& x) { return apply_op(ops::sqrt_op{}, x); }
+template <Operand X> constexpr auto sqrt(const X& x) { return apply_op(ops::sqrt_op{}, x); }
 }  // namespace fusegrad

@@ -30,11 +30,11 @@ struct rsub_scalar_op {  // s - x
 };
 }  // namespace ops
 
-template <Operand A, Operand B> auto operator-(const A& a, const B& b) { return apply_op(ops::sub_op{}, a, b); }
-template <Operand A, Scalar S> auto operator-(const A& a, S s) {
+template <Operand A, Operand B> constexpr auto operator-(const A& a, const B& b) { return apply_op(ops::sub_op{}, a, b); }
+template <Operand A, Scalar S> constexpr auto operator-(const A& a, S s) {
   return apply_op(ops::sub_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
-template <Scalar S, Operand A> auto operator-(S s, const A& a) {
+template <Scalar S, Operand A> constexpr auto operator-(S s, const A& a) {
   return apply_op(ops::rsub_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
 }  // namespace fusegrad

@@ -13,5 +13,5 @@ struct tanh_op {
 };
 }  // namespace ops
 
-template <Operand X> auto tanh(const X& x) { return apply_op(ops::tanh_op{}, x); }
+template <Operand X> constexpr auto tanh(const X& x) { return apply_op(ops::tanh_op{}, x); }
 }  // namespace fusegrad
