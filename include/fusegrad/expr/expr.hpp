@@ -67,12 +67,38 @@ template <std::size_t I, Element T> using gsym = leaf_expr<leaf_kind::grad, I, T
 template <std::size_t K, Element T> using fwd_ref = leaf_expr<leaf_kind::forward, K, T>;
 template <std::size_t K, Element T> using adj_ref = leaf_expr<leaf_kind::adjoint, K, T>;
 
+/// The operands of a node: a plain aggregate (cheaper to instantiate than std::tuple, which
+/// matters for compile time: every distinct subexpression is a distinct operand type).
+template <class... Args>
+struct operands;
+template <class A0>
+struct operands<A0> {
+  A0 first;
+};
+template <class A0, class A1>
+struct operands<A0, A1> {
+  A0 first;
+  A1 second;
+};
+template <class A0, class A1, class A2>
+struct operands<A0, A1, A2> {
+  A0 first;
+  A1 second;
+  A2 third;
+};
+template <std::size_t I, class O>
+constexpr const auto& operand(const O& o) {
+  if constexpr (I == 0) return o.first;
+  else if constexpr (I == 1) return o.second;
+  else return o.third;
+}
+
 /// An element-wise op applied to one or two expressions.
 template <class Op, class... Args>
 struct expr_node : symbolic {
-  using element_type = typename std::tuple_element_t<0, std::tuple<Args...>>::element_type;
+  using element_type = typename decltype(std::declval<operands<Args...>>().first)::element_type;
   Op op;
-  std::tuple<Args...> args;
+  operands<Args...> args;
 };
 
 /// Reduction kinds and the dims they reduce.
@@ -121,7 +147,7 @@ struct matmul_expr : symbolic {
 template <class F, class Fwd, class... Args>
 struct custom_expr : symbolic {
   using element_type = typename Fwd::element_type;
-  std::tuple<Args...> args;
+  operands<Args...> args;
   Fwd fwd;
 };
 

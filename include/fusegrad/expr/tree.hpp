@@ -55,8 +55,8 @@ template <std::size_t I, class E>
 constexpr const auto& child(const E& e) {
   if constexpr (is_custom_v<E>) {
     if constexpr (I + 1 == std::tuple_size_v<typename children_of<E>::type>) return e.fwd;
-    else return std::get<I>(e.args);
-  } else if constexpr (requires { e.args; }) return std::get<I>(e.args);
+    else return operand<I>(e.args);
+  } else if constexpr (requires { e.args; }) return operand<I>(e.args);
   else if constexpr (requires { e.roots; }) return std::get<I>(e.roots);
   else if constexpr (requires { e.a; }) {
     if constexpr (I == 0) return e.a;

@@ -122,153 +122,158 @@ void infer_shape(eval_context<A, T>& ctx) {
   }
 }
 
-/// For sink `j` of stage `S` (stores first, then reductions): which compute nodes and which
-/// loads its value depends on within the stage (its "cone").
+/// The node lists of loop `S` (see `part`).
 template <class A, auto Active, auto Keep, int S>
-struct stage_cones {
+struct stage_parts {
   static constexpr auto Cn = stage_nodes<A, Active, Keep, S, part::compute>();
   static constexpr auto Rn = stage_nodes<A, Active, Keep, S, part::reduce>();
   static constexpr auto Ln = stage_nodes<A, Active, Keep, S, part::load>();
   static constexpr auto Wn = stage_nodes<A, Active, Keep, S, part::store>();
-  static constexpr std::size_t NS = Wn.size() + Rn.size();
-  struct cone {
-    std::array<bool, Cn.size()> compute{};
-    std::array<bool, Ln.size()> load{};
-  };
-  static constexpr std::array<cone, NS> cones = [] {
-    std::array<cone, NS> out{};
-    for (std::size_t j = 0; j < NS; ++j) {
-      std::array<bool, A::M> mark{};
-      const int root = j < Wn.size() ? Wn[j] : A::cg.children[static_cast<std::size_t>(Rn[j - Wn.size()])][0];
-      mark[static_cast<std::size_t>(root)] = true;
-      for (std::size_t q = Cn.size(); q-- > 0;) {  // reverse topological: parents first
-        const auto c = static_cast<std::size_t>(Cn[q]);
-        if (!mark[c]) continue;
-        out[j].compute[q] = true;
-        for (int ch : A::cg.children[c])
-          if (ch >= 0) mark[static_cast<std::size_t>(ch)] = true;
-      }
-      for (std::size_t q = 0; q < Ln.size(); ++q) out[j].load[q] = mark[static_cast<std::size_t>(Ln[q])];
-    }
-    return out;
-  }();
 };
 
-/// One pass of loop `S` over the space `it`, for the sinks flagged in `sinks` (`All`: every
-/// node of the stage is active, so no per-node test is compiled in).
-template <class A, auto Active, auto Keep, int S, bool All, Element T>
-void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>& sinks) {
-  using SC = stage_cones<A, Active, Keep, S>;
-  static constexpr auto& Cn = SC::Cn;
-  static constexpr auto& Rn = SC::Rn;
-  static constexpr auto& Ln = SC::Ln;
-  static constexpr auto& Wn = SC::Wn;
+template <class A, std::size_t NR, auto Rn, class V>
+std::array<V, NR> reduction_identities() {
+  return [&]<std::size_t... J>(std::index_sequence<J...>) {
+    return std::array<V, NR>{(reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>() ==
+                                      reduce_kind_t::max
+                                  ? V(-std::numeric_limits<typename V::value_type>::infinity())
+                                  : V(typename V::value_type(0)))...};
+  }(std::make_index_sequence<NR>{});
+}
+
+/// One pass of loop `S` over the space `it`: every sink of the stage. Each row runs an
+/// aligned-width SIMD body; the row's tail runs the same body once on a padded copy (so
+/// there is one body per layout, not a second scalar one), and only its valid lanes are
+/// written back or reduced.
+template <class A, auto Active, auto Keep, int S, Element T>
+void run_pass(eval_context<A, T>& ctx, const shape& it) {
+  using SP = stage_parts<A, Active, Keep, S>;
+  static constexpr auto& Cn = SP::Cn;
+  static constexpr auto& Rn = SP::Rn;
+  static constexpr auto& Ln = SP::Ln;
+  static constexpr auto& Wn = SP::Wn;
   constexpr std::size_t NL = Ln.size(), NW = Wn.size(), NR = Rn.size(), N = NL + NW + NR;
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  using loads_t = std::array<const T*, NL>;
+  using sinks_t = std::array<T*, NW + NR>;
+  using steps_t = std::array<index_t, N>;
   auto& shapes = ctx.shapes;
   auto& values = ctx.values;
-  std::array<bool, Cn.size()> on_c{};
-  std::array<bool, N> on{};
-  for (std::size_t j = 0; j < SC::NS; ++j) {
-    if (!sinks[j]) continue;
-    on[NL + j] = true;
-    for (std::size_t q = 0; q < Cn.size(); ++q) on_c[q] = on_c[q] || SC::cones[j].compute[q];
-    for (std::size_t q = 0; q < NL; ++q) on[q] = on[q] || SC::cones[j].load[q];
-  }
-  std::array<const T*, NL> lp{};
+  loads_t lp{};
   std::array<strides, N> st;
   std::array<T, NL> scale{};
-  std::array<T*, NW + NR> wp{};
+  sinks_t wp{};
   const void* const* nodes = ctx.nodes;
-  // The work of one row of the iteration space: SIMD body, scalar tail, reduction epilogue.
-  auto row_fn = [&]<bool Flat>(std::bool_constant<Flat>, std::array<index_t, N> base, index_t n,
-                               std::array<index_t, N> is) {
-    auto body = [&]<class V>(std::type_identity<V>, index_t i, auto& acc) __attribute__((flatten)) {
-      std::array<V, A::M> r{};
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              if (All || on[J]) {
-                constexpr bool scaled = is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>>;
-                V v = Flat ? load_flat<V>(lp[J] + base[J], i) : load_lane<V>(lp[J] + base[J], is[J], i);
-                if constexpr (scaled) v = v * V(scale[J]);
-                r[static_cast<std::size_t>(Ln[J])] = v;
-              }
-            }(),
-            ...);
-      }(std::make_index_sequence<NL>{});
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              if (!All && !on_c[J]) return;
-              constexpr auto c = static_cast<std::size_t>(Cn[J]);
-              constexpr auto ch = A::cg.children[c];
-              using E = typename A::template node_t<c>;
-              if constexpr (is_custom_v<E>) {
-                r[c] = r[static_cast<std::size_t>(ch[arity_v<E> - 1])];
-              } else {
-                const auto& op = A::template node<c>(nodes).op;
-                if constexpr (arity_v<E> == 1) r[c] = op.value(r[static_cast<std::size_t>(ch[0])]);
-                else r[c] = op.value(r[static_cast<std::size_t>(ch[0])], r[static_cast<std::size_t>(ch[1])]);
-              }
-            }(),
-            ...);
-      }(std::make_index_sequence<Cn.size()>{});
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr std::size_t q = NL + J;
-              if (!All && !on[q]) return;
-              T* p = wp[J] + base[q];
-              const V& v = r[static_cast<std::size_t>(Wn[J])];
-              if constexpr (std::is_same_v<V, T>) p[Flat ? i : i * is[q]] = v;
-              else if (!Flat && is[q] == 0) *p = v.get(0);
-              else v.store_unaligned(p + i);
-            }(),
-            ...);
-      }(std::make_index_sequence<NW>{});
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr std::size_t q = NL + NW + J;
-              if (!All && !on[q]) return;
-              constexpr auto c = static_cast<std::size_t>(Rn[J]);
-              constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<c>>();
-              const V& v = r[static_cast<std::size_t>(A::cg.children[c][0])];
-              T* p = wp[NW + J] + base[q];
-              if (is[q] == 0) {
-                std::get<J>(acc) = combine<K>(std::get<J>(acc), v);
-              } else if constexpr (std::is_same_v<V, T>) {
-                p[i] = combine<K>(p[i], v);
-              } else {
-                combine<K>(V::load_unaligned(p + i), v).store_unaligned(p + i);
-              }
-            }(),
-            ...);
-      }(std::make_index_sequence<NR>{});
-    };
-    using B = simd<T>;
-    constexpr index_t W = static_cast<index_t>(B::size);
-    auto make_acc = [&]<class V>(std::type_identity<V>) {
-      return [&]<std::size_t... J>(std::index_sequence<J...>) {
-        return std::array<V, NR>{(reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>() ==
-                                          reduce_kind_t::max
-                                      ? V(-std::numeric_limits<T>::infinity())
-                                      : V(T(0)))...};
-      }(std::make_index_sequence<NR>{});
-    };
-    auto vacc = make_acc(std::type_identity<B>{});
-    auto sacc = make_acc(std::type_identity<T>{});
-    index_t i = 0;
-    for (; i + W <= n; i += W) body(std::type_identity<B>{}, i, vacc);
-    for (; i < n; ++i) body(std::type_identity<T>{}, i, sacc);
+
+  // Elements [i, i + W) of one row: loads, every element-wise node in registers, stores and
+  // reductions. `is` holds each operand's step along the row (0: broadcast, 1: contiguous).
+  auto body = [&]<bool Flat>(std::bool_constant<Flat>, const loads_t& lq, const sinks_t& wq, index_t i,
+                             const steps_t& is, std::array<V, NR>& acc) __attribute__((flatten)) {
+    std::array<V, A::M> r{};
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
-            constexpr std::size_t q = NL + NW + J;
-            if ((!All && !on[q]) || is[q] != 0) return;
+            constexpr bool scaled = is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>>;
+            V v = Flat ? load_flat<V>(lq[J], i) : load_lane<V>(lq[J], is[J], i);
+            if constexpr (scaled) v = v * V(scale[J]);
+            r[static_cast<std::size_t>(Ln[J])] = v;
+          }(),
+          ...);
+    }(std::make_index_sequence<NL>{});
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            constexpr auto c = static_cast<std::size_t>(Cn[J]);
+            constexpr auto ch = A::cg.children[c];
+            using E = typename A::template node_t<c>;
+            if constexpr (is_custom_v<E>) {
+              r[c] = r[static_cast<std::size_t>(ch[arity_v<E> - 1])];
+            } else {
+              const auto& op = A::template node<c>(nodes).op;
+              if constexpr (arity_v<E> == 1) r[c] = op.value(r[static_cast<std::size_t>(ch[0])]);
+              else r[c] = op.value(r[static_cast<std::size_t>(ch[0])], r[static_cast<std::size_t>(ch[1])]);
+            }
+          }(),
+          ...);
+    }(std::make_index_sequence<Cn.size()>{});
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            T* p = wq[J];
+            const V& v = r[static_cast<std::size_t>(Wn[J])];
+            if (!Flat && is[NL + J] == 0) *p = v.get(0);
+            else v.store_unaligned(p + i);
+          }(),
+          ...);
+    }(std::make_index_sequence<NW>{});
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            constexpr auto c = static_cast<std::size_t>(Rn[J]);
+            constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<c>>();
+            const V& v = r[static_cast<std::size_t>(A::cg.children[c][0])];
+            T* p = wq[NW + J];
+            if (is[NL + NW + J] == 0) acc[J] = combine<K>(acc[J], v);
+            else combine<K>(V::load_unaligned(p + i), v).store_unaligned(p + i);
+          }(),
+          ...);
+    }(std::make_index_sequence<NR>{});
+  };
+
+  // One row: `base` offsets, `n` elements.
+  auto row_fn = [&]<bool Flat>(std::bool_constant<Flat> flat, const steps_t& base, index_t n, const steps_t& is) {
+    loads_t lq;
+    sinks_t wq;
+    for (std::size_t j = 0; j < NL; ++j) lq[j] = lp[j] + base[j];
+    for (std::size_t j = 0; j < NW + NR; ++j) wq[j] = wp[j] + base[NL + j];
+    auto acc = reduction_identities<A, NR, Rn, V>();
+    index_t i = 0;
+    for (; i + W <= n; i += W) body(flat, lq, wq, i, is, acc);
+    std::array<T, NR> tail{};
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      ((tail[J] = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>() == reduce_kind_t::max
+                      ? -std::numeric_limits<T>::infinity()
+                      : T(0)),
+       ...);
+    }(std::make_index_sequence<NR>{});
+    if (i < n) {
+      const index_t nt = n - i;
+      alignas(64) std::array<std::array<T, W>, NL + 1> lbuf{};
+      alignas(64) std::array<std::array<T, W>, NW + NR + 1> wbuf{};
+      loads_t lt;
+      sinks_t wt;
+      for (std::size_t j = 0; j < NL; ++j) {
+        if (is[j] == 0) lbuf[j].fill(lq[j][0]);
+        else std::copy(lq[j] + i, lq[j] + n, lbuf[j].begin());
+        lt[j] = lbuf[j].data();
+      }
+      for (std::size_t j = 0; j < NW + NR; ++j) {
+        if (j >= NW && is[NL + j] != 0) std::copy(wq[j] + i, wq[j] + n, wbuf[j].begin());
+        wt[j] = wbuf[j].data();
+      }
+      auto tacc = reduction_identities<A, NR, Rn, V>();
+      body(flat, lt, wt, 0, is, tacc);
+      for (std::size_t j = 0; j < NW + NR; ++j) {
+        if (j < NW) std::copy(wbuf[j].begin(), wbuf[j].begin() + (is[NL + j] == 0 ? 1 : nt), wq[j] + (is[NL + j] == 0 ? 0 : i));
+        else if (is[NL + j] != 0) std::copy(wbuf[j].begin(), wbuf[j].begin() + nt, wq[j] + i);
+      }
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (
+            [&] {
+              constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>();
+              for (index_t e = 0; e < nt; ++e) tail[J] = combine<K>(tail[J], tacc[J].get(static_cast<std::size_t>(e)));
+            }(),
+            ...);
+      }(std::make_index_sequence<NR>{});
+    }
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            if (is[NL + NW + J] != 0) return;
             constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>();
-            T* p = wp[NW + J] + base[q];
-            *p = combine<K>(*p, combine<K>(horizontal<K, T>(std::get<J>(vacc)), std::get<J>(sacc)));
+            T* p = wq[NW + J];
+            *p = combine<K>(*p, combine<K>(horizontal<K, T>(acc[J]), tail[J]));
           }(),
           ...);
     }(std::make_index_sequence<NR>{});
@@ -276,7 +281,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
 
   // Fast path: every operand has the iteration shape (or is a full reduction): one flat row,
   // no strides to compute.
-  if constexpr (All) {
+  {
     bool fast = true;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       ((fast = fast && !is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>> &&
@@ -287,7 +292,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
     for (int r : Rn) fast = fast && (values[static_cast<std::size_t>(r)].numel() == 1 || shapes[static_cast<std::size_t>(r)] == it);
     if (fast) {
       const index_t total = numel(it);
-      std::array<index_t, N> is{};
+      steps_t is{};
       for (std::size_t q = 0; q < N; ++q) is[q] = total == 1 ? 0 : 1;
       for (std::size_t j = 0; j < NL; ++j) {
         lp[j] = values[static_cast<std::size_t>(Ln[j])].data_ptr();
@@ -298,7 +303,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
         wp[NW + j] = values[static_cast<std::size_t>(Rn[j])].data_ptr();
         if (values[static_cast<std::size_t>(Rn[j])].numel() == 1) is[NL + NW + j] = 0;
       }
-      if (total > 0) row_fn(std::true_type{}, std::array<index_t, N>{}, total, is);
+      if (total > 0) row_fn(std::true_type{}, steps_t{}, total, is);
       return;
     }
   }
@@ -308,8 +313,6 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
         [&] {
           constexpr auto c = static_cast<std::size_t>(Ln[J]);
           scale[J] = T(1);
-          st[J] = zeros;
-          if (!on[J]) return;
           using E = typename A::template node_t<c>;
           if constexpr (is_unreduce_v<E>) {
             const tensor<T>& src = values[static_cast<std::size_t>(A::cg.children[c][0])];
@@ -328,23 +331,17 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
         }(),
         ...);
   }(std::make_index_sequence<NL>{});
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    (
-        [&] {
-          constexpr auto c = static_cast<std::size_t>(Wn[J]);
-          st[NL + J] = on[NL + J] ? broadcast_strides(values[c], it) : zeros;
-          wp[J] = values[c].data_ptr();
-        }(),
-        ...);
-  }(std::make_index_sequence<NW>{});
+  for (std::size_t j = 0; j < NW; ++j) {
+    const auto c = static_cast<std::size_t>(Wn[j]);
+    st[NL + j] = broadcast_strides(values[c], it);  // a smaller store rides along (same value rewritten)
+    wp[j] = values[c].data_ptr();
+  }
   [&]<std::size_t... J>(std::index_sequence<J...>) {
     (
         [&] {
           constexpr auto c = static_cast<std::size_t>(Rn[J]);
           using E = typename A::template node_t<c>;
-          st[NL + NW + J] = zeros;
           wp[NW + J] = values[c].data_ptr();
-          if (!on[NL + NW + J]) return;
           shape view_shape = shapes[c];
           if constexpr (is_reduce_v<E>) view_shape = keepdim_shape(it, reduction_axis<E>());
           st[NL + NW + J] = broadcast_strides(alias(values[c], view_shape, contiguous_strides(view_shape), 0), it);
@@ -356,8 +353,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
   const strides full = contiguous_strides(it);
   auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
   bool flat = true;
-  for (std::size_t q = 0; q < N && flat; ++q)
-    flat = !on[q] || st[q] == full || (q >= NL + NW && is_zero(st[q]));
+  for (std::size_t q = 0; q < N && flat; ++q) flat = st[q] == full || (q >= NL + NW && is_zero(st[q]));
   shape space = it;
   if (flat) {
     space = shape{numel(it)};
@@ -365,67 +361,98 @@ void run_pass(eval_context<A, T>& ctx, const shape& it, const std::vector<bool>&
   }
   std::array<const strides*, N> sp{};
   for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
-
   auto rows = [&]<bool Flat>(std::bool_constant<Flat>) {
-    for_each_row<N>(space, sp, std::array<index_t, N>{},
-                    [&](std::array<index_t, N> base, index_t n, std::array<index_t, N> is) {
-                      row_fn(std::bool_constant<Flat>{}, base, n, is);
-                    });
+    for_each_row<N>(space, sp, steps_t{}, [&](steps_t base, index_t n, steps_t is) {
+      row_fn(std::bool_constant<Flat>{}, base, n, is);
+    });
   };
   if (flat) rows(std::true_type{});
   else rows(std::false_type{});
 }
 
-/// Runs loop `S` of the schedule: allocates what it writes, then one pass per iteration
-/// space (one in the common case: every value of the stage broadcasts to one shape).
+/// Whether shape `s` broadcasts to `to` (NumPy rules).
+inline bool broadcasts_to(const shape& s, const shape& to) {
+  if (s.size() > to.size()) return false;
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    const index_t a = s[s.size() - 1 - k], b = to[to.size() - 1 - k];
+    if (a != b && a != 1) return false;
+  }
+  return true;
+}
+
+/// Runs loop `S` of the schedule: allocates what it writes, then one pass over the stage's
+/// iteration space (the shape every reduction reads; stores of a smaller shape ride along).
+/// A stage whose reductions read different shapes runs node by node instead (rare: it needs
+/// reductions over differently broadcast values in one stage).
 template <class A, auto Active, auto Keep, int S, Element T>
 void run_loop(eval_context<A, T>& ctx) {
-  using SC = stage_cones<A, Active, Keep, S>;
-  constexpr std::size_t NW = SC::Wn.size(), NR = SC::Rn.size();
+  using SP = stage_parts<A, Active, Keep, S>;
+  constexpr std::size_t NW = SP::Wn.size(), NR = SP::Rn.size();
   if constexpr (NW + NR == 0) {
     return;
   } else {
     auto& shapes = ctx.shapes;
     auto& values = ctx.values;
-    std::vector<shape> space(NW + NR);
-    for (std::size_t j = 0; j < NW; ++j) {
-      const auto c = static_cast<std::size_t>(SC::Wn[j]);
-      values[c] = empty<T>(shapes[c]);
-      space[j] = shapes[c];
+    shape space;
+    bool one_space = true;
+    if constexpr (NR > 0) {
+      space = shapes[static_cast<std::size_t>(A::cg.children[static_cast<std::size_t>(SP::Rn[0])][0])];
+      for (int r : SP::Rn) one_space = one_space && shapes[static_cast<std::size_t>(A::cg.children[static_cast<std::size_t>(r)][0])] == space;
+      for (int w : SP::Wn) one_space = one_space && broadcasts_to(shapes[static_cast<std::size_t>(w)], space);
+    } else {
+      space = shapes[static_cast<std::size_t>(SP::Wn[0])];
+      for (int w : SP::Wn) {
+        const shape& s = shapes[static_cast<std::size_t>(w)];
+        if (s.size() > space.size() || (s.size() == space.size() && numel(s) > numel(space))) space = s;
+      }
+      for (int w : SP::Wn) one_space = one_space && broadcasts_to(shapes[static_cast<std::size_t>(w)], space);
     }
+    if (!one_space) {
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (
+            [&] {
+              constexpr auto c = static_cast<std::size_t>(SP::Ln[J]);
+              if constexpr (is_unreduce_v<typename A::template node_t<c>>)
+                if (!values[c].defined()) values[c] = eval_node<A, c, T>(ctx.nodes, values, shapes, ctx.inputs, ctx.grads);
+            }(),
+            ...);
+      }(std::make_index_sequence<SP::Ln.size()>{});
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (
+            [&] {
+              constexpr auto c = static_cast<std::size_t>(SP::Cn[J]);
+              values[c] = eval_node<A, c, T>(ctx.nodes, values, shapes, ctx.inputs, ctx.grads);
+            }(),
+            ...);
+      }(std::make_index_sequence<SP::Cn.size()>{});
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (
+            [&] {
+              constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
+              values[c] = eval_node<A, c, T>(ctx.nodes, values, shapes, ctx.inputs, ctx.grads);
+            }(),
+            ...);
+      }(std::make_index_sequence<NR>{});
+      return;
+    }
+    for (int w : SP::Wn) values[static_cast<std::size_t>(w)] = empty<T>(shapes[static_cast<std::size_t>(w)]);
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
-            constexpr auto c = static_cast<std::size_t>(SC::Rn[J]);
+            constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
             constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<c>>();
             values[c] = empty<T>(shapes[c]);
             fill(values[c], K == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
-            space[NW + J] = shapes[static_cast<std::size_t>(A::cg.children[c][0])];
           }(),
           ...);
     }(std::make_index_sequence<NR>{});
-    // Sinks sharing a shape share a pass; a store whose shape broadcasts into a pass's shape
-    // rides along (its repeated writes hold one value).
-    std::vector<bool> done(NW + NR, false);
-    bool single = true;
-    for (std::size_t j = 1; j < space.size(); ++j) single = single && space[j] == space[0];
-    if (single) {
-      run_pass<A, Active, Keep, S, true, T>(ctx, space[0], std::vector<bool>(NW + NR, true));
-    } else {
-      for (std::size_t j = 0; j < space.size(); ++j) {
-        if (done[j]) continue;
-        std::vector<bool> sinks(NW + NR, false);
-        for (std::size_t q = j; q < space.size(); ++q)
-          if (!done[q] && space[q] == space[j]) sinks[q] = done[q] = true;
-        run_pass<A, Active, Keep, S, false, T>(ctx, space[j], sinks);
-      }
-    }
+    run_pass<A, Active, Keep, S, T>(ctx, space);
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
-            constexpr auto c = static_cast<std::size_t>(SC::Rn[J]);
+            constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
             if constexpr (reduction_kind<typename A::template node_t<c>>() == reduce_kind_t::mean) {
-              const index_t cnt = numel(space[NW + J]) / std::max<index_t>(values[c].numel(), 1);
+              const index_t cnt = numel(space) / std::max<index_t>(values[c].numel(), 1);
               T* p = values[c].data_ptr();
               for (index_t e = 0; e < values[c].numel(); ++e) p[e] /= static_cast<T>(cnt);
             }
