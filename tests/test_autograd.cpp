@@ -1267,3 +1267,52 @@ TEST_CASE("backward refuses a saved parameter modified in place by sgd") {
   fg::sum(p * p).backward();
   check_values(p.grad(), {0, 2});  // p is now {0, 1}
 }
+
+TEST_CASE("a leaf takes over a fresh gradient, but never one that someone else holds") {
+  // Fresh: the gradient of sum(x * y) w.r.t. x is y * 1, a new buffer; nothing else refers to it.
+  auto x = fg::randn<double>({1000}, 1).requires_grad(true);
+  auto y = fg::randn<double>({1000}, 2).requires_grad(true);
+  fg::sum(x * y).backward();
+  CHECK(x.grad().to_vector() == y.detach().to_vector());
+  CHECK(y.grad().to_vector() == x.detach().to_vector());
+  // The same gradient flows to two leaves (a + b): each leaf gets its own values.
+  auto a = fg::zeros<double>({1000}).requires_grad(true), b = fg::zeros<double>({1000}).requires_grad(true);
+  fg::sum((a + b) * 3.0).backward();
+  CHECK(a.grad().data() != b.grad().data());
+  a.grad().data()[0] = 7;
+  CHECK(b.grad().to_vector()[0] == 3.0);
+  // A gradient the caller passes in stays the caller's.
+  auto leaf = fg::zeros<double>({1000}).requires_grad(true);
+  const auto g = fg::ones<double>({1000});
+  leaf.backward(g);
+  CHECK(leaf.grad().data() != g.data());
+  // A hook's returned tensor that the hook keeps stays the hook's.
+  auto h = fg::zeros<double>({1000}).requires_grad(true);
+  fg::tensor<double> kept;
+  h.register_hook([&](const fg::tensor<double>& gr) { kept = gr * 2.0; return kept; });
+  fg::sum(h).backward();
+  CHECK(h.grad().data() != kept.data());
+  CHECK(h.grad().to_vector()[0] == 2.0);
+}
+
+TEST_CASE("the per-thread buffer cache makes room for new sizes") {
+  using cache = fg::detail::buffer_cache;
+  // Fill the cache past its byte budget with sizes a loop no longer uses...
+  {
+    std::vector<fg::tensor<float>> old;
+    for (fg::index_t k = 0; k < 8; ++k) old.push_back(fg::zeros<float>({(40 << 20) / 4 + 1024 * k}));
+  }
+  CHECK(cache::cached_bytes() <= cache::max_cached_bytes);
+  CHECK(cache::cached_bytes() + (64u << 20) > cache::max_cached_bytes);  // no room for 64 MiB without evicting
+  // ...then a new size is cached (oldest buffers evicted), and comes back from the cache.
+  { auto big = fg::full<float>({16 << 20}, 1.0f); }
+  const std::size_t after = cache::cached_bytes();
+  CHECK(after <= cache::max_cached_bytes);
+  CHECK(after >= (64u << 20));
+  {
+    auto again = fg::full<float>({16 << 20}, 2.0f);
+    CHECK(cache::cached_bytes() == after - (64u << 20));  // taken from the cache, not the allocator
+    CHECK(again.data()[(16 << 20) - 1] == 2.0f);
+  }
+  CHECK(cache::cached_buffers() <= cache::max_entries);
+}

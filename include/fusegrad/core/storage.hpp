@@ -2,6 +2,7 @@
 /// \file fusegrad/core/storage.hpp
 /// SIMD-aligned element buffers shared by handle between tensors and their views.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,23 +31,34 @@ class buffer_cache {
     if (bytes >= min_bytes && !dead()) {
       auto& c = local();
       for (std::size_t i = c.count; i-- > 0;)
-        if (c.entries[i].bytes == bytes) {
+        if (c.entries[i].bytes == bytes) {  // the newest of that size; the order stays oldest first
           void* p = c.entries[i].ptr;
           c.total -= bytes;
-          c.entries[i] = c.entries[--c.count];
+          std::move(c.entries + i + 1, c.entries + c.count, c.entries + i);
+          --c.count;
           return p;
         }
     }
     return ::operator new(bytes, std::align_val_t{storage_alignment});
   }
+  /// Bytes and buffers this thread's cache holds (for tests and diagnostics).
+  static std::size_t cached_bytes() noexcept { return dead() ? 0 : local().total; }
+  static std::size_t cached_buffers() noexcept { return dead() ? 0 : local().count; }
+
+  /// Keeps `p` for reuse; when the cache is full, the oldest buffers make room (a loop that
+  /// moved on to other sizes must not leave the cache clogged with sizes it no longer uses).
   static void release(void* p, std::size_t bytes) noexcept {
-    if (bytes >= min_bytes && !dead()) {
+    if (bytes >= min_bytes && bytes <= max_cached_bytes && !dead()) {
       auto& c = local();
-      if (c.count < max_entries && c.total + bytes <= max_cached_bytes) {
-        c.entries[c.count++] = {p, bytes};
-        c.total += bytes;
-        return;
+      while (c.count > 0 && (c.count == max_entries || c.total + bytes > max_cached_bytes)) {
+        ::operator delete(c.entries[0].ptr, std::align_val_t{storage_alignment});
+        c.total -= c.entries[0].bytes;
+        std::move(c.entries + 1, c.entries + c.count, c.entries);
+        --c.count;
       }
+      c.entries[c.count++] = {p, bytes};
+      c.total += bytes;
+      return;
     }
     ::operator delete(p, std::align_val_t{storage_alignment});
   }

@@ -72,6 +72,15 @@ tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
   return *r;
 }
 
+/// Whether nothing but `g` refers to its values: a fresh, dense, owned buffer that a leaf's
+/// `.grad()` can take over instead of copying (PyTorch's AccumulateGrad steals such grads).
+template <Element T>
+bool owned_alone(const tensor<T>& g) {
+  const auto& i = g.impl();
+  return i && i.use_count() == 1 && !i->grad_fn && i->store && i->store.use_count() == 1 && i->store->owned() &&
+         i->offset == 0 && static_cast<std::size_t>(g.numel()) == i->store->size() && g.is_contiguous();
+}
+
 /// The node that accumulates into a leaf's `.grad()`; runs the leaf's hooks first.
 template <Element T>
 class accumulate_grad final : public node<T> {
@@ -83,9 +92,9 @@ class accumulate_grad final : public node<T> {
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
     auto leaf = leaf_.lock();
     if (!leaf) return {};
-    tensor<T> g = grads.at(0);
+    tensor<T> g = std::move(grads.at(0));
     for (const auto& h : leaf->leaf_hooks) g = run_hook(h, g);
-    if (!leaf->grad.defined()) leaf->grad = contiguous_copy(g);
+    if (!leaf->grad.defined()) leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
     else leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
     return {};
   }
