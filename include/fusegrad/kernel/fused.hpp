@@ -146,7 +146,8 @@ std::array<V, NR> reduction_identities() {
 /// there is one body per layout, not a second scalar one), and only its valid lanes are
 /// written back or reduced.
 template <class A, auto Active, auto Keep, int S, Element T>
-void run_pass(eval_context<A, T>& ctx, const shape& it) {
+void run_pass(eval_context<A, T>& ctx, const shape& it,
+              const std::array<bool, stage_parts<A, Active, Keep, S>::Rn.size()>& direct) {
   using SP = stage_parts<A, Active, Keep, S>;
   static constexpr auto& Cn = SP::Cn;
   static constexpr auto& Rn = SP::Rn;
@@ -215,6 +216,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it) {
             const V& v = r[static_cast<std::size_t>(A::cg.children[c][0])];
             T* p = wq[NW + J];
             if (is[NL + NW + J] == 0) acc[J] = combine<K>(acc[J], v);
+            else if (direct[J]) v.store_unaligned(p + i);  // each element reduced once: a store
             else combine<K>(V::load_unaligned(p + i), v).store_unaligned(p + i);
           }(),
           ...);
@@ -249,7 +251,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it) {
         lt[j] = lbuf[j].data();
       }
       for (std::size_t j = 0; j < NW + NR; ++j) {
-        if (j >= NW && is[NL + j] != 0) std::copy(wq[j] + i, wq[j] + n, wbuf[j].begin());
+        if (j >= NW && is[NL + j] != 0 && !direct[j - NW]) std::copy(wq[j] + i, wq[j] + n, wbuf[j].begin());
         wt[j] = wbuf[j].data();
       }
       auto tacc = reduction_identities<A, NR, Rn, V>();
@@ -436,17 +438,21 @@ void run_loop(eval_context<A, T>& ctx) {
       return;
     }
     for (int w : SP::Wn) values[static_cast<std::size_t>(w)] = empty<T>(shapes[static_cast<std::size_t>(w)]);
+    std::array<bool, NR> direct{};
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
             constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
             constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<c>>();
             values[c] = empty<T>(shapes[c]);
-            fill(values[c], K == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
+            // A reduction to the shape of its own input (sumto of a gradient that was not
+            // broadcast) sees each element once: it is written directly, without a fill.
+            direct[J] = shapes[c] == space && numel(space) > 1;
+            if (!direct[J]) fill(values[c], K == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
           }(),
           ...);
     }(std::make_index_sequence<NR>{});
-    run_pass<A, Active, Keep, S, T>(ctx, space);
+    run_pass<A, Active, Keep, S, T>(ctx, space, direct);
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
