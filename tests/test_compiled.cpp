@@ -112,6 +112,22 @@ TEST_CASE_TEMPLATE("compiled composite graphs equal eager", B, fg::backend::aot_
   SUBCASE("custom ops with their own backward") { same_as_eager<B>(custom, x, y); }
 }
 
+TEST_CASE("fused loops: short rows, tails, stores that ride along, stages with several spaces") {
+  using B = fg::backend::fused;
+  // Rows shorter than one SIMD batch (every element goes through the padded tail), and a
+  // row length that leaves a tail after full batches.
+  same_as_eager<B>(coscos_mul, fg::randn<double>({5, 3}, 1), fg::randn<double>({3}, 2));
+  same_as_eager<B>(coscos_mul, fg::randn<double>({3, 11}, 3), fg::randn<double>({3, 1}, 4));
+  // An outer product: both operands broadcast, their gradients reduce over different dims.
+  same_as_eager<B>([](auto a, auto b) { return fg::exp(a * b) + a; }, fg::randn<double>({6, 1}, 5),
+                   fg::randn<double>({1, 9}, 6));
+  // Reductions over values of different shapes in one stage: run node by node.
+  same_as_eager<B>([](auto a, auto b) { return fg::sum(fg::sin(a)) * fg::mean(b * b) + fg::max(a); },
+                   fg::randn<double>({3, 4}, 7), fg::randn<double>({5}, 8));
+  same_as_eager<B>([](auto a, auto b) { return fg::sum(a * 2.0, -1, true) + fg::sum(b, -1, true); },
+                   fg::randn<double>({3, 4}, 9), fg::randn<double>({3, 7}, 10));
+}
+
 TEST_CASE("fused float results agree with eager within 1e-5") {
   const auto x = fg::randn<float>({3, 41}, 1), y = fg::randn<float>({3, 41}, 2);
   auto xa = x.detach().clone().requires_grad(true), xb = x.detach().clone().requires_grad(true);
