@@ -92,8 +92,8 @@ struct analysis {
   static constexpr std::array<raw_entry, FN> fraw = [] {
     std::array<raw_entry, FN> raw{};
     int pos = 0;
-    if constexpr (constant_fn) fill_raw<ftypes>(raw.data(), pos, &constant_forward<T, Fn, NIn>);
-    else fill_raw<ftypes>(raw.data(), pos, static_cast<const fjoint_t*>(nullptr));
+    if constexpr (constant_fn) fill_raw<ftypes, true>(raw.data(), pos, &constant_forward<T, Fn, NIn>);
+    else fill_raw<ftypes, false>(raw.data(), pos, static_cast<const fjoint_t*>(nullptr));
     return raw;
   }();
   static constexpr auto fcg = canonicalize(fraw);
@@ -275,7 +275,7 @@ struct analysis {
   static constexpr std::array<raw_entry, tree_nodes> jraw = [] {
     std::array<raw_entry, tree_nodes> raw{};
     int pos = 0;
-    fill_raw<jtypes>(raw.data(), pos, static_cast<const joint_t*>(nullptr));
+    fill_raw<jtypes, false>(raw.data(), pos, static_cast<const joint_t*>(nullptr));
     for (std::size_t t = 0; t < FN; ++t) {
       raw[t].key = fraw[t].key;
       raw[t].mergeable = fraw[t].mergeable;

@@ -118,15 +118,20 @@ struct raw_entry {
 };
 
 /// Fills `raw` in post-order (children first, left to right) and returns the position of `E`.
-/// One instantiation per node *type*: positions are values, not template arguments. With
-/// `obj` (the tree as a constant), node state is read and equal constants merge.
-template <class L, class E>
+/// One instantiation per node *type*: positions are values, not template arguments. When
+/// `Known`, `obj` is the tree as a constant: node state is read and equal constants merge
+/// (a template flag, not a null test: GCC does not fold address tests under ASan).
+template <class L, bool Known, class E>
 constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
   static_assert(is_joint_v<E> || arity_v<E> <= 3,
                 "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
   int ch[arity_v<E> + 1] = {};
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((ch[I] = fill_raw<L>(raw, pos, obj ? &child<I>(*obj) : static_cast<const std::tuple_element_t<I, children_t<E>>*>(nullptr))), ...);
+    auto child_ptr = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+      if constexpr (Known) return &child<J>(*obj);
+      else return static_cast<const std::tuple_element_t<J, children_t<E>>*>(nullptr);
+    };
+    ((ch[I] = fill_raw<L, Known>(raw, pos, child_ptr(std::integral_constant<std::size_t, I>{}))), ...);
   }(std::make_index_sequence<arity_v<E>>{});
   if constexpr (is_joint_v<E>) {
     return -1;
@@ -144,7 +149,7 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
       r.mergeable = true;
       if constexpr (has_state<E>()) {
         if constexpr (state_keyable<E>()) {
-          if (obj) r.key = mix(r.key, state_key(*obj));
+          if constexpr (Known) r.key = mix(r.key, state_key(*obj));
           else r.mergeable = false;
         } else {
           r.mergeable = false;
