@@ -127,7 +127,7 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
                 "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
   int ch[arity_v<E> + 1] = {};
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    auto child_ptr = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+    [[maybe_unused]] auto child_ptr = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
       if constexpr (Known) return &child<J>(*obj);
       else return static_cast<const std::tuple_element_t<J, children_t<E>>*>(nullptr);
     };

@@ -1,0 +1,84 @@
+// fusegrad from several threads at once: one compiled function object shared by 8 threads
+// (its instance cache is filled concurrently on the first call), each thread with its own
+// tensors and tape; results checked against eager in the same thread. Run under the `tsan`
+// preset for data races.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <latch>
+#include <thread>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+namespace fg = fusegrad;
+
+namespace {
+auto body = [](auto x, auto y) {
+  auto e = fg::exp(x - fg::max(x, -1, true));
+  return fg::cos(fg::cos(x)) * y + e / fg::sum(e, -1, true);
+};
+
+double max_rel(const fg::tensor<double>& a, const fg::tensor<double>& b) {
+  const auto u = a.to_vector(), v = b.to_vector();
+  if (u.size() != v.size()) return 1e300;
+  double m = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]) / (1e-12 + std::abs(u[i])));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("one compiled function called from 8 threads at once") {
+  const auto f = fg::compile(body);
+  constexpr int threads = 8, rounds = 20;
+  std::latch start(threads);
+  std::atomic<int> bad{0}, done{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();  // every thread's first call races for the instance cache
+      for (int r = 0; r < rounds; ++r) {
+        const fg::index_t rows = 1 + (t + r) % 4, cols = 3 + 17 * ((t * 7 + r) % 5);
+        const auto seed = static_cast<std::uint64_t>(1000 * t + r);
+        auto xa = fg::randn<double>({rows, cols}, seed).requires_grad(true);
+        auto ya = fg::randn<double>({cols}, seed + 1).requires_grad(true);
+        auto xb = xa.detach().clone().requires_grad(true), yb = ya.detach().clone().requires_grad(true);
+        const fg::tensor<double> va = f(xa, ya), vb = body(xb, yb);
+        fg::sum(va * va).backward();
+        fg::sum(vb * vb).backward();
+        if (max_rel(va, vb) > 1e-12 || max_rel(xa.grad(), xb.grad()) > 1e-12 || max_rel(ya.grad(), yb.grad()) > 1e-12)
+          ++bad;
+        ++done;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(done == threads * rounds);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("copies of a compiled function, and float and double, from several threads") {
+  const auto f = fg::compile(body);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&, t, g = f] {  // each thread owns a copy (its own instance cache)
+      for (int r = 0; r < 10; ++r) {
+        auto x = fg::randn<float>({2, 33}, static_cast<std::uint64_t>(t * 100 + r)).requires_grad(true);
+        auto y = fg::randn<float>({33}, 7);
+        const fg::tensor<float> out = g(x, y);
+        fg::sum(out).backward();
+        const auto xd = fg::randn<double>({2, 33}, static_cast<std::uint64_t>(t * 100 + r));
+        const fg::tensor<double> od = g(xd, fg::randn<double>({33}, 7));
+        const auto of = out.to_vector();
+        const auto odv = od.to_vector();
+        for (std::size_t i = 0; i < of.size(); ++i)
+          if (std::abs(of[i] - odv[i]) > 1e-4 * (1 + std::abs(odv[i]))) ++bad;
+        if (!x.grad().defined()) ++bad;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(bad == 0);
+}
