@@ -22,6 +22,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "fusegrad/fusegrad.hpp"
+#include "fusegrad/ir/program.hpp"
 
 #if defined(FUSEGRAD_HAVE_EIGEN)
 #include <Eigen/Core>
@@ -202,6 +203,47 @@ void BM_xyz_eigen(benchmark::State& state) {
 }
 #endif
 
+// ---- forward only: the run-time IR's tile program vs the compile-time fused kernel --------
+//   BM_coscos_fwd/<variant>: fused (fg::compile), ir (the same function built on ir::value
+//   once, lowered to a tile program once, run per iteration), hand.
+
+void BM_coscos_fwd_fused(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  auto f = fg::compile(coscos);
+  for (auto _ : state) {
+    fg::tensor<float> out = f(in.x, in.y);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  set_bytes(state, n, 3);
+}
+
+void BM_coscos_fwd_ir(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  fg::ir::graph<float> g;
+  const fg::ir::value<float> x{&g, g.add_input({n})}, y{&g, g.add_input({n})};
+  const fg::ir::program<float> prog(g, {coscos(x, y).id});
+  const std::vector<fg::tensor<float>> args{in.x, in.y};
+  for (auto _ : state) {
+    auto out = prog.run(args);
+    benchmark::DoNotOptimize(out[0].data_ptr());
+  }
+  set_bytes(state, n, 3);
+}
+
+void BM_coscos_fwd_hand(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (auto _ : state) {
+    hand_forward(in.x.data(), in.y.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 3);
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   for (int e = 10; e <= 24; e += 2) b->Arg(1L << e);
   b->Unit(benchmark::kMicrosecond);
@@ -215,6 +257,9 @@ BENCHMARK(BM_coscos_fwd_bwd_eager)->Apply(sizes);
 #if defined(FUSEGRAD_HAVE_EIGEN)
 BENCHMARK(BM_coscos_fwd_bwd_eigen)->Apply(sizes);
 #endif
+BENCHMARK(BM_coscos_fwd_fused)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_ir)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_hand)->Apply(sizes);
 BENCHMARK(BM_xyz_fused)->Apply(sizes);
 BENCHMARK(BM_xyz_hand)->Apply(sizes);
 BENCHMARK(BM_xyz_copy)->Apply(sizes);

@@ -1,0 +1,131 @@
+// The run-time IR: graphs built by calling fusegrad's ops on ir::value (the same generic
+// functions that run eagerly), run by the tile interpreter, and differentiated at run time
+// with each op's own derivative rule; everything against the eager path.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+#include <fusegrad/ir/program.hpp>
+
+namespace fg = fusegrad;
+
+namespace {
+
+double max_rel(const fg::tensor<double>& a, const fg::tensor<double>& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto u = a.to_vector(), v = b.to_vector();
+  double m = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (std::isnan(u[i]) || std::isnan(v[i])) return 1e300;  // no NaN is expected anywhere
+    m = std::max(m, std::abs(u[i] - v[i]) / (1e-12 + std::abs(u[i])));
+  }
+  return m;
+}
+
+// Largest difference relative to the largest element: the interpreter sums in tile order and
+// eager in SIMD-lane order, so gradients that go through sums (cancellation) differ by
+// rounding relative to the whole vector, not to each element.
+double max_normwise(const fg::tensor<double>& a, const fg::tensor<double>& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto u = a.to_vector(), v = b.to_vector();
+  double d = 0, m = 1e-300;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (std::isnan(u[i]) || std::isnan(v[i])) return 1e300;
+    d = std::max(d, std::abs(u[i] - v[i]));
+    m = std::max(m, std::abs(u[i]));
+  }
+  return d / m;
+}
+
+// Builds fn's graph on IR values of the inputs' shapes, runs it and its backward, and compares
+// values and gradients with eager (the same fn on tensors).
+template <class F, class... X>
+void same_as_eager(F fn, const X&... xs) {
+  std::vector<fg::tensor<double>> in{xs.detach().clone()...};
+  // Eager.
+  std::vector<fg::tensor<double>> ea;
+  for (const auto& t : in) ea.push_back(t.detach().clone().requires_grad(true));
+  const fg::tensor<double> ye = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(ea[I]...); }(
+      std::index_sequence_for<X...>{});
+  const auto w = fg::randn<double>(ye.shape(), 77);
+  fg::sum(ye * w).backward();
+  // IR.
+  fg::ir::graph<double> g;
+  std::vector<fg::ir::value<double>> v;
+  for (const auto& t : in) v.emplace_back(&g, g.add_input(t.shape()));
+  const int out = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(v[I]...).id; }(std::index_sequence_for<X...>{});
+  std::vector<int> wrt;
+  for (const auto& x : v) wrt.push_back(x.id);
+  const std::vector<int> grads = fg::ir::backward(g, out, wrt);
+  std::vector<int> outputs{out};
+  for (int gi : grads) {
+    REQUIRE(gi >= 0);
+    outputs.push_back(gi);
+  }
+  const fg::ir::program<double> prog(g, outputs);
+  std::vector<fg::tensor<double>> args = in;
+  args.push_back(w);  // the output's gradient is the graph's last input
+  const auto r = prog.run(args);
+  CHECK(max_rel(ye, r[0]) < 1e-12);
+  for (std::size_t i = 0; i < ea.size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_normwise(ea[i].grad(), r[i + 1]) < 1e-12);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("IR graphs of pointwise ops equal eager, values and gradients") {
+  const auto x = fg::randn<double>({1000}, 1), y = fg::randn<double>({1000}, 2), z = fg::abs(fg::randn<double>({1000}, 3));
+  SUBCASE("cos(cos(x)) * y") { same_as_eager([](auto a, auto b) { return fg::cos(fg::cos(a)) * b; }, x, y); }
+  SUBCASE("every unary op") {
+    same_as_eager([](auto a, auto b) {
+      return fg::exp(a * 0.3) + fg::log(b + 2.0) + fg::sin(a) - fg::tanh(b) * fg::sigmoid(a) + fg::relu(a) / (fg::abs(b) + 1.0) +
+             fg::sqrt(b + 3.0) + fg::pow(b + 2.0, 1.5) + fg::pow(a, 3.0) + (-a);
+    }, x, z);
+  }
+  SUBCASE("binary ops, maximum, pow with a tensor exponent, scalars on both sides") {
+    same_as_eager([](auto a, auto b) {
+      return fg::maximum(a, b) * (2.0 - a) / (b + 3.0) + fg::pow(b + 2.0, a * 0.5) + 1.0 / (a * a + 1.0);
+    }, x, z);
+  }
+  SUBCASE("a 0-d input broadcast") {
+    same_as_eager([](auto a, auto s) { return fg::sin(a) * s + s * s; }, x, fg::randn<double>({}, 4));
+  }
+}
+
+TEST_CASE("IR graphs with full reductions (a softmax over everything) equal eager") {
+  const auto x = fg::randn<double>({3, 333}, 5);
+  same_as_eager([](auto a) {
+    auto e = fg::exp(a - fg::max(a));
+    return e / fg::sum(e) + fg::mean(a * a);
+  }, x);
+  // Lengths that are not a multiple of the tile or of a SIMD batch, and a single element.
+  for (fg::index_t n : {1, 7, 512, 513, 1500}) {
+    CAPTURE(n);
+    same_as_eager([](auto a) { return fg::cos(a) * fg::mean(fg::sin(a)); }, fg::randn<double>({n}, 6));
+  }
+}
+
+TEST_CASE("IR programs: loops, registers and errors") {
+  fg::ir::graph<float> g;
+  const fg::ir::value<float> a{&g, g.add_input({4096})};
+  const auto m = fg::mean(fg::cos(a));
+  const auto y = fg::sin(a) * m + 1.0;
+  const fg::ir::program<float> p(g, {y.id});
+  CHECK(p.num_loops() == 2);  // the mean, then the pointwise pass that reads it
+  const auto x = fg::randn<float>({4096}, 9);
+  const auto r = p.run({x})[0];
+  const auto e = fg::sin(x) * fg::mean(fg::cos(x)) + 1.0;
+  const auto u = r.to_vector(), v = e.to_vector();
+  for (std::size_t i = 0; i < u.size(); ++i) CHECK(u[i] == doctest::Approx(v[i]).epsilon(1e-5));
+  CHECK(g.to_string().find("cos(%0)") != std::string::npos);
+  CHECK_THROWS_WITH_AS(p.run({fg::ones<float>({8})}), doctest::Contains("compiled for [4096]"), fg::error);
+  fg::ir::graph<float> h;
+  const fg::ir::value<float> b{&h, h.add_input({3, 4})}, c{&h, h.add_input({4})};
+  const auto bc = b * c;
+  CHECK_THROWS_WITH_AS(fg::ir::program<float>(h, {bc.id}), doctest::Contains("not supported by the tile interpreter yet"),
+                       fg::error);
+}
