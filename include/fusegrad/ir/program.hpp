@@ -16,29 +16,19 @@
 
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/ir/graph.hpp"
+#include "fusegrad/kernel/tile.hpp"
 
 namespace fusegrad::ir {
 
 namespace detail {
 using fusegrad::detail::type_list;
 
-/// Runs op `Op` (constant `s`) over `n` elements: out[i] = value(a[i] (, b[i])).
+/// Runs op `Op` (its constant `s`) over `n` elements with the tile kernel the compile-time
+/// fused backend uses.
 template <class Op, Element T>
-void op_kernel(T s, const T* __restrict a, const T* __restrict b, T* __restrict out, index_t n) {
-  const Op op = [&] {
-    if constexpr (std::is_empty_v<Op>) return Op{};
-    else return std::bit_cast<Op>(s);
-  }();
-  using V = simd<T>;
-  constexpr index_t W = static_cast<index_t>(V::size);
-  index_t i = 0;
-  if constexpr (UnaryOp<Op, T>) {
-    for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i)).store_unaligned(out + i);
-    for (; i < n; ++i) out[i] = op.value(a[i]);
-  } else {
-    for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i), V::load_unaligned(b + i)).store_unaligned(out + i);
-    for (; i < n; ++i) out[i] = op.value(a[i], b[i]);
-  }
+void op_kernel(T s, const T* a, const T* b, T* out, index_t n) {
+  if constexpr (std::is_empty_v<Op>) fusegrad::detail::tile_op(Op{}, a, b, out, n);
+  else fusegrad::detail::tile_op(std::bit_cast<Op>(s), a, b, out, n);
 }
 
 template <Element T>
@@ -54,7 +44,7 @@ constexpr std::array<kernel_fn<T>, sizeof...(Ops)> kernel_table(type_list<Ops...
 template <Element T>
 class program {
  public:
-  static constexpr index_t tile = 512;  ///< elements per tile (2 KiB of float registers)
+  static constexpr index_t tile = fusegrad::detail::tile_elems;  ///< elements per tile
 
   /// Compiles the nodes `outputs` of `g` need. Supported broadcasting: operands of one
   /// shape, and operands with one element (scalars, reduction results).

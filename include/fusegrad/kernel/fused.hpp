@@ -11,20 +11,9 @@
 
 #include "fusegrad/compile/compile.hpp"
 #include "fusegrad/kernel/schedule.hpp"
+#include "fusegrad/kernel/tile.hpp"
 
 namespace fusegrad::detail {
-
-template <class V, Element T>
-V load_lane(const T* p, index_t stride, index_t i) {
-  if constexpr (std::is_same_v<V, T>) return p[i * stride];
-  else return stride == 0 ? V(*p) : V::load_unaligned(p + i);
-}
-
-template <class V, Element T>
-V load_flat(const T* p, index_t i) {
-  if constexpr (std::is_same_v<V, T>) return p[i];
-  else return V::load_unaligned(p + i);
-}
 
 template <reduce_kind_t K, class V>
 V combine(const V& a, const V& b) {
@@ -155,7 +144,6 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
   static constexpr auto& Wn = SP::Wn;
   constexpr std::size_t NL = Ln.size(), NW = Wn.size(), NR = Rn.size(), N = NL + NW + NR;
   using V = simd<T>;
-  constexpr index_t W = static_cast<index_t>(V::size);
   using loads_t = std::array<const T*, NL>;
   using sinks_t = std::array<T*, NW + NR>;
   using steps_t = std::array<index_t, N>;
@@ -167,71 +155,77 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
   sinks_t wp{};
   const void* const* nodes = ctx.nodes;
 
-  // Elements [i, i + W) of one row: loads, every element-wise node in registers, stores and
-  // reductions. `is` holds each operand's step along the row (0: broadcast, 1: contiguous).
-  auto body = [&]<bool Flat>(std::bool_constant<Flat>, const loads_t& lq, const sinks_t& wq, index_t i,
-                             const steps_t& is, std::array<V, NR>& acc) __attribute__((flatten)) {
-    std::array<V, A::M> r{};
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            constexpr bool scaled = is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>>;
-            V v = Flat ? load_flat<V>(lq[J], i) : load_lane<V>(lq[J], is[J], i);
-            if constexpr (scaled) v = v * V(scale[J]);
-            r[static_cast<std::size_t>(Ln[J])] = v;
-          }(),
-          ...);
-    }(std::make_index_sequence<NL>{});
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            constexpr auto c = static_cast<std::size_t>(Cn[J]);
-            constexpr auto ch = A::cg.children[c];
-            using E = typename A::template node_t<c>;
-            if constexpr (is_custom_v<E>) {
-              r[c] = r[static_cast<std::size_t>(ch[arity_v<E> - 1])];
-            } else {
-              const auto& op = A::template node<c>(nodes).op;
-              if constexpr (arity_v<E> == 1) r[c] = op.value(r[static_cast<std::size_t>(ch[0])]);
-              else r[c] = op.value(r[static_cast<std::size_t>(ch[0])], r[static_cast<std::size_t>(ch[1])]);
-            }
-          }(),
-          ...);
-    }(std::make_index_sequence<Cn.size()>{});
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            T* p = wq[J];
-            const V& v = r[static_cast<std::size_t>(Wn[J])];
-            if (!Flat && is[NL + J] == 0) *p = v.get(0);
-            else v.store_unaligned(p + i);
-          }(),
-          ...);
-    }(std::make_index_sequence<NW>{});
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            constexpr auto c = static_cast<std::size_t>(Rn[J]);
-            constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<c>>();
-            const V& v = r[static_cast<std::size_t>(A::cg.children[c][0])];
-            T* p = wq[NW + J];
-            if (is[NL + NW + J] == 0) acc[J] = combine<K>(acc[J], v);
-            else if (direct[J]) v.store_unaligned(p + i);  // each element reduced once: a store
-            else combine<K>(V::load_unaligned(p + i), v).store_unaligned(p + i);
-          }(),
-          ...);
-    }(std::make_index_sequence<NR>{});
-  };
+  // Tile registers (compile time): one per compute node, reused after its last reader in the
+  // loop; values that the loop's stores and reductions read live to the end of a tile. A
+  // custom node is its forward value (no register of its own).
+  static constexpr auto R = [] {
+    struct regs_t {
+      std::array<int, Cn.size() + 1> reg{};
+      int count = 0;
+    } r;
+    constexpr int end = 1 << 30;
+    std::array<int, A::M> alias{};  // custom nodes -> the node holding their value
+    for (std::size_t c = 0; c < A::M; ++c) alias[c] = static_cast<int>(c);
+    std::array<int, A::M> pos{};
+    pos.fill(-1);
+    for (std::size_t q = 0; q < Cn.size(); ++q) {
+      const auto c = static_cast<std::size_t>(Cn[q]);
+      pos[c] = static_cast<int>(q);
+      if (A::cg.kind[c] == gkind::custom) {
+        int k = 2;
+        while (k > 0 && A::cg.children[c][static_cast<std::size_t>(k)] < 0) --k;
+        alias[c] = alias[static_cast<std::size_t>(A::cg.children[c][static_cast<std::size_t>(k)])];
+      }
+    }
+    std::array<int, A::M> last{};
+    last.fill(-1);
+    for (std::size_t q = 0; q < Cn.size(); ++q)
+      for (int ch : A::cg.children[static_cast<std::size_t>(Cn[q])])
+        if (ch >= 0) last[static_cast<std::size_t>(alias[static_cast<std::size_t>(ch)])] = static_cast<int>(q);
+    for (int w : Wn) last[static_cast<std::size_t>(alias[static_cast<std::size_t>(w)])] = end;
+    for (int rr : Rn) last[static_cast<std::size_t>(alias[static_cast<std::size_t>(A::cg.children[static_cast<std::size_t>(rr)][0])])] = end;
+    std::array<int, Cn.size() + 1> free_regs{};
+    int nfree = 0;
+    for (std::size_t q = 0; q < Cn.size(); ++q) {
+      const auto c = static_cast<std::size_t>(Cn[q]);
+      r.reg[q] = -1;
+      if (A::cg.kind[c] != gkind::custom) r.reg[q] = nfree > 0 ? free_regs[static_cast<std::size_t>(--nfree)] : r.count++;
+      std::array<int, 3> seen{-1, -1, -1};
+      for (std::size_t s = 0; s < 3; ++s) {
+        const int ch = A::cg.children[c][s];
+        if (ch < 0) continue;
+        const int hold = alias[static_cast<std::size_t>(ch)];
+        if (hold == seen[0] || hold == seen[1]) continue;
+        seen[s] = hold;
+        const int pq = pos[static_cast<std::size_t>(hold)];
+        if (pq >= 0 && last[static_cast<std::size_t>(hold)] == static_cast<int>(q) && r.reg[static_cast<std::size_t>(pq)] >= 0)
+          free_regs[static_cast<std::size_t>(nfree++)] = r.reg[static_cast<std::size_t>(pq)];
+      }
+    }
+    return r;
+  }();
+  // Index of each compute node among the stores (-1: not stored).
+  static constexpr auto store_of = [] {
+    std::array<int, Cn.size() + 1> s{};
+    for (std::size_t q = 0; q < Cn.size(); ++q) {
+      s[q] = -1;
+      for (std::size_t j = 0; j < NW; ++j)
+        if (Wn[j] == Cn[q]) s[q] = static_cast<int>(j);
+    }
+    return s;
+  }();
+  constexpr index_t tile = tile_elems;
+  std::vector<T> regbuf(static_cast<std::size_t>((R.count + static_cast<int>(NL)) * tile));
+  auto reg_ptr = [&](int r) { return regbuf.data() + static_cast<std::ptrdiff_t>(r) * tile; };
+  auto load_buf = [&](std::size_t j) { return reg_ptr(R.count + static_cast<int>(j)); };
 
-  // One row: `base` offsets, `n` elements.
-  auto row_fn = [&]<bool Flat>(std::bool_constant<Flat> flat, const steps_t& base, index_t n, const steps_t& is) {
-    loads_t lq;
-    sinks_t wq;
-    for (std::size_t j = 0; j < NL; ++j) lq[j] = lp[j] + base[j];
-    for (std::size_t j = 0; j < NW + NR; ++j) wq[j] = wp[j] + base[NL + j];
+  // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
+  // broadcast, 1: contiguous). The row is walked in tiles; each node runs over a whole tile.
+  auto row_fn = [&](const steps_t& base, index_t n, const steps_t& is) {
+    std::array<const T*, A::M> cur{};
+    for (std::size_t j = 0; j < NL; ++j)
+      if (is[j] == 0) std::fill(load_buf(j), load_buf(j) + tile, lp[j][base[j]] * scale[j]);
     auto acc = reduction_identities<A, NR, Rn, V>();
-    index_t i = 0;
-    for (; i + W <= n; i += W) body(flat, lq, wq, i, is, acc);
     std::array<T, NR> tail{};
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       ((tail[J] = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>() == reduce_kind_t::max
@@ -239,32 +233,58 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
                       : T(0)),
        ...);
     }(std::make_index_sequence<NR>{});
-    if (i < n) {
-      const index_t nt = n - i;
-      alignas(64) std::array<std::array<T, W>, NL + 1> lbuf{};
-      alignas(64) std::array<std::array<T, W>, NW + NR + 1> wbuf{};
-      loads_t lt;
-      sinks_t wt;
+    for (index_t i = 0; i < n; i += tile) {
+      const index_t m = std::min(tile, n - i);
       for (std::size_t j = 0; j < NL; ++j) {
-        if (is[j] == 0) lbuf[j].fill(lq[j][0]);
-        else std::copy(lq[j] + i, lq[j] + n, lbuf[j].begin());
-        lt[j] = lbuf[j].data();
-      }
-      for (std::size_t j = 0; j < NW + NR; ++j) {
-        if (j >= NW && is[NL + j] != 0 && !direct[j - NW]) std::copy(wq[j] + i, wq[j] + n, wbuf[j].begin());
-        wt[j] = wbuf[j].data();
-      }
-      auto tacc = reduction_identities<A, NR, Rn, V>();
-      body(flat, lt, wt, 0, is, tacc);
-      for (std::size_t j = 0; j < NW + NR; ++j) {
-        if (j < NW) std::copy(wbuf[j].begin(), wbuf[j].begin() + (is[NL + j] == 0 ? 1 : nt), wq[j] + (is[NL + j] == 0 ? 0 : i));
-        else if (is[NL + j] != 0) std::copy(wbuf[j].begin(), wbuf[j].begin() + nt, wq[j] + i);
+        auto& c = cur[static_cast<std::size_t>(Ln[j])];
+        if (is[j] == 0) {
+          c = load_buf(j);
+        } else if (scale[j] != T(1)) {
+          tile_scale(lp[j] + base[j] + i, scale[j], load_buf(j), m);
+          c = load_buf(j);
+        } else {
+          c = lp[j] + base[j] + i;
+        }
       }
       [&]<std::size_t... J>(std::index_sequence<J...>) {
         (
             [&] {
-              constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>();
-              for (index_t e = 0; e < nt; ++e) tail[J] = combine<K>(tail[J], tacc[J].get(static_cast<std::size_t>(e)));
+              constexpr auto c = static_cast<std::size_t>(Cn[J]);
+              constexpr auto ch = A::cg.children[c];
+              using E = typename A::template node_t<c>;
+              if constexpr (is_custom_v<E>) {
+                cur[c] = cur[static_cast<std::size_t>(ch[arity_v<E> - 1])];
+                if constexpr (store_of[J] >= 0) {  // its value lives elsewhere: copy it out
+                  constexpr auto q = NL + static_cast<std::size_t>(store_of[J]);
+                  if (is[q] != 0) std::copy(cur[c], cur[c] + m, wp[static_cast<std::size_t>(store_of[J])] + base[q] + i);
+                }
+              } else {
+                T* dst = reg_ptr(R.reg[J]);
+                if constexpr (store_of[J] >= 0) {
+                  constexpr auto q = NL + static_cast<std::size_t>(store_of[J]);
+                  if (is[q] != 0) dst = wp[static_cast<std::size_t>(store_of[J])] + base[q] + i;
+                }
+                const auto& op = A::template node<c>(nodes).op;
+                const T* b = arity_v<E> == 2 ? cur[static_cast<std::size_t>(ch[1])] : nullptr;
+                tile_op(op, cur[static_cast<std::size_t>(ch[0])], b, dst, m);
+                cur[c] = dst;
+              }
+            }(),
+            ...);
+      }(std::make_index_sequence<Cn.size()>{});
+      for (std::size_t j = 0; j < NW; ++j)
+        if (is[NL + j] == 0) wp[j][base[NL + j]] = cur[static_cast<std::size_t>(Wn[j])][0];
+      [&]<std::size_t... J>(std::index_sequence<J...>) {
+        (
+            [&] {
+              constexpr auto c = static_cast<std::size_t>(Rn[J]);
+              constexpr bool is_max = reduction_kind<typename A::template node_t<c>>() == reduce_kind_t::max;
+              constexpr std::size_t q = NL + NW + J;
+              const T* src = cur[static_cast<std::size_t>(A::cg.children[c][0])];
+              T* p = wp[NW + J] + base[q];
+              if (is[q] == 0) tile_reduce<is_max>(src, m, acc[J], tail[J]);
+              else if (direct[J]) std::copy(src, src + m, p + i);
+              else tile_reduce_into<is_max>(src, p + i, m);
             }(),
             ...);
       }(std::make_index_sequence<NR>{});
@@ -274,7 +294,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
           [&] {
             if (is[NL + NW + J] != 0) return;
             constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>();
-            T* p = wq[NW + J];
+            T* p = wp[NW + J] + base[NL + NW + J];
             *p = combine<K>(*p, combine<K>(horizontal<K, T>(acc[J]), tail[J]));
           }(),
           ...);
@@ -305,7 +325,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
         wp[NW + j] = values[static_cast<std::size_t>(Rn[j])].data_ptr();
         if (values[static_cast<std::size_t>(Rn[j])].numel() == 1) is[NL + NW + j] = 0;
       }
-      if (total > 0) row_fn(std::true_type{}, steps_t{}, total, is);
+      if (total > 0) row_fn(steps_t{}, total, is);
       return;
     }
   }
@@ -363,13 +383,7 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
   }
   std::array<const strides*, N> sp{};
   for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
-  auto rows = [&]<bool Flat>(std::bool_constant<Flat>) {
-    for_each_row<N>(space, sp, steps_t{}, [&](steps_t base, index_t n, steps_t is) {
-      row_fn(std::bool_constant<Flat>{}, base, n, is);
-    });
-  };
-  if (flat) rows(std::true_type{});
-  else rows(std::false_type{});
+  for_each_row<N>(space, sp, steps_t{}, [&](steps_t base, index_t n, steps_t is) { row_fn(base, n, is); });
 }
 
 /// Whether shape `s` broadcasts to `to` (NumPy rules).

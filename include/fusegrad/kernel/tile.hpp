@@ -1,0 +1,82 @@
+#pragma once
+/// \file fusegrad/kernel/tile.hpp
+/// Tile kernels: one op over a short run of elements that stays in L1 (a "tile").
+///
+/// Fused loops (the compile-time `fused` backend and the run-time IR's programs) walk their
+/// iteration space in tiles and run each node of the fusion group over the whole tile with
+/// these kernels: the op struct's own SIMD `value`, in a tight loop. Each kernel is compiled
+/// once per op and element type, whatever the graph, so large graphs stay cheap to compile,
+/// and a short loop with one op keeps its constants and operands in registers.
+
+#include <algorithm>
+#include <type_traits>
+
+#include "fusegrad/core/simd.hpp"
+#include "fusegrad/core/shape.hpp"
+
+namespace fusegrad::detail {
+
+/// Elements per tile: 256 floats or doubles (1–2 KiB per value).
+inline constexpr index_t tile_elems = 256;
+
+/// out[i] = op.value(a[i]) (or op.value(a[i], b[i])) for i in [0, n).
+template <class Op, Element T>
+[[gnu::noinline]] void tile_op(const Op& op, const T* __restrict a, const T* __restrict b, T* __restrict out,
+                               index_t n) {
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  index_t i = 0;
+  if constexpr (requires { op.value(a[0]); }) {
+    for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i)).store_unaligned(out + i);
+    for (; i < n; ++i) out[i] = op.value(a[i]);
+  } else {
+    for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i), V::load_unaligned(b + i)).store_unaligned(out + i);
+    for (; i < n; ++i) out[i] = op.value(a[i], b[i]);
+  }
+}
+
+/// acc = combine(acc, src[i]) over [0, n): lanes in `acc`, the scalar tail in `tail`.
+template <bool Max, Element T>
+[[gnu::noinline]] void tile_reduce(const T* __restrict src, index_t n, simd<T>& acc, T& tail) {
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  index_t i = 0;
+  V a = acc;
+  for (; i + W <= n; i += W) {
+    const V v = V::load_unaligned(src + i);
+    if constexpr (Max) a = lanes::max(a, v);
+    else a = a + v;
+  }
+  acc = a;
+  T t = tail;
+  for (; i < n; ++i) {
+    if constexpr (Max) t = lanes::max(t, src[i]);
+    else t = t + src[i];
+  }
+  tail = t;
+}
+
+/// dst[i] = combine(dst[i], src[i]) over [0, n) (a reduction whose output runs along the tile).
+template <bool Max, Element T>
+[[gnu::noinline]] void tile_reduce_into(const T* __restrict src, T* __restrict dst, index_t n) {
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  index_t i = 0;
+  for (; i + W <= n; i += W) {
+    const V d = V::load_unaligned(dst + i), v = V::load_unaligned(src + i);
+    (Max ? lanes::max(d, v) : d + v).store_unaligned(dst + i);
+  }
+  for (; i < n; ++i) dst[i] = Max ? lanes::max(dst[i], src[i]) : dst[i] + src[i];
+}
+
+/// out[i] = a[i] * s over [0, n).
+template <Element T>
+[[gnu::noinline]] void tile_scale(const T* __restrict a, T s, T* __restrict out, index_t n) {
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  index_t i = 0;
+  for (; i + W <= n; i += W) (V::load_unaligned(a + i) * V(s)).store_unaligned(out + i);
+  for (; i < n; ++i) out[i] = a[i] * s;
+}
+
+}  // namespace fusegrad::detail
