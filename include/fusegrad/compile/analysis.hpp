@@ -86,14 +86,13 @@ struct analysis {
   // ---- the forward graph ---------------------------------------------------------------
   static constexpr auto forward_joint(const out_t& outs) { return forward_joint_of(outs); }
   using fjoint_t = decltype(forward_joint(std::declval<const out_t&>()));
-  using ftypes = types_of_t<fjoint_t>;
   static constexpr std::size_t FN = tree_size<fjoint_t>();  ///< forward tree positions
   static constexpr bool constant_fn = constant_evaluable<T, Fn>(std::make_index_sequence<NIn>{});
   static constexpr std::array<raw_entry, FN> fraw = [] {
     std::array<raw_entry, FN> raw{};
     int pos = 0;
-    if constexpr (constant_fn) fill_raw<ftypes, true>(raw.data(), pos, &constant_forward<T, Fn, NIn>);
-    else fill_raw<ftypes, false>(raw.data(), pos, static_cast<const fjoint_t*>(nullptr));
+    if constexpr (constant_fn) fill_raw<true>(raw.data(), pos, &constant_forward<T, Fn, NIn>);
+    else fill_raw<false>(raw.data(), pos, static_cast<const fjoint_t*>(nullptr));
     return raw;
   }();
   static constexpr auto fcg = canonicalize(fraw);
@@ -117,7 +116,7 @@ struct analysis {
   }();
 
   template <std::size_t C>
-  using fnode_t = nth_type_t<static_cast<std::size_t>(fcg.type[C]), ftypes>;
+  using fnode_t = typename node_type_at<fjoint_t, fraw, fcg.rep[C]>::type;
   /// Forward node C of a forward tree whose node addresses (post-order) are `fp`.
   template <std::size_t C>
   static const fnode_t<C>& fnode(const void* const* fp) {
@@ -269,13 +268,12 @@ struct analysis {
     }
     return r;
   }();
-  using jtypes = types_of_t<joint_t>;
   /// The joint tree's table: its forward part keeps the forward walk's keys (constants read
   /// there when known), so the joint graph's first MF nodes are the forward graph's.
   static constexpr std::array<raw_entry, tree_nodes> jraw = [] {
     std::array<raw_entry, tree_nodes> raw{};
     int pos = 0;
-    fill_raw<jtypes, false>(raw.data(), pos, static_cast<const joint_t*>(nullptr));
+    fill_raw<false>(raw.data(), pos, static_cast<const joint_t*>(nullptr));
     for (std::size_t t = 0; t < FN; ++t) {
       raw[t].key = fraw[t].key;
       raw[t].mergeable = fraw[t].mergeable;
@@ -330,7 +328,7 @@ struct analysis {
   static constexpr partition::plan<M> plan = partition::make_plan(pgraph, policy_value<Policy>::value);
 
   template <std::size_t C>
-  using node_t = nth_type_t<static_cast<std::size_t>(cg.type[C]), jtypes>;
+  using node_t = typename node_type_at<joint_t, jraw, cg.rep[C]>::type;
   /// Canonical node C of an instance whose node addresses (post-order) are `nodes`.
   template <std::size_t C>
   static const node_t<C>& node(const void* const* nodes) {

@@ -111,7 +111,8 @@ struct raw_entry {
   gkind kind = gkind::pointwise;
   std::uint64_t key = 0;      ///< the node's own operation (and its state, when known)
   bool mergeable = false;     ///< equal key and equal operands mean one value
-  int type = -1;              ///< index of the node's type in the tree's type list
+  int parent = -1;            ///< tree position of the node's parent (-1: a root)
+  int slot = -1;              ///< which operand of its parent it is (for a root: which root)
   int alias = -1;             ///< for fwd_ref<K>: K (a canonical forward node)
   int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
   int children[3] = {-1, -1, -1};  ///< tree positions of the operands
@@ -121,7 +122,7 @@ struct raw_entry {
 /// One instantiation per node *type*: positions are values, not template arguments. When
 /// `Known`, `obj` is the tree as a constant: node state is read and equal constants merge
 /// (a template flag, not a null test: GCC does not fold address tests under ASan).
-template <class L, bool Known, class E>
+template <bool Known, class E>
 constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
   static_assert(is_joint_v<E> || arity_v<E> <= 3,
                 "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
@@ -131,14 +132,18 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
       if constexpr (Known) return &child<J>(*obj);
       else return static_cast<const std::tuple_element_t<J, children_t<E>>*>(nullptr);
     };
-    ((ch[I] = fill_raw<L, Known>(raw, pos, child_ptr(std::integral_constant<std::size_t, I>{}))), ...);
+    ((ch[I] = fill_raw<Known>(raw, pos, child_ptr(std::integral_constant<std::size_t, I>{}))), ...);
   }(std::make_index_sequence<arity_v<E>>{});
   if constexpr (is_joint_v<E>) {
+    for (std::size_t k = 0; k < arity_v<E>; ++k) raw[ch[k]].slot = static_cast<int>(k);
     return -1;
   } else {
     const int me = pos++;
     raw_entry& r = raw[me];
-    r.type = type_index<E>(L{});
+    for (std::size_t k = 0; k < arity_v<E>; ++k) {
+      raw[ch[k]].parent = me;
+      raw[ch[k]].slot = static_cast<int>(k);
+    }
     if constexpr (is_fwd_ref_v<E>) {
       r.alias = static_cast<int>(E::index);
     } else if constexpr (is_adj_ref_v<E>) {
@@ -161,15 +166,14 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
   }
 }
 
-/// The canonical graph: `count` nodes, each with its kind, its representative tree position,
-/// its type (an index into the tree's type list) and its canonical children; `canon` maps every
+/// The canonical graph: `count` nodes, each with its kind, its representative tree position
+/// and its canonical children; `canon` maps every
 /// tree position to its canonical node.
 template <std::size_t N>
 struct canonical_graph {
   std::size_t count = 0;
   std::array<int, N> canon{};
   std::array<int, N> rep{};
-  std::array<int, N> type{};
   std::array<gkind, N> kind{};
   std::array<std::array<int, 3>, N> children{};
 };
@@ -209,11 +213,50 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, c
     const std::size_t id = g.count++;
     g.canon[t] = static_cast<int>(id);
     g.rep[id] = static_cast<int>(t);
-    g.type[id] = r.type;
     g.kind[id] = r.kind;
     g.children[id] = ch;
   }
   return g;
 }
+
+/// The slots from the root down to tree position `t` (the path `node_at_t` follows).
+template <std::size_t N>
+constexpr std::size_t depth_of(const std::array<raw_entry, N>& raw, int t) {
+  std::size_t d = 1;
+  while (raw[static_cast<std::size_t>(t)].parent >= 0) {
+    t = raw[static_cast<std::size_t>(t)].parent;
+    ++d;
+  }
+  return d;
+}
+template <std::size_t D, std::size_t N>
+constexpr std::array<int, D> path_of(const std::array<raw_entry, N>& raw, int t) {
+  std::array<int, D> p{};
+  for (std::size_t k = D; k-- > 0;) {
+    p[k] = raw[static_cast<std::size_t>(t)].slot;
+    t = raw[static_cast<std::size_t>(t)].parent;
+  }
+  return p;
+}
+
+/// The type reached from `E` by following operand slots `P...` (one small instantiation per
+/// step, shared by paths with a common suffix).
+template <class E, int... P>
+struct at_path {
+  using type = E;
+};
+template <class E, int P0, int... P>
+struct at_path<E, P0, P...> {
+  using type = typename at_path<std::tuple_element_t<static_cast<std::size_t>(P0), children_t<E>>, P...>::type;
+};
+/// The type of the node at tree position `t` of the tree `J` whose table is `Raw`.
+template <class J, const auto& Raw, int t>
+struct node_type_at {
+  static constexpr std::size_t depth = depth_of(Raw, t);
+  static constexpr auto path = path_of<depth>(Raw, t);
+  using type = typename decltype([]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::type_identity<typename at_path<J, path[I]...>::type>{};
+  }(std::make_index_sequence<depth>{}))::type;
+};
 
 }  // namespace fusegrad::detail

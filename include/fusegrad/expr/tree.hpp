@@ -102,46 +102,11 @@ constexpr bool contains_sym() {
   }
 }
 
-/// The distinct node types of a tree, as a type list in post-order of first occurrence.
-/// A subtree whose type is already listed is not walked again, so the work is linear in
-/// the number of distinct types, however often subexpressions repeat in the tree.
+/// A list of types (the IR's op table).
 template <class... Ts>
 struct type_list {
   static constexpr std::size_t size = sizeof...(Ts);
 };
-template <class E, class... Ts>
-inline constexpr bool listed_v = (std::is_same_v<E, Ts> || ...);
-
-template <class E, class L>
-struct collect_types;
-template <class L, class... Cs>
-struct collect_children;
-template <class L>
-struct collect_children<L> {
-  using type = L;
-};
-template <class L, class C, class... Cs>
-struct collect_children<L, C, Cs...> {
-  using type = typename collect_children<typename collect_types<C, L>::type, Cs...>::type;
-};
-template <class E, class... Ts>
-struct collect_types<E, type_list<Ts...>> {
-  template <class... Cs>
-  static auto children(std::type_identity<std::tuple<Cs...>>) -> collect_children<type_list<Ts...>, Cs...>;
-  template <class L2>
-  struct append;
-  template <class... Us>
-  struct append<type_list<Us...>> {
-    using type = std::conditional_t<is_joint_v<E>, type_list<Us...>, type_list<Us..., E>>;
-  };
-  static auto walk() {
-    if constexpr (listed_v<E, Ts...>) return std::type_identity<type_list<Ts...>>{};
-    else return std::type_identity<typename append<typename decltype(children(std::type_identity<children_t<E>>{}))::type>::type>{};
-  }
-  using type = typename decltype(walk())::type;
-};
-template <class E>
-using types_of_t = typename collect_types<E, type_list<>>::type;
 
 /// Index of type `E` in a type list.
 template <class E, class... Ts>
