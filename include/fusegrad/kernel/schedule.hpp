@@ -104,6 +104,29 @@ enum class part : unsigned char { compute, reduce, load, store, matmul };
 template <class A, auto Active, auto Keep>
 inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 
+/// For every stage, which nodes its loop reads from memory: one pass over the graph (asking
+/// node by node is quadratic, and was a large part of the compile time of big graphs).
+template <class A, auto Active, auto Keep>
+struct stage_loads {
+  static constexpr auto& sch = schedule_v<A, Active, Keep>;
+  static constexpr auto value = [] {
+    std::array<std::array<bool, A::M>, (sch.stages > 0 ? static_cast<std::size_t>(sch.stages) : 1)> l{};
+    for (std::size_t p = 0; p < A::M; ++p) {
+      const role rp = sch.roles[p];
+      if (!(rp == role::compute || rp == role::reduce)) continue;
+      const auto S = static_cast<std::size_t>(sch.stage[p]);
+      for (int ch : A::cg.children[p]) {
+        if (ch < 0) continue;
+        const auto c = static_cast<std::size_t>(ch);
+        const role r = sch.roles[c];
+        if ((r == role::compute && sch.stage[c] == sch.stage[p]) || r == role::none) continue;
+        l[S][c] = true;
+      }
+    }
+    return l;
+  }();
+};
+
 template <class A, auto Active, auto Keep, int S, part P>
 constexpr bool stage_member(std::size_t c) {
   constexpr auto& sch = schedule_v<A, Active, Keep>;
@@ -113,15 +136,7 @@ constexpr bool stage_member(std::size_t c) {
     case part::store: return r == role::compute && sch.stage[c] == S && sch.store[c];
     case part::reduce: return r == role::reduce && sch.stage[c] == S;
     case part::matmul: return r == role::matmul && sch.stage[c] == S;
-    case part::load:
-      if ((r == role::compute && sch.stage[c] == S) || r == role::none) return false;
-      for (std::size_t p = 0; p < A::M; ++p) {
-        const role rp = sch.roles[p];
-        if (!((rp == role::compute || rp == role::reduce) && sch.stage[p] == S)) continue;
-        for (int ch : A::cg.children[p])
-          if (ch == static_cast<int>(c)) return true;
-      }
-      return false;
+    case part::load: return stage_loads<A, Active, Keep>::value[static_cast<std::size_t>(S)][c];
   }
   return false;
 }
