@@ -8,17 +8,13 @@
 
 #include <fusegrad/fusegrad.hpp>
 
+#include "compare.hpp"
+
 namespace fg = fusegrad;
+using fusegrad_test::max_rel;
 
 namespace {
 
-double max_rel(const fg::tensor<double>& a, const fg::tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto u = a.to_vector(), v = b.to_vector();
-  double m = 0;
-  for (std::size_t i = 0; i < u.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]) / (1e-12 + std::abs(u[i])));
-  return m;
-}
 
 // Runs `fn` eagerly and through backend B on clones of `xs`; compares outputs and gradients.
 template <class B, class F, class... X>

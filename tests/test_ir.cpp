@@ -7,37 +7,17 @@
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
+
+#include "compare.hpp"
 #include <fusegrad/ir/program.hpp>
 
 namespace fg = fusegrad;
+using fusegrad_test::max_rel;
+using fusegrad_test::max_normwise;
 
 namespace {
 
-double max_rel(const fg::tensor<double>& a, const fg::tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto u = a.to_vector(), v = b.to_vector();
-  double m = 0;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    if (std::isnan(u[i]) || std::isnan(v[i])) return 1e300;  // no NaN is expected anywhere
-    m = std::max(m, std::abs(u[i] - v[i]) / (1e-12 + std::abs(u[i])));
-  }
-  return m;
-}
 
-// Largest difference relative to the largest element: the interpreter sums in tile order and
-// eager in SIMD-lane order, so gradients that go through sums (cancellation) differ by
-// rounding relative to the whole vector, not to each element.
-double max_normwise(const fg::tensor<double>& a, const fg::tensor<double>& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto u = a.to_vector(), v = b.to_vector();
-  double d = 0, m = 1e-300;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    if (std::isnan(u[i]) || std::isnan(v[i])) return 1e300;
-    d = std::max(d, std::abs(u[i] - v[i]));
-    m = std::max(m, std::abs(u[i]));
-  }
-  return d / m;
-}
 
 // Builds fn's graph on IR values of the inputs' shapes, runs it and its backward, and compares
 // values and gradients with eager (the same fn on tensors).

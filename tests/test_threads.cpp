@@ -12,7 +12,10 @@
 
 #include <fusegrad/fusegrad.hpp>
 
+#include "compare.hpp"
+
 namespace fg = fusegrad;
+using fusegrad_test::max_rel;
 
 namespace {
 auto body = [](auto x, auto y) {
@@ -20,13 +23,6 @@ auto body = [](auto x, auto y) {
   return fg::cos(fg::cos(x)) * y + e / fg::sum(e, -1, true);
 };
 
-double max_rel(const fg::tensor<double>& a, const fg::tensor<double>& b) {
-  const auto u = a.to_vector(), v = b.to_vector();
-  if (u.size() != v.size()) return 1e300;
-  double m = 0;
-  for (std::size_t i = 0; i < u.size(); ++i) m = std::max(m, std::abs(u[i] - v[i]) / (1e-12 + std::abs(u[i])));
-  return m;
-}
 }  // namespace
 
 TEST_CASE("one compiled function called from 8 threads at once") {

@@ -3,8 +3,9 @@
 /// The joint forward/backward graph of a compiled function, computed at compile time.
 ///
 /// The joint tree (forward outputs, then one backward output per input that has a gradient)
-/// is flattened in post-order and canonicalised: pure subtrees of the same type become one
-/// node (structural sharing by type identity) and `fwd_ref<K>` becomes the forward node K.
+/// is flattened in post-order and canonicalised by hash-consing: a node with the same op (and
+/// constant, when known) and the same canonical operands as an earlier one is that node, and
+/// `fwd_ref<K>` becomes the forward node K.
 /// The result is a small constexpr table, children before parents, which the partitioner
 /// (save/recompute plan), the scheduler and the evaluators all read.
 

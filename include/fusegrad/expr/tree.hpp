@@ -72,35 +72,6 @@ constexpr std::size_t tree_size() {
     return (std::size_t{0} + ... + tree_size<std::tuple_element_t<I, children_t<E>>>());
   }(std::make_index_sequence<arity_v<E>>{}) + own;
 }
-template <class... R>
-constexpr std::size_t joint_size() { return (std::size_t{0} + ... + tree_size<R>()); }
-
-/// True when a subtree carries no run-time constants: its type alone identifies its value,
-/// so equal types are one value (structural sharing by type identity).
-template <class E>
-constexpr bool pure() {
-  if constexpr (is_leaf_v<E>) return true;
-  else if constexpr (is_reduce_v<E> || is_unreduce_v<E>) return false;  // run-time keepdim flag
-  else {
-    bool own = true;
-    if constexpr (is_pointwise_v<E>) own = std::is_empty_v<decltype(std::declval<E>().op)>;
-    return own && []<std::size_t... I>(std::index_sequence<I...>) {
-      return (true && ... && pure<std::tuple_element_t<I, children_t<E>>>());
-    }(std::make_index_sequence<arity_v<E>>{});
-  }
-}
-
-/// Whether input `I` occurs in the tree.
-template <std::size_t I, class E>
-constexpr bool contains_sym() {
-  if constexpr (is_leaf_v<E>) {
-    return std::is_same_v<E, sym<I, typename E::element_type>>;
-  } else {
-    return []<std::size_t... J>(std::index_sequence<J...>) {
-      return (false || ... || contains_sym<I, std::tuple_element_t<J, children_t<E>>>());
-    }(std::make_index_sequence<arity_v<E>>{});
-  }
-}
 
 /// A list of types (the IR's op table).
 template <class... Ts>
@@ -115,26 +86,6 @@ constexpr int type_index(type_list<Ts...>) {
   ((r = (r < 0 && std::is_same_v<E, Ts>) ? i : r, ++i), ...);
   return r;
 }
-
-/// The `I`-th type of a type list, by overload resolution over indexed bases (no recursion).
-template <std::size_t I, class T>
-struct indexed {
-  using type = T;
-};
-template <class Is, class... Ts>
-struct indexer;
-template <std::size_t... Is, class... Ts>
-struct indexer<std::index_sequence<Is...>, Ts...> : indexed<Is, Ts>... {};
-template <std::size_t I, class T>
-indexed<I, T> select_indexed(const indexed<I, T>&);
-template <std::size_t I, class L>
-struct nth_type;
-template <std::size_t I, class... Ts>
-struct nth_type<I, type_list<Ts...>> {
-  using type = typename decltype(select_indexed<I>(indexer<std::index_sequence_for<Ts...>, Ts...>{}))::type;
-};
-template <std::size_t I, class L>
-using nth_type_t = typename nth_type<I, L>::type;
 
 /// Addresses of every node of a tree object, in post-order (the order of the constexpr
 /// tables): how the evaluators reach the run-time constants of a node without one template

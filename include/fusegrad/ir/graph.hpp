@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "fusegrad/expr/tree.hpp"  // type_list, nth_type_t
+#include "fusegrad/expr/tree.hpp"  // type_list, type_index
 #include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"

@@ -211,7 +211,10 @@ class program {
       if (in.reg < 0 && n.kind != node_kind::sum && n.kind != node_kind::mean && n.kind != node_kind::max)
         vals[static_cast<std::size_t>(in.node)] = fusegrad::detail::empty<T>(n.sizes);
     }
-    std::vector<T> regs(static_cast<std::size_t>(std::max(l.registers, 1) * tile));
+    thread_local std::vector<T> regbuf;  // grows only: no allocation per run
+    const auto need = static_cast<std::size_t>(std::max(l.registers, 1) * tile);
+    if (regbuf.size() < need) regbuf.resize(need);
+    T* const regs = regbuf.data();
     std::vector<T> acc(l.code.size());
     for (std::size_t p = 0; p < l.code.size(); ++p) {
       const auto kind = ns[static_cast<std::size_t>(l.code[p].node)].kind;
@@ -236,7 +239,7 @@ class program {
         const instr& in = l.code[p];
         const auto k = static_cast<std::size_t>(in.node);
         const auto& nd = ns[k];
-        T* dst = in.reg >= 0 ? regs.data() + in.reg * tile : nullptr;
+        T* dst = in.reg >= 0 ? regs + in.reg * tile : nullptr;
         switch (nd.kind) {
           case node_kind::pointwise: {
             if (!dst) dst = vals[k].data_ptr() + t0;

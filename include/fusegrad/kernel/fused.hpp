@@ -215,8 +215,12 @@ void run_pass(eval_context<A, T>& ctx, const shape& it,
     return s;
   }();
   constexpr index_t tile = tile_elems;
-  std::vector<T> regbuf(static_cast<std::size_t>((R.count + static_cast<int>(NL)) * tile));
-  auto reg_ptr = [&](int r) { return regbuf.data() + static_cast<std::ptrdiff_t>(r) * tile; };
+  // Tile registers live in a per-thread buffer that only grows: no allocation per call.
+  thread_local std::vector<T> regbuf;
+  const auto need = static_cast<std::size_t>((R.count + static_cast<int>(NL)) * tile);
+  if (regbuf.size() < need) regbuf.resize(need);
+  T* const regs = regbuf.data();
+  auto reg_ptr = [regs](int r) { return regs + static_cast<std::ptrdiff_t>(r) * tile; };
   auto load_buf = [&](std::size_t j) { return reg_ptr(R.count + static_cast<int>(j)); };
 
   // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
