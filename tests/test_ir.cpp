@@ -38,7 +38,7 @@ void same_as_eager(F fn, const X&... xs) {
   const int out = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(v[I]...).id; }(std::index_sequence_for<X...>{});
   std::vector<int> wrt;
   for (const auto& x : v) wrt.push_back(x.id);
-  const std::vector<int> grads = fg::ir::backward(g, out, wrt);
+  const std::vector<int> grads = fg::ir::backward(g, {out}, wrt);
   std::vector<int> outputs{out};
   for (int gi : grads) {
     REQUIRE(gi >= 0);
@@ -105,7 +105,16 @@ TEST_CASE("IR programs: loops, registers and errors") {
   CHECK_THROWS_WITH_AS(p.run({fg::ones<float>({8})}), doctest::Contains("compiled for [4096]"), fg::error);
   fg::ir::graph<float> h;
   const fg::ir::value<float> b{&h, h.add_input({3, 4})}, c{&h, h.add_input({4})};
-  const auto bc = b * c;
-  CHECK_THROWS_WITH_AS(fg::ir::program<float>(h, {bc.id}), doctest::Contains("not supported by the tile interpreter yet"),
-                       fg::error);
+  const auto bc = fg::exp(b * c);  // a broadcast a tile cannot express: an eager step, then a loop
+  const fg::ir::program<float> q(h, {bc.id});
+  CHECK(q.num_steps() == 2);
+  CHECK(q.num_loops() == 1);
+  const auto xb = fg::randn<float>({3, 4}, 10), xc = fg::randn<float>({4}, 11);
+  CHECK(max_rel(fg::exp(xb * xc), q.run({xb, xc})[0]) < 1e-6);
+  CHECK_THROWS_WITH_AS(h.add_pointwise(fg::ops::add_op{}, b.id, h.add_input({5})), doctest::Contains("broadcast"), fg::error);
+}
+
+TEST_CASE("IR graphs with general broadcasting (eager steps, summed-to gradients) equal eager") {
+  same_as_eager([](auto a, auto b) { return fg::sin(a) * b + b; }, fg::randn<double>({4, 5}, 12), fg::randn<double>({5}, 13));
+  same_as_eager([](auto a, auto b) { return a / b; }, fg::randn<double>({4, 5}, 14), fg::abs(fg::randn<double>({4, 1}, 15)) + 1.0);
 }

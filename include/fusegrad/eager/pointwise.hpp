@@ -14,7 +14,10 @@
 #include <concepts>
 #include <string_view>
 
+#include <bit>
+
 #include "fusegrad/eager/autograd.hpp"
+#include "fusegrad/ir/op_table.hpp"
 
 namespace fusegrad {
 
@@ -53,6 +56,18 @@ constexpr bool uses_output() {
   else return true;
 }
 
+/// The constant an op with state holds (its one scalar), or zero.
+template <Element T, class Op>
+T op_scalar(const Op& op) {
+  if constexpr (std::is_empty_v<Op>) return T{};
+  else {
+    static_assert(sizeof(Op) == sizeof(T) && std::is_trivially_copyable_v<Op>,
+                  "fusegrad: an op in the IR's op table with state must hold exactly one scalar of the "
+                  "element type");
+    return std::bit_cast<T>(op);
+  }
+}
+
 /// Sums `g` down to `target` (the inverse of broadcasting), without recording.
 template <Element T>
 tensor<T> sum_to(const tensor<T>& g, const shape& target) {
@@ -70,6 +85,9 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
 /// Applies an element-wise op to an eager tensor, recording its backward rule on the tape.
 template <Element T, UnaryOp<T> Op>
 tensor<T> apply_op(const Op& op, const tensor<T>& x) {
+  if constexpr (ir::KnownOp<Op, T>)
+    if (auto* r = detail::active_recorder<T>()) [[unlikely]]
+      return r->pointwise(ir::op_index<Op, T>, detail::op_scalar<T>(op), x, nullptr);
   tensor<T> y = detail::map(op, x);
   if constexpr (detail::has_unary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(x)) {
@@ -87,6 +105,9 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
 /// Applies a broadcasting element-wise op to two eager tensors, recording its backward.
 template <Element T, BinaryOp<T> Op>
 tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
+  if constexpr (ir::KnownOp<Op, T>)
+    if (auto* r = detail::active_recorder<T>()) [[unlikely]]
+      return r->pointwise(ir::op_index<Op, T>, detail::op_scalar<T>(op), a, &b);
   tensor<T> y = detail::zip(Op::name, op, a, b);
   if constexpr (detail::has_binary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(a, b)) {

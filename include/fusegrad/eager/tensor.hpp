@@ -33,6 +33,15 @@ namespace detail {
 template <Element T>
 struct tensor_impl;
 
+/// What a lazy tensor (one the run-time tracer has recorded but not computed) calls when its
+/// value is needed: the tracer's flush (a graph break), implemented in fusegrad/jit/trace.hpp.
+struct lazy_source {
+  virtual void realize(std::string_view why) = 0;
+
+ protected:
+  ~lazy_source() = default;
+};
+
 inline std::uint64_t next_id() noexcept {
   static std::atomic<std::uint64_t> counter{0};
   return counter.fetch_add(1, std::memory_order_relaxed);
@@ -118,7 +127,7 @@ class tensor {
   /// Pointer to the first element of a contiguous tensor. Throws for an undefined tensor
   /// or a non-contiguous view (call `contiguous()` first).
   [[nodiscard]] T* data() const {
-    const auto& i = checked("data");
+    const auto& i = synced("data");
     if (!fusegrad::is_contiguous(i.sizes, i.st))
       detail::fail("data", "tensor of shape ", to_string(i.sizes),
                    " is a non-contiguous view; expected a contiguous tensor (call .contiguous())");
@@ -126,12 +135,12 @@ class tensor {
   }
   /// Pointer to element [0,...,0] of any tensor, strided or not (no contiguity check).
   [[nodiscard]] T* data_ptr() const {
-    const auto& i = checked("data_ptr");
+    const auto& i = synced("data_ptr");
     return i.store ? i.store->data() + i.offset : nullptr;
   }
   /// The value of a one-element tensor.
   [[nodiscard]] T item() const {
-    const auto& i = checked("item");
+    const auto& i = synced("item");
     if (fusegrad::numel(i.sizes) != 1)
       detail::fail("item", "a tensor of shape ", to_string(i.sizes), " has ",
                    fusegrad::numel(i.sizes), " elements; expected exactly one element");
@@ -146,19 +155,19 @@ class tensor {
   [[nodiscard]] bool requires_grad() const { return checked("requires_grad").requires_grad; }
   /// Marks a leaf as needing gradients; returns *this so it chains after a factory.
   tensor& requires_grad(bool on) {
-    auto& i = checked("requires_grad");
+    auto& i = synced("requires_grad");
     if (i.grad_fn)
       detail::fail("requires_grad", "requires_grad can only be changed on leaf tensors; this "
                    "tensor was produced by ", grad_fn_name(), " (use .detach() for a new leaf)");
     i.requires_grad = on;
     return *this;
   }
-  [[nodiscard]] bool is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+  [[nodiscard]] bool is_leaf() const { return synced("is_leaf").grad_fn == nullptr; }
   /// The node that produced this tensor, or null for leaves.
-  [[nodiscard]] const std::shared_ptr<node<T>>& grad_fn() const { return checked("grad_fn").grad_fn; }
+  [[nodiscard]] const std::shared_ptr<node<T>>& grad_fn() const { return synced("grad_fn").grad_fn; }
   /// PyTorch's name of `grad_fn()` (e.g. "MulBackward0"), or "" for leaves.
   [[nodiscard]] std::string grad_fn_name() const;
-  [[nodiscard]] std::size_t output_nr() const { return checked("output_nr").output_nr; }
+  [[nodiscard]] std::size_t output_nr() const { return synced("output_nr").output_nr; }
   /// The accumulated gradient (undefined until a backward reaches this tensor).
   [[nodiscard]] tensor grad() const { return checked("grad").grad; }
   /// Replaces the accumulated gradient (pass `{}` to reset it).
@@ -201,7 +210,17 @@ class tensor {
 
   /// Identity of the underlying tensor (two handles to one tensor compare equal).
   [[nodiscard]] bool is_same(const tensor& o) const noexcept { return impl_ == o.impl_; }
-  [[nodiscard]] const std::shared_ptr<detail::tensor_impl<T>>& impl() const noexcept { return impl_; }
+  /// The shared implementation. A lazy tensor (recorded by the run-time tracer) is computed
+  /// first: code that reaches into the implementation needs its values.
+  [[nodiscard]] const std::shared_ptr<detail::tensor_impl<T>>& impl() const {
+    if (impl_ && impl_->lazy) [[unlikely]]
+      impl_->lazy->realize("an op the tracer does not capture");
+    return impl_;
+  }
+  /// The implementation as it is, lazy or not (for the tracer).
+  [[nodiscard]] const std::shared_ptr<detail::tensor_impl<T>>& raw_impl() const noexcept { return impl_; }
+  /// True while this tensor is recorded by the run-time tracer but not yet computed.
+  [[nodiscard]] bool is_lazy() const noexcept { return impl_ && impl_->lazy; }
 
  private:
   detail::tensor_impl<T>& checked(std::string_view op) const {
@@ -209,6 +228,12 @@ class tensor {
       detail::fail(op, "the tensor is undefined (holds no data); expected a defined tensor "
                    "(was a gradient read before backward reached it?)");
     return *impl_;
+  }
+  detail::tensor_impl<T>& synced(std::string_view op) const {
+    auto& i = checked(op);
+    if (i.lazy) [[unlikely]]
+      i.lazy->realize(op);
+    return i;
   }
   std::shared_ptr<detail::tensor_impl<T>> impl_;
 };
@@ -228,6 +253,8 @@ struct tensor_impl {
   std::size_t output_nr = 0;
   std::shared_ptr<node<T>> grad_accumulator;  ///< AccumulateGrad node of a leaf, made lazily
   std::vector<hook<T>> leaf_hooks;            ///< hooks of a leaf, run by AccumulateGrad
+  lazy_source* lazy = nullptr;  ///< set while the run-time tracer holds this tensor uncomputed
+  int lazy_node = -1;           ///< its node in the tracer's pending graph
 };
 
 /// A fresh contiguous tensor of shape `s` (uninitialised elements).
@@ -279,7 +306,7 @@ void for_each_offset(const shape& s, const strides& st, index_t offset, F&& f) {
 
 template <Element T>
 std::vector<T> tensor<T>::to_vector() const {
-  const auto& i = checked("to_vector");
+  const auto& i = synced("to_vector");
   std::vector<T> out;
   out.reserve(static_cast<std::size_t>(fusegrad::numel(i.sizes)));
   const T* p = i.store ? i.store->data() : nullptr;
@@ -289,7 +316,7 @@ std::vector<T> tensor<T>::to_vector() const {
 
 template <Element T>
 T tensor<T>::at(std::initializer_list<index_t> idx) const {
-  const auto& i = checked("at");
+  const auto& i = synced("at");
   if (idx.size() != i.sizes.size())
     detail::fail("at", "got ", idx.size(), " indices for a tensor of shape ", to_string(i.sizes),
                  "; expected ", i.sizes.size());
@@ -306,7 +333,7 @@ T tensor<T>::at(std::initializer_list<index_t> idx) const {
 
 template <Element T>
 tensor<T> tensor<T>::detach() const {
-  const auto& i = checked("detach");
+  const auto& i = synced("detach");
   return detail::alias(*this, i.sizes, i.st, i.offset);
 }
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "fusegrad/expr/expr.hpp"
+#include "fusegrad/ir/op_table.hpp"  // type_list, type_index
 
 namespace fusegrad::detail {
 
@@ -71,20 +72,6 @@ constexpr std::size_t tree_size() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
     return (std::size_t{0} + ... + tree_size<std::tuple_element_t<I, children_t<E>>>());
   }(std::make_index_sequence<arity_v<E>>{}) + own;
-}
-
-/// A list of types (the IR's op table).
-template <class... Ts>
-struct type_list {
-  static constexpr std::size_t size = sizeof...(Ts);
-};
-
-/// Index of type `E` in a type list.
-template <class E, class... Ts>
-constexpr int type_index(type_list<Ts...>) {
-  int i = 0, r = -1;
-  ((r = (r < 0 && std::is_same_v<E, Ts>) ? i : r, ++i), ...);
-  return r;
 }
 
 /// Addresses of every node of a tree object, in post-order (the order of the constexpr

@@ -3,18 +3,19 @@
 /// The run-time graph IR (the counterpart of an FX graph): what the run-time tracer records
 /// and compiled autograd captures, when the C++ compiler cannot see the graph.
 ///
-/// A node is an op of `ops/` named by its index in one op table, its operands, its scalar
-/// constant (for `x * s` and friends) and its shape. Nothing about an op is redefined here:
-/// the interpreter runs the op struct's own `value` on SIMD batches, and `ir::backward`
-/// derives the backward graph by calling the op's own derivative rule on `ir::value`s,
-/// which append nodes as they are combined (see DESIGN.md, "The one idea").
+/// A node is an op of `ops/` named by its index in one op table (ir/op_table.hpp), its
+/// operands, its scalar constant (for `x * s` and friends) and its shape. Nothing about an op
+/// is redefined here: programs run the op struct's own `value` on SIMD tiles, the eager
+/// fallback calls the eager op, and `ir::backward` derives the backward graph by calling the
+/// op's own derivative rule on `ir::value`s, which append nodes as they are combined (see
+/// DESIGN.md, "The one idea").
 
 #include <bit>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "fusegrad/expr/tree.hpp"  // type_list, type_index
+#include "fusegrad/ir/op_table.hpp"
 #include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
@@ -22,7 +23,9 @@
 #include "fusegrad/ops/div.hpp"
 #include "fusegrad/ops/exp.hpp"
 #include "fusegrad/ops/log.hpp"
+#include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/maximum.hpp"
+#include "fusegrad/ops/mean.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/neg.hpp"
 #include "fusegrad/ops/pow.hpp"
@@ -32,6 +35,7 @@
 #include "fusegrad/ops/sqrt.hpp"
 #include "fusegrad/ops/step.hpp"
 #include "fusegrad/ops/sub.hpp"
+#include "fusegrad/ops/sum.hpp"
 #include "fusegrad/ops/tanh.hpp"
 
 namespace fusegrad {
@@ -42,42 +46,53 @@ struct ir_value_base {};
 
 namespace fusegrad::ir {
 
-/// Every element-wise op the IR can hold, in one list: a node's `op` is an index into it.
-/// Ops with state hold exactly one scalar of the element type (the node's `scalar`).
-template <Element T>
-using op_table = detail::type_list<
-    ops::neg_op, ops::exp_op, ops::log_op, ops::sin_op, ops::cos_op, ops::tanh_op, ops::sigmoid_op,
-    ops::relu_op, ops::abs_op, ops::sqrt_op, ops::step_op, ops::sign_op,                   //
-    ops::add_op, ops::sub_op, ops::mul_op, ops::div_op, ops::maximum_op, ops::pow_op,      //
-    ops::gt_op, ops::ge_op, ops::lt_op, ops::le_op, ops::eq_op, ops::ne_op,                //
-    ops::add_scalar_op<T>, ops::sub_scalar_op<T>, ops::rsub_scalar_op<T>, ops::mul_scalar_op<T>,
-    ops::div_scalar_op<T>, ops::rdiv_scalar_op<T>, ops::pow_scalar_op<T>>;
-
-template <class Op, Element T>
-inline constexpr int op_index = detail::type_index<Op>(op_table<T>{});
-
-template <class Op, class T>
-concept KnownOp = Element<T> && op_index<Op, T> >= 0;
-
 /// What a node computes.
 enum class node_kind : std::uint8_t {
   input,      ///< input `index` of the graph
   pointwise,  ///< op `op` of the op table on `a` (and `b`), broadcasting
-  sum,        ///< sum of all elements of `a` (a 0-d value)
-  mean,       ///< mean of all elements of `a`
-  max,        ///< max of all elements of `a`
-  expand,     ///< `a` (0-d) broadcast to this node's shape (the backward of a full reduction)
+  sum,        ///< sum of `a` over the dims in `dims` (all of them: a 0-d value unless keepdim)
+  mean,       ///< mean of `a` over `dims`
+  max,        ///< max of `a` over `dims`
+  expand,     ///< `a` (reduced over `dims` of node `ref`) broadcast back to `ref`'s shape,
+              ///< divided by the reduced count when `average` (the backward of reductions)
+  sum_to,     ///< `a` summed down to the shape of node `ref` (the inverse of broadcasting)
 };
+
+[[nodiscard]] constexpr bool is_reduction(node_kind k) noexcept {
+  return k == node_kind::sum || k == node_kind::mean || k == node_kind::max;
+}
+
+/// The most dims a traced tensor may have (dims are kept as bits of a mask).
+inline constexpr std::size_t max_rank = 64;
 
 template <Element T>
 struct node {
   node_kind kind = node_kind::input;
-  int op = -1;         ///< index in op_table<T> (pointwise)
-  int a = -1, b = -1;  ///< operands
-  int index = -1;      ///< input index (input)
-  T scalar{};          ///< the op's constant (ops with state)
+  bool keepdim = false;  ///< reductions: reduced dims kept with size 1
+  bool average = false;  ///< expand: divide by the number of reduced elements
+  int op = -1;           ///< index in op_table<T> (pointwise)
+  int a = -1, b = -1;    ///< operands
+  int index = -1;        ///< input index (input)
+  int ref = -1;          ///< expand, sum_to: the node whose shape is the target
+  std::uint64_t dims = 0;  ///< reductions, expand: bit d set when dim d is reduced
+  T scalar{};            ///< the op's constant (ops with state)
   shape sizes;
+
+  /// Everything but the shape: two traces with equal structure differ in sizes only.
+  [[nodiscard]] bool same_structure(const node& o) const noexcept {
+    return kind == o.kind && keepdim == o.keepdim && average == o.average && op == o.op && a == o.a &&
+           b == o.b && index == o.index && ref == o.ref && dims == o.dims &&
+           std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(scalar) ==
+               std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(o.scalar);
+  }
 };
+
+/// The reduced-dims mask as flags, one per dim of a rank-`rank` operand.
+inline std::vector<bool> dims_mask(std::uint64_t dims, std::size_t rank) {
+  std::vector<bool> m(rank);
+  for (std::size_t d = 0; d < rank; ++d) m[d] = (dims >> d) & 1U;
+  return m;
+}
 
 /// A graph of nodes in topological order (operands before users).
 template <Element T>
@@ -87,6 +102,11 @@ class graph {
   [[nodiscard]] const node<T>& at(int id) const { return nodes_.at(static_cast<std::size_t>(id)); }
   [[nodiscard]] std::size_t size() const noexcept { return nodes_.size(); }
   [[nodiscard]] int num_inputs() const noexcept { return inputs_; }
+  [[nodiscard]] bool empty() const noexcept { return nodes_.empty(); }
+  void clear() noexcept {
+    nodes_.clear();
+    inputs_ = 0;
+  }
 
   int add_input(shape s) {
     node<T> n;
@@ -96,67 +116,162 @@ class graph {
     return push(std::move(n));
   }
 
-  /// Appends op `op` on operand `a` (unary) or `a`, `b` (binary, broadcasting).
+  /// Appends op `op` (index into op_table<T>, constant `scalar`) on `a` or `a`, `b`.
+  int add_pointwise(int op, T scalar, int a, int b = -1) {
+    node<T> n;
+    n.kind = node_kind::pointwise;
+    n.op = op;
+    n.a = a;
+    n.b = b;
+    n.scalar = scalar;
+    n.sizes = b < 0 ? at(a).sizes : broadcast_shapes(op_name(op), at(a).sizes, at(b).sizes);
+    return push(std::move(n));
+  }
   template <class Op>
   int add_pointwise(const Op& op, int a, int b = -1) {
     static_assert(KnownOp<Op, T>,
                   "fusegrad::ir: this op is not in the IR's op table (ir::op_table); custom element-wise "
                   "ops run eagerly, or inside fg::compile");
-    node<T> n;
-    n.kind = node_kind::pointwise;
-    n.op = op_index<Op, T>;
-    n.a = a;
-    n.b = b;
-    if constexpr (!std::is_empty_v<Op>) {
-      static_assert(sizeof(Op) == sizeof(T) && std::is_trivially_copyable_v<Op>,
-                    "fusegrad::ir: an op with state must hold exactly one scalar of the element type");
-      n.scalar = std::bit_cast<T>(op);
-    }
-    n.sizes = b < 0 ? at(a).sizes : broadcast_shapes(Op::name, at(a).sizes, at(b).sizes);
-    return push(std::move(n));
+    return add_pointwise(op_index<Op, T>, fusegrad::detail::op_scalar<T>(op), a, b);
   }
 
-  int add_reduction(node_kind k, int a) {
+  /// A reduction of `a` over the dims set in `dims` (all dims: pass `all_dims`).
+  int add_reduction(node_kind k, int a, std::uint64_t dims = all_dims, bool keepdim = false) {
     node<T> n;
     n.kind = k;
     n.a = a;
+    const std::size_t r = at(a).sizes.size();
+    n.dims = r == 0 ? 0 : (dims & rank_bits(r));
+    n.keepdim = keepdim;
+    n.sizes = fusegrad::detail::reduced_shape(at(a).sizes, dims_mask(n.dims, r), keepdim);
     return push(std::move(n));
   }
 
-  int add_expand(int a, shape to) {
+  /// `a`, the result of reducing node `ref` over `dims`, broadcast back to `ref`'s shape.
+  int add_expand(int a, int ref, std::uint64_t dims = all_dims, bool average = false) {
     node<T> n;
     n.kind = node_kind::expand;
     n.a = a;
-    n.sizes = std::move(to);
+    n.ref = ref;
+    const std::size_t r = at(ref).sizes.size();
+    n.dims = r == 0 ? 0 : (dims & rank_bits(r));
+    n.average = average;
+    n.sizes = at(ref).sizes;
     return push(std::move(n));
   }
 
+  /// `a` summed down to the shape of node `ref` (which `a`'s shape broadcasts from).
+  int add_sum_to(int a, int ref) {
+    node<T> n;
+    n.kind = node_kind::sum_to;
+    n.a = a;
+    n.ref = ref;
+    n.sizes = at(ref).sizes;
+    return push(std::move(n));
+  }
+
+  /// Appends a copy of `n` whose operands are already remapped (inputs are renumbered).
+  int add_copy(node<T> n) {
+    if (n.kind == node_kind::input) n.index = inputs_++;
+    return push(std::move(n));
+  }
+
+  static constexpr std::uint64_t all_dims = ~std::uint64_t{0};
+  static constexpr std::uint64_t rank_bits(std::size_t r) noexcept {
+    return r >= 64 ? all_dims : (std::uint64_t{1} << r) - 1;
+  }
+
+  /// The shape of every node for new input shapes (the shape-generic entries of the kernel
+  /// cache): broadcasting is checked again, and throws as eager ops would.
+  [[nodiscard]] std::vector<shape> infer_shapes(const std::vector<shape>& input_shapes) const {
+    std::vector<shape> s(nodes_.size());
+    for (std::size_t k = 0; k < nodes_.size(); ++k) {
+      const auto& n = nodes_[k];
+      auto of = [&](int c) -> const shape& { return s[static_cast<std::size_t>(c)]; };
+      switch (n.kind) {
+        case node_kind::input: s[k] = input_shapes.at(static_cast<std::size_t>(n.index)); break;
+        case node_kind::pointwise: s[k] = n.b < 0 ? of(n.a) : broadcast_shapes(op_name(n.op), of(n.a), of(n.b)); break;
+        case node_kind::sum:
+        case node_kind::mean:
+        case node_kind::max:
+          s[k] = fusegrad::detail::reduced_shape(of(n.a), dims_mask(n.dims, of(n.a).size()), n.keepdim);
+          break;
+        case node_kind::expand:
+        case node_kind::sum_to: s[k] = of(n.ref); break;
+      }
+    }
+    return s;
+  }
+
+  /// Order-sensitive hash of the structure (not the shapes): the kernel cache's first key.
+  [[nodiscard]] std::uint64_t structure_hash() const noexcept {
+    std::uint64_t h = 1469598103934665603ULL;
+    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+    for (const auto& n : nodes_) {
+      mix(static_cast<std::uint64_t>(n.kind) | (std::uint64_t(n.keepdim) << 8) | (std::uint64_t(n.average) << 9) |
+          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.op)) << 16));
+      mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.a)) |
+          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.b)) << 32));
+      mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.index)) |
+          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.ref)) << 32));
+      mix(n.dims);
+      if constexpr (sizeof(T) == 4) mix(std::bit_cast<std::uint32_t>(n.scalar));
+      else mix(std::bit_cast<std::uint64_t>(n.scalar));
+    }
+    return h;
+  }
+  [[nodiscard]] bool same_structure(const graph& o) const noexcept {
+    if (nodes_.size() != o.nodes_.size()) return false;
+    for (std::size_t k = 0; k < nodes_.size(); ++k)
+      if (!nodes_[k].same_structure(o.nodes_[k])) return false;
+    return true;
+  }
+
   /// The graph as readable code, one line per node (what `FUSEGRAD_LOGS=graph` prints).
-  [[nodiscard]] std::string to_string() const {
+  [[nodiscard]] std::string to_string(const std::vector<std::string>& input_names = {}) const {
     std::string s;
+    auto dims_str = [](const node<T>& n, std::size_t rank) {
+      std::string d = "[";
+      for (std::size_t i = 0; i < rank; ++i)
+        if ((n.dims >> i) & 1U) d += (d.size() > 1 ? ", " : "") + std::to_string(i);
+      return d + "]";
+    };
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const auto& n = nodes_[i];
+      auto v = [](int c) { return "%" + std::to_string(c); };
       s += "%" + std::to_string(i) + " = ";
       switch (n.kind) {
-        case node_kind::input: s += "input[" + std::to_string(n.index) + "]"; break;
-        case node_kind::pointwise:
-          s += std::string(op_name(n.op)) + "(%" + std::to_string(n.a) +
-               (n.b >= 0 ? ", %" + std::to_string(n.b) : std::string()) +
-               (op_has_scalar(n.op) ? ", " + std::to_string(n.scalar) : std::string()) + ")";
+        case node_kind::input:
+          s += "input[" + std::to_string(n.index) + "]";
+          if (static_cast<std::size_t>(n.index) < input_names.size()) s += " '" + input_names[static_cast<std::size_t>(n.index)] + "'";
           break;
-        case node_kind::sum: s += "sum(%" + std::to_string(n.a) + ")"; break;
-        case node_kind::mean: s += "mean(%" + std::to_string(n.a) + ")"; break;
-        case node_kind::max: s += "max(%" + std::to_string(n.a) + ")"; break;
-        case node_kind::expand: s += "expand(%" + std::to_string(n.a) + ")"; break;
+        case node_kind::pointwise:
+          s += std::string(op_name(n.op)) + "(" + v(n.a) + (n.b >= 0 ? ", " + v(n.b) : std::string()) +
+               (op_has_scalar(n.op) ? ", " + scalar_string(n.scalar) : std::string()) + ")";
+          break;
+        case node_kind::sum:
+        case node_kind::mean:
+        case node_kind::max: {
+          const std::size_t r = at(n.a).sizes.size();
+          s += std::string(n.kind == node_kind::sum ? "sum" : n.kind == node_kind::mean ? "mean" : "max") + "(" + v(n.a);
+          if (r > 0 && n.dims != rank_bits(r)) s += ", dims=" + dims_str(n, r);
+          if (n.keepdim) s += ", keepdim=true";
+          s += ")";
+          break;
+        }
+        case node_kind::expand:
+          s += std::string(n.average ? "expand_mean(" : "expand(") + v(n.a) + ", like=" + v(n.ref) + ")";
+          break;
+        case node_kind::sum_to: s += "sum_to(" + v(n.a) + ", like=" + v(n.ref) + ")"; break;
       }
       s += "  # " + fusegrad::to_string(n.sizes) + "\n";
     }
     return s;
   }
 
-  /// Name of op `k` of the op table (for printing).
+  /// Name of op `k` of the op table (for printing and errors).
   static std::string_view op_name(int k) {
-    return [&]<class... Ops>(detail::type_list<Ops...>) {
+    return [&]<class... Ops>(fusegrad::detail::type_list<Ops...>) {
       std::string_view r = "?";
       int i = 0;
       ((r = i++ == k ? Ops::name : r), ...);
@@ -164,7 +279,7 @@ class graph {
     }(op_table<T>{});
   }
   static bool op_has_scalar(int k) {
-    return [&]<class... Ops>(detail::type_list<Ops...>) {
+    return [&]<class... Ops>(fusegrad::detail::type_list<Ops...>) {
       bool r = false;
       int i = 0;
       ((r = i++ == k ? !std::is_empty_v<Ops> : r), ...);
@@ -173,6 +288,11 @@ class graph {
   }
 
  private:
+  static std::string scalar_string(T v) {
+    std::string s = std::to_string(v);
+    while (s.size() > 1 && s.back() == '0' && s[s.size() - 2] != '.') s.pop_back();
+    return s;
+  }
   int push(node<T> n) {
     nodes_.push_back(std::move(n));
     return static_cast<int>(nodes_.size()) - 1;
@@ -180,6 +300,28 @@ class graph {
   std::vector<node<T>> nodes_;
   int inputs_ = 0;
 };
+
+/// Calls `f(op)` with the op struct of node `n` (its constant restored); returns f's result.
+template <Element T, class F>
+decltype(auto) visit_op(const node<T>& n, F&& f) {
+  return [&]<class First, class... Ops>(fusegrad::detail::type_list<First, Ops...>) -> decltype(auto) {
+    using R = decltype(f(std::declval<const First&>()));
+    auto make = [&]<class Op>(std::type_identity<Op>) {
+      if constexpr (std::is_empty_v<Op>) return Op{};
+      else return std::bit_cast<Op>(n.scalar);
+    };
+    int i = 0;
+    if constexpr (std::is_void_v<R>) {
+      (void)((i++ == n.op ? (f(make(std::type_identity<First>{})), true) : false) ||
+             ((i++ == n.op ? (f(make(std::type_identity<Ops>{})), true) : false) || ...));
+    } else {
+      R r{};
+      (void)((i++ == n.op ? (r = f(make(std::type_identity<First>{})), true) : false) ||
+             ((i++ == n.op ? (r = f(make(std::type_identity<Ops>{})), true) : false) || ...));
+      return r;
+    }
+  }(op_table<T>{});
+}
 
 /// A node of a graph under construction, as a value fusegrad's ops accept: `fg::cos(v)`,
 /// `v * 2.0`, `a + b` append nodes. Derivative rules called on values build backward graphs.
@@ -192,6 +334,45 @@ struct value : ir_value_base {
   int id = -1;
   [[nodiscard]] const fusegrad::shape& sizes() const { return g->at(id).sizes; }
 };
+
+/// Runs node `n` eagerly on its operands' values (`a`, `b`; `ref` holds the shape target):
+/// with grad mode on, the eager ops record on the tape, which is how a graph runs when the
+/// kernel cache falls back to eager mode.
+template <Element T>
+tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const shape& ref) {
+  auto dims_of = [&](std::size_t rank) {
+    std::vector<index_t> d;
+    for (std::size_t i = 0; i < rank; ++i)
+      if ((n.dims >> i) & 1U) d.push_back(static_cast<index_t>(i));
+    return d;
+  };
+  switch (n.kind) {
+    case node_kind::pointwise:
+      return visit_op(n, [&](const auto& op) -> tensor<T> {
+        using Op = std::remove_cvref_t<decltype(op)>;
+        if constexpr (BinaryOp<Op, T>) return apply_op(op, a, b);
+        else return apply_op(op, a);
+      });
+    case node_kind::sum:
+    case node_kind::mean:
+    case node_kind::max: {
+      const auto d = dims_of(a.dim());
+      if (a.dim() > 0 && d.empty()) return a;  // reduces nothing
+      if (n.kind == node_kind::sum) return fusegrad::sum(a, d, n.keepdim);
+      if (n.kind == node_kind::mean) return fusegrad::mean(a, d, n.keepdim);
+      return fusegrad::max(a, d, n.keepdim);
+    }
+    case node_kind::expand: {
+      const auto mask = dims_mask(n.dims, ref.size());
+      tensor<T> r = a.reshape(fusegrad::detail::reduced_shape(ref, mask, true)).expand(ref);
+      if (n.average) r = r / static_cast<T>(fusegrad::detail::reduced_count(ref, mask));
+      return r;
+    }
+    case node_kind::sum_to: return fusegrad::detail::sum_to(a, ref);
+    case node_kind::input: break;
+  }
+  fusegrad::detail::fail("ir::eval_eager", "an input node has no value to compute");
+}
 
 }  // namespace fusegrad::ir
 

@@ -2,12 +2,20 @@
 /// \file fusegrad/ir/program.hpp
 /// A compiled IR graph: a tile program (the run-time counterpart of the fused backend).
 ///
-/// Nodes are grouped into loops: a loop is one pass over memory for the nodes of one stage
-/// that share an iteration shape (a reduction's result is readable one stage later). A loop
-/// walks its space in tiles of `tile` elements; each instruction runs one op over a whole
-/// tile with the op struct's own SIMD `value`, reading operands straight from inputs or from
-/// small tile registers that stay in L1. Dispatch is per instruction and tile, never per
-/// element, and every op's kernel is compiled once for all graphs.
+/// Nodes are grouped into steps. A *loop* is one pass over memory for the nodes of one stage
+/// that share an iteration shape (a reduction's result is readable one stage later): it walks
+/// its space in tiles of `tile` elements, and each instruction runs one op over a whole tile
+/// with the op struct's own SIMD `value` (the tile kernels of the compile-time fused
+/// backend), reading operands from inputs, from stored values or from small tile registers
+/// that stay in L1. Dispatch is per instruction and tile, never per element, and every op's
+/// kernel is compiled once for all graphs. Full reductions accumulate inside loops.
+///
+/// Nodes a tile cannot express — broadcasting other than "equal shapes or one element",
+/// reductions over some dims, summing a gradient down to a broadcast shape — are *eager
+/// steps*: the eager kernel of the same op, on whole tensors, between loops.
+///
+/// A program may run on shapes other than the ones it was lowered for (the shape-generic
+/// entries of the kernel cache): `fits(sizes)` says whether its loops still hold.
 
 #include <algorithm>
 #include <array>
@@ -40,58 +48,131 @@ constexpr std::array<kernel_fn<T>, sizeof...(Ops)> kernel_table(type_list<Ops...
 }
 }  // namespace detail
 
-/// A graph lowered to loops of tile instructions; run it on input tensors.
+/// A graph lowered to loops of tile instructions and eager steps; run it on input tensors.
 template <Element T>
 class program {
  public:
   static constexpr index_t tile = fusegrad::detail::tile_elems;  ///< elements per tile
 
-  /// Compiles the nodes `outputs` of `g` need. Supported broadcasting: operands of one
-  /// shape, and operands with one element (scalars, reduction results).
-  program(const graph<T>& g, std::vector<int> outputs) : g_(g), outputs_(std::move(outputs)) { lower(); }
+  /// Compiles the nodes `outputs` of `g` need.
+  program(graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) { lower(); }
 
-  /// Runs the program: one tensor per output, in order.
-  std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs) const {
+  /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
+  /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
+  std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr) const {
     if (static_cast<int>(inputs.size()) != g_.num_inputs())
       fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
-    std::vector<tensor<T>> vals(g_.size());
-    for (std::size_t k = 0; k < g_.size(); ++k) {
-      const auto& n = g_.nodes()[k];
+    const auto& ns = g_.nodes();
+    auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : ns[k].sizes; };
+    std::vector<tensor<T>> vals(ns.size());
+    for (std::size_t k = 0; k < ns.size(); ++k) {
+      const auto& n = ns[k];
       if (n.kind != node_kind::input || !need_[k]) continue;
       const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
-      if (x.shape() != n.sizes)
-        fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()), "; the program was compiled for ",
-             fusegrad::to_string(n.sizes));
+      if (x.shape() != size_of(k))
+        fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
+                               "; the program was compiled for ", fusegrad::to_string(size_of(k)));
       vals[k] = x.is_contiguous() ? x : fusegrad::detail::contiguous_copy(x);
     }
-    for (const auto& l : loops_) run_loop(l, vals);
+    for (const auto& st : steps_) {
+      if (st.eager) {
+        const auto k = static_cast<std::size_t>(st.code[0].node);
+        const auto& n = ns[k];
+        fusegrad::no_grad ng;
+        const tensor<T> none;
+        // An expand's or sum_to's target is its own shape.
+        tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none, size_of(k));
+        vals[k] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
+      } else {
+        run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), size_of);
+      }
+    }
     std::vector<tensor<T>> out;
+    out.reserve(outputs_.size());
     for (int o : outputs_) out.push_back(vals[static_cast<std::size_t>(o)]);
     return out;
   }
 
-  /// The loops and their instructions, readable (what `FUSEGRAD_LOGS=output_code` prints).
+  /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
+  /// iteration shape, and its operands still have that shape or one element).
+  [[nodiscard]] bool fits(const std::vector<shape>& sizes) const {
+    const auto& ns = g_.nodes();
+    for (const auto& st : steps_) {
+      if (st.eager) continue;
+      const shape& space = sizes[static_cast<std::size_t>(st.space_node)];
+      for (const auto& in : st.code) {
+        const auto k = static_cast<std::size_t>(in.node);
+        if (sizes[static_cast<std::size_t>(space_node_of(k))] != space) return false;
+        for (int s = 0; s < 2; ++s) {
+          const int c = in.src[s].node;
+          if (c < 0) continue;
+          const shape& cs = sizes[static_cast<std::size_t>(c)];
+          if (in.src[s].splat ? numel(cs) != 1 : cs != space) return false;
+        }
+        if (ns[k].kind == node_kind::pointwise && sizes[k] != space) return false;
+      }
+    }
+    return true;
+  }
+
+  /// The steps and their instructions, readable (what `FUSEGRAD_LOGS=output_code` prints).
   [[nodiscard]] std::string to_string() const {
     std::string s;
-    for (std::size_t l = 0; l < loops_.size(); ++l) {
-      s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(loops_[l].space) + ":";
-      for (const auto& in : loops_[l].code) s += " %" + std::to_string(in.node);
+    const auto& ns = g_.nodes();
+    for (std::size_t l = 0; l < steps_.size(); ++l) {
+      const auto& st = steps_[l];
+      if (st.eager) {
+        s += "step " + std::to_string(l) + ": eager %" + std::to_string(st.code[0].node) + "\n";
+        continue;
+      }
+      s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) +
+           " in tiles of " + std::to_string(tile) + " (" + std::to_string(st.registers) + " registers):";
+      for (const auto& in : st.code) {
+        s += " %" + std::to_string(in.node);
+        if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
+      }
       s += "\n";
     }
     return s;
   }
-  [[nodiscard]] std::size_t num_loops() const noexcept { return loops_.size(); }
+  [[nodiscard]] std::size_t num_loops() const noexcept {
+    return static_cast<std::size_t>(std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
+  }
+  [[nodiscard]] std::size_t num_steps() const noexcept { return steps_.size(); }
+  [[nodiscard]] const graph<T>& source() const noexcept { return g_; }
+  [[nodiscard]] const std::vector<int>& outputs() const noexcept { return outputs_; }
 
  private:
+  struct source_ref {
+    int node = -1;
+    int reg = -1;       ///< in-loop value held in a tile register
+    bool splat = false; ///< one-element value splatted into a tile once per run
+    int slot = -1;      ///< its splat slot
+  };
   struct instr {
     int node;
     int reg = -1;  ///< tile register (-1: written to the node's tensor)
+    source_ref src[2];
   };
-  struct loop {
-    shape space;
-    std::vector<instr> code;  ///< pointwise/expand nodes in order, then reductions
+  struct step {
+    bool eager = false;
+    int space_node = -1;      ///< a node whose shape (or operand's shape, for reductions) is the space
+    std::vector<instr> code;  ///< in order; reductions accumulate as the tiles pass
     int registers = 0;
+    int splats = 0;
   };
+
+  [[nodiscard]] static bool reduces_all(const node<T>& n, const graph<T>& g) {
+    if (n.kind == node_kind::sum_to) return numel(n.sizes) == 1;
+    if (!is_reduction(n.kind)) return false;
+    const std::size_t r = g.at(n.a).sizes.size();
+    return r == 0 || n.dims == graph<T>::rank_bits(r);
+  }
+  /// The node whose shape is the iteration space of node k in a loop.
+  [[nodiscard]] int space_node_of(std::size_t k) const {
+    const auto& n = g_.nodes()[k];
+    return is_reduction(n.kind) || n.kind == node_kind::sum_to ? n.a : static_cast<int>(k);
+  }
 
   void lower() {
     const auto& ns = g_.nodes();
@@ -100,10 +181,24 @@ class program {
     for (int o : outputs_) need_.at(static_cast<std::size_t>(o)) = true;
     for (std::size_t k = N; k-- > 0;)
       if (need_[k]) {
-        if (ns[k].a >= 0) need_[static_cast<std::size_t>(ns[k].a)] = true;
-        if (ns[k].b >= 0) need_[static_cast<std::size_t>(ns[k].b)] = true;
+        for (int c : {ns[k].a, ns[k].b})
+          if (c >= 0) need_[static_cast<std::size_t>(c)] = true;
       }
-    // Stages: element-wise nodes join their latest operand; a reduction is readable later.
+    // Which nodes tiles can run: element-wise on equal shapes or one-element operands,
+    // one-element expands, full reductions. The rest are eager steps.
+    std::vector<bool> tiled(N, false), reduction(N, false);
+    for (std::size_t k = 0; k < N; ++k) {
+      const auto& n = ns[k];
+      if (!need_[k] || n.kind == node_kind::input) continue;
+      auto ok = [&](int c) { return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes || numel(ns[static_cast<std::size_t>(c)].sizes) == 1; };
+      switch (n.kind) {
+        case node_kind::pointwise: tiled[k] = ok(n.a) && ok(n.b); break;
+        case node_kind::expand: tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
+        default: tiled[k] = reduction[k] = reduces_all(n, g_); break;
+      }
+    }
+    // Stages: tiled element-wise nodes join their latest operand; reductions and eager steps
+    // are readable one stage later.
     std::vector<int> stage(N, 0), avail(N, 0);
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input) continue;
@@ -111,37 +206,34 @@ class program {
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0) in = std::max(in, avail[static_cast<std::size_t>(c)]);
       stage[k] = in;
-      const bool red = ns[k].kind == node_kind::sum || ns[k].kind == node_kind::mean || ns[k].kind == node_kind::max;
-      avail[k] = red ? in + 1 : in;
+      avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
     }
-    // Loops: (stage, iteration shape); one-element values get a loop of their own shape.
-    auto space_of = [&](std::size_t k) -> const shape& {
-      const bool red = ns[k].kind == node_kind::sum || ns[k].kind == node_kind::mean || ns[k].kind == node_kind::max;
-      return red ? ns[static_cast<std::size_t>(ns[k].a)].sizes : ns[k].sizes;
-    };
-    std::vector<int> loop_of(N, -1);
-    std::vector<std::pair<int, shape>> keys;
+    // Steps: (stage, iteration shape) for tiled nodes; one step per eager node.
+    std::vector<int> step_of(N, -1);
+    std::vector<std::pair<int, int>> keys;  // stage, space node (-1 - k for eager node k)
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input) continue;
-      const shape& sp = space_of(k);
       int found = -1;
-      for (std::size_t q = 0; q < keys.size(); ++q)
-        if (keys[q].first == stage[k] && keys[q].second == sp) found = static_cast<int>(q);
+      if (tiled[k]) {
+        const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
+        for (std::size_t q = 0; q < keys.size(); ++q)
+          if (keys[q].first == stage[k] && keys[q].second >= 0 && ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
+            found = static_cast<int>(q);
+      }
       if (found < 0) {
         found = static_cast<int>(keys.size());
-        keys.emplace_back(stage[k], sp);
+        keys.emplace_back(stage[k], tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
       }
-      loop_of[k] = found;
+      step_of[k] = found;
     }
-    // Order loops so that every loop runs after the loops it reads (stage order, and within
-    // a stage a one-element loop before the loops that broadcast its values).
+    // Order steps so that every step runs after the steps it reads.
     const std::size_t L = keys.size();
     std::vector<std::vector<bool>> dep(L, std::vector<bool>(L, false));
     for (std::size_t k = 0; k < N; ++k)
-      if (loop_of[k] >= 0)
+      if (step_of[k] >= 0)
         for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0 && loop_of[static_cast<std::size_t>(c)] >= 0 && loop_of[static_cast<std::size_t>(c)] != loop_of[k])
-            dep[static_cast<std::size_t>(loop_of[k])][static_cast<std::size_t>(loop_of[static_cast<std::size_t>(c)])] = true;
+          if (c >= 0 && step_of[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] != step_of[k])
+            dep[static_cast<std::size_t>(step_of[k])][static_cast<std::size_t>(step_of[static_cast<std::size_t>(c)])] = true;
     std::vector<int> order;
     std::vector<bool> placed(L, false);
     while (order.size() < L) {
@@ -155,158 +247,174 @@ class program {
       placed[static_cast<std::size_t>(pick)] = true;
       order.push_back(pick);
     }
-    store_.assign(N, false);
-    for (int o : outputs_) store_[static_cast<std::size_t>(o)] = true;
+    // Stored values: outputs, reductions, eager results, and values read by another step.
+    std::vector<bool> store(N, false);
+    for (int o : outputs_) store[static_cast<std::size_t>(o)] = true;
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input) continue;
-      const bool red = ns[k].kind == node_kind::sum || ns[k].kind == node_kind::mean || ns[k].kind == node_kind::max;
-      if (red) store_[k] = true;
-      for (int c : {ns[k].a, ns[k].b}) {
-        if (c < 0) continue;
-        const auto u = static_cast<std::size_t>(c);
-        if (ns[u].kind != node_kind::input && loop_of[u] != loop_of[k]) store_[u] = true;
-        const shape& cs = ns[u].sizes;
-        if (ns[k].kind == node_kind::pointwise && numel(cs) != 1 && cs != ns[k].sizes)
-          fusegrad::detail::fail("ir::program", "broadcasting ", fusegrad::to_string(cs), " to ", fusegrad::to_string(ns[k].sizes),
-               " is not supported by the tile interpreter yet; expected equal shapes or one element");
-      }
+      if (reduction[k] || !tiled[k]) store[k] = true;
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input && step_of[static_cast<std::size_t>(c)] != step_of[k])
+          store[static_cast<std::size_t>(c)] = true;
     }
-    // Instructions and tile registers (reused once their last reader in the loop has run).
+    // Instructions, operand sources and tile registers (reused after their last reader).
     for (int q : order) {
-      loop l;
-      l.space = keys[static_cast<std::size_t>(q)].second;
+      step st;
+      const auto& key = keys[static_cast<std::size_t>(q)];
       std::vector<int> members;
       for (std::size_t k = 0; k < N; ++k)
-        if (loop_of[k] == q) members.push_back(static_cast<int>(k));
-      std::vector<int> last_use(N, -1);
+        if (step_of[k] == q) members.push_back(static_cast<int>(k));
+      if (key.second < 0) {
+        st.eager = true;
+        st.code.push_back(instr{members.at(0)});
+        steps_.push_back(std::move(st));
+        continue;
+      }
+      st.space_node = key.second;
+      const index_t space = numel(ns[static_cast<std::size_t>(key.second)].sizes);
+      std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
       for (std::size_t p = 0; p < members.size(); ++p)
         for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
           if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
-      std::vector<int> reg(N, -1), free_regs;
       for (std::size_t p = 0; p < members.size(); ++p) {
         const auto k = static_cast<std::size_t>(members[p]);
         instr in{members[p]};
-        const bool red = ns[k].kind == node_kind::sum || ns[k].kind == node_kind::mean || ns[k].kind == node_kind::max;
-        if (!red && !store_[k]) {
-          if (free_regs.empty()) free_regs.push_back(l.registers++);
+        const int ops[2] = {ns[k].kind == node_kind::expand ? -1 : ns[k].a, ns[k].b};
+        if (ns[k].kind == node_kind::expand) in.src[0].node = ns[k].a, in.src[0].splat = true;
+        for (int s = 0; s < 2; ++s) {
+          const int c = ops[s];
+          if (c < 0) continue;
+          const auto u = static_cast<std::size_t>(c);
+          in.src[s].node = c;
+          if (step_of[u] == q) in.src[s].reg = reg[u];
+          else if (numel(ns[u].sizes) == 1 && space != 1) in.src[s].splat = true;
+        }
+        for (auto& sr : in.src)
+          if (sr.splat) {
+            const auto u = static_cast<std::size_t>(sr.node);
+            if (slot[u] < 0) slot[u] = st.splats++;
+            sr.slot = slot[u];
+          }
+        if (!reduction[k] && !store[k]) {
+          if (free_regs.empty()) free_regs.push_back(st.registers++);
           in.reg = free_regs.back();
           free_regs.pop_back();
           reg[k] = in.reg;
         }
-        for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
+        for (int c : ops)
+          if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
+              last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
             free_regs.push_back(reg[static_cast<std::size_t>(c)]);
-        l.code.push_back(in);
+        st.code.push_back(in);
       }
-      loops_.push_back(std::move(l));
+      steps_.push_back(std::move(st));
     }
   }
 
-  void run_loop(const loop& l, std::vector<tensor<T>>& vals) const {
+  template <class SizeOf>
+  void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const SizeOf& size_of) const {
     const auto& ns = g_.nodes();
     static constexpr auto kernels = detail::kernel_table<T>(op_table<T>{});
-    const index_t total = numel(l.space);
-    for (const auto& in : l.code) {
-      const auto& n = ns[static_cast<std::size_t>(in.node)];
-      if (in.reg < 0 && n.kind != node_kind::sum && n.kind != node_kind::mean && n.kind != node_kind::max)
-        vals[static_cast<std::size_t>(in.node)] = fusegrad::detail::empty<T>(n.sizes);
-    }
+    const index_t total = numel(space);
     thread_local std::vector<T> regbuf;  // grows only: no allocation per run
-    const auto need = static_cast<std::size_t>(std::max(l.registers, 1) * tile);
+    const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
     if (regbuf.size() < need) regbuf.resize(need);
     T* const regs = regbuf.data();
-    std::vector<T> acc(l.code.size());
-    for (std::size_t p = 0; p < l.code.size(); ++p) {
-      const auto kind = ns[static_cast<std::size_t>(l.code[p].node)].kind;
-      acc[p] = kind == node_kind::max ? -std::numeric_limits<T>::infinity() : T(0);
-    }
-    // One-element operands read from outside the loop are splatted into a tile once.
-    std::vector<std::vector<T>> splats(ns.size());
-    auto splat = [&](std::size_t c) -> const T* {
-      if (splats[c].empty()) splats[c].assign(static_cast<std::size_t>(tile), vals[c].data_ptr()[0]);
-      return splats[c].data();
+    T* const splats = regs + st.registers * tile;
+    // Where each instruction reads and writes: a fixed pointer, or one that moves with the tile.
+    struct ptrs {
+      const T* src[2] = {nullptr, nullptr};
+      bool adv[2] = {false, false};
+      T* dst = nullptr;
+      bool dst_adv = false;
+      simd<T> acc;
+      T tail;
     };
-    std::vector<const T*> where(ns.size(), nullptr);  // current tile of each in-loop value
-    for (index_t t0 = 0; t0 < std::max<index_t>(total, 0); t0 += tile) {
-      const index_t n = std::min(tile, total - t0);
-      auto src = [&](int c) -> const T* {
-        const auto u = static_cast<std::size_t>(c);
-        if (where[u]) return where[u];
-        if (vals[u].numel() == 1 && total != 1) return splat(u);
-        return vals[u].data_ptr() + t0;
-      };
-      for (std::size_t p = 0; p < l.code.size(); ++p) {
-        const instr& in = l.code[p];
-        const auto k = static_cast<std::size_t>(in.node);
-        const auto& nd = ns[k];
-        T* dst = in.reg >= 0 ? regs + in.reg * tile : nullptr;
-        switch (nd.kind) {
-          case node_kind::pointwise: {
-            if (!dst) dst = vals[k].data_ptr() + t0;
-            kernels[static_cast<std::size_t>(nd.op)](nd.scalar, src(nd.a), nd.b >= 0 ? src(nd.b) : nullptr, dst, n);
-            where[k] = dst;
-            break;
-          }
-          case node_kind::expand: {
-            if (!dst) dst = vals[k].data_ptr() + t0;
-            std::fill(dst, dst + n, vals[static_cast<std::size_t>(nd.a)].data_ptr()[0]);
-            where[k] = dst;
-            break;
-          }
-          case node_kind::sum:
-          case node_kind::mean: {
-            const T* s = src(nd.a);
-            T a = acc[p];
-            for (index_t i = 0; i < n; ++i) a += s[i];
-            acc[p] = a;
-            break;
-          }
-          case node_kind::max: {
-            const T* s = src(nd.a);
-            T a = acc[p];
-            for (index_t i = 0; i < n; ++i) a = lanes::max(a, s[i]);
-            acc[p] = a;
-            break;
-          }
-          case node_kind::input: break;
+    thread_local std::vector<ptrs> pv;
+    pv.resize(st.code.size());
+    for (std::size_t p = 0; p < st.code.size(); ++p) {
+      const instr& in = st.code[p];
+      const auto k = static_cast<std::size_t>(in.node);
+      const auto& n = ns[k];
+      ptrs& P = pv[p];
+      P = ptrs{};
+      const bool red = is_reduction(n.kind) || n.kind == node_kind::sum_to;
+      if (!red && in.reg < 0) {
+        vals[k] = fusegrad::detail::empty<T>(size_of(k));
+        P.dst = vals[k].data_ptr();
+        P.dst_adv = true;
+      } else if (!red) {
+        P.dst = regs + in.reg * tile;
+      }
+      for (int s = 0; s < 2; ++s) {
+        const source_ref& sr = in.src[s];
+        if (sr.node < 0) continue;
+        const auto u = static_cast<std::size_t>(sr.node);
+        if (sr.reg >= 0) P.src[s] = regs + sr.reg * tile;
+        else if (sr.splat) {
+          T v = vals[u].data_ptr()[0];
+          if (n.kind == node_kind::expand && n.average)
+            v /= static_cast<T>(fusegrad::detail::reduced_count(size_of(k), dims_mask(n.dims, size_of(k).size())));
+          T* sp = splats + sr.slot * tile;
+          std::fill(sp, sp + tile, v);
+          P.src[s] = sp;
+        } else {
+          P.src[s] = vals[u].data_ptr();
+          P.adv[s] = true;
         }
       }
-      for (const auto& in : l.code) where[static_cast<std::size_t>(in.node)] = nullptr;
+      P.acc = simd<T>(n.kind == node_kind::max ? -std::numeric_limits<T>::infinity() : T(0));
+      P.tail = n.kind == node_kind::max ? -std::numeric_limits<T>::infinity() : T(0);
     }
-    for (std::size_t p = 0; p < l.code.size(); ++p) {
-      const auto k = static_cast<std::size_t>(l.code[p].node);
+    for (index_t t0 = 0; t0 < total; t0 += tile) {
+      const index_t n = std::min(tile, total - t0);
+      for (std::size_t p = 0; p < st.code.size(); ++p) {
+        const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
+        ptrs& P = pv[p];
+        const T* a = P.src[0] ? P.src[0] + (P.adv[0] ? t0 : 0) : nullptr;
+        const T* b = P.src[1] ? P.src[1] + (P.adv[1] ? t0 : 0) : nullptr;
+        T* d = P.dst ? P.dst + (P.dst_adv ? t0 : 0) : nullptr;
+        switch (nd.kind) {
+          case node_kind::pointwise: kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, b, d, n); break;
+          case node_kind::expand: std::copy(a, a + n, d); break;
+          case node_kind::max: fusegrad::detail::tile_reduce<true>(a, n, P.acc, P.tail); break;
+          default: fusegrad::detail::tile_reduce<false>(a, n, P.acc, P.tail); break;  // sum, mean, sum_to
+        }
+      }
+    }
+    for (std::size_t p = 0; p < st.code.size(); ++p) {
+      const auto k = static_cast<std::size_t>(st.code[p].node);
       const auto kind = ns[k].kind;
-      if (kind != node_kind::sum && kind != node_kind::mean && kind != node_kind::max) continue;
+      if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
+      const ptrs& P = pv[p];
       if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-      T r = acc[p];
+      T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_total<true>(P.acc), P.tail)
+                                    : fusegrad::detail::lanes_total<false>(P.acc) + P.tail;
       if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
-      vals[k] = fusegrad::full<T>(shape{}, r);
+      vals[k] = fusegrad::full<T>(size_of(k), r);
     }
   }
 
   graph<T> g_;
   std::vector<int> outputs_;
-  std::vector<bool> need_, store_;
-  std::vector<loop> loops_;
+  std::vector<bool> need_;
+  std::vector<step> steps_;
 };
 
 /// Reverse mode on an IR graph, at run time, with each op's own derivative rule: appends
-/// to `g` the backward of `output` seeded by a new input (the output's gradient) and returns
-/// the node of each of `wrt`'s gradients (-1: no path).
+/// to `g` the backward of `outputs`, each seeded by a new input (its gradient, in order),
+/// and returns the node of each of `wrt`'s gradients (-1: no path).
 template <Element T>
-std::vector<int> backward(graph<T>& g, int output, const std::vector<int>& wrt) {
+std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const std::vector<int>& wrt) {
   const std::size_t N = g.size();
   std::vector<int> adj(N, -1);
-  adj[static_cast<std::size_t>(output)] = g.add_input(g.at(output).sizes);
+  for (int o : outputs) {
+    const int seed = g.add_input(g.at(o).sizes);
+    auto& a = adj[static_cast<std::size_t>(o)];
+    a = a < 0 ? seed : (value<T>{&g, a} + value<T>{&g, seed}).id;
+  }
   auto add_to = [&](int k, int contribution) {
-    // Sum a broadcast contribution down to the operand's shape (one-element operands only).
-    if (g.at(contribution).sizes != g.at(k).sizes) {
-      if (numel(g.at(k).sizes) != 1)
-        fusegrad::detail::fail("ir::backward", "summing a gradient of shape ", fusegrad::to_string(g.at(contribution).sizes), " to ",
-             fusegrad::to_string(g.at(k).sizes), " is not supported yet");
-      contribution = g.add_reduction(node_kind::sum, contribution);
-      if (!g.at(k).sizes.empty()) contribution = g.add_expand(contribution, g.at(k).sizes);
-    }
+    if (g.at(contribution).sizes != g.at(k).sizes) contribution = g.add_sum_to(contribution, k);
     auto& a = adj[static_cast<std::size_t>(k)];
     a = a < 0 ? contribution : (value<T>{&g, a} + value<T>{&g, contribution}).id;
   };
@@ -318,45 +426,42 @@ std::vector<int> backward(graph<T>& g, int output, const std::vector<int>& wrt) 
     switch (n.kind) {
       case node_kind::input: break;
       case node_kind::pointwise:
-        [&]<class... Ops>(fusegrad::detail::type_list<Ops...>) {
-          int i = 0;
-          (
-              [&] {
-                if (i++ != n.op) return;
-                const Ops op = [&] {
-                  if constexpr (std::is_empty_v<Ops>) return Ops{};
-                  else return std::bit_cast<Ops>(n.scalar);
-                }();
-                const value<T> x0{&g, n.a};
-                if constexpr (fusegrad::detail::has_unary_derivative<Ops, value<T>>) {
-                  add_to(n.a, op.derivative(x0, y, gv).id);
-                } else if constexpr (fusegrad::detail::has_binary_derivative<Ops, value<T>>) {
-                  const value<T> x1{&g, n.b};
-                  const int da = op.da(x0, x1, y, gv).id;
-                  const int db = op.db(x0, x1, y, gv).id;
-                  add_to(n.a, da);
-                  add_to(n.b, db);
-                }
-              }(),
-              ...);
-        }(op_table<T>{});
+        visit_op(n, [&](const auto& op) {
+          using Op = std::remove_cvref_t<decltype(op)>;
+          const value<T> x0{&g, n.a};
+          if constexpr (fusegrad::detail::has_unary_derivative<Op, value<T>>) {
+            add_to(n.a, op.derivative(x0, y, gv).id);
+          } else if constexpr (fusegrad::detail::has_binary_derivative<Op, value<T>>) {
+            const value<T> x1{&g, n.b};
+            const int da = op.da(x0, x1, y, gv).id;
+            const int db = op.db(x0, x1, y, gv).id;
+            add_to(n.a, da);
+            add_to(n.b, db);
+          }
+        });
         break;
-      case node_kind::sum: add_to(n.a, g.add_expand(gk, g.at(n.a).sizes)); break;
-      case node_kind::mean: {
-        const T cnt = static_cast<T>(std::max<index_t>(numel(g.at(n.a).sizes), 1));
-        add_to(n.a, g.add_expand((gv / cnt).id, g.at(n.a).sizes));
-        break;
-      }
+      case node_kind::sum: add_to(n.a, g.add_expand(gk, n.a, n.dims)); break;
+      case node_kind::mean: add_to(n.a, g.add_expand(gk, n.a, n.dims, /*average=*/true)); break;
       case node_kind::max: {
+        // amax's rule: the gradient is split evenly between the maximal elements.
         const value<T> x{&g, n.a};
-        const value<T> ye{&g, g.add_expand(static_cast<int>(k), g.at(n.a).sizes)};
-        const value<T> mask = eq(x, ye);
-        const value<T> count{&g, g.add_expand(sum(mask).id, g.at(n.a).sizes)};
-        const value<T> ge{&g, g.add_expand(gk, g.at(n.a).sizes)};
-        add_to(n.a, (ge * mask / count).id);
+        const value<T> mask = eq(x, value<T>{&g, g.add_expand(static_cast<int>(k), n.a, n.dims)});
+        const value<T> count{&g, g.add_expand(g.add_reduction(node_kind::sum, mask.id, n.dims), n.a, n.dims)};
+        add_to(n.a, (value<T>{&g, g.add_expand(gk, n.a, n.dims)} * mask / count).id);
         break;
       }
-      case node_kind::expand: add_to(n.a, sum(gv).id); break;
+      case node_kind::expand: {
+        // The adjoint of broadcasting a reduced value back: sum over the same dims.
+        int r = g.add_reduction(node_kind::sum, gk, n.dims, /*keepdim=*/false);
+        if (g.at(r).sizes != g.at(n.a).sizes) r = g.add_sum_to(r, n.a);  // keepdim-shaped operand
+        if (n.average) {
+          const auto cnt = fusegrad::detail::reduced_count(g.at(n.ref).sizes, dims_mask(n.dims, g.at(n.ref).sizes.size()));
+          r = (value<T>{&g, r} / static_cast<T>(cnt)).id;
+        }
+        add_to(n.a, r);
+        break;
+      }
+      case node_kind::sum_to: add_to(n.a, g.add_expand(gk, n.a, 0)); break;
     }
   }
   std::vector<int> out;

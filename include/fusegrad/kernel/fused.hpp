@@ -23,13 +23,7 @@ V combine(const V& a, const V& b) {
 
 template <reduce_kind_t K, Element T>
 T horizontal(const simd<T>& v) {
-  if constexpr (K == reduce_kind_t::max) {
-    T r = v.get(0);
-    for (std::size_t j = 1; j < simd<T>::size; ++j) r = lanes::max(r, v.get(j));
-    return r;
-  } else {
-    return xsimd::hadd(v);
-  }
+  return lanes_total<K == reduce_kind_t::max>(v);
 }
 
 /// The reduction a reduce-role node performs (sumto sums).

@@ -56,6 +56,18 @@ template <bool Max, Element T>
   tail = t;
 }
 
+/// The lanes of a reduction's accumulator combined into one value.
+template <bool Max, Element T>
+T lanes_total(const simd<T>& v) {
+  if constexpr (Max) {
+    T r = v.get(0);
+    for (std::size_t j = 1; j < simd<T>::size; ++j) r = lanes::max(r, v.get(j));
+    return r;
+  } else {
+    return xsimd::hadd(v);
+  }
+}
+
 /// dst[i] = combine(dst[i], src[i]) over [0, n) (a reduction whose output runs along the tile).
 template <bool Max, Element T>
 [[gnu::noinline]] void tile_reduce_into(const T* __restrict src, T* __restrict dst, index_t n) {

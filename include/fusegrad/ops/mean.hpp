@@ -9,6 +9,8 @@ namespace fusegrad {
 template <Element T>
 tensor<T> mean(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
   const auto mask = detail::reduce_mask("mean", x.shape(), dims);
+  if (auto* rec = detail::active_recorder<T>()) [[unlikely]]
+    return rec->reduce(detail::reduce_op::mean, x, mask, keepdim);
   const index_t n = detail::reduced_count(x.shape(), mask);
   tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::sum);
   r = detail::map(ops::div_scalar_op<T>{static_cast<T>(n)}, r);
