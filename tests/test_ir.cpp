@@ -103,14 +103,14 @@ TEST_CASE("IR programs: loops, registers and errors") {
   for (std::size_t i = 0; i < u.size(); ++i) CHECK(u[i] == doctest::Approx(v[i]).epsilon(1e-5));
   CHECK(g.to_string().find("cos(%0)") != std::string::npos);
   CHECK_THROWS_WITH_AS(p.run({fg::ones<float>({8})}), doctest::Contains("compiled for [4096]"), fg::error);
-  fg::ir::graph<float> h;
-  const fg::ir::value<float> b{&h, h.add_input({3, 4})}, c{&h, h.add_input({4})};
+  fg::ir::graph<double> h;
+  const fg::ir::value<double> b{&h, h.add_input({3, 4})}, c{&h, h.add_input({4})};
   const auto bc = fg::exp(b * c);  // a broadcast a tile cannot express: an eager step, then a loop
-  const fg::ir::program<float> q(h, {bc.id});
+  const fg::ir::program<double> q(h, {bc.id});
   CHECK(q.num_steps() == 2);
   CHECK(q.num_loops() == 1);
-  const auto xb = fg::randn<float>({3, 4}, 10), xc = fg::randn<float>({4}, 11);
-  CHECK(max_rel(fg::exp(xb * xc), q.run({xb, xc})[0]) < 1e-6);
+  const auto xb = fg::randn<double>({3, 4}, 10), xc = fg::randn<double>({4}, 11);
+  CHECK(max_rel(fg::exp(xb * xc), q.run({xb, xc})[0]) < 1e-14);
   CHECK_THROWS_WITH_AS(h.add_pointwise(fg::ops::add_op{}, b.id, h.add_input({5})), doctest::Contains("broadcast"), fg::error);
 }
 

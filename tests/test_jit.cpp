@@ -270,3 +270,20 @@ TEST_CASE("graph breaks: opaque ops, views and item split the graph; values stay
   CHECK(fg::counters().graph_breaks == 2);
   CHECK(logs.count("graph break in 'function'") == 2);
 }
+
+TEST_CASE("a compiled function called inside a jitted one is traced into its graph") {
+  const auto inner = fg::compile([](auto x, auto y) { return fg::cos(fg::cos(x)) * y; });
+  auto f = fg::jit([&](auto x, auto y) { return fg::exp(inner(x, y)) + x; });
+  fg::reset_counters();
+  auto x = fg::randn<double>({50}, 1).requires_grad(true), y = fg::randn<double>({50}, 2);
+  auto out = f(x, y);
+  fg::sum(out).backward();
+  CHECK(fg::counters().graph_breaks == 0);
+  CHECK(fg::counters().unique_graphs == 1);
+  auto xe = x.detach().requires_grad(true);
+  auto oe = fg::exp(fg::cos(fg::cos(xe)) * y) + xe;
+  fg::sum(oe).backward();
+  CHECK(max_rel(oe, out) < 1e-12);
+  CHECK(max_normwise(xe.grad(), x.grad()) < 1e-12);
+  CHECK(fg::gradcheck({}, f, fg::randn<double>({6}, 3), fg::randn<double>({6}, 4)));
+}

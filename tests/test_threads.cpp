@@ -78,3 +78,46 @@ TEST_CASE("copies of a compiled function, and float and double, from several thr
   for (auto& th : pool) th.join();
   CHECK(bad == 0);
 }
+
+TEST_CASE("one jitted function called from 8 threads at once (shared cache, dynamic shapes, graph breaks)") {
+  // A data-dependent branch (a graph break), varying sizes (recompiles, then a dynamic entry),
+  // float and double: the cache is shared and filled concurrently.
+  const auto f = fg::jit([](auto x, auto y) {
+    auto c = fg::cos(fg::cos(x));
+    if (fg::mean(c).item() > 0.7) c = c * 2.0;
+    return c * y + body(x, y);
+  });
+  constexpr int threads = 8, rounds = 25;
+  std::latch start(threads);
+  std::atomic<int> bad{0}, done{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r) {
+        const fg::index_t rows = 2 + (t + r) % 3, cols = 3 + 5 * ((t * 3 + r) % 4);
+        const auto seed = static_cast<std::uint64_t>(1000 * t + r);
+        auto xa = fg::randn<double>({rows, cols}, seed).requires_grad(true);
+        auto ya = fg::randn<double>({cols}, seed + 1).requires_grad(true);
+        auto xb = xa.detach().clone().requires_grad(true), yb = ya.detach().clone().requires_grad(true);
+        const fg::tensor<double> va = f(xa, ya);
+        auto cb = fg::cos(fg::cos(xb));
+        if (fg::mean(cb).item() > 0.7) cb = cb * 2.0;
+        const fg::tensor<double> vb = cb * yb + body(xb, yb);
+        fg::sum(va * va).backward();
+        fg::sum(vb * vb).backward();
+        if (max_rel(va, vb) > 1e-12 || max_rel(xa.grad(), xb.grad()) > 1e-10 || max_rel(ya.grad(), yb.grad()) > 1e-10)
+          ++bad;
+        const auto xf = fg::randn<float>({rows, cols}, seed);
+        const auto of = f(xf, fg::randn<float>({cols}, seed + 1)).to_vector();
+        const auto od = va.to_vector();
+        for (std::size_t i = 0; i < of.size(); ++i)
+          if (std::abs(of[i] - od[i]) > 1e-4 * (1 + std::abs(od[i]))) ++bad;
+        ++done;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(done == threads * rounds);
+  CHECK(bad == 0);
+}

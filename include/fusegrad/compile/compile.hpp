@@ -120,8 +120,13 @@ class compiled_function {
     if constexpr (!B::runs_graph) {
       return fn_(x0, xs...);
     } else {
-      auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
       using A = detail::analysis<T, Fn, 1 + sizeof...(Ts)>;
+      // Inside fg::jit, the generic body is traced into the surrounding graph instead (it
+      // fuses with its neighbours there, and reading its inputs would break the graph).
+      if constexpr (A::n_out == 1)
+        if (detail::active_recorder<T>()) [[unlikely]]
+          return tensor<T>(fn_(x0, xs...));
+      auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
       if constexpr (A::n_out == 1) return outs[0];
       else return [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{((void)K, outs[K])...};

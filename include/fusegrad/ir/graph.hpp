@@ -238,8 +238,13 @@ class graph {
     };
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const auto& n = nodes_[i];
-      auto v = [](int c) { return "%" + std::to_string(c); };
-      s += "%" + std::to_string(i) + " = ";
+      auto v = [](int c) {
+        std::string r = "%";  // (not "%" + to_string: GCC 12 warns falsely about that form)
+        r += std::to_string(c);
+        return r;
+      };
+      s += v(static_cast<int>(i));
+      s += " = ";
       switch (n.kind) {
         case node_kind::input:
           s += "input[" + std::to_string(n.index) + "]";

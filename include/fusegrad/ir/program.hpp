@@ -150,7 +150,7 @@ class program {
     int slot = -1;      ///< its splat slot
   };
   struct instr {
-    int node;
+    int node = -1;
     int reg = -1;  ///< tile register (-1: written to the node's tensor)
     source_ref src[2];
   };
@@ -266,7 +266,9 @@ class program {
         if (step_of[k] == q) members.push_back(static_cast<int>(k));
       if (key.second < 0) {
         st.eager = true;
-        st.code.push_back(instr{members.at(0)});
+        instr in;
+        in.node = members.at(0);
+        st.code.push_back(in);
         steps_.push_back(std::move(st));
         continue;
       }
@@ -278,7 +280,8 @@ class program {
           if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
       for (std::size_t p = 0; p < members.size(); ++p) {
         const auto k = static_cast<std::size_t>(members[p]);
-        instr in{members[p]};
+        instr in;
+        in.node = members[p];
         const int ops[2] = {ns[k].kind == node_kind::expand ? -1 : ns[k].a, ns[k].b};
         if (ns[k].kind == node_kind::expand) in.src[0].node = ns[k].a, in.src[0].splat = true;
         for (int s = 0; s < 2; ++s) {

@@ -1,0 +1,138 @@
+// The run-time tracer and kernel cache (fg::jit) beside the compile-time fused path and
+// hand-written loops.
+//
+//   cmake --preset bench && cmake --build --preset bench --target bench_jit
+//   ./build/bench/bench/bench_jit --benchmark_min_time=0.2   (figures: docs/performance.md)
+//
+// Cases:
+//   BM_coscos_fwd_bwd/<variant>/N   out = cos(cos(x)) * y, then backward with a given gradient:
+//       traced    fg::jit: traced every call, cache hit, forward and backward tile programs
+//       compiled  fg::compile (the compile-time fused kernel)
+//       hand      two hand-written xsimd loops (bench/hand_loops.hpp)
+//     The goal: traced >= 0.7x the compiled path's throughput at N = 2^20.
+//   BM_tiny_call/<variant>   out = x * y + z on 16 floats, forward only, grad mode off:
+//       jit (trace + hash + guard check + program run + output allocation), eager (two ops),
+//       hand (the loop alone, into a preallocated buffer). jit - hand is the per-call overhead
+//       of a cache hit (goal < 1 us).
+//   BM_guard_check/K   one cache entry's guards checked against K input tensors (rank, sizes,
+//       requires_grad, grad mode, aliasing); the counter ns_per_tensor is the goal's figure
+//       (< 20 ns per tensor).
+
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "fusegrad/fusegrad.hpp"
+#include "hand_loops.hpp"
+
+namespace fg = fusegrad;
+
+namespace {
+using namespace fusegrad_bench;
+
+auto coscos = [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; };
+
+struct inputs {
+  explicit inputs(long n) : x(fg::randn<float>({n}, 1)), y(fg::randn<float>({n}, 2)), g(fg::randn<float>({n}, 4)) {}
+  fg::tensor<float> x, y, g;
+};
+
+template <class F>
+void run_fwd_bwd(benchmark::State& state, F& f) {
+  const long n = state.range(0);
+  inputs in(n);
+  fg::tensor<float> x = in.x.detach().requires_grad(true), y = in.y.detach().requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    y.zero_grad();
+    fg::tensor<float> out = f(x, y);
+    out.backward(in.g);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<long>(sizeof(float)) * 8);
+}
+
+void BM_coscos_fwd_bwd_traced(benchmark::State& state) {
+  auto f = fg::jit(coscos);
+  run_fwd_bwd(state, f);
+}
+void BM_coscos_fwd_bwd_compiled(benchmark::State& state) {
+  auto f = fg::compile(coscos);
+  run_fwd_bwd(state, f);
+}
+void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size());
+  for (auto _ : state) {
+    hand_forward(in.x.data(), in.y.data(), out.data(), n);
+    hand_backward(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<long>(sizeof(float)) * 8);
+}
+
+constexpr long tiny = 16;
+
+void BM_tiny_call_jit(benchmark::State& state) {
+  auto f = fg::jit([](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) { return x * y + z; });
+  const auto x = fg::randn<float>({tiny}, 1), y = fg::randn<float>({tiny}, 2), z = fg::randn<float>({tiny}, 3);
+  fg::no_grad ng;
+  for (auto _ : state) {
+    fg::tensor<float> out = f(x, y, z);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+void BM_tiny_call_eager(benchmark::State& state) {
+  const auto x = fg::randn<float>({tiny}, 1), y = fg::randn<float>({tiny}, 2), z = fg::randn<float>({tiny}, 3);
+  fg::no_grad ng;
+  for (auto _ : state) {
+    fg::tensor<float> out = x * y + z;
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+void BM_tiny_call_hand(benchmark::State& state) {
+  const auto x = fg::randn<float>({tiny}, 1), y = fg::randn<float>({tiny}, 2), z = fg::randn<float>({tiny}, 3);
+  std::vector<float> out(tiny);
+  for (auto _ : state) {
+    hand_xyz(x.data(), y.data(), z.data(), out.data(), tiny);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_guard_check(benchmark::State& state) {
+  const auto k = static_cast<std::size_t>(state.range(0));
+  fg::detail::jit::entry<float> e;
+  std::vector<fg::tensor<float>> ins;
+  for (std::size_t i = 0; i < k; ++i) {
+    ins.push_back(fg::zeros<float>({4, 16}));
+    e.inputs.push_back({{4, 16}, i % 2 ? std::uint64_t{1} : 0, false});  // half of them with a dynamic dim 0
+    e.names.push_back("arg" + std::to_string(i));
+  }
+  e.alias_of.assign(k, -1);
+  const std::vector<int> alias(k, -1);
+  for (auto _ : state) {
+    bool ok = e.accepts(ins, true, alias);
+    benchmark::DoNotOptimize(ok);
+  }
+  state.counters["ns_per_tensor"] =
+      benchmark::Counter(static_cast<double>(k) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (int e : {10, 16, 20}) b->Arg(1L << e);
+  b->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_coscos_fwd_bwd_traced)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_compiled)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand)->Apply(sizes);
+BENCHMARK(BM_tiny_call_jit);
+BENCHMARK(BM_tiny_call_eager);
+BENCHMARK(BM_tiny_call_hand);
+BENCHMARK(BM_guard_check)->Arg(1)->Arg(4)->Arg(16);

@@ -1,0 +1,43 @@
+#pragma once
+// Hand-written reference loops the benchmarks put beside fusegrad's kernels: what a careful
+// programmer would write for these expressions with xsimd, one pass each way.
+#include <cmath>
+
+#include <xsimd/xsimd.hpp>
+
+namespace fusegrad_bench {
+
+using B = xsimd::batch<float>;
+constexpr long W = static_cast<long>(B::size);
+
+__attribute__((noinline)) inline void hand_forward(const float* __restrict x, const float* __restrict y,
+                                            float* __restrict out, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W)
+    (xsimd::cos(xsimd::cos(B::load_unaligned(x + i))) * B::load_unaligned(y + i)).store_unaligned(out + i);
+  for (; i < n; ++i) out[i] = std::cos(std::cos(x[i])) * y[i];
+}
+
+__attribute__((noinline)) inline void hand_backward(const float* __restrict x, const float* __restrict y,
+                                             const float* __restrict g, float* __restrict gx,
+                                             float* __restrict gy, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W) {
+    const B xv = B::load_unaligned(x + i), gv = B::load_unaligned(g + i);
+    const B c1 = xsimd::cos(xv);
+    (gv * B::load_unaligned(y + i) * xsimd::sin(c1) * xsimd::sin(xv)).store_unaligned(gx + i);
+    (gv * xsimd::cos(c1)).store_unaligned(gy + i);
+  }
+  for (; i < n; ++i) {
+    const float c1 = std::cos(x[i]);
+    gx[i] = g[i] * y[i] * std::sin(c1) * std::sin(x[i]);
+    gy[i] = g[i] * std::cos(c1);
+  }
+}
+
+__attribute__((noinline)) inline void hand_xyz(const float* __restrict x, const float* __restrict y,
+                                        const float* __restrict z, float* __restrict out, long n) {
+  for (long i = 0; i < n; ++i) out[i] = x[i] * y[i] + z[i];
+}
+
+}  // namespace fusegrad_bench
