@@ -103,16 +103,18 @@ class graph {
   [[nodiscard]] std::size_t size() const noexcept { return nodes_.size(); }
   [[nodiscard]] int num_inputs() const noexcept { return inputs_; }
   [[nodiscard]] bool empty() const noexcept { return nodes_.empty(); }
+  /// Empties the graph, keeping its memory for the next one (the tracer reuses its graph).
   void clear() noexcept {
+    for (auto& n : nodes_) spare_.push_back(std::move(n.sizes));
     nodes_.clear();
     inputs_ = 0;
   }
 
-  int add_input(shape s) {
+  int add_input(const shape& s) {
     node<T> n;
     n.kind = node_kind::input;
     n.index = inputs_++;
-    n.sizes = std::move(s);
+    n.sizes = reuse(s);
     return push(std::move(n));
   }
 
@@ -124,7 +126,8 @@ class graph {
     n.a = a;
     n.b = b;
     n.scalar = scalar;
-    n.sizes = b < 0 ? at(a).sizes : broadcast_shapes(op_name(op), at(a).sizes, at(b).sizes);
+    if (b < 0 || at(a).sizes == at(b).sizes) n.sizes = reuse(at(a).sizes);
+    else n.sizes = broadcast_shapes(op_name(op), at(a).sizes, at(b).sizes);
     return push(std::move(n));
   }
   template <class Op>
@@ -302,7 +305,16 @@ class graph {
     nodes_.push_back(std::move(n));
     return static_cast<int>(nodes_.size()) - 1;
   }
+  /// A copy of `s` in a shape buffer left by `clear()` (no allocation once warm).
+  shape reuse(const shape& s) {
+    if (spare_.empty()) return s;
+    shape r = std::move(spare_.back());
+    spare_.pop_back();
+    r.assign(s.begin(), s.end());
+    return r;
+  }
   std::vector<node<T>> nodes_;
+  std::vector<shape> spare_;
   int inputs_ = 0;
 };
 

@@ -64,7 +64,23 @@ class program {
       fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
     const auto& ns = g_.nodes();
     auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : ns[k].sizes; };
-    std::vector<tensor<T>> vals(ns.size());
+    // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
+    // which eager steps never start, gets its own).
+    thread_local std::vector<tensor<T>> scratch;
+    thread_local bool busy = false;
+    std::vector<tensor<T>> own;
+    std::vector<tensor<T>>& vals = busy ? own : scratch;
+    const bool mine = !busy;
+    busy = true;
+    struct release {
+      std::vector<tensor<T>>& v;
+      bool mine;
+      ~release() {
+        v.clear();  // drops the values, keeps the buffer
+        if (mine) busy = false;
+      }
+    } release_on_exit{vals, mine};
+    vals.resize(ns.size());
     for (std::size_t k = 0; k < ns.size(); ++k) {
       const auto& n = ns[k];
       if (n.kind != node_kind::input || !need_[k]) continue;

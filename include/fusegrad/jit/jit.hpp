@@ -354,11 +354,18 @@ std::string first_failure(const entry<T>& e, const std::vector<tensor<T>>& ins, 
 template <Element T>
 class trace final : public recorder<T>, public lazy_source {
  public:
-  explicit trace(function_state& st) : st_(&st) {}
+  trace() = default;
   trace(const trace&) = delete;
   trace& operator=(const trace&) = delete;
 
-  void name(const void* impl, std::string n) { names_.emplace_back(impl, std::move(n)); }
+  /// Starts tracing a call of the function with state `st` (a trace is reused by the calls
+  /// of its thread, keeping its buffers).
+  void begin(function_state& st) {
+    st_ = &st;
+    names_.clear();
+  }
+  /// Names an argument's tensor: `key` for a map entry, else "arg<arg>" or "arg<arg>[<elem>]".
+  void name(const void* impl, int arg, int elem, const std::string* key) { names_.push_back({impl, arg, elem, key}); }
 
   tensor<T> pointwise(int op, T scalar, const tensor<T>& a, const tensor<T>* b) override {
     split_on_grad_mode();
@@ -432,6 +439,7 @@ class trace final : public recorder<T>, public lazy_source {
     return tensor<T>(std::move(impl));
   }
   void reset() {
+    targets_.clear();
     g_.clear();
     inputs_.clear();
     input_nodes_.clear();
@@ -439,19 +447,32 @@ class trace final : public recorder<T>, public lazy_source {
     lazies_.clear();
   }
   std::string input_name(const tensor<T>& t, std::size_t i) const {
-    for (const auto& [p, n] : names_)
-      if (p == t.raw_impl().get()) return n;
+    for (const auto& n : names_)
+      if (n.impl == t.raw_impl().get()) {
+        if (n.key) return *n.key;
+        std::string r = "arg" + std::to_string(n.arg);
+        if (n.elem >= 0) r += "[" + std::to_string(n.elem) + "]";
+        return r;
+      }
     return "input " + std::to_string(i);
   }
 
-  function_state* st_;
+  struct arg_name {
+    const void* impl;
+    int arg, elem;
+    const std::string* key;
+  };
+  function_state* st_ = nullptr;
   ir::graph<T> g_;
   std::vector<tensor<T>> inputs_;
   std::vector<int> input_nodes_;
   std::vector<char> rg_;  ///< node needs grad
   bool grad_mode_ = true;
   std::vector<std::pair<int, std::weak_ptr<tensor_impl<T>>>> lazies_;
-  std::vector<std::pair<const void*, std::string>> names_;
+  std::vector<arg_name> names_;
+  // Scratch of flush(), kept between calls.
+  std::vector<int> outs_, alias_;
+  std::vector<std::shared_ptr<tensor_impl<T>>> targets_;
 };
 
 /// Turns the recorders of this thread off while a graph is compiled and run.
@@ -501,8 +522,10 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   }
   pause_recording paused;
   // Outputs: the lazy tensors still alive.
-  std::vector<int> outs;
-  std::vector<std::shared_ptr<tensor_impl<T>>> targets;
+  std::vector<int>& outs = outs_;
+  std::vector<std::shared_ptr<tensor_impl<T>>>& targets = targets_;
+  outs.clear();
+  targets.clear();
   for (auto& [id, w] : lazies_)
     if (auto p = w.lock(); p && p->lazy == this) {
       outs.push_back(id);
@@ -513,7 +536,8 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     return;
   }
   const bool gm = grad_mode_;
-  std::vector<int> alias(inputs_.size(), -1);
+  std::vector<int>& alias = alias_;
+  alias.assign(inputs_.size(), -1);
   for (std::size_t i = 0; i < inputs_.size(); ++i)
     for (std::size_t j = 0; j < i && alias[i] < 0; ++j)
       if (inputs_[i].raw_impl()->store && inputs_[i].raw_impl()->store == inputs_[j].raw_impl()->store) alias[i] = static_cast<int>(j);
@@ -652,54 +676,74 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   reset();
 }
 
+/// The tracers of one thread, reused by its jitted calls (one pair per nesting depth).
+struct trace_pair {
+  trace<float> f;
+  trace<double> d;
+};
+inline std::vector<std::unique_ptr<trace_pair>>& trace_stack() {
+  thread_local std::vector<std::unique_ptr<trace_pair>> s;
+  return s;
+}
+inline std::size_t& trace_depth() noexcept {
+  thread_local std::size_t d = 0;
+  return d;
+}
+
 /// The tracers of one jitted call on this thread (installed for its duration).
 class frame {
  public:
-  explicit frame(function_state& st) : f_(st), d_(st) {
-    prev_f_ = std::exchange(active_recorder<float>(), &f_);
-    prev_d_ = std::exchange(active_recorder<double>(), &d_);
+  explicit frame(function_state& st) {
+    auto& stack = trace_stack();
+    const std::size_t depth = trace_depth()++;
+    if (stack.size() <= depth) stack.push_back(std::make_unique<trace_pair>());
+    t_ = stack[depth].get();
+    t_->f.begin(st);
+    t_->d.begin(st);
+    prev_f_ = std::exchange(active_recorder<float>(), &t_->f);
+    prev_d_ = std::exchange(active_recorder<double>(), &t_->d);
   }
   frame(const frame&) = delete;
   frame& operator=(const frame&) = delete;
   ~frame() {
     if (!finished_) {
-      f_.abandon();
-      d_.abandon();
+      t_->f.abandon();
+      t_->d.abandon();
     }
     active_recorder<float>() = prev_f_;
     active_recorder<double>() = prev_d_;
+    --trace_depth();
   }
   /// Names the tensors of an argument for logs and guards ('x' for a map key, arg0, arg1[2]).
   template <class A>
-  void name_arg(const A& a, std::size_t i) {
+  void name_arg(const A& a, int i) {
     using X = std::remove_cvref_t<A>;
     if constexpr (is_tensor_v<X>) {
-      name_tensor(a, "arg" + std::to_string(i));
+      name_tensor(a, i, -1, nullptr);
     } else if constexpr (requires { typename X::key_type; typename X::mapped_type; }) {
-      if constexpr (is_tensor_v<typename X::mapped_type> && std::is_convertible_v<typename X::key_type, std::string>)
-        for (const auto& [k, v] : a) name_tensor(v, std::string(k));
+      if constexpr (is_tensor_v<typename X::mapped_type> && std::is_same_v<typename X::key_type, std::string>)
+        for (const auto& [k, v] : a) name_tensor(v, i, -1, &k);
     } else if constexpr (requires { typename X::value_type; a.begin(); }) {
       if constexpr (is_tensor_v<typename X::value_type>) {
-        std::size_t j = 0;
-        for (const auto& v : a) name_tensor(v, "arg" + std::to_string(i) + "[" + std::to_string(j++) + "]");
+        int j = 0;
+        for (const auto& v : a) name_tensor(v, i, j++, nullptr);
       }
     }
   }
   void finish() {
-    f_.flush("the end of the function", false);
-    d_.flush("the end of the function", false);
+    t_->f.flush("the end of the function", false);
+    t_->d.flush("the end of the function", false);
     finished_ = true;
   }
 
  private:
   template <Element T>
-  void name_tensor(const tensor<T>& t, std::string n) {
+  void name_tensor(const tensor<T>& t, int arg, int elem, const std::string* key) {
     if (!t.defined()) return;
-    if constexpr (std::is_same_v<T, float>) f_.name(t.raw_impl().get(), std::move(n));
-    else d_.name(t.raw_impl().get(), std::move(n));
+    if constexpr (std::is_same_v<T, float>) t_->f.name(t.raw_impl().get(), arg, elem, key);
+    else t_->d.name(t.raw_impl().get(), arg, elem, key);
   }
-  trace<float> f_;
-  trace<double> d_;
+  trace_pair* t_ = nullptr;
   recorder<float>* prev_f_ = nullptr;
   recorder<double>* prev_d_ = nullptr;
   bool finished_ = false;
@@ -787,7 +831,7 @@ class jit_function : public detail::jit::call_base<jit_function<F>, F> {
   template <class... Args>
   decltype(auto) call(Args&&... args) const {
     detail::jit::frame fr(*st_);
-    std::size_t i = 0;
+    int i = 0;
     (fr.name_arg(args, i++), ...);
     using R = std::invoke_result_t<const F&, Args...>;
     if constexpr (std::is_void_v<R>) {
