@@ -86,7 +86,7 @@ TEST_CASE("one jitted function called from 8 threads at once (shared cache, dyna
     auto c = fg::cos(fg::cos(x));
     if (fg::mean(c).item() > 0.7) c = c * 2.0;
     return c * y + body(x, y);
-  });
+  }, {.recompile_limit = 64});  // every graph compiled: the threads share programs, not eager fallbacks
   constexpr int threads = 8, rounds = 25;
   std::latch start(threads);
   std::atomic<int> bad{0}, done{0};
