@@ -26,6 +26,7 @@
 #include "fusegrad/expr/expr.hpp"
 #include "fusegrad/ir/graph.hpp"
 #include "fusegrad/ir/program.hpp"
+#include "fusegrad/jit/compiled_autograd.hpp"
 #include "fusegrad/jit/jit.hpp"
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/kernel/fused.hpp"

@@ -40,12 +40,14 @@ namespace backend {
 /// Runs the user's function op by op on eager tensors: the reference.
 struct eager {
   static constexpr std::string_view name = "eager";
+  bool fullgraph = false;  ///< as a compiled-autograd backend: a graph break throws
   static constexpr bool runs_graph = false;
 };
 
 /// The joint graph and plan, evaluated node by node with eager kernels (no fusion).
 struct aot_eager {
   static constexpr std::string_view name = "aot_eager";
+  bool fullgraph = false;  ///< as a compiled-autograd backend: a graph break throws
   static constexpr bool runs_graph = true;
   /// Evaluates the canonical nodes flagged in `Active` (in order); `Keep` says which values
   /// the caller reads afterwards (this backend keeps them all).

@@ -9,6 +9,7 @@
 
 #include "fusegrad/eager/kernels.hpp"
 #include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/ir/op_table.hpp"
 
 namespace fusegrad {
 
@@ -60,6 +61,14 @@ struct accumulate_values {
   template <class V> V value(const V& a, const V& b) const { return a + b; }
 };
 
+/// a + b for gradients: computed, or recorded when a tracer is active (compiled autograd).
+template <Element T>
+tensor<T> add_grads(const tensor<T>& a, const tensor<T>& b) {
+  if (auto* r = active_recorder<T>()) [[unlikely]]
+    return r->pointwise(ir::op_index<ops::add_op, T>, T{}, a, &b);
+  return zip("backward", accumulate_values{}, a, b);
+}
+
 /// Runs `h` on `g` and checks that a replacement keeps the shape.
 template <Element T>
 tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
@@ -94,8 +103,16 @@ class accumulate_grad final : public node<T> {
     if (!leaf) return {};
     tensor<T> g = std::move(grads.at(0));
     for (const auto& h : leaf->leaf_hooks) g = run_hook(h, g);
-    if (!leaf->grad.defined()) leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
-    else leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
+    if (g.is_lazy()) {  // a traced backward: the gradient is a value of the captured graph
+      auto* r = active_recorder<T>();
+      if (leaf->grad.defined()) leaf->grad = add_grads(leaf->grad, g);
+      else if (g.raw_impl().use_count() == 1 || !r) leaf->grad = std::move(g);
+      else leaf->grad = r->pointwise(ir::op_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr);  // its own copy
+    } else if (!leaf->grad.defined()) {
+      leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
+    } else {
+      leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
+    }
     return {};
   }
   /// The leaf this node accumulates into (null if it has been destroyed).
@@ -216,10 +233,31 @@ std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<
   return n;
 }
 
-/// Runs the backward pass from `roots` seeded with `grads` (PyTorch's engine, one thread).
+/// What runs a backward pass instead of the engine when compiled autograd is compiled in
+/// (fusegrad/jit/compiled_autograd.hpp installs it; it calls `run_engine` itself).
 template <Element T>
-void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads,
-                  bool retain_graph) {
+using backward_runner = void (*)(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool);
+template <Element T>
+inline std::atomic<backward_runner<T>>& compiled_backward_runner() noexcept {
+  static std::atomic<backward_runner<T>> r{nullptr};
+  return r;
+}
+
+template <Element T>
+void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool retain_graph);
+
+/// Runs the backward pass from `roots` seeded with `grads`: the engine, or compiled autograd.
+template <Element T>
+void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool retain_graph) {
+  if (auto r = compiled_backward_runner<T>().load(std::memory_order_acquire)) [[unlikely]]
+    return r(roots, std::move(grads), retain_graph);
+  run_engine(roots, std::move(grads), retain_graph);
+}
+
+/// PyTorch's engine, one thread: runs ready nodes latest-first.
+template <Element T>
+void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads,
+                bool retain_graph) {
   std::vector<edge<T>> root_edges;
   for (std::size_t i = 0; i < roots.size(); ++i) {
     const auto& r = roots[i];
@@ -301,7 +339,7 @@ void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gr
         buf.resize(e.fn->num_outputs());
         auto& slot = buf[e.input_nr];
         if (!slot.defined()) slot = out[j];
-        else slot = zip("backward", accumulate_values{}, slot, out[j]);
+        else slot = add_grads(slot, out[j]);
       }
       if (--deps[e.fn.get()] == 0) ready.push(e.fn);
     }

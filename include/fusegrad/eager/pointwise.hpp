@@ -72,6 +72,8 @@ T op_scalar(const Op& op) {
 template <Element T>
 tensor<T> sum_to(const tensor<T>& g, const shape& target) {
   if (g.shape() == target) return g;
+  if (auto* r = active_recorder<T>()) [[unlikely]]
+    return r->sum_to(g, target);
   const auto& s = g.shape();
   const std::size_t lead = s.size() - target.size();
   std::vector<bool> mask(s.size(), false);

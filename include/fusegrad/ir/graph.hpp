@@ -78,9 +78,14 @@ struct node {
   T scalar{};            ///< the op's constant (ops with state)
   shape sizes;
 
-  /// Everything but the shape: two traces with equal structure differ in sizes only.
+  /// A node whose shape is written in it, not derived from its operands (traced from eager
+  /// code that passed the target shape): its shape is part of the structure.
+  [[nodiscard]] bool fixed_shape() const noexcept {
+    return (kind == node_kind::expand || kind == node_kind::sum_to) && ref < 0;
+  }
+  /// Everything but the derived shapes: two traces with equal structure differ in input sizes only.
   [[nodiscard]] bool same_structure(const node& o) const noexcept {
-    return kind == o.kind && keepdim == o.keepdim && average == o.average && op == o.op && a == o.a &&
+    return (!fixed_shape() || sizes == o.sizes) && kind == o.kind && keepdim == o.keepdim && average == o.average && op == o.op && a == o.a &&
            b == o.b && index == o.index && ref == o.ref && dims == o.dims &&
            std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(scalar) ==
                std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(o.scalar);
@@ -173,6 +178,31 @@ class graph {
     return push(std::move(n));
   }
 
+  /// `a` summed down to a fixed shape `to` (a node traced from eager code: no node holds
+  /// the target shape, so entries holding one stay specialised on sizes).
+  int add_sum_to_shape(int a, const shape& to) {
+    node<T> n;
+    n.kind = node_kind::sum_to;
+    n.a = a;
+    n.sizes = reuse(to);
+    return push(std::move(n));
+  }
+  /// `a`, a reduction over `dims` of a value of shape `to`, broadcast back to `to` (fixed).
+  int add_expand_shape(int a, const shape& to, std::uint64_t dims) {
+    node<T> n;
+    n.kind = node_kind::expand;
+    n.a = a;
+    n.dims = to.empty() ? 0 : (dims & rank_bits(to.size()));
+    n.sizes = reuse(to);
+    return push(std::move(n));
+  }
+  /// True when some node's shape is fixed rather than derived (see `add_sum_to_shape`).
+  [[nodiscard]] bool has_fixed_shapes() const noexcept {
+    for (const auto& n : nodes_)
+      if (n.fixed_shape()) return true;
+    return false;
+  }
+
   /// Appends a copy of `n` whose operands are already remapped (inputs are renumbered).
   int add_copy(node<T> n) {
     if (n.kind == node_kind::input) n.index = inputs_++;
@@ -200,7 +230,7 @@ class graph {
           s[k] = fusegrad::detail::reduced_shape(of(n.a), dims_mask(n.dims, of(n.a).size()), n.keepdim);
           break;
         case node_kind::expand:
-        case node_kind::sum_to: s[k] = of(n.ref); break;
+        case node_kind::sum_to: s[k] = n.ref >= 0 ? of(n.ref) : n.sizes; break;
       }
     }
     return s;
@@ -218,6 +248,8 @@ class graph {
       mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.index)) |
           (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.ref)) << 32));
       mix(n.dims);
+      if (n.fixed_shape())
+        for (index_t d : n.sizes) mix(static_cast<std::uint64_t>(d));
       if constexpr (sizeof(T) == 4) mix(std::bit_cast<std::uint32_t>(n.scalar));
       else mix(std::bit_cast<std::uint64_t>(n.scalar));
     }
@@ -268,9 +300,9 @@ class graph {
           break;
         }
         case node_kind::expand:
-          s += std::string(n.average ? "expand_mean(" : "expand(") + v(n.a) + ", like=" + v(n.ref) + ")";
+          s += std::string(n.average ? "expand_mean(" : "expand(") + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")";
           break;
-        case node_kind::sum_to: s += "sum_to(" + v(n.a) + ", like=" + v(n.ref) + ")"; break;
+        case node_kind::sum_to: s += "sum_to(" + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")"; break;
       }
       s += "  # " + fusegrad::to_string(n.sizes) + "\n";
     }

@@ -7,10 +7,12 @@
 /// "is a tracer recording on this thread?" without depending on the tracer.
 
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "fusegrad/core/element.hpp"
+#include "fusegrad/core/shape.hpp"
 
 namespace fusegrad {
 template <Element T>
@@ -47,6 +49,9 @@ constexpr int type_index(type_list<Ts...>) {
 }  // namespace detail
 
 namespace ir {
+template <Element T>
+class graph;
+
 /// Every element-wise op the IR can hold, in one list. Ops with state hold exactly one scalar
 /// of the element type (the node's `scalar`).
 template <Element T>
@@ -77,6 +82,17 @@ struct recorder {
   virtual tensor<T> pointwise(int op, T scalar, const tensor<T>& a, const tensor<T>* b) = 0;
   /// A reduction of `x` over the dims where `mask` is true.
   virtual tensor<T> reduce(reduce_op k, const tensor<T>& x, const std::vector<bool>& mask, bool keepdim) = 0;
+  /// `g` summed down to `target` (the inverse of broadcasting).
+  virtual tensor<T> sum_to(const tensor<T>& g, const shape& target) = 0;
+  /// `g`, a reduction over the dims where `mask` is true, broadcast back to `target`.
+  virtual tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) = 0;
+  /// Appends graph `g` (its inputs bound to `inputs`) and returns its `outputs`: how the
+  /// backward of a traced function is inlined into a traced backward (compiled autograd).
+  /// Ends the pending graph here (compiles and runs it), as a sync point would.
+  virtual void sync(std::string_view why) = 0;
+  /// `sizes`, when given, are the nodes' shapes (a shape-generic graph run on other sizes).
+  virtual std::vector<tensor<T>> replay(const ir::graph<T>& g, const std::vector<int>& outputs,
+                                        const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes) = 0;
 
  protected:
   ~recorder() = default;

@@ -50,10 +50,15 @@
 namespace fusegrad {
 
 /// Options of `fg::jit` (like `torch.compile`'s `fullgraph` and Dynamo's cache size limit).
+/// How captured graphs run: tile programs, or node by node through the eager ops.
+enum class jit_backend { fused, eager };
+
 struct jit_options {
   bool fullgraph = false;   ///< a graph break throws `fusegrad::error` instead of splitting
   int recompile_limit = 8;  ///< compiles per function before misses run eagerly
   std::string name = "function";  ///< used in log lines
+  jit_backend backend = jit_backend::fused;
+  logs::channel graph_log = logs::graph;  ///< where a newly compiled graph is printed
 };
 
 /// One cache entry, readable.
@@ -221,10 +226,11 @@ std::shared_ptr<entry<T>> compile(const ir::graph<T>& g, const std::vector<int>&
   e->grad_mode = gm;
   e->alias_of = alias;
   e->names = std::move(names);
+  const bool fixed = g.has_fixed_shapes();  // shapes written into nodes: stay specialised
   for (std::size_t i = 0; i < ins.size(); ++i) {
     input_guard ig{ins[i].shape(), 0, gm && ins[i].requires_grad()};
     for (std::size_t d = 0; d < ig.sizes.size(); ++d)
-      if (i < marks.size() && ((marks[i] >> d) & 1U) && ig.sizes[d] >= 2) ig.dynamic |= std::uint64_t{1} << d;
+      if (!fixed && i < marks.size() && ((marks[i] >> d) & 1U) && ig.sizes[d] >= 2) ig.dynamic |= std::uint64_t{1} << d;
     e->dynamic = e->dynamic || ig.dynamic != 0;
     e->inputs.push_back(std::move(ig));
   }
@@ -387,7 +393,55 @@ class trace final : public recorder<T>, public lazy_source {
     rg_.push_back(rg_[static_cast<std::size_t>(ix)]);
     return make_lazy(id);
   }
+  tensor<T> sum_to(const tensor<T>& g, const shape& target) override {
+    split_on_grad_mode();
+    const int ig = node_of(g);
+    const int id = g_.add_sum_to_shape(ig, target);
+    rg_.push_back(rg_[static_cast<std::size_t>(ig)]);
+    return make_lazy(id);
+  }
+  tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) override {
+    split_on_grad_mode();
+    if (mask.size() > ir::max_rank) fail("jit", "a traced tensor has ", mask.size(), " dims; expected at most ", ir::max_rank);
+    std::uint64_t dims = 0;
+    for (std::size_t d = 0; d < mask.size(); ++d)
+      if (mask[d]) dims |= std::uint64_t{1} << d;
+    const int ig = node_of(g);
+    const int id = g_.add_expand_shape(ig, target, dims);
+    rg_.push_back(rg_[static_cast<std::size_t>(ig)]);
+    return make_lazy(id);
+  }
+  std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
+                                const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes) override {
+    split_on_grad_mode();
+    std::vector<int> map(b.size(), -1);
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      ir::node<T> n = b.nodes()[k];
+      if (n.kind == ir::node_kind::input) {
+        map[k] = node_of(inputs.at(static_cast<std::size_t>(n.index)));
+        continue;
+      }
+      bool rg = false;
+      for (int* c : {&n.a, &n.b}) {
+        if (*c < 0) continue;
+        *c = map[static_cast<std::size_t>(*c)];
+        rg = rg || rg_[static_cast<std::size_t>(*c)];
+      }
+      if (n.ref >= 0) n.ref = map[static_cast<std::size_t>(n.ref)];
+      if (sizes) n.sizes = (*sizes)[k];
+      map[k] = g_.add_copy(std::move(n));
+      rg_.push_back(rg);
+    }
+    std::vector<tensor<T>> out;
+    for (int o : outputs) {
+      const int id = map[static_cast<std::size_t>(o)];
+      if (g_.at(id).kind == ir::node_kind::input) out.push_back(inputs_[static_cast<std::size_t>(g_.at(id).index)]);
+      else out.push_back(make_lazy(id));
+    }
+    return out;
+  }
   void realize(std::string_view why) override { flush(why, true); }
+  void sync(std::string_view why) override { flush(why, true); }
 
   /// Compiles (or fetches) and runs the pending graph; `is_break`: a sync point asked.
   void flush(std::string_view why, bool is_break);
@@ -611,7 +665,9 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         for (std::size_t i = 0; i < inputs_.size(); ++i) names.push_back(input_name(inputs_[i], i));
         auto made = compile<T>(g_, outs, rg_, inputs_, gm, alias, marks->dims, std::move(names), h);
         bump(counter_cells().unique_graphs);
-        if (logs::enabled(logs::graph)) logs::emit(logs::graph, "graph of '" + st.opts.name + "':\n" + made->fwd_graph.to_string(made->names));
+        if (st.opts.backend == jit_backend::eager) made->eager = true;
+        if (logs::enabled(st.opts.graph_log))
+          logs::emit(st.opts.graph_log, "graph of '" + st.opts.name + "':\n" + made->fwd_graph.to_string(made->names));
         if (logs::enabled(logs::guards)) logs::emit(logs::guards, "guards of a new entry of '" + st.opts.name + "':\n" + made->guards_text());
         if (logs::enabled(logs::output_code)) logs::emit(logs::output_code, "program of '" + st.opts.name + "':\n" + made->code_text());
         if (made->dynamic) shapes = entry_shapes(*made, inputs_);
@@ -623,7 +679,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
 
   if (run_eagerly || e->eager) {
     // Node by node through the eager ops, which record on the tape themselves.
-    if (e && e->eager) bump(counter_cells().fallbacks);
+    if (e && e->eager && st.opts.backend != jit_backend::eager) bump(counter_cells().fallbacks);
     std::optional<no_grad> off;
     if (!gm) off.emplace();
     std::vector<tensor<T>> vals(g_.size());
@@ -663,7 +719,11 @@ void trace<T>::flush(std::string_view why, bool is_break) {
                   bin.push_back(grads[j].defined() ? grads[j] : zeros<T>(out_shapes[j]));
                 std::vector<shape> bs;
                 if (jshapes) bs = backward_shapes(*e, *jshapes);
-                const std::vector<tensor<T>> r = e->bwd->run(bin, jshapes ? &bs : nullptr);
+                std::vector<tensor<T>> r;
+                if (auto* rec = active_recorder<T>())  // a traced backward: inline this one
+                  r = rec->replay(e->bwd->source(), e->bwd->outputs(), bin, jshapes ? &bs : nullptr);
+                else
+                  r = e->bwd->run(bin, jshapes ? &bs : nullptr);
                 std::vector<tensor<T>> out(n_in);
                 for (std::size_t j = 0; j < e->wrt.size(); ++j) {
                   const int o = e->bwd_grad_of[j];
@@ -847,6 +907,13 @@ class jit_function : public detail::jit::call_base<jit_function<F>, F> {
   F fn_;
   std::shared_ptr<detail::jit::function_state> st_;
 };
+
+/// Inside a jitted call (or a compiled-autograd capture): ends the pending graph here, like
+/// `torch._dynamo.graph_break()`. Elsewhere it does nothing.
+inline void graph_break() {
+  if (auto* r = detail::active_recorder<float>()) r->sync("graph_break()");
+  if (auto* r = detail::active_recorder<double>()) r->sync("graph_break()");
+}
 
 /// Traces `f` at run time, compiling and caching its graphs (`torch.compile` for code with
 /// data-dependent control flow). `f` takes and returns fusegrad tensors (or containers of them).

@@ -531,6 +531,7 @@ namespace fusegrad::backend {
 /// One vectorised pass over memory per fusion group, forward and backward (the default).
 struct fused {
   static constexpr std::string_view name = "fused";
+  bool fullgraph = false;  ///< as a compiled-autograd backend: a graph break throws
   static constexpr bool runs_graph = true;
   template <class A, auto Active, auto Keep, Element T>
   static void evaluate(eval_context<A, T>& ctx) {

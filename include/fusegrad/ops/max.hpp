@@ -25,7 +25,9 @@ tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
                       [mask](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                         const shape& from = s[0].shape();
                         tensor<T> hit = eq(s[0], detail::unreduce(s[1], from, mask));
-                        tensor<T> count = detail::reduce_keepdim(hit, mask, detail::reduce_kind::sum);
+                        auto* rec = detail::active_recorder<T>();  // a traced backward (compiled autograd)
+                        tensor<T> count = rec ? rec->reduce(detail::reduce_op::sum, hit, mask, true)
+                                              : detail::reduce_keepdim(hit, mask, detail::reduce_kind::sum);
                         return std::vector<tensor<T>>{
                             tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
                       });

@@ -39,6 +39,8 @@ inline index_t reduced_count(const shape& s, const std::vector<bool>& mask) {
 /// Broadcasts a reduced gradient `g` (shaped `reduced_shape(.., keepdim)`) back to `from`.
 template <Element T>
 tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool>& mask) {
+  if (auto* r = active_recorder<T>()) [[unlikely]]
+    return r->expand(g, from, mask);
   return g.reshape(reduced_shape(from, mask, true)).expand(from);
 }
 
