@@ -71,6 +71,14 @@ TEST_CASE("IR graphs of pointwise ops equal eager, values and gradients") {
       return fg::maximum(a, b) * (2.0 - a) / (b + 3.0) + fg::pow(b + 2.0, a * 0.5) + 1.0 / (a * a + 1.0);
     }, x, z);
   }
+  SUBCASE("an operand used twice frees its tile register once (x * x, then more live values)") {
+    same_as_eager([](auto a, auto b) {
+      auto c = fg::cos(a);
+      auto d = c * c;
+      auto e = fg::sin(b) + d;
+      return d * fg::exp(a * 0.1) + e * (b + 1.0) + fg::tanh(e);
+    }, x, y);
+  }
   SUBCASE("a 0-d input broadcast") {
     same_as_eager([](auto a, auto s) { return fg::sin(a) * s + s * s; }, x, fg::randn<double>({}, 4));
   }

@@ -320,10 +320,13 @@ class program {
           free_regs.pop_back();
           reg[k] = in.reg;
         }
-        for (int c : ops)
+        for (int j = 0; j < 2; ++j) {
+          const int c = ops[j];
+          if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
           if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
               last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
             free_regs.push_back(reg[static_cast<std::size_t>(c)]);
+        }
         st.code.push_back(in);
       }
       steps_.push_back(std::move(st));
