@@ -1,9 +1,11 @@
 // Compiled autograd: gradients of captured backwards equal the eager engine's on 1,000 random
-// tapes (eager ops with broadcasting and reductions, jitted functions, tensor hooks), and the
+// tapes (eager ops with broadcasting and reductions, jitted functions, tensor hooks: opaque
+// call_hook nodes, generic hooks traced, hooks reading values), and the
 // cache key behaves: same structure hits, a new node kind misses, changed sizes go dynamic.
 #include <doctest/doctest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
@@ -23,6 +25,7 @@ struct ca_off {  // every test starts and ends with compiled autograd off
 /// Builds a random tape from `leaves` (its choices drawn from `seed`) and returns the loss.
 fg::tensor<double> random_tape(const std::vector<fg::tensor<double>>& leaves, std::uint64_t seed) {
   static const auto jitted = fg::jit([](auto a, auto b) { return fg::cos(a) * b + a; }, {.recompile_limit = 64});
+  static const auto compiled = fg::compile([](auto a, auto b) { return fg::exp(a * 0.5) * b - fg::sum(a); });
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
   std::vector<fg::tensor<double>> vals(leaves.begin(), leaves.end());
@@ -31,7 +34,7 @@ fg::tensor<double> random_tape(const std::vector<fg::tensor<double>>& leaves, st
     const fg::tensor<double>& a = vals[static_cast<std::size_t>(pick(static_cast<int>(vals.size())))];
     const fg::tensor<double>& b = vals[static_cast<std::size_t>(pick(static_cast<int>(vals.size())))];
     fg::tensor<double> r;
-    switch (pick(12)) {
+    switch (pick(13)) {
       case 0: r = fg::cos(a); break;
       case 1: r = fg::exp(a * 0.1); break;
       case 2: r = fg::tanh(a) * 2.0; break;
@@ -43,9 +46,17 @@ fg::tensor<double> random_tape(const std::vector<fg::tensor<double>>& leaves, st
       case 8: r = fg::sum(a, -1, true) + a; break;
       case 9: r = a * fg::mean(b); break;
       case 10: r = a.shape() == b.shape() ? jitted(a, b) : fg::maximum(a, b); break;
+      case 11: r = a.shape() == b.shape() ? compiled(a, b) : fg::maximum(b, a); break;
       default: {
         r = fg::sin(a) + 1.0;
-        r.register_hook([k = static_cast<double>(pick(3) + 1)](const fg::tensor<double>& g) { return g * k; });
+        const double k = static_cast<double>(pick(3) + 1);
+        switch (pick(3)) {
+          case 0: r.register_hook([k](const fg::tensor<double>& g) { return g * k; }); break;  // call_hook
+          case 1: r.register_hook([k](auto g) { return g * k; }); break;                       // traced
+          default:  // reads the gradient's values (a call_hook runs on computed values)
+            r.register_hook([k](const fg::tensor<double>& g) { return g.to_vector().front() > 1e300 ? g : g * k; });
+            break;
+        }
         break;
       }
     }
@@ -138,9 +149,104 @@ TEST_CASE("a jitted forward with graph breaks gives one backward graph; fullgrap
   auto te = fg::exp(xe * 0.5) * xe;
   fg::sum(te * te).backward();
   CHECK(max_normwise(xe.grad(), x.grad()) < 1e-12);
-  // matmul's backward is not traced: a graph break, which fullgraph turns into an error.
-  auto w = fg::randn<double>({5, 3}, 4).requires_grad(true);
-  auto l2 = fg::sum(fg::matmul(x, w));
+  // matmul's and the views' backwards are opaque call nodes: still one graph, even fullgraph.
+  auto w = fg::randn<double>({3, 5}, 4).requires_grad(true);
+  auto b = fg::randn<double>({3}, 5).requires_grad(true);
+  auto l2 = fg::sum(fg::tanh(fg::linear(x, w, b)).reshape({-1}).transpose(0, 0));
+  fg::reset_counters();
+  {
+    fg::compiled_autograd::enable strict(fg::backend::fused{/*fullgraph=*/true});
+    l2.backward({.retain_graph = true});
+  }
+  CHECK(fg::counters().cache_misses + fg::counters().cache_hits == 1);
+  const fg::tensor<double> gw = w.grad(), gb = b.grad();
+  w.zero_grad();
+  b.zero_grad();
+  l2.backward();
+  CHECK(max_normwise(w.grad(), gw) < 1e-12);
+  CHECK(max_normwise(b.grad(), gb) < 1e-12);
+  // A traced (generic) hook that reads values breaks the graph, which fullgraph turns into an error.
+  auto y = fg::cos(x);
+  y.register_hook([](auto g) { return fg::sum(g).item() > 1e300 ? g : g * 2.0; });
+  auto l3 = fg::sum(y * y);
   fg::compiled_autograd::enable strict(fg::backend::fused{/*fullgraph=*/true});
-  CHECK_THROWS_WITH_AS(l2.backward(), doctest::Contains("fullgraph=true"), fg::error);
+  CHECK_THROWS_WITH_AS(l3.backward(), doctest::Contains("fullgraph=true"), fg::error);
+}
+
+TEST_CASE("hooks: opaque hooks are call_hook nodes of one captured graph, generic hooks are traced") {
+  ca_off guard;
+  std::vector<std::string> lines;
+  fg::logs::set("compiled_autograd");
+  fg::logs::set_sink([&](fg::logs::channel, std::string_view s) { lines.emplace_back(s); });
+  auto x = fg::randn<double>({3, 4}, 5).requires_grad(true);
+  auto h = fg::exp(x * 0.5);
+  double seen = 0;  // a hook that reads the gradient's values and changes nothing
+  h.register_hook([&seen](const fg::tensor<double>& g) { seen = g.to_vector().front(); });
+  auto t = fg::tanh(h);
+  t.register_hook([](const fg::tensor<double>& g) { return g * 3.0; });
+  auto u = t * x;
+  u.register_hook([](auto g) { return g - 1.0; });
+  auto loss = fg::sum(u * u);
+  fg::reset_counters();
+  {
+    fg::compiled_autograd::enable on;
+    loss.backward({.retain_graph = true});
+  }
+  fg::logs::set("");
+  fg::logs::set_sink({});
+  CHECK(fg::counters().cache_misses + fg::counters().cache_hits == 1);  // the hooks broke nothing
+  std::string text;
+  for (const auto& l : lines) text += l;
+  CHECK(text.find("call_hook(%") != std::string::npos);
+  CHECK(text.find("fns[1]") != std::string::npos);
+  CHECK(text.find("fns[2]") == std::string::npos);  // the generic hook was traced, not called
+  CHECK(text.find("accumulate_grad(%") != std::string::npos);
+  const double seen_captured = seen;
+  const fg::tensor<double> g_captured = x.grad();
+  x.zero_grad();
+  loss.backward();  // the eager engine, same hooks
+  CHECK(seen == seen_captured);
+  CHECK(max_normwise(x.grad(), g_captured) < 1e-12);
+}
+
+TEST_CASE("a hook that throws under compiled autograd reports its error and leaves the thread usable") {
+  ca_off guard;
+  auto x = fg::randn<double>({4}, 6).requires_grad(true);
+  auto y = fg::cos(x);
+  y.register_hook([](const fg::tensor<double>& g) { return fg::sum(g); });  // wrong shape
+  fg::compiled_autograd::enable on;
+  CHECK_THROWS_WITH_AS(fg::sum(y * y).backward(), doctest::Contains("register_hook"), fg::error);
+  auto z = fg::randn<double>({4}, 7).requires_grad(true);
+  fg::sum(fg::sin(z)).backward();
+  CHECK(max_normwise(z.grad(), fg::cos(z.detach())) < 1e-12);
+}
+
+TEST_CASE("the backwards of fg::compile and fg::jit functions are inlined into one graph as aot<N>_ nodes") {
+  ca_off guard;
+  const auto f = fg::compile([](auto a) { return fg::cos(fg::cos(a)); });
+  const auto g = fg::jit([](auto a, auto b) { return fg::tanh(a) * b; });
+  auto x = fg::randn<double>({6}, 8).requires_grad(true);
+  auto y = fg::randn<double>({6}, 9).requires_grad(true);
+  auto loss = fg::sum(g(f(x), y) * x);
+  std::vector<std::string> lines;
+  fg::logs::set("compiled_autograd");
+  fg::logs::set_sink([&](fg::logs::channel, std::string_view s) { lines.emplace_back(s); });
+  fg::reset_counters();
+  {
+    fg::compiled_autograd::enable on;
+    loss.backward({.retain_graph = true});
+  }
+  fg::logs::set("");
+  fg::logs::set_sink({});
+  CHECK(fg::counters().cache_misses + fg::counters().cache_hits == 1);
+  std::string text;
+  for (const auto& l : lines) text += l;
+  CHECK(text.find("%aot0_") != std::string::npos);
+  CHECK(text.find("%aot1_") != std::string::npos);
+  const fg::tensor<double> gx = x.grad(), gy = y.grad();
+  x.zero_grad();
+  y.zero_grad();
+  loss.backward();
+  CHECK(max_normwise(x.grad(), gx) < 1e-12);
+  CHECK(max_normwise(y.grad(), gy) < 1e-12);
 }

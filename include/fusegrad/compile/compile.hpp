@@ -206,13 +206,22 @@ class compiled_function {
               if (gi >= 0) r[static_cast<std::size_t>(gi)] = true;
             return r;
           }();
-          B::template evaluate<A, active, roots, T>(bctx);
+          if (auto* rec = detail::active_recorder<T>()) [[unlikely]] {
+            // A traced backward (compiled autograd): node by node through the eager ops, which
+            // record into the captured graph; the nodes print as aot<id>_<k>.
+            const std::size_t from = rec->inline_begin();
+            backend::aot_eager::template evaluate<A, active, roots, T>(bctx);
+            rec->inline_end(from);
+          } else {
+            B::template evaluate<A, active, roots, T>(bctx);
+          }
           std::vector<tensor<T>> result(N);
           for (std::size_t i = 0; i < N; ++i) {
             if (!wants[i] || A::grad_node[i] < 0) continue;
             const tensor<T>& gi = values[static_cast<std::size_t>(A::grad_node[i])];
             result[i] = gi.shape() == in_shapes[i] ? gi : detail::sum_to(gi, in_shapes[i]);
-            if (!result[i].is_contiguous() || result[i].is_same(g[0])) result[i] = detail::contiguous_copy(result[i]);
+            if (!result[i].is_lazy() && (!result[i].is_contiguous() || result[i].is_same(g[0])))
+              result[i] = detail::contiguous_copy(result[i]);
           }
           return result;
         });

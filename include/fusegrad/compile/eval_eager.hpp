@@ -1,6 +1,6 @@
 #pragma once
 /// \file fusegrad/compile/eval_eager.hpp
-/// Evaluates one canonical node of the joint graph on eager tensors (no recording): the
+/// Evaluates one canonical node of the joint graph on eager tensors (no tape recording): the
 /// node-by-node interpreter behind the `aot_eager` backend, and the reference the fused
 /// kernels are checked against.
 
@@ -50,7 +50,21 @@ tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb
   return mm(A, B).reshape(out);
 }
 
-/// Value of canonical node C of analysis A, from the values of its children.
+/// The shape of `matmul_values(a, b, ta, tb)` for operands of shapes `a` and `b` (at least 1-D).
+inline shape matmul_values_shape(const shape& a, const shape& b, bool ta, bool tb) {
+  const index_t lb = b.back(), rows_b = lb == 0 ? 0 : numel(b) / lb;
+  const index_t cols = tb ? rows_b : lb;
+  if (ta) return {a.back(), cols};
+  if (a.size() == 1) return {cols};
+  shape out(a.begin(), a.end() - 1);
+  out.push_back(cols);
+  return out;
+}
+
+/// Value of canonical node C of analysis A, from the values of its children. While a tracer
+/// records (the backward of a compiled function inside a captured backward), the node is
+/// recorded instead: pointwise ops, reductions and their adjoints as IR nodes, matmul as an
+/// opaque call.
 template <class A, std::size_t C, Element T>
 tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
                     const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
@@ -65,6 +79,12 @@ tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
   } else if constexpr (is_custom_v<E>) {
     return arg(static_cast<int>(arity_v<E>) - 1);
   } else if constexpr (is_pointwise_v<E>) {
+    using Op = std::remove_cvref_t<decltype(e.op)>;
+    if constexpr (ir::KnownOp<Op, T>)
+      if (auto* r = active_recorder<T>()) [[unlikely]] {
+        if constexpr (arity_v<E> == 1) return r->pointwise(ir::op_index<Op, T>, op_scalar<T>(e.op), arg(0), nullptr);
+        else return r->pointwise(ir::op_index<Op, T>, op_scalar<T>(e.op), arg(0), &arg(1));
+      }
     if constexpr (arity_v<E> == 1) return map(e.op, arg(0));
     else return zip(std::remove_cvref_t<decltype(e.op)>::name, e.op, arg(0), arg(1));
   } else if constexpr (is_reduce_v<E>) {
@@ -73,6 +93,13 @@ tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
       return std::pair{K, X};
     }(std::type_identity<E>{});
     const tensor<T>& x = arg(0);
+    if (auto* r = active_recorder<T>()) [[unlikely]] {
+      if (axis.second == reduce_axis::last && x.dim() == 0) fail("sum", "cannot reduce the last dim of a 0-d value inside fg::compile");
+      std::vector<bool> mask(x.dim(), axis.second == reduce_axis::all);
+      if (!mask.empty()) mask.back() = true;
+      return r->reduce(axis.first == reduce_kind_t::sum ? reduce_op::sum : axis.first == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max, x,
+                       mask, e.keepdim);
+    }
     if constexpr (axis.second == reduce_axis::all) {
       tensor<T> r = axis.first == reduce_kind_t::sum ? sum(x) : axis.first == reduce_kind_t::mean ? mean(x) : max(x);
       return e.keepdim ? r.reshape(keepdim_shape(x.shape(), reduce_axis::all)) : r;
@@ -90,6 +117,18 @@ tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
       return std::tuple{R, X, KK};
     }(std::type_identity<E>{});
     const shape& to = shapes[std::get<2>(info)];
+    if (auto* r = active_recorder<T>()) [[unlikely]] {
+      std::vector<bool> mask(to.size(), std::get<1>(info) == reduce_axis::all);
+      if (!mask.empty()) mask.back() = true;
+      tensor<T> g = r->expand(arg(0), to, mask);
+      if constexpr (std::get<0>(info) == reduce_kind_t::mean) {
+        const index_t n = numel(to) / std::max<index_t>(numel(keepdim_shape(to, std::get<1>(info))), 1);
+        const ops::div_scalar_op<T> div{static_cast<T>(n)};
+        return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), g, nullptr);
+      } else {
+        return g;
+      }
+    }
     no_grad guard;
     tensor<T> g = arg(0).reshape(keepdim_shape(to, std::get<1>(info))).expand(to);
     if constexpr (std::get<0>(info) == reduce_kind_t::mean) {
@@ -100,6 +139,9 @@ tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
     }
   } else {
     static_assert(is_matmul_v<E>);
+    if (arg(0).dim() > 0 && arg(1).dim() > 0)
+      return call_opaque<T>("matmul", matmul_values_shape(arg(0).shape(), arg(1).shape(), E::ta, E::tb),
+                            [](const tensor<T>& a, const tensor<T>& b) { return matmul_values(a, b, E::ta, E::tb); }, arg(0), arg(1));
     return matmul_values(arg(0), arg(1), E::ta, E::tb);
   }
 }

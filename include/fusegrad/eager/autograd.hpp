@@ -71,7 +71,7 @@ tensor<T> add_grads(const tensor<T>& a, const tensor<T>& b) {
 
 /// Runs `h` on `g` and checks that a replacement keeps the shape.
 template <Element T>
-tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
+tensor<T> apply_hook(const hook<T>& h, tensor<T> g) {
   std::optional<tensor<T>> r = h.fn(g);
   if (!r) return g;
   if (!r->defined() || r->shape() != g.shape())
@@ -79,6 +79,27 @@ tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
          r->defined() ? to_string(r->shape()) : std::string("<undefined>"),
          "; expected the incoming gradient's shape ", to_string(g.shape()));
   return *r;
+}
+
+/// Runs hook `h` on gradient `g`; in a traced backward (compiled autograd), records it as a
+/// `call_hook` node instead, unless it is generic and is traced like any other code.
+template <Element T>
+tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
+  if (!h.traced)
+    if (auto* r = active_recorder<T>()) [[unlikely]]
+      return r->call(true, "hook", g.shape(), [h](const tensor<T>& v, const tensor<T>&) { return apply_hook(h, v); }, g, nullptr);
+  return apply_hook(h, std::move(g));
+}
+
+/// `f(a, b)` (`b` may be undefined): computed now, or, in a traced backward where an operand
+/// is lazy, recorded as an opaque `call` node of shape `out` that runs `f` on the values (how
+/// the backwards of matmul and views stay inside one captured graph).
+template <Element T, class F>
+tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor<T>& a, const tensor<T>& b = {}) {
+  if (auto* r = active_recorder<T>()) [[unlikely]]
+    if (a.is_lazy() || b.is_lazy())
+      return r->call(false, name, out, [f](const tensor<T>& x, const tensor<T>& y) { return f(x, y); }, a, b.defined() ? &b : nullptr);
+  return f(a, b);
 }
 
 /// Whether nothing but `g` refers to its values: a fresh, dense, owned buffer that a leaf's
@@ -108,6 +129,7 @@ class accumulate_grad final : public node<T> {
       if (leaf->grad.defined()) leaf->grad = add_grads(leaf->grad, g);
       else if (g.raw_impl().use_count() == 1 || !r) leaf->grad = std::move(g);
       else leaf->grad = r->pointwise(ir::op_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr);  // its own copy
+      if (r) r->accumulate_grad(leaf->grad);
     } else if (!leaf->grad.defined()) {
       leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
     } else {
@@ -380,12 +402,13 @@ void backward(std::initializer_list<tensor<T>> outputs, std::initializer_list<te
 
 template <Element T>
 template <class F>
+  requires std::invocable<F&, const tensor<T>&>
 std::uint64_t tensor<T>::register_hook(F&& f) {
   auto& i = checked("register_hook");
   if (!i.requires_grad)
     detail::fail("register_hook", "cannot register a hook on a tensor that does not require "
                  "grad; expected requires_grad(true) or a result of such a tensor");
-  hook<T> h{detail::next_id(), {}};
+  hook<T> h{detail::next_id(), {}, generic_callable<F>};
   if constexpr (std::is_void_v<std::invoke_result_t<F&, const tensor<T>&>>) {
     h.fn = [g = std::forward<F>(f)](const tensor<T>& t) mutable -> std::optional<tensor<T>> {
       g(t);

@@ -5,6 +5,7 @@
 /// storage with their base.
 
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,7 +54,13 @@ template <Element T>
 struct hook {
   std::uint64_t id;
   std::function<std::optional<tensor<T>>(const tensor<T>&)> fn;
+  bool traced = false;  ///< a generic callable: compiled autograd traces it instead of calling it
 };
+
+/// A callable whose call operator is a template (a generic lambda): it can be called on the
+/// tracer's lazy tensors and traced, rather than called as an opaque function.
+template <class F>
+concept generic_callable = std::is_class_v<std::remove_cvref_t<F>> && !requires { &std::remove_cvref_t<F>::operator(); };
 
 /// Where a gradient flows: input slot `input_nr` of node `fn` (null: nowhere).
 template <Element T>
@@ -187,7 +194,11 @@ class tensor {
   void backward(backward_options opts) const { backward(tensor{}, opts); }
   /// Registers `f(grad)` to run when this tensor's gradient is computed. `f` may return a
   /// replacement gradient (same shape) or nothing. Returns the hook's id.
+  /// Under compiled autograd, a hook is an opaque `call_hook` node of the captured backward,
+  /// run on the gradient's value; a generic lambda (`[](auto g) { ... }`) is traced instead,
+  /// its ops fused with the rest of the backward.
   template <class F>
+    requires std::invocable<F&, const tensor<T>&>
   std::uint64_t register_hook(F&& f);
   /// Removes the hook with id `id` (returns false if there was none).
   bool remove_hook(std::uint64_t id);

@@ -12,6 +12,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ enum class node_kind : std::uint8_t {
   expand,     ///< `a` (reduced over `dims` of node `ref`) broadcast back to `ref`'s shape,
               ///< divided by the reduced count when `average` (the backward of reductions)
   sum_to,     ///< `a` summed down to the shape of node `ref` (the inverse of broadcasting)
+  call_hook,  ///< function `index` of the run (a tensor hook, not traced) called on `a`'s
+              ///< value; its result has `a`'s shape
+  call,       ///< function `index` of the run (an op the tracer cannot see into: matmul's and
+              ///< views' backwards) called on `a` (and `b`); its shape is written in the node
 };
 
 [[nodiscard]] constexpr bool is_reduction(node_kind k) noexcept {
@@ -81,7 +86,7 @@ struct node {
   /// A node whose shape is written in it, not derived from its operands (traced from eager
   /// code that passed the target shape): its shape is part of the structure.
   [[nodiscard]] bool fixed_shape() const noexcept {
-    return (kind == node_kind::expand || kind == node_kind::sum_to) && ref < 0;
+    return ((kind == node_kind::expand || kind == node_kind::sum_to) && ref < 0) || kind == node_kind::call;
   }
   /// Everything but the derived shapes: two traces with equal structure differ in input sizes only.
   [[nodiscard]] bool same_structure(const node& o) const noexcept {
@@ -203,6 +208,27 @@ class graph {
     return false;
   }
 
+  /// Function number `slot` of the run, a hook, called on `a`'s value (functions are given
+  /// to each run, as inputs are: the graph holds only their slots).
+  int add_call_hook(int a, int slot) {
+    node<T> n;
+    n.kind = node_kind::call_hook;
+    n.a = a;
+    n.index = slot;
+    n.sizes = reuse(at(a).sizes);
+    return push(std::move(n));
+  }
+  /// Function number `slot` of the run called on `a` (and `b`), giving a value of shape `out`.
+  int add_call(int a, int b, int slot, const shape& out) {
+    node<T> n;
+    n.kind = node_kind::call;
+    n.a = a;
+    n.b = b;
+    n.index = slot;
+    n.sizes = reuse(out);
+    return push(std::move(n));
+  }
+
   /// Appends a copy of `n` whose operands are already remapped (inputs are renumbered).
   int add_copy(node<T> n) {
     if (n.kind == node_kind::input) n.index = inputs_++;
@@ -231,6 +257,8 @@ class graph {
           break;
         case node_kind::expand:
         case node_kind::sum_to: s[k] = n.ref >= 0 ? of(n.ref) : n.sizes; break;
+        case node_kind::call_hook: s[k] = of(n.a); break;
+        case node_kind::call: s[k] = n.sizes; break;
       }
     }
     return s;
@@ -263,7 +291,11 @@ class graph {
   }
 
   /// The graph as readable code, one line per node (what `FUSEGRAD_LOGS=graph` prints).
-  [[nodiscard]] std::string to_string(const std::vector<std::string>& input_names = {}) const {
+  /// `node_names[k]`, where given and not empty, replaces node k's number (`%aot0_3`);
+  /// `call_names[i]` names the function in slot i.
+  [[nodiscard]] std::string to_string(const std::vector<std::string>& input_names = {},
+                                      const std::vector<std::string>& node_names = {},
+                                      const std::vector<std::string>& call_names = {}) const {
     std::string s;
     auto dims_str = [](const node<T>& n, std::size_t rank) {
       std::string d = "[";
@@ -273,9 +305,12 @@ class graph {
     };
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const auto& n = nodes_[i];
-      auto v = [](int c) {
+      auto v = [&](int c) {
         std::string r = "%";  // (not "%" + to_string: GCC 12 warns falsely about that form)
-        r += std::to_string(c);
+        if (static_cast<std::size_t>(c) < node_names.size() && !node_names[static_cast<std::size_t>(c)].empty())
+          r += node_names[static_cast<std::size_t>(c)];
+        else
+          r += std::to_string(c);
         return r;
       };
       s += v(static_cast<int>(i));
@@ -303,6 +338,12 @@ class graph {
           s += std::string(n.average ? "expand_mean(" : "expand(") + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")";
           break;
         case node_kind::sum_to: s += "sum_to(" + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")"; break;
+        case node_kind::call_hook: s += "call_hook(" + v(n.a) + ", fns[" + std::to_string(n.index) + "])"; break;
+        case node_kind::call:
+          s += "call(" + v(n.a) + (n.b >= 0 ? ", " + v(n.b) : std::string()) + ", fns[" + std::to_string(n.index) + "]";
+          if (static_cast<std::size_t>(n.index) < call_names.size()) s += " '" + call_names[static_cast<std::size_t>(n.index)] + "'";
+          s += ")";
+          break;
       }
       s += "  # " + fusegrad::to_string(n.sizes) + "\n";
     }
@@ -384,6 +425,26 @@ struct value : ir_value_base {
   [[nodiscard]] const fusegrad::shape& sizes() const { return g->at(id).sizes; }
 };
 
+/// The function behind a `call_hook` or `call` node, given to each run of a graph (its
+/// second argument is undefined for one-operand calls).
+template <Element T>
+using call_fn = std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>;
+
+/// The value of `call_hook` or `call` node `n` (of shape `out`): its function, from the run's
+/// `fns`, on `a`, `b`.
+template <Element T>
+tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const std::vector<call_fn<T>>* fns, const shape& out) {
+  if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
+    fusegrad::detail::fail("ir::program", "a call node needs function ", n.index, " but the run was given ",
+                           fns ? fns->size() : 0, "; expected one function per call slot");
+  tensor<T> r = (*fns)[static_cast<std::size_t>(n.index)](a, b);
+  if (!r.defined() || r.shape() != out)
+    fusegrad::detail::fail("ir::program", "function ", n.index, " of a call node returned shape ",
+                           r.defined() ? fusegrad::to_string(r.shape()) : std::string("<undefined>"), "; expected ",
+                           fusegrad::to_string(out));
+  return r;
+}
+
 /// Runs node `n` eagerly on its operands' values (`a`, `b`; `ref` holds the shape target):
 /// with grad mode on, the eager ops record on the tape, which is how a graph runs when the
 /// kernel cache falls back to eager mode.
@@ -418,9 +479,12 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
       return r;
     }
     case node_kind::sum_to: return fusegrad::detail::sum_to(a, ref);
-    case node_kind::input: break;
+    case node_kind::input:
+    case node_kind::call_hook:
+    case node_kind::call: break;
   }
-  fusegrad::detail::fail("ir::eval_eager", "an input node has no value to compute");
+  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input ? "an input node has no value to compute"
+                                                                       : "a call node needs the run's functions (ir::run_call)");
 }
 
 }  // namespace fusegrad::ir

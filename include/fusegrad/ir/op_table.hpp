@@ -7,6 +7,7 @@
 /// "is a tracer recording on this thread?" without depending on the tracer.
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -75,7 +76,7 @@ namespace detail {
 enum class reduce_op : std::uint8_t { sum, mean, max };
 
 /// What the run-time tracer implements: eager ops on this thread hand their work to it
-/// instead of computing (see fusegrad/jit/trace.hpp).
+/// instead of computing (see fusegrad/jit/jit.hpp).
 template <Element T>
 struct recorder {
   /// Op `op` of the op table (its constant `scalar`) on `a` (and `*b`).
@@ -86,13 +87,25 @@ struct recorder {
   virtual tensor<T> sum_to(const tensor<T>& g, const shape& target) = 0;
   /// `g`, a reduction over the dims where `mask` is true, broadcast back to `target`.
   virtual tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) = 0;
-  /// Appends graph `g` (its inputs bound to `inputs`) and returns its `outputs`: how the
-  /// backward of a traced function is inlined into a traced backward (compiled autograd).
   /// Ends the pending graph here (compiles and runs it), as a sync point would.
   virtual void sync(std::string_view why) = 0;
+  /// Appends graph `g` (its inputs bound to `inputs`) and returns its `outputs`: how the
+  /// backward of a traced function is inlined into a traced backward (compiled autograd).
   /// `sizes`, when given, are the nodes' shapes (a shape-generic graph run on other sizes).
   virtual std::vector<tensor<T>> replay(const ir::graph<T>& g, const std::vector<int>& outputs,
                                         const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes) = 0;
+  /// A function the tracer does not see into, called on `a` (and `*b`) when the graph runs:
+  /// a `call_hook` node (a tensor hook; `out` is `a`'s shape) or a `call` node giving shape
+  /// `out` (named `name` in the printed graph).
+  virtual tensor<T> call(bool hook, std::string_view name, const shape& out,
+                         std::function<tensor<T>(const tensor<T>&, const tensor<T>&)> fn, const tensor<T>& a,
+                         const tensor<T>* b) = 0;
+  /// Brackets the nodes of an inlined backward (a compiled function's): `inline_end(from)`,
+  /// `from` what `inline_begin()` returned, names them `aot<id>_<k>` in the printed graph.
+  virtual std::size_t inline_begin() = 0;
+  virtual void inline_end(std::size_t from) = 0;
+  /// Marks `g` as the gradient an `AccumulateGrad` node hands to a leaf (for the printed graph).
+  virtual void accumulate_grad(const tensor<T>& g) = 0;
 
  protected:
   ~recorder() = default;

@@ -12,7 +12,8 @@
 ///
 /// Nodes a tile cannot express — broadcasting other than "equal shapes or one element",
 /// reductions over some dims, summing a gradient down to a broadcast shape — are *eager
-/// steps*: the eager kernel of the same op, on whole tensors, between loops.
+/// steps*: the eager kernel of the same op, on whole tensors, between loops. `call_hook` and
+/// `call` nodes are eager steps too: their functions run on whole values.
 ///
 /// A program may run on shapes other than the ones it was lowered for (the shape-generic
 /// entries of the kernel cache): `fits(sizes)` says whether its loops still hold.
@@ -59,7 +60,9 @@ class program {
 
   /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
   /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
-  std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr) const {
+  /// `fns` are the functions of the graph's `call_hook` and `call` nodes, by slot.
+  std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr,
+                             const std::vector<call_fn<T>>* fns = nullptr) const {
     if (static_cast<int>(inputs.size()) != g_.num_inputs())
       fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
     const auto& ns = g_.nodes();
@@ -97,7 +100,10 @@ class program {
         fusegrad::no_grad ng;
         const tensor<T> none;
         // An expand's or sum_to's target is its own shape.
-        tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none, size_of(k));
+        const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
+        const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+        tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(k))
+                                                                                  : eval_eager(n, a, b, size_of(k));
         vals[k] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
       } else {
         run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), size_of);
@@ -484,6 +490,10 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
         break;
       }
       case node_kind::sum_to: add_to(n.a, g.add_expand(gk, n.a, 0)); break;
+      case node_kind::call_hook:
+      case node_kind::call:
+        fusegrad::detail::fail("ir::backward", "a call node has no derivative rule (an opaque function is not differentiated); "
+                               "expected call nodes only in captured backward passes, which run without grad mode");
     }
   }
   std::vector<int> out;

@@ -22,10 +22,11 @@
 /// `FUSEGRAD_LOGS=compiled_autograd` prints each captured graph; `compiled_autograd_verbose`
 /// adds the reason for each cache miss.
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -90,16 +91,25 @@ class disable {
 
 namespace detail {
 
-/// One node of a cache key: its structure, then its sizes (which may turn dynamic).
-struct key_node {
-  std::string name;
-  std::uint64_t structure = 0;     ///< hash of kind, edges and hook ids
-  std::vector<index_t> sizes;      ///< every output shape, flattened, ranks included
-  std::size_t bytes = 0;           ///< the key's size for this node (for the verbose log)
+/// The cache key of one backward, in NodeCall order (breadth-first from GraphRoot): per node
+/// a hash of its kind, edges and hook ids, its name, and its output sizes (ranks included),
+/// all nodes' sizes in one array. Built into a per-thread buffer: no allocation once warm.
+struct walk_key {
+  std::vector<std::uint64_t> structure;
+  std::vector<std::string_view> names;  ///< the nodes' own names (valid while the tape lives)
+  std::vector<std::uint32_t> bytes;     ///< the key's size for each node (for the verbose log)
+  std::vector<std::uint32_t> offsets;   ///< node i's sizes: [offsets[i], offsets[i + 1])
+  std::vector<index_t> sizes;
+  [[nodiscard]] std::size_t size() const noexcept { return structure.size(); }
 };
+
+/// A key the cache holds: the same, names owned, and which sizes are dynamic.
 struct cached_key {
-  std::vector<key_node> nodes;
-  std::vector<std::vector<bool>> dynamic;  ///< per node, per size index
+  std::vector<std::uint64_t> structure;
+  std::vector<std::string> names;
+  std::vector<std::uint32_t> bytes, offsets;
+  std::vector<index_t> sizes;
+  std::vector<char> dynamic;  ///< per entry of `sizes`
 };
 
 struct state {
@@ -125,57 +135,114 @@ inline state& global_state() {
   return s;
 }
 
-/// The cache key of the tape below `roots`: nodes in breadth-first order from GraphRoot.
+/// Node pointer -> NodeCall index, open addressing (reused: no allocation once warm).
+class call_index {
+ public:
+  void clear() {
+    if (slots_.empty()) slots_.resize(64);
+    std::fill(slots_.begin(), slots_.end(), slot{});
+    count_ = 0;
+  }
+  /// The index of `p`, given `next` if it has none yet; second: it was new.
+  std::pair<int, bool> find_or_add(const void* p, int next) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    slot& s = probe(slots_, p);
+    if (s.key == p) return {s.value, false};
+    s = {p, next};
+    ++count_;
+    return {next, true};
+  }
+
+ private:
+  struct slot {
+    const void* key = nullptr;
+    int value = -1;
+  };
+  static slot& probe(std::vector<slot>& v, const void* p) {
+    const std::size_t mask = v.size() - 1;
+    std::size_t i = static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    while (v[i].key && v[i].key != p) i = (i + 1) & mask;
+    return v[i];
+  }
+  void grow() {
+    std::vector<slot> bigger(slots_.size() * 2);
+    for (const slot& s : slots_)
+      if (s.key) probe(bigger, s.key) = s;
+    slots_.swap(bigger);
+  }
+  std::vector<slot> slots_;
+  std::size_t count_ = 0;
+};
+
+/// The cache key of the tape below `roots` (a per-thread buffer, valid until the next call).
 template <Element T>
-std::vector<key_node> make_key(const std::vector<tensor<T>>& roots) {
-  std::vector<key_node> key;
-  std::vector<node<T>*> order;
-  std::unordered_map<node<T>*, int> call;
+const walk_key& make_key(const std::vector<tensor<T>>& roots) {
+  thread_local walk_key key;
+  thread_local std::vector<node<T>*> order;
+  thread_local call_index call;
+  key.structure.clear();
+  key.names.clear();
+  key.bytes.clear();
+  key.offsets.clear();
+  key.sizes.clear();
+  order.clear();
+  call.clear();
+  constexpr std::uint64_t basis = 1469598103934665603ULL;
   auto mix = [](std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ULL; };
+  auto add_shape = [&](const shape& s) {
+    key.sizes.push_back(static_cast<index_t>(s.size()));
+    key.sizes.insert(key.sizes.end(), s.begin(), s.end());
+  };
   // NodeCall 0: the root, with one edge per backward root.
-  key_node root{"GraphRoot", 1469598103934665603ULL, {}, 8};
-  std::vector<node<T>*> frontier;
+  std::uint64_t h = basis;
+  key.offsets.push_back(0);
   for (const auto& r : roots) {
     const auto e = fusegrad::detail::gradient_edge(r);
-    root.sizes.push_back(static_cast<index_t>(r.dim()));
-    for (index_t s : r.shape()) root.sizes.push_back(s);
-    if (e.fn && !call.count(e.fn.get())) {
-      call[e.fn.get()] = static_cast<int>(call.size()) + 1;
-      order.push_back(e.fn.get());
+    add_shape(r.shape());
+    std::uint64_t target = ~0ULL;
+    if (e.fn) {
+      auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
+      if (fresh) order.push_back(e.fn.get());
+      target = static_cast<std::uint64_t>(idx);
     }
-    root.structure = mix(root.structure, e.fn ? static_cast<std::uint64_t>(call[e.fn.get()]) : ~0ULL);
+    h = mix(h, target);
   }
-  root.bytes += 8 * (roots.size() + root.sizes.size());
-  key.push_back(std::move(root));
+  key.structure.push_back(h);
+  key.names.emplace_back("GraphRoot");
+  key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
   for (std::size_t q = 0; q < order.size(); ++q) {
     node<T>* n = order[q];
-    key_node k{std::string(n->name()), 1469598103934665603ULL, {}, 0};
-    for (char c : n->name()) k.structure = mix(k.structure, static_cast<unsigned char>(c));
+    const std::string_view name = n->name();
+    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+    h = basis;
+    for (char c : name) h = mix(h, static_cast<unsigned char>(c));
     for (const auto& e : n->next_edges()) {
       std::uint64_t target = ~0ULL;
       if (e.fn) {
-        auto [it, fresh] = call.try_emplace(e.fn.get(), static_cast<int>(call.size()) + 1);
+        auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
         if (fresh) order.push_back(e.fn.get());
-        target = static_cast<std::uint64_t>(it->second) << 8 | e.input_nr;
+        target = static_cast<std::uint64_t>(idx) << 8 | e.input_nr;
       }
-      k.structure = mix(k.structure, target);
+      h = mix(h, target);
     }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
-      for (const auto& h : n->pre_hooks(i)) k.structure = mix(k.structure, h.id);
-      k.sizes.push_back(static_cast<index_t>(n->output_shape(i).size()));
-      for (index_t s : n->output_shape(i)) k.sizes.push_back(s);
+      for (const auto& hk : n->pre_hooks(i)) h = mix(h, hk.id);
+      add_shape(n->output_shape(i));
     }
-    if (auto* acc = dynamic_cast<fusegrad::detail::accumulate_grad<T>*>(n))
-      if (auto leaf = acc->variable(); leaf.defined())
-        for (const auto& h : leaf.raw_impl()->leaf_hooks) k.structure = mix(k.structure, h.id);
-    k.bytes = 16 + 8 * (n->next_edges().size() + k.sizes.size());
-    key.push_back(std::move(k));
+    if (name == "AccumulateGrad")
+      if (auto* acc = dynamic_cast<fusegrad::detail::accumulate_grad<T>*>(n))
+        if (auto leaf = acc->variable(); leaf.defined())
+          for (const auto& hk : leaf.raw_impl()->leaf_hooks) h = mix(h, hk.id);
+    key.structure.push_back(h);
+    key.names.push_back(name);
+    key.bytes.push_back(static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
   }
+  key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
   return key;
 }
 
 /// Looks `key` up (true: a hit); on a miss, records it and logs why.
-inline bool lookup(std::vector<key_node> key) {
+inline bool lookup(const walk_key& key) {
   auto& st = global_state();
   std::lock_guard lock(st.mu);
   // The cached key sharing the longest structural prefix.
@@ -183,44 +250,45 @@ inline bool lookup(std::vector<key_node> key) {
   cached_key* best_key = nullptr;
   for (auto& c : st.keys) {
     std::size_t p = 0;
-    while (p < key.size() && p < c.nodes.size() && c.nodes[p].structure == key[p].structure) ++p;
-    if (p == key.size() && p == c.nodes.size()) {
+    const std::size_t m = std::min(key.size(), c.structure.size());
+    while (p < m && c.structure[p] == key.structure[p]) ++p;
+    if (p == key.size() && p == c.structure.size()) {
       // Same structure: a hit unless a static size changed.
-      bool same = true;
-      for (std::size_t i = 0; i < key.size(); ++i) {
-        const auto& a = c.nodes[i].sizes;
-        const auto& b = key[i].sizes;
-        if (a.size() != b.size()) {
-          same = false;
-          continue;
-        }
-        for (std::size_t j = 0; j < a.size(); ++j)
-          if (a[j] != b[j] && !c.dynamic[i][j]) {
+      if (c.sizes.size() == key.sizes.size() && c.offsets == key.offsets) {
+        bool same = true;
+        for (std::size_t j = 0; j < key.sizes.size(); ++j)
+          if (c.sizes[j] != key.sizes[j] && !c.dynamic[j]) {
             same = false;
-            c.dynamic[i][j] = true;
-            logs::emit(logs::compiled_autograd_verbose, "Cache miss due to changed shapes: marking size idx " + std::to_string(j) +
-                                                            " of " + key[i].name + " (NodeCall " + std::to_string(i) + ") as dynamic");
+            c.dynamic[j] = 1;
+            const auto node = static_cast<std::size_t>(std::upper_bound(c.offsets.begin(), c.offsets.end(), j) - c.offsets.begin()) - 1;
+            logs::emit(logs::compiled_autograd_verbose, "Cache miss due to changed shapes: marking size idx " +
+                                                            std::to_string(j - c.offsets[node]) + " of " + c.names[node] +
+                                                            " (NodeCall " + std::to_string(node) + ") as dynamic");
           }
+        if (same) return true;
+        c.sizes = key.sizes;
+        return false;
       }
-      if (same) return true;
-      for (std::size_t i = 0; i < key.size(); ++i)
-        if (c.nodes[i].sizes.size() == key[i].sizes.size()) c.nodes[i].sizes = key[i].sizes;
-      return false;
+      // Same structure, other ranks: a new key.
     }
     if (p >= best) best = p, best_key = &c;
   }
   std::string prev = "[";
   for (const auto& c : st.keys)
-    if (best < c.nodes.size() && (!best_key || best_key == &c || best == 0))
-      prev += (prev.size() > 1 ? ", " : "") + std::to_string(c.nodes[best].bytes);
+    if (best < c.structure.size() && (!best_key || best_key == &c || best == 0))
+      prev += (prev.size() > 1 ? ", " : "") + std::to_string(c.bytes[best]);
   prev += "]";
   if (best < key.size())
-    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + key[best].name + " (NodeCall " +
-                                                    std::to_string(best) + ") with key size " + std::to_string(key[best].bytes) +
+    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + std::string(key.names[best]) + " (NodeCall " +
+                                                    std::to_string(best) + ") with key size " + std::to_string(key.bytes[best]) +
                                                     ", previous key sizes=" + prev);
   cached_key c;
-  for (const auto& k : key) c.dynamic.emplace_back(k.sizes.size(), false);
-  c.nodes = std::move(key);
+  c.structure = key.structure;
+  c.names.assign(key.names.begin(), key.names.end());
+  c.bytes = key.bytes;
+  c.offsets = key.offsets;
+  c.sizes = key.sizes;
+  c.dynamic.assign(key.sizes.size(), 0);
   st.keys.push_back(std::move(c));
   return false;
 }

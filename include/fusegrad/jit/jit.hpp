@@ -414,6 +414,7 @@ class trace final : public recorder<T>, public lazy_source {
   std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
                                 const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes) override {
     split_on_grad_mode();
+    const int aot = next_aot_++;  // the inlined nodes print as %aot<id>_<node of b>
     std::vector<int> map(b.size(), -1);
     for (std::size_t k = 0; k < b.size(); ++k) {
       ir::node<T> n = b.nodes()[k];
@@ -431,6 +432,7 @@ class trace final : public recorder<T>, public lazy_source {
       if (sizes) n.sizes = (*sizes)[k];
       map[k] = g_.add_copy(std::move(n));
       rg_.push_back(rg);
+      aot_.push_back({map[k], aot, static_cast<int>(k)});
     }
     std::vector<tensor<T>> out;
     for (int o : outputs) {
@@ -439,6 +441,27 @@ class trace final : public recorder<T>, public lazy_source {
       else out.push_back(make_lazy(id));
     }
     return out;
+  }
+  tensor<T> call(bool hook, std::string_view name, const shape& out, ir::call_fn<T> fn, const tensor<T>& a,
+                 const tensor<T>* b) override {
+    split_on_grad_mode();
+    const int ia = node_of(a), ib = b ? node_of(*b) : -1;
+    const int slot = static_cast<int>(calls_.size());
+    const int id = hook ? g_.add_call_hook(ia, slot) : g_.add_call(ia, ib, slot, out);
+    calls_.push_back(std::move(fn));
+    call_names_.emplace_back(name);
+    rg_.push_back(rg_[static_cast<std::size_t>(ia)] || (ib >= 0 && rg_[static_cast<std::size_t>(ib)]));
+    return make_lazy(id);
+  }
+  std::size_t inline_begin() override { return g_.size(); }
+  void inline_end(std::size_t from) override {
+    if (from > g_.size()) from = 0;  // the graph broke in between: the nodes since
+    const int aot = next_aot_++;
+    for (std::size_t k = from; k < g_.size(); ++k)
+      if (g_.nodes()[k].kind != ir::node_kind::input) aot_.push_back({static_cast<int>(k), aot, static_cast<int>(k - from)});
+  }
+  void accumulate_grad(const tensor<T>& g) override {
+    if (const auto& impl = g.raw_impl(); impl && impl->lazy == this) accumulated_.push_back(impl->lazy_node);
   }
   void realize(std::string_view why) override { flush(why, true); }
   void sync(std::string_view why) override { flush(why, true); }
@@ -494,6 +517,11 @@ class trace final : public recorder<T>, public lazy_source {
   }
   void reset() {
     targets_.clear();
+    calls_.clear();
+    call_names_.clear();
+    aot_.clear();
+    accumulated_.clear();
+    next_aot_ = 0;
     g_.clear();
     inputs_.clear();
     input_nodes_.clear();
@@ -524,6 +552,32 @@ class trace final : public recorder<T>, public lazy_source {
   bool grad_mode_ = true;
   std::vector<std::pair<int, std::weak_ptr<tensor_impl<T>>>> lazies_;
   std::vector<arg_name> names_;
+  std::vector<ir::call_fn<T>> calls_;     ///< the functions of the graph's call nodes, by slot
+  std::vector<std::string> call_names_;  ///< their names, for the printed graph
+  // For the printed graph: inlined backwards (node, aot id, node in its backward graph) and
+  // the values AccumulateGrad hands to leaves.
+  struct aot_node {
+    int node, aot, local;
+  };
+  std::vector<aot_node> aot_;
+  std::vector<int> accumulated_;
+  int next_aot_ = 0;
+  /// The graph as code, inlined nodes named `%aot<id>_<k>`, AccumulateGrad's values listed.
+  std::string graph_text(const std::vector<std::string>& input_names) const {
+    std::vector<std::string> labels;
+    if (!aot_.empty()) {
+      labels.resize(g_.size());
+      for (const auto& a : aot_) labels[static_cast<std::size_t>(a.node)] = "aot" + std::to_string(a.aot) + "_" + std::to_string(a.local);
+    }
+    std::string s = g_.to_string(input_names, labels, call_names_);
+    for (int k : accumulated_) {
+      s += "accumulate_grad(%";
+      s += static_cast<std::size_t>(k) < labels.size() && !labels[static_cast<std::size_t>(k)].empty() ? labels[static_cast<std::size_t>(k)]
+                                                                                                       : std::to_string(k);
+      s += ")\n";
+    }
+    return s;
+  }
   // Scratch of flush(), kept between calls.
   std::vector<int> outs_, alias_;
   std::vector<std::shared_ptr<tensor_impl<T>>> targets_;
@@ -542,9 +596,11 @@ struct pause_recording {
   }
 };
 
-/// Gives lazy tensor `dst` the value (and history) of computed tensor `src`.
+/// Gives lazy tensor `dst` the value (and history) of tensor `computed`. A lazy tensor claims contiguous strides from the start, so a value computed as a view
+/// (node by node, eagerly) is copied to keep that promise.
 template <Element T>
-void adopt(tensor_impl<T>& dst, const tensor<T>& src) {
+void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
+  const tensor<T> src = fusegrad::contiguous(computed);  // (a clone on the tape when it needs grad)
   const auto& s = *src.impl();
   dst.store = s.store;
   dst.offset = s.offset;
@@ -667,7 +723,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         bump(counter_cells().unique_graphs);
         if (st.opts.backend == jit_backend::eager) made->eager = true;
         if (logs::enabled(st.opts.graph_log))
-          logs::emit(st.opts.graph_log, "graph of '" + st.opts.name + "':\n" + made->fwd_graph.to_string(made->names));
+          logs::emit(st.opts.graph_log, "graph of '" + st.opts.name + "':\n" + graph_text(made->names));
         if (logs::enabled(logs::guards)) logs::emit(logs::guards, "guards of a new entry of '" + st.opts.name + "':\n" + made->guards_text());
         if (logs::enabled(logs::output_code)) logs::emit(logs::output_code, "program of '" + st.opts.name + "':\n" + made->code_text());
         if (made->dynamic) shapes = entry_shapes(*made, inputs_);
@@ -690,7 +746,10 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         vals[k] = inputs_[static_cast<std::size_t>(n.index)];
         continue;
       }
-      vals[k] = ir::eval_eager(n, vals[static_cast<std::size_t>(n.a)], n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none, n.sizes);
+      const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
+      const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+      vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call ? ir::run_call(n, a, b, &calls_, n.sizes)
+                                                                                    : ir::eval_eager(n, a, b, n.sizes);
     }
     for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], vals[static_cast<std::size_t>(outs[p])]);
     reset();
@@ -700,7 +759,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   const bool dyn = e->dynamic;
   std::vector<shape> fwd_shapes;
   if (dyn) fwd_shapes.assign(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
-  std::vector<tensor<T>> res = e->fwd->run(inputs_, dyn ? &fwd_shapes : nullptr);
+  std::vector<tensor<T>> res = e->fwd->run(inputs_, dyn ? &fwd_shapes : nullptr, &calls_);
   for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], res[p]);
   if (e->bwd) {
     std::vector<tensor<T>> saved(res.begin() + static_cast<std::ptrdiff_t>(outs.size()), res.end());

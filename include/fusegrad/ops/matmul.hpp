@@ -47,8 +47,15 @@ tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
     detail::record<T>("BmmBackward0", {a, b}, {&y}, {a, b},
                       [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                         std::vector<tensor<T>> r(2);
-                        if (ga) r[0] = detail::bmm_values(g[0], s[1].transpose(1, 2));
-                        if (gb) r[1] = detail::bmm_values(s[0].transpose(1, 2), g[0]);
+                        // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
+                        if (ga)
+                          r[0] = detail::call_opaque<T>("bmm", s[0].shape(),
+                                                        [](const tensor<T>& gy, const tensor<T>& b) { return detail::bmm_values(gy, b.transpose(1, 2)); },
+                                                        g[0], s[1]);
+                        if (gb)
+                          r[1] = detail::call_opaque<T>("bmm", s[1].shape(),
+                                                        [](const tensor<T>& gy, const tensor<T>& a) { return detail::bmm_values(a.transpose(1, 2), gy); },
+                                                        g[0], s[0]);
                         return r;
                       });
   }
@@ -69,8 +76,12 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
     detail::record<T>("MmBackward0", {a, b}, {&y}, {a, b},
                       [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                         std::vector<tensor<T>> r(2);
-                        if (ga) r[0] = mm(g[0], s[1].t());
-                        if (gb) r[1] = mm(s[0].t(), g[0]);
+                        if (ga)
+                          r[0] = detail::call_opaque<T>("mm", s[0].shape(), [](const tensor<T>& gy, const tensor<T>& b) { return mm(gy, b.t()); },
+                                                        g[0], s[1]);
+                        if (gb)
+                          r[1] = detail::call_opaque<T>("mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); },
+                                                        g[0], s[0]);
                         return r;
                       });
   }

@@ -56,13 +56,15 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
   return to;
 }
 
-/// Records a single-input layout op whose backward is `rule(g)`.
+/// Records a single-input layout op whose backward is `rule(g)`. In a traced backward the
+/// rule is an opaque `call` node (layouts are not in the IR), unless `traceable`.
 template <Element T, class Rule>
-void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule) {
+void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule, bool traceable = false) {
   if (!needs_grad(x)) return;
   record<T>(name, {x}, {&y}, {},
-            [rule](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
-              return std::vector<tensor<T>>{rule(g[0])};
+            [rule, name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
+              if (traceable) return std::vector<tensor<T>>{rule(g[0])};
+              return std::vector<tensor<T>>{call_opaque<T>(name, from, [rule](const tensor<T>& v, const tensor<T>&) { return rule(v); }, g[0])};
             });
 }
 
@@ -72,7 +74,7 @@ void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule
 template <Element T>
 tensor<T> clone(const tensor<T>& x) {
   tensor<T> y = detail::contiguous_copy(x);
-  detail::record_layout(std::string_view("CloneBackward0"), x, y, [](const tensor<T>& g) { return g; });
+  detail::record_layout(std::string_view("CloneBackward0"), x, y, [](const tensor<T>& g) { return g; }, /*traceable=*/true);
   return y;
 }
 
@@ -129,7 +131,7 @@ tensor<T> expand(const tensor<T>& x, const shape& s) {
   }
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("ExpandBackward0"), x, y,
-                        [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); });
+                        [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); }, /*traceable=*/true);
   return y;
 }
 
