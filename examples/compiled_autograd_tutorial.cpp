@@ -85,9 +85,12 @@ int main() {
     Model model;
     const fg::tensor<float> x = fg::randn<float>({10}, 1);
     fg::tensor<float> loss = fg::sum(fg::tanh(model(x)) * 2.0f);
+    fg::reset_counters();
     { fg::compiled_autograd::enable scope; loss.backward(); }
     expect(logs.contains("graph of 'compiled_autograd'"), "the captured backward graph is logged");
     expect(logs.contains("tanh") || logs.contains("mul("), "it holds the tanh and mul backwards, fused");
+    expect(logs.contains("call(%") && logs.contains("'mm')"), "matmul's backward is an opaque call node of the same graph");
+    expect(fg::counters().cache_hits + fg::counters().cache_misses == 1, "the whole backward is one graph");
   }
 
   std::printf("Compiling the forward and backward pass using different flags\n");
@@ -164,7 +167,23 @@ int main() {
     }
     // [ca-hook]
     expect(max_abs_diff(x.grad(), fg::full<float>({10, 10}, 11.0f)) < 1e-6, "the hook ran: every gradient is 1 + 10");
-    expect(logs.contains("add(%") && logs.contains(", 10.0)"), "the hook is traced into the captured graph (add 10)");
+    expect(logs.contains("call_hook(%aot0_"), "the hook is a call_hook node of the captured graph, on the inlined backward");
+    expect(logs.contains("accumulate_grad(%"), "the gradient accumulation is in the captured graph");
+  }
+  {
+    captured_logs logs("compiled_autograd");
+    // [ca-hook-traced]
+    fg::tensor<float> x = fg::randn<float>({10, 10}, 4).requires_grad(true);
+    x.register_hook([](auto grad) { return grad + 10.0f; });  // generic: traced and fused
+    fg::tensor<float> loss = fg::sum(x * 2.0f);
+    {
+      fg::compiled_autograd::enable scope;
+      loss.backward();
+    }
+    // [ca-hook-traced]
+    expect(max_abs_diff(x.grad(), fg::full<float>({10, 10}, 12.0f)) < 1e-6, "the traced hook ran: every gradient is 2 + 10");
+    expect(logs.contains("add(%") && logs.contains(", 10.0)") && !logs.contains("call_hook"),
+           "the generic hook is traced into the graph (add 10), not called");
   }
 
   std::printf("Common recompilation reasons for Compiled Autograd\n");
