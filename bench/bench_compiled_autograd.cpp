@@ -1,0 +1,276 @@
+// Compiled autograd: the backward captured at run time beside the eager engine and a
+// hand-written loop.
+//
+//   cmake --preset bench && cmake --build --preset bench --target bench_compiled_autograd
+//   ./build/bench/bench/bench_compiled_autograd --benchmark_min_time=0.2   (figures: docs/performance.md)
+//
+// Every case times the backward only: the tape is built once, and each iteration runs
+// `loss.backward({.retain_graph = true})` after clearing the leaves' gradients.
+//
+//   BM_chain_backward/<variant>/N   a 20-layer pointwise chain h <- tanh(h * w_i), loss = sum(h),
+//       with x and the 20 weights w_i (N elements each) requiring grad:
+//       eager     the eager engine: 20 TanhBackward + 20 MulBackward nodes, each a pass over memory
+//       compiled  compiled autograd (fused backend): key walk, engine traced, one tile program
+//       hand_saved  one hand-written xsimd pass over the saved activations the tape holds,
+//                 writing the 21 gradients (the memory-bound optimum for this tape)
+//       hand      one hand-written xsimd pass that recomputes the chain per element from x
+//                 and the weights (fewer bytes, 20 tanh per element: compute-bound)
+//   BM_mlp_backward/<variant>/N   a 3-layer MLP, width 64, batch N / 64: linear, tanh, linear,
+//       tanh, linear(64, 1), sum. Its matmul and transpose backwards break the captured graph
+//       (see docs/compiled_autograd.md), so compiled autograd runs the pointwise parts between
+//       them as programs; the eager engine is the reference.
+//   BM_key_lookup/K   the cache key of a K-node tape (a chain of K - 2 multiplications, a sum,
+//       AccumulateGrad) built and looked up (a hit): the fixed cost compiled autograd adds to a
+//       backward before anything runs. Goal: < 5 us at K = 100.
+//   BM_tiny_backward/<variant>   the 20-layer chain at N = 16: the whole per-backward overhead.
+
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <vector>
+
+#include "fusegrad/fusegrad.hpp"
+#include "hand_loops.hpp"
+
+namespace fg = fusegrad;
+
+namespace {
+using namespace fusegrad_bench;
+
+constexpr int layers = 20;
+
+/// The chain's leaves and its tape.
+struct chain {
+  explicit chain(long n) : x(fg::randn<float>({n}, 1).requires_grad(true)) {
+    for (int i = 0; i < layers; ++i)
+      w.push_back((fg::randn<float>({n}, 10 + static_cast<std::uint64_t>(i)) * 0.5f + 1.0f).detach().requires_grad(true));
+    fg::tensor<float> h = x;
+    acts.push_back(x);
+    for (const auto& wi : w) acts.push_back(h = fg::tanh(h * wi));
+    loss = fg::sum(h);
+  }
+  void zero_grad() {
+    x.zero_grad();
+    for (auto& wi : w) wi.zero_grad();
+  }
+  fg::tensor<float> x;
+  std::vector<fg::tensor<float>> w;
+  std::vector<fg::tensor<float>> acts;  ///< x and the 20 tanh outputs (what the tape saves)
+  fg::tensor<float> loss;
+};
+
+/// The chain's backward by hand from the saved activations, as the tape holds them: one pass
+/// reading x, the weights and the activations, writing the 21 gradients (the memory-bound
+/// optimum for this tape; no transcendental recomputed).
+__attribute__((noinline)) void hand_chain_backward_saved(const float* const* act, const float* const* w, float* __restrict gx,
+                                                         float* const* gw, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W) {
+    B g(1.0f);
+    for (int l = layers; l-- > 0;) {
+      const B a = B::load_unaligned(act[l + 1] + i);
+      const B d = g * (B(1.0f) - a * a);
+      (d * B::load_unaligned(act[l] + i)).store_unaligned(gw[l] + i);
+      g = d * B::load_unaligned(w[l] + i);
+    }
+    g.store_unaligned(gx + i);
+  }
+  for (; i < n; ++i) {
+    float g = 1.0f;
+    for (int l = layers; l-- > 0;) {
+      const float d = g * (1.0f - act[l + 1][i] * act[l + 1][i]);
+      gw[l][i] = d * act[l][i];
+      g = d * w[l][i];
+    }
+    gx[i] = g;
+  }
+}
+
+/// The chain's backward by hand: per SIMD batch, the forward recomputed into registers, then
+/// the gradients from the last layer down.
+__attribute__((noinline)) void hand_chain_backward(const float* __restrict x, const float* const* w, float* __restrict gx,
+                                                   float* const* gw, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W) {
+    B h[layers + 1];
+    h[0] = B::load_unaligned(x + i);
+    for (int l = 0; l < layers; ++l) h[l + 1] = xsimd::tanh(h[l] * B::load_unaligned(w[l] + i));
+    B g(1.0f);
+    for (int l = layers; l-- > 0;) {
+      const B d = g * (B(1.0f) - h[l + 1] * h[l + 1]);
+      (d * h[l]).store_unaligned(gw[l] + i);
+      g = d * B::load_unaligned(w[l] + i);
+    }
+    g.store_unaligned(gx + i);
+  }
+  for (; i < n; ++i) {
+    float h[layers + 1];
+    h[0] = x[i];
+    for (int l = 0; l < layers; ++l) h[l + 1] = std::tanh(h[l] * w[l][i]);
+    float g = 1.0f;
+    for (int l = layers; l-- > 0;) {
+      const float d = g * (1.0f - h[l + 1] * h[l + 1]);
+      gw[l][i] = d * h[l];
+      g = d * w[l][i];
+    }
+    gx[i] = g;
+  }
+}
+
+/// Two untimed backwards first: the capture and compile (compiled autograd) and the first touch
+/// of freshly allocated gradient buffers are not part of the steady state being measured.
+template <class F>
+void warm_up(F&& step) {
+  step();
+  step();
+}
+
+void set_bytes(benchmark::State& state, long n) {
+  // What the backward must at least move: x and the weights read, their gradients written.
+  state.SetBytesProcessed(state.iterations() * n * static_cast<long>(sizeof(float)) * (2 * layers + 2));
+}
+
+void BM_chain_backward_eager(benchmark::State& state) {
+  chain c(state.range(0));
+  fg::compiled_autograd::disable off;
+  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
+  for (auto _ : state) {
+    c.zero_grad();
+    c.loss.backward({.retain_graph = true});
+    benchmark::DoNotOptimize(c.x.grad().data_ptr());
+  }
+  set_bytes(state, state.range(0));
+}
+void BM_chain_backward_compiled(benchmark::State& state) {
+  chain c(state.range(0));
+  fg::compiled_autograd::enable on(fg::backend::fused{});
+  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
+  for (auto _ : state) {
+    c.zero_grad();
+    c.loss.backward({.retain_graph = true});
+    benchmark::DoNotOptimize(c.x.grad().data_ptr());
+  }
+  set_bytes(state, state.range(0));
+}
+void BM_chain_backward_hand_saved(benchmark::State& state) {
+  const long n = state.range(0);
+  chain c(n);
+  std::vector<const float*> w, act;
+  std::vector<std::vector<float>> gw(layers, std::vector<float>(static_cast<std::size_t>(n)));
+  std::vector<float*> gwp;
+  for (int l = 0; l < layers; ++l) {
+    w.push_back(c.w[static_cast<std::size_t>(l)].data_ptr());
+    gwp.push_back(gw[static_cast<std::size_t>(l)].data());
+  }
+  for (const auto& a : c.acts) act.push_back(a.data_ptr());
+  std::vector<float> gx(static_cast<std::size_t>(n));
+  warm_up([&] { hand_chain_backward_saved(act.data(), w.data(), gx.data(), gwp.data(), n); });
+  for (auto _ : state) {
+    hand_chain_backward_saved(act.data(), w.data(), gx.data(), gwp.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n);
+}
+void BM_chain_backward_hand(benchmark::State& state) {
+  const long n = state.range(0);
+  chain c(n);
+  std::vector<const float*> w;
+  std::vector<std::vector<float>> gw(layers, std::vector<float>(static_cast<std::size_t>(n)));
+  std::vector<float*> gwp;
+  for (int l = 0; l < layers; ++l) {
+    w.push_back(c.w[static_cast<std::size_t>(l)].data_ptr());
+    gwp.push_back(gw[static_cast<std::size_t>(l)].data());
+  }
+  std::vector<float> gx(static_cast<std::size_t>(n));
+  warm_up([&] { hand_chain_backward(c.x.data_ptr(), w.data(), gx.data(), gwp.data(), n); });
+  for (auto _ : state) {
+    hand_chain_backward(c.x.data_ptr(), w.data(), gx.data(), gwp.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n);
+}
+
+/// A 3-layer MLP of width 64 on a batch of N / 64 rows.
+struct mlp {
+  explicit mlp(long n) : x(fg::randn<float>({n / 64, 64}, 3)) {
+    fg::tensor<float> h = fg::tanh(l1(x));
+    h = fg::tanh(l2(h));
+    loss = fg::sum(l3(h));
+  }
+  void zero_grad() {
+    for (auto* l : {&l1, &l2, &l3}) {
+      l->weight.zero_grad();
+      l->bias.zero_grad();
+    }
+  }
+  fg::nn::linear<float> l1{64, 64, true, 11}, l2{64, 64, true, 12}, l3{64, 1, true, 13};
+  fg::tensor<float> x;
+  fg::tensor<float> loss;
+};
+
+void BM_mlp_backward_eager(benchmark::State& state) {
+  mlp m(state.range(0));
+  fg::compiled_autograd::disable off;
+  warm_up([&] { m.zero_grad(), m.loss.backward({.retain_graph = true}); });
+  for (auto _ : state) {
+    m.zero_grad();
+    m.loss.backward({.retain_graph = true});
+    benchmark::DoNotOptimize(m.l1.weight.grad().data_ptr());
+  }
+}
+void BM_mlp_backward_compiled(benchmark::State& state) {
+  mlp m(state.range(0));
+  fg::compiled_autograd::enable on(fg::backend::fused{});
+  warm_up([&] { m.zero_grad(), m.loss.backward({.retain_graph = true}); });
+  for (auto _ : state) {
+    m.zero_grad();
+    m.loss.backward({.retain_graph = true});
+    benchmark::DoNotOptimize(m.l1.weight.grad().data_ptr());
+  }
+}
+
+void BM_key_lookup(benchmark::State& state) {
+  fg::compiled_autograd::reset();
+  fg::tensor<float> x = fg::randn<float>({4}, 5).requires_grad(true);
+  fg::tensor<float> h = x;
+  for (long k = 0; k + 2 < state.range(0); ++k) h = h * 1.001f;
+  const std::vector<fg::tensor<float>> roots{fg::sum(h)};
+  namespace ca = fg::compiled_autograd::detail;
+  ca::lookup(ca::make_key(roots));  // the miss that stores the key
+  for (auto _ : state) benchmark::DoNotOptimize(ca::lookup(ca::make_key(roots)));
+  state.counters["nodes"] = static_cast<double>(ca::make_key(roots).size());
+  fg::compiled_autograd::reset();
+}
+
+void BM_tiny_backward_eager(benchmark::State& state) {
+  chain c(16);
+  fg::compiled_autograd::disable off;
+  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
+  for (auto _ : state) {
+    c.zero_grad();
+    c.loss.backward({.retain_graph = true});
+  }
+}
+void BM_tiny_backward_compiled(benchmark::State& state) {
+  chain c(16);
+  fg::compiled_autograd::enable on(fg::backend::fused{});
+  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
+  for (auto _ : state) {
+    c.zero_grad();
+    c.loss.backward({.retain_graph = true});
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_chain_backward_eager)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_compiled)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_hand_saved)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_hand)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_backward_eager)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_backward_compiled)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_key_lookup)->Arg(10)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_tiny_backward_eager)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_tiny_backward_compiled)->Unit(benchmark::kMicrosecond);
