@@ -23,11 +23,14 @@
 /// adds the reason for each cache miss.
 
 #include <algorithm>
+#include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fusegrad/compile/compile.hpp"
@@ -36,9 +39,39 @@
 
 namespace fusegrad {
 
+namespace compiled_autograd::detail {
+/// Installs compiled autograd's backward runner into the engine (idempotent). A template, so
+/// that only the translation units that turn compiled autograd on instantiate the capture
+/// machinery: installing it from a static initializer in every TU that includes this header
+/// cost ~30 s of compile time per TU at -O2.
+template <class Tag>
+void install() noexcept;
+}  // namespace compiled_autograd::detail
+
+/// The `compiled_autograd` switch of `fg::config()`: a `bool` that installs compiled autograd
+/// when set to true.
+class compiled_autograd_switch {
+ public:
+  template <std::same_as<bool> B>
+  compiled_autograd_switch& operator=(B on) noexcept {
+    store(on);
+    return *this;
+  }
+  template <std::same_as<bool> B>
+  void store(B on, std::memory_order order = std::memory_order_seq_cst) noexcept {
+    if (on) compiled_autograd::detail::install<B>();
+    on_.store(on, order);
+  }
+  [[nodiscard]] bool load(std::memory_order order = std::memory_order_seq_cst) const noexcept { return on_.load(order); }
+  operator bool() const noexcept { return load(); }  // NOLINT(google-explicit-constructor): reads like the bool it is
+
+ private:
+  std::atomic<bool> on_{false};
+};
+
 /// Process-wide switches (like `torch._dynamo.config`).
 struct config_t {
-  std::atomic<bool> compiled_autograd{false};  ///< capture every backward (see compiled_autograd.hpp)
+  compiled_autograd_switch compiled_autograd;  ///< capture every backward (see compiled_autograd.hpp)
 };
 inline config_t& config() noexcept {
   static config_t c;
@@ -67,18 +100,25 @@ inline const options* current() {
 }
 }  // namespace detail
 
-/// Turns compiled autograd on for this thread until the scope ends (the seed's context manager).
-class enable {
+/// Turns compiled autograd on for this thread until the scope ends (the seed's context
+/// manager). Use it as `enable`; it is a template only so that the capture machinery is
+/// instantiated where a scope is made, not in every TU that includes this header.
+template <class Tag = void>
+class basic_enable {
  public:
-  enable() : enable(options{}) {}
-  explicit enable(options o) { detail::scopes().push_back(o); }
-  explicit enable(backend::fused b) : enable(options{jit_backend::fused, b.fullgraph}) {}
-  explicit enable(backend::aot_eager b) : enable(options{jit_backend::eager, b.fullgraph}) {}
-  explicit enable(backend::eager b) : enable(options{jit_backend::eager, b.fullgraph}) {}
-  enable(const enable&) = delete;
-  enable& operator=(const enable&) = delete;
-  ~enable() { detail::scopes().pop_back(); }
+  basic_enable() : basic_enable(options{}) {}
+  explicit basic_enable(options o) {
+    detail::install<Tag>();
+    detail::scopes().push_back(o);
+  }
+  explicit basic_enable(backend::fused b) : basic_enable(options{jit_backend::fused, b.fullgraph}) {}
+  explicit basic_enable(backend::aot_eager b) : basic_enable(options{jit_backend::eager, b.fullgraph}) {}
+  explicit basic_enable(backend::eager b) : basic_enable(options{jit_backend::eager, b.fullgraph}) {}
+  basic_enable(const basic_enable&) = delete;
+  basic_enable& operator=(const basic_enable&) = delete;
+  ~basic_enable() { detail::scopes().pop_back(); }
 };
+using enable = basic_enable<>;
 
 /// Turns compiled autograd off for this thread until the scope ends.
 class disable {
@@ -320,18 +360,18 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   } during(capturing);
   const bool hit = lookup(make_key(roots));
   fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits : fusegrad::detail::counter_cells().ca_captures);
-  fusegrad::detail::jit::frame fr(global_state().programs_for(*o));
+  fusegrad::detail::jit::basic_frame<fusegrad::detail::jit::void_for<T>> fr(global_state().programs_for(*o));
   fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
   fr.finish();
 }
 
-struct installer {
-  installer() {
-    fusegrad::detail::compiled_backward_runner<float>().store(&run<float>, std::memory_order_release);
-    fusegrad::detail::compiled_backward_runner<double>().store(&run<double>, std::memory_order_release);
-  }
-};
-inline const installer install_once{};
+template <class Tag>
+void install() noexcept {
+  using F = std::conditional_t<sizeof(Tag*) == 0, Tag, float>;  // dependent: instantiated on use
+  using D = std::conditional_t<sizeof(Tag*) == 0, Tag, double>;
+  fusegrad::detail::compiled_backward_runner<F>().store(&run<F>, std::memory_order_release);
+  fusegrad::detail::compiled_backward_runner<D>().store(&run<D>, std::memory_order_release);
+}
 
 }  // namespace detail
 }  // namespace compiled_autograd

@@ -795,13 +795,22 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   reset();
 }
 
+/// `void`, spelled so that it depends on `X`: the tracer types below are templates over it so
+/// that a TU instantiates the tracer (its virtual functions pull in the whole run-time
+/// compiler, for float and double) only when it makes a jitted call, not by including this
+/// header (that cost every TU ~4 s at -O2).
+template <class X>
+using void_for = std::conditional_t<sizeof(X*) == 0, X, void>;
+
 /// The tracers of one thread, reused by its jitted calls (one pair per nesting depth).
-struct trace_pair {
-  trace<float> f;
-  trace<double> d;
+template <class Tag = void>
+struct basic_trace_pair {
+  trace<std::conditional_t<sizeof(Tag*) == 0, Tag, float>> f;
+  trace<std::conditional_t<sizeof(Tag*) == 0, Tag, double>> d;
 };
-inline std::vector<std::unique_ptr<trace_pair>>& trace_stack() {
-  thread_local std::vector<std::unique_ptr<trace_pair>> s;
+template <class Tag>
+std::vector<std::unique_ptr<basic_trace_pair<Tag>>>& trace_stack() {
+  thread_local std::vector<std::unique_ptr<basic_trace_pair<Tag>>> s;
   return s;
 }
 inline std::size_t& trace_depth() noexcept {
@@ -809,22 +818,24 @@ inline std::size_t& trace_depth() noexcept {
   return d;
 }
 
-/// The tracers of one jitted call on this thread (installed for its duration).
-class frame {
+/// The tracers of one jitted call on this thread (installed for its duration). Name it as
+/// `basic_frame<void_for<X>>` with some template parameter `X` of the caller.
+template <class Tag>
+class basic_frame {
  public:
-  explicit frame(function_state& st) {
-    auto& stack = trace_stack();
+  explicit basic_frame(function_state& st) {
+    auto& stack = trace_stack<Tag>();
     const std::size_t depth = trace_depth()++;
-    if (stack.size() <= depth) stack.push_back(std::make_unique<trace_pair>());
+    if (stack.size() <= depth) stack.push_back(std::make_unique<basic_trace_pair<Tag>>());
     t_ = stack[depth].get();
     t_->f.begin(st);
     t_->d.begin(st);
     prev_f_ = std::exchange(active_recorder<float>(), &t_->f);
     prev_d_ = std::exchange(active_recorder<double>(), &t_->d);
   }
-  frame(const frame&) = delete;
-  frame& operator=(const frame&) = delete;
-  ~frame() {
+  basic_frame(const basic_frame&) = delete;
+  basic_frame& operator=(const basic_frame&) = delete;
+  ~basic_frame() {
     if (!finished_) {
       t_->f.abandon();
       t_->d.abandon();
@@ -862,7 +873,7 @@ class frame {
     if constexpr (std::is_same_v<T, float>) t_->f.name(t.raw_impl().get(), arg, elem, key);
     else t_->d.name(t.raw_impl().get(), arg, elem, key);
   }
-  trace_pair* t_ = nullptr;
+  basic_trace_pair<Tag>* t_ = nullptr;
   recorder<float>* prev_f_ = nullptr;
   recorder<double>* prev_d_ = nullptr;
   bool finished_ = false;
@@ -949,7 +960,7 @@ class jit_function : public detail::jit::call_base<jit_function<F>, F> {
 
   template <class... Args>
   decltype(auto) call(Args&&... args) const {
-    detail::jit::frame fr(*st_);
+    detail::jit::basic_frame<detail::jit::void_for<F>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);
     using R = std::invoke_result_t<const F&, Args...>;
