@@ -117,42 +117,36 @@ __attribute__((noinline)) void hand_chain_backward(const float* __restrict x, co
   }
 }
 
-/// Two untimed backwards first: the capture and compile (compiled autograd) and the first touch
-/// of freshly allocated gradient buffers are not part of the steady state being measured.
-template <class F>
-void warm_up(F&& step) {
-  step();
-  step();
-}
-
 void set_bytes(benchmark::State& state, long n) {
   // What the backward must at least move: x and the weights read, their gradients written.
   state.SetBytesProcessed(state.iterations() * n * static_cast<long>(sizeof(float)) * (2 * layers + 2));
 }
 
-void BM_chain_backward_eager(benchmark::State& state) {
-  chain c(state.range(0));
-  fg::compiled_autograd::disable off;
-  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
+/// Times `m.loss.backward({.retain_graph = true})` after clearing the leaves' gradients, with
+/// compiled autograd set by a `Scope` made from `scope_args` (`disable`, or `enable` with a
+/// backend). Two untimed backwards first: the capture and compile (compiled autograd) and the
+/// first touch of freshly allocated gradient buffers are not the steady state measured.
+template <class Scope, class Model, class... ScopeArgs>
+void time_backward(benchmark::State& state, Model& m, ScopeArgs... scope_args) {
+  Scope scope(scope_args...);
+  auto step = [&] {
+    m.zero_grad();
+    m.loss.backward({.retain_graph = true});
+  };
+  step();
+  step();
   for (auto _ : state) {
-    c.zero_grad();
-    c.loss.backward({.retain_graph = true});
-    benchmark::DoNotOptimize(c.x.grad().data_ptr());
+    step();
+    benchmark::ClobberMemory();
   }
-  set_bytes(state, state.range(0));
 }
-void BM_chain_backward_compiled(benchmark::State& state) {
-  chain c(state.range(0));
-  fg::compiled_autograd::enable on(fg::backend::fused{});
-  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
-  for (auto _ : state) {
-    c.zero_grad();
-    c.loss.backward({.retain_graph = true});
-    benchmark::DoNotOptimize(c.x.grad().data_ptr());
-  }
-  set_bytes(state, state.range(0));
-}
-void BM_chain_backward_hand_saved(benchmark::State& state) {
+using eager_scope = fg::compiled_autograd::disable;
+using compiled_scope = fg::compiled_autograd::enable;
+
+/// The chain's backward by a hand-written kernel `k(activations, weights, gx, gw, n)` into
+/// preallocated gradients (two untimed calls first, as above).
+template <class Kernel>
+void time_hand(benchmark::State& state, Kernel k) {
   const long n = state.range(0);
   chain c(n);
   std::vector<const float*> w, act;
@@ -164,32 +158,31 @@ void BM_chain_backward_hand_saved(benchmark::State& state) {
   }
   for (const auto& a : c.acts) act.push_back(a.data_ptr());
   std::vector<float> gx(static_cast<std::size_t>(n));
-  warm_up([&] { hand_chain_backward_saved(act.data(), w.data(), gx.data(), gwp.data(), n); });
+  k(act.data(), w.data(), gx.data(), gwp.data(), n);
+  k(act.data(), w.data(), gx.data(), gwp.data(), n);
   for (auto _ : state) {
-    hand_chain_backward_saved(act.data(), w.data(), gx.data(), gwp.data(), n);
+    k(act.data(), w.data(), gx.data(), gwp.data(), n);
     benchmark::DoNotOptimize(gx.data());
     benchmark::ClobberMemory();
   }
   set_bytes(state, n);
 }
+
+void BM_chain_backward_eager(benchmark::State& state) {
+  chain c(state.range(0));
+  time_backward<eager_scope>(state, c);
+  set_bytes(state, state.range(0));
+}
+void BM_chain_backward_compiled(benchmark::State& state) {
+  chain c(state.range(0));
+  time_backward<compiled_scope>(state, c, fg::backend::fused{});
+  set_bytes(state, state.range(0));
+}
+void BM_chain_backward_hand_saved(benchmark::State& state) { time_hand(state, hand_chain_backward_saved); }
 void BM_chain_backward_hand(benchmark::State& state) {
-  const long n = state.range(0);
-  chain c(n);
-  std::vector<const float*> w;
-  std::vector<std::vector<float>> gw(layers, std::vector<float>(static_cast<std::size_t>(n)));
-  std::vector<float*> gwp;
-  for (int l = 0; l < layers; ++l) {
-    w.push_back(c.w[static_cast<std::size_t>(l)].data_ptr());
-    gwp.push_back(gw[static_cast<std::size_t>(l)].data());
-  }
-  std::vector<float> gx(static_cast<std::size_t>(n));
-  warm_up([&] { hand_chain_backward(c.x.data_ptr(), w.data(), gx.data(), gwp.data(), n); });
-  for (auto _ : state) {
-    hand_chain_backward(c.x.data_ptr(), w.data(), gx.data(), gwp.data(), n);
-    benchmark::DoNotOptimize(gx.data());
-    benchmark::ClobberMemory();
-  }
-  set_bytes(state, n);
+  time_hand(state, [](const float* const* act, const float* const* w, float* gx, float* const* gw, long n) {
+    hand_chain_backward(act[0], w, gx, gw, n);  // act[0] is x: the rest is recomputed
+  });
 }
 
 /// A 3-layer MLP of width 64 on a batch of N / 64 rows.
@@ -212,23 +205,11 @@ struct mlp {
 
 void BM_mlp_backward_eager(benchmark::State& state) {
   mlp m(state.range(0));
-  fg::compiled_autograd::disable off;
-  warm_up([&] { m.zero_grad(), m.loss.backward({.retain_graph = true}); });
-  for (auto _ : state) {
-    m.zero_grad();
-    m.loss.backward({.retain_graph = true});
-    benchmark::DoNotOptimize(m.l1.weight.grad().data_ptr());
-  }
+  time_backward<eager_scope>(state, m);
 }
 void BM_mlp_backward_compiled(benchmark::State& state) {
   mlp m(state.range(0));
-  fg::compiled_autograd::enable on(fg::backend::fused{});
-  warm_up([&] { m.zero_grad(), m.loss.backward({.retain_graph = true}); });
-  for (auto _ : state) {
-    m.zero_grad();
-    m.loss.backward({.retain_graph = true});
-    benchmark::DoNotOptimize(m.l1.weight.grad().data_ptr());
-  }
+  time_backward<compiled_scope>(state, m, fg::backend::fused{});
 }
 
 void BM_key_lookup(benchmark::State& state) {
@@ -246,21 +227,11 @@ void BM_key_lookup(benchmark::State& state) {
 
 void BM_tiny_backward_eager(benchmark::State& state) {
   chain c(16);
-  fg::compiled_autograd::disable off;
-  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
-  for (auto _ : state) {
-    c.zero_grad();
-    c.loss.backward({.retain_graph = true});
-  }
+  time_backward<eager_scope>(state, c);
 }
 void BM_tiny_backward_compiled(benchmark::State& state) {
   chain c(16);
-  fg::compiled_autograd::enable on(fg::backend::fused{});
-  warm_up([&] { c.zero_grad(), c.loss.backward({.retain_graph = true}); });
-  for (auto _ : state) {
-    c.zero_grad();
-    c.loss.backward({.retain_graph = true});
-  }
+  time_backward<compiled_scope>(state, c, fg::backend::fused{});
 }
 
 }  // namespace
