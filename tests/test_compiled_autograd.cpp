@@ -22,6 +22,21 @@ struct ca_off {  // every test starts and ends with compiled autograd off
   ~ca_off() { fg::config().compiled_autograd = false; }
 };
 
+/// The leaves' gradients, left by a captured backward of `loss`, equal those of an eager
+/// backward of it (run with the gradients cleared; `loss`'s tape must have been retained).
+void check_matches_eager(const fg::tensor<double>& loss, std::vector<fg::tensor<double>> leaves) {
+  std::vector<fg::tensor<double>> captured;
+  for (auto& l : leaves) {
+    captured.push_back(l.grad());
+    l.zero_grad();
+  }
+  {
+    fg::compiled_autograd::disable eager;
+    loss.backward();
+  }
+  for (std::size_t i = 0; i < leaves.size(); ++i) CHECK(max_normwise(leaves[i].grad(), captured[i]) < 1e-12);
+}
+
 /// Builds a random tape from `leaves` (its choices drawn from `seed`) and returns the loss.
 fg::tensor<double> random_tape(const std::vector<fg::tensor<double>>& leaves, std::uint64_t seed) {
   static const auto jitted = fg::jit([](auto a, auto b) { return fg::cos(a) * b + a; }, {.recompile_limit = 64});
@@ -159,12 +174,7 @@ TEST_CASE("a jitted forward with graph breaks gives one backward graph; fullgrap
     l2.backward({.retain_graph = true});
   }
   CHECK(fg::counters().cache_misses + fg::counters().cache_hits == 1);
-  const fg::tensor<double> gw = w.grad(), gb = b.grad();
-  w.zero_grad();
-  b.zero_grad();
-  l2.backward();
-  CHECK(max_normwise(w.grad(), gw) < 1e-12);
-  CHECK(max_normwise(b.grad(), gb) < 1e-12);
+  check_matches_eager(l2, {w, b});
   // A traced (generic) hook that reads values breaks the graph, which fullgraph turns into an error.
   auto y = fg::cos(x);
   y.register_hook([](auto g) { return fg::sum(g).item() > 1e300 ? g : g * 2.0; });
@@ -202,11 +212,8 @@ TEST_CASE("hooks: opaque hooks are call_hook nodes of one captured graph, generi
   CHECK(text.find("fns[2]") == std::string::npos);  // the generic hook was traced, not called
   CHECK(text.find("accumulate_grad(%") != std::string::npos);
   const double seen_captured = seen;
-  const fg::tensor<double> g_captured = x.grad();
-  x.zero_grad();
-  loss.backward();  // the eager engine, same hooks
+  check_matches_eager(loss, {x});  // the eager engine, same hooks
   CHECK(seen == seen_captured);
-  CHECK(max_normwise(x.grad(), g_captured) < 1e-12);
 }
 
 TEST_CASE("a hook that throws under compiled autograd reports its error and leaves the thread usable") {
@@ -243,10 +250,5 @@ TEST_CASE("the backwards of fg::compile and fg::jit functions are inlined into o
   for (const auto& l : lines) text += l;
   CHECK(text.find("%aot0_") != std::string::npos);
   CHECK(text.find("%aot1_") != std::string::npos);
-  const fg::tensor<double> gx = x.grad(), gy = y.grad();
-  x.zero_grad();
-  y.zero_grad();
-  loss.backward();
-  CHECK(max_normwise(x.grad(), gx) < 1e-12);
-  CHECK(max_normwise(y.grad(), gy) < 1e-12);
+  check_matches_eager(loss, {x, y});
 }

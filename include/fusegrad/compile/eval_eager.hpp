@@ -33,6 +33,17 @@ tensor<T> matmul_operand(const tensor<T>& x, bool flatten, bool t) {
   return t ? m.t() : m;
 }
 
+/// The shape of `matmul_values(a, b, ta, tb)` for operands of shapes `a` and `b` (at least 1-D).
+inline shape matmul_values_shape(const shape& a, const shape& b, bool ta, bool tb) {
+  const index_t lb = b.back(), rows_b = lb == 0 ? 0 : numel(b) / lb;
+  const index_t cols = tb ? rows_b : lb;
+  if (ta) return {a.back(), cols};
+  if (a.size() == 1) return {cols};
+  shape out(a.begin(), a.end() - 1);
+  out.push_back(cols);
+  return out;
+}
+
 /// op_a(a) · op_b(b) with the conventions of `matmul_expr` (a keeps leading dims unless
 /// transposed, b is always a matrix).
 template <Element T>
@@ -45,20 +56,7 @@ tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb
   if (A.shape()[1] != B.shape()[0])
     fail("matmul", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
          " cannot be multiplied inside fg::compile; expected a [..., k] and b [k, n]");
-  shape out(a.shape().begin(), a.shape().end() - 1);
-  out.push_back(B.shape()[1]);
-  return mm(A, B).reshape(out);
-}
-
-/// The shape of `matmul_values(a, b, ta, tb)` for operands of shapes `a` and `b` (at least 1-D).
-inline shape matmul_values_shape(const shape& a, const shape& b, bool ta, bool tb) {
-  const index_t lb = b.back(), rows_b = lb == 0 ? 0 : numel(b) / lb;
-  const index_t cols = tb ? rows_b : lb;
-  if (ta) return {a.back(), cols};
-  if (a.size() == 1) return {cols};
-  shape out(a.begin(), a.end() - 1);
-  out.push_back(cols);
-  return out;
+  return mm(A, B).reshape(matmul_values_shape(a.shape(), b.shape(), ta, tb));
 }
 
 /// Value of canonical node C of analysis A, from the values of its children. While a tracer

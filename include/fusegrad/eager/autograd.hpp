@@ -98,7 +98,7 @@ template <Element T, class F>
 tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor<T>& a, const tensor<T>& b = {}) {
   if (auto* r = active_recorder<T>()) [[unlikely]]
     if (a.is_lazy() || b.is_lazy())
-      return r->call(false, name, out, [f](const tensor<T>& x, const tensor<T>& y) { return f(x, y); }, a, b.defined() ? &b : nullptr);
+      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr);
   return f(a, b);
 }
 

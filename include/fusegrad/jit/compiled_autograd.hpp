@@ -360,15 +360,15 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   } during(capturing);
   const bool hit = lookup(make_key(roots));
   fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits : fusegrad::detail::counter_cells().ca_captures);
-  fusegrad::detail::jit::basic_frame<fusegrad::detail::jit::void_for<T>> fr(global_state().programs_for(*o));
+  fusegrad::detail::jit::basic_frame<fusegrad::detail::jit::dependent<void, T>> fr(global_state().programs_for(*o));
   fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
   fr.finish();
 }
 
 template <class Tag>
 void install() noexcept {
-  using F = std::conditional_t<sizeof(Tag*) == 0, Tag, float>;  // dependent: instantiated on use
-  using D = std::conditional_t<sizeof(Tag*) == 0, Tag, double>;
+  using F = fusegrad::detail::jit::dependent<float, Tag>;  // instantiated on use only
+  using D = fusegrad::detail::jit::dependent<double, Tag>;
   fusegrad::detail::compiled_backward_runner<F>().store(&run<F>, std::memory_order_release);
   fusegrad::detail::compiled_backward_runner<D>().store(&run<D>, std::memory_order_release);
 }

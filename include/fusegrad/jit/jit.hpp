@@ -795,18 +795,19 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   reset();
 }
 
-/// `void`, spelled so that it depends on `X`: the tracer types below are templates over it so
-/// that a TU instantiates the tracer (its virtual functions pull in the whole run-time
-/// compiler, for float and double) only when it makes a jitted call, not by including this
-/// header (that cost every TU ~4 s at -O2).
-template <class X>
-using void_for = std::conditional_t<sizeof(X*) == 0, X, void>;
+/// `T`, spelled so that it depends on `Tag`. The tracer types below are templates over a tag
+/// so that a TU instantiates the tracer (its virtual functions pull in the whole run-time
+/// compiler, for float and double) only when it makes a jitted call or turns compiled
+/// autograd on, not by including the header (that cost every TU ~4 s, and compiled
+/// autograd's runner ~30 s, at -O2).
+template <class T, class Tag>
+using dependent = std::conditional_t<sizeof(Tag*) == 0, Tag, T>;
 
 /// The tracers of one thread, reused by its jitted calls (one pair per nesting depth).
 template <class Tag = void>
 struct basic_trace_pair {
-  trace<std::conditional_t<sizeof(Tag*) == 0, Tag, float>> f;
-  trace<std::conditional_t<sizeof(Tag*) == 0, Tag, double>> d;
+  trace<dependent<float, Tag>> f;
+  trace<dependent<double, Tag>> d;
 };
 template <class Tag>
 std::vector<std::unique_ptr<basic_trace_pair<Tag>>>& trace_stack() {
@@ -819,7 +820,7 @@ inline std::size_t& trace_depth() noexcept {
 }
 
 /// The tracers of one jitted call on this thread (installed for its duration). Name it as
-/// `basic_frame<void_for<X>>` with some template parameter `X` of the caller.
+/// `basic_frame<dependent<void, X>>` with some template parameter `X` of the caller.
 template <class Tag>
 class basic_frame {
  public:
@@ -960,7 +961,7 @@ class jit_function : public detail::jit::call_base<jit_function<F>, F> {
 
   template <class... Args>
   decltype(auto) call(Args&&... args) const {
-    detail::jit::basic_frame<detail::jit::void_for<F>> fr(*st_);
+    detail::jit::basic_frame<detail::jit::dependent<void, F>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);
     using R = std::invoke_result_t<const F&, Args...>;
