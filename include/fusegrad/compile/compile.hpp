@@ -126,8 +126,10 @@ class compiled_function {
       // Inside fg::jit, the generic body is traced into the surrounding graph instead (it
       // fuses with its neighbours there, and reading its inputs would break the graph).
       if constexpr (A::n_out == 1)
-        if (detail::active_recorder<T>()) [[unlikely]]
-          return tensor<T>(fn_(x0, xs...));
+        if (auto* r = detail::active_recorder<T>()) [[unlikely]] {
+          if constexpr (forward_has_custom<A>()) return tensor<T>(fn_(x0, xs...));
+          else return trace_forward<T, 1 + sizeof...(Ts)>(*r, {x0, xs...});
+        }
       auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
       if constexpr (A::n_out == 1) return outs[0];
       else return [&]<std::size_t... K>(std::index_sequence<K...>) {
@@ -207,10 +209,10 @@ class compiled_function {
             return r;
           }();
           if (auto* rec = detail::active_recorder<T>()) [[unlikely]] {
-            // A traced backward (compiled autograd): node by node through the eager ops, which
-            // record into the captured graph; the nodes print as aot<id>_<k>.
+            // A traced backward (compiled autograd): node by node into the captured graph; the
+            // nodes print as aot<id>_<k>.
             const std::size_t from = rec->inline_begin();
-            backend::aot_eager::template evaluate<A, active, roots, T>(bctx);
+            detail::trace_nodes<A, active, T>(*rec, bctx.nodes, values, sh, no_inputs, grads);
             rec->inline_end(from);
           } else {
             B::template evaluate<A, active, roots, T>(bctx);
@@ -226,6 +228,31 @@ class compiled_function {
           return result;
         });
     return outs;
+  }
+
+  template <class A>
+  static constexpr bool forward_has_custom() {
+    for (std::size_t c = 0; c < A::MF; ++c)
+      if (A::cg.kind[c] == detail::gkind::custom) return true;
+    return false;
+  }
+
+  /// The forward recorded node by node into the active tracer (its canonical graph: shared
+  /// subexpressions once), without instantiating an eager kernel per op.
+  template <Element T, std::size_t N>
+  tensor<T> trace_forward(detail::recorder<T>& r, const std::vector<tensor<T>>& in) const {
+    using A = detail::analysis<T, Fn, N>;
+    static constexpr std::array<bool, A::M> fwd = [] {
+      std::array<bool, A::M> a{};
+      for (std::size_t c = 0; c < A::MF; ++c) a[c] = true;
+      return a;
+    }();
+    const auto inst = cache_->template get<A>(fn_);
+    std::vector<tensor<T>> values(A::M);
+    std::vector<shape> shapes(A::M);
+    const std::vector<tensor<T>> no_grads;
+    detail::trace_nodes<A, fwd, T>(r, inst->nodes.data(), values, shapes, in, no_grads);
+    return values[static_cast<std::size_t>(A::out_node[0])];
   }
 
   Fn fn_;

@@ -144,4 +144,42 @@ tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
   }
 }
 
+/// Records canonical node C into the active tracer (the backward of a compiled function
+/// inside a captured backward). Element-wise nodes with an IR op are recorded directly, so a
+/// traced backward never instantiates their eager kernels; every other node goes through
+/// `eval_node`, which records it too.
+template <class A, std::size_t C, Element T>
+tensor<T> trace_node(recorder<T>& r, const void* const* nodes, const std::vector<tensor<T>>& v,
+                     const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
+                     const std::vector<tensor<T>>& grads) {
+  using E = typename A::template node_t<C>;
+  if constexpr (is_pointwise_v<E> && !is_custom_v<E>) {
+    using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+    if constexpr (ir::KnownOp<Op, T>) {
+      constexpr auto ch = A::cg.children[C];
+      const auto& op = A::template node<C>(nodes).op;
+      const tensor<T>& a = v[static_cast<std::size_t>(ch[0])];
+      if constexpr (arity_v<E> == 1) return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, nullptr);
+      else return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, &v[static_cast<std::size_t>(ch[1])]);
+    }
+  }
+  return eval_node<A, C, T>(nodes, v, shapes, inputs, grads);
+}
+
+/// Records the canonical nodes flagged in `Active` (in order) into tracer `r`.
+template <class A, auto Active, Element T>
+void trace_nodes(recorder<T>& r, const void* const* nodes, std::vector<tensor<T>>& values,
+                 std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
+  [&]<std::size_t... C>(std::index_sequence<C...>) {
+    (
+        [&] {
+          if constexpr (Active[C]) {
+            values[C] = trace_node<A, C, T>(r, nodes, values, shapes, inputs, grads);
+            shapes[C] = values[C].shape();
+          }
+        }(),
+        ...);
+  }(std::make_index_sequence<A::M>{});
+}
+
 }  // namespace fusegrad::detail

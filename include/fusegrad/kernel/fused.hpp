@@ -15,17 +15,6 @@
 
 namespace fusegrad::detail {
 
-template <reduce_kind_t K, class V>
-V combine(const V& a, const V& b) {
-  if constexpr (K == reduce_kind_t::max) return lanes::max(a, b);
-  else return a + b;
-}
-
-template <reduce_kind_t K, Element T>
-T horizontal(const simd<T>& v) {
-  return lanes_total<K == reduce_kind_t::max>(v);
-}
-
 /// The reduction a reduce-role node performs (sumto sums).
 template <class E>
 constexpr reduce_kind_t reduction_kind() {
@@ -105,285 +94,6 @@ void infer_shape(eval_context<A, T>& ctx) {
   }
 }
 
-/// The node lists of loop `S` (see `part`).
-template <class A, auto Active, auto Keep, int S>
-struct stage_parts {
-  static constexpr auto Cn = stage_nodes<A, Active, Keep, S, part::compute>();
-  static constexpr auto Rn = stage_nodes<A, Active, Keep, S, part::reduce>();
-  static constexpr auto Ln = stage_nodes<A, Active, Keep, S, part::load>();
-  static constexpr auto Wn = stage_nodes<A, Active, Keep, S, part::store>();
-};
-
-template <class A, std::size_t NR, auto Rn, class V>
-std::array<V, NR> reduction_identities() {
-  return [&]<std::size_t... J>(std::index_sequence<J...>) {
-    return std::array<V, NR>{(reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>() ==
-                                      reduce_kind_t::max
-                                  ? V(-std::numeric_limits<typename V::value_type>::infinity())
-                                  : V(typename V::value_type(0)))...};
-  }(std::make_index_sequence<NR>{});
-}
-
-/// One pass of loop `S` over the space `it`: every sink of the stage. Each row runs an
-/// aligned-width SIMD body; the row's tail runs the same body once on a padded copy (so
-/// there is one body per layout, not a second scalar one), and only its valid lanes are
-/// written back or reduced.
-template <class A, auto Active, auto Keep, int S, Element T>
-void run_pass(eval_context<A, T>& ctx, const shape& it,
-              const std::array<bool, stage_parts<A, Active, Keep, S>::Rn.size()>& direct) {
-  using SP = stage_parts<A, Active, Keep, S>;
-  static constexpr auto& Cn = SP::Cn;
-  static constexpr auto& Rn = SP::Rn;
-  static constexpr auto& Ln = SP::Ln;
-  static constexpr auto& Wn = SP::Wn;
-  constexpr std::size_t NL = Ln.size(), NW = Wn.size(), NR = Rn.size(), N = NL + NW + NR;
-  using V = simd<T>;
-  using loads_t = std::array<const T*, NL>;
-  using sinks_t = std::array<T*, NW + NR>;
-  using steps_t = std::array<index_t, N>;
-  auto& shapes = ctx.shapes;
-  auto& values = ctx.values;
-  loads_t lp{};
-  std::array<strides, N> st;
-  std::array<T, NL> scale{};
-  sinks_t wp{};
-  const void* const* nodes = ctx.nodes;
-
-  // Tile registers (compile time): one per compute node, reused after its last reader in the
-  // loop; values that the loop's stores and reductions read live to the end of a tile. A
-  // custom node is its forward value (no register of its own).
-  static constexpr auto R = [] {
-    struct regs_t {
-      std::array<int, Cn.size() + 1> reg{};
-      int count = 0;
-    } r;
-    constexpr int end = 1 << 30;
-    std::array<int, A::M> alias{};  // custom nodes -> the node holding their value
-    for (std::size_t c = 0; c < A::M; ++c) alias[c] = static_cast<int>(c);
-    std::array<int, A::M> pos{};
-    pos.fill(-1);
-    for (std::size_t q = 0; q < Cn.size(); ++q) {
-      const auto c = static_cast<std::size_t>(Cn[q]);
-      pos[c] = static_cast<int>(q);
-      if (A::cg.kind[c] == gkind::custom) {
-        int k = 2;
-        while (k > 0 && A::cg.children[c][static_cast<std::size_t>(k)] < 0) --k;
-        alias[c] = alias[static_cast<std::size_t>(A::cg.children[c][static_cast<std::size_t>(k)])];
-      }
-    }
-    std::array<int, A::M> last{};
-    last.fill(-1);
-    for (std::size_t q = 0; q < Cn.size(); ++q)
-      for (int ch : A::cg.children[static_cast<std::size_t>(Cn[q])])
-        if (ch >= 0) last[static_cast<std::size_t>(alias[static_cast<std::size_t>(ch)])] = static_cast<int>(q);
-    for (int w : Wn) last[static_cast<std::size_t>(alias[static_cast<std::size_t>(w)])] = end;
-    for (int rr : Rn) last[static_cast<std::size_t>(alias[static_cast<std::size_t>(A::cg.children[static_cast<std::size_t>(rr)][0])])] = end;
-    std::array<int, Cn.size() + 1> free_regs{};
-    int nfree = 0;
-    for (std::size_t q = 0; q < Cn.size(); ++q) {
-      const auto c = static_cast<std::size_t>(Cn[q]);
-      r.reg[q] = -1;
-      if (A::cg.kind[c] != gkind::custom) r.reg[q] = nfree > 0 ? free_regs[static_cast<std::size_t>(--nfree)] : r.count++;
-      std::array<int, 3> seen{-1, -1, -1};
-      for (std::size_t s = 0; s < 3; ++s) {
-        const int ch = A::cg.children[c][s];
-        if (ch < 0) continue;
-        const int hold = alias[static_cast<std::size_t>(ch)];
-        if (hold == seen[0] || hold == seen[1]) continue;
-        seen[s] = hold;
-        const int pq = pos[static_cast<std::size_t>(hold)];
-        if (pq >= 0 && last[static_cast<std::size_t>(hold)] == static_cast<int>(q) && r.reg[static_cast<std::size_t>(pq)] >= 0)
-          free_regs[static_cast<std::size_t>(nfree++)] = r.reg[static_cast<std::size_t>(pq)];
-      }
-    }
-    return r;
-  }();
-  // Index of each compute node among the stores (-1: not stored).
-  static constexpr auto store_of = [] {
-    std::array<int, Cn.size() + 1> s{};
-    for (std::size_t q = 0; q < Cn.size(); ++q) {
-      s[q] = -1;
-      for (std::size_t j = 0; j < NW; ++j)
-        if (Wn[j] == Cn[q]) s[q] = static_cast<int>(j);
-    }
-    return s;
-  }();
-  constexpr index_t tile = tile_elems;
-  // Tile registers live in a per-thread buffer that only grows: no allocation per call.
-  thread_local std::vector<T> regbuf;
-  const auto need = static_cast<std::size_t>((R.count + static_cast<int>(NL)) * tile);
-  if (regbuf.size() < need) regbuf.resize(need);
-  T* const regs = regbuf.data();
-  auto reg_ptr = [regs](int r) { return regs + static_cast<std::ptrdiff_t>(r) * tile; };
-  auto load_buf = [&](std::size_t j) { return reg_ptr(R.count + static_cast<int>(j)); };
-
-  // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
-  // broadcast, 1: contiguous). The row is walked in tiles; each node runs over a whole tile.
-  auto row_fn = [&](const steps_t& base, index_t n, const steps_t& is) {
-    std::array<const T*, A::M> cur{};
-    for (std::size_t j = 0; j < NL; ++j)
-      if (is[j] == 0) std::fill(load_buf(j), load_buf(j) + tile, lp[j][base[j]] * scale[j]);
-    auto acc = reduction_identities<A, NR, Rn, V>();
-    std::array<T, NR> tail{};
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      ((tail[J] = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>() == reduce_kind_t::max
-                      ? -std::numeric_limits<T>::infinity()
-                      : T(0)),
-       ...);
-    }(std::make_index_sequence<NR>{});
-    for (index_t i = 0; i < n; i += tile) {
-      const index_t m = std::min(tile, n - i);
-      for (std::size_t j = 0; j < NL; ++j) {
-        auto& c = cur[static_cast<std::size_t>(Ln[j])];
-        if (is[j] == 0) {
-          c = load_buf(j);
-        } else if (scale[j] != T(1)) {
-          tile_scale(lp[j] + base[j] + i, scale[j], load_buf(j), m);
-          c = load_buf(j);
-        } else {
-          c = lp[j] + base[j] + i;
-        }
-      }
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr auto c = static_cast<std::size_t>(Cn[J]);
-              constexpr auto ch = A::cg.children[c];
-              using E = typename A::template node_t<c>;
-              if constexpr (is_custom_v<E>) {
-                cur[c] = cur[static_cast<std::size_t>(ch[arity_v<E> - 1])];
-                if constexpr (store_of[J] >= 0) {  // its value lives elsewhere: copy it out
-                  constexpr auto q = NL + static_cast<std::size_t>(store_of[J]);
-                  if (is[q] != 0) std::copy(cur[c], cur[c] + m, wp[static_cast<std::size_t>(store_of[J])] + base[q] + i);
-                }
-              } else {
-                T* dst = reg_ptr(R.reg[J]);
-                if constexpr (store_of[J] >= 0) {
-                  constexpr auto q = NL + static_cast<std::size_t>(store_of[J]);
-                  if (is[q] != 0) dst = wp[static_cast<std::size_t>(store_of[J])] + base[q] + i;
-                }
-                const auto& op = A::template node<c>(nodes).op;
-                const T* b = arity_v<E> == 2 ? cur[static_cast<std::size_t>(ch[1])] : nullptr;
-                tile_op(op, cur[static_cast<std::size_t>(ch[0])], b, dst, m);
-                cur[c] = dst;
-              }
-            }(),
-            ...);
-      }(std::make_index_sequence<Cn.size()>{});
-      for (std::size_t j = 0; j < NW; ++j)
-        if (is[NL + j] == 0) wp[j][base[NL + j]] = cur[static_cast<std::size_t>(Wn[j])][0];
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr auto c = static_cast<std::size_t>(Rn[J]);
-              constexpr bool is_max = reduction_kind<typename A::template node_t<c>>() == reduce_kind_t::max;
-              constexpr std::size_t q = NL + NW + J;
-              const T* src = cur[static_cast<std::size_t>(A::cg.children[c][0])];
-              T* p = wp[NW + J] + base[q];
-              if (is[q] == 0) tile_reduce<is_max>(src, m, acc[J], tail[J]);
-              else if (direct[J]) std::copy(src, src + m, p + i);
-              else tile_reduce_into<is_max>(src, p + i, m);
-            }(),
-            ...);
-      }(std::make_index_sequence<NR>{});
-    }
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            if (is[NL + NW + J] != 0) return;
-            constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<static_cast<std::size_t>(Rn[J])>>();
-            T* p = wp[NW + J] + base[NL + NW + J];
-            *p = combine<K>(*p, combine<K>(horizontal<K, T>(acc[J]), tail[J]));
-          }(),
-          ...);
-    }(std::make_index_sequence<NR>{});
-  };
-
-  // Fast path: every operand has the iteration shape (or is a full reduction): one flat row,
-  // no strides to compute.
-  {
-    bool fast = true;
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      ((fast = fast && !is_unreduce_v<typename A::template node_t<static_cast<std::size_t>(Ln[J])>> &&
-               shapes[static_cast<std::size_t>(Ln[J])] == it),
-       ...);
-    }(std::make_index_sequence<NL>{});
-    for (int w : Wn) fast = fast && shapes[static_cast<std::size_t>(w)] == it;
-    for (int r : Rn) fast = fast && (values[static_cast<std::size_t>(r)].numel() == 1 || shapes[static_cast<std::size_t>(r)] == it);
-    if (fast) {
-      const index_t total = numel(it);
-      steps_t is{};
-      for (std::size_t q = 0; q < N; ++q) is[q] = total == 1 ? 0 : 1;
-      for (std::size_t j = 0; j < NL; ++j) {
-        lp[j] = values[static_cast<std::size_t>(Ln[j])].data_ptr();
-        scale[j] = T(1);
-      }
-      for (std::size_t j = 0; j < NW; ++j) wp[j] = values[static_cast<std::size_t>(Wn[j])].data_ptr();
-      for (std::size_t j = 0; j < NR; ++j) {
-        wp[NW + j] = values[static_cast<std::size_t>(Rn[j])].data_ptr();
-        if (values[static_cast<std::size_t>(Rn[j])].numel() == 1) is[NL + NW + j] = 0;
-      }
-      if (total > 0) row_fn(steps_t{}, total, is);
-      return;
-    }
-  }
-  const strides zeros(it.size(), 0);
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    (
-        [&] {
-          constexpr auto c = static_cast<std::size_t>(Ln[J]);
-          scale[J] = T(1);
-          using E = typename A::template node_t<c>;
-          if constexpr (is_unreduce_v<E>) {
-            const tensor<T>& src = values[static_cast<std::size_t>(A::cg.children[c][0])];
-            const shape& to = shapes[c];
-            const shape ks = keepdim_shape(to, reduction_axis<E>());
-            st[J] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
-            lp[J] = src.data_ptr();
-            if constexpr ([]<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(
-                              std::type_identity<unreduce_expr<K, X, KK, U>>) { return K == reduce_kind_t::mean; }(
-                              std::type_identity<E>{}))
-              scale[J] = static_cast<T>(numel(ks)) / static_cast<T>(std::max<index_t>(numel(to), 1));
-          } else {
-            st[J] = broadcast_strides(values[c], it);
-            lp[J] = values[c].data_ptr();
-          }
-        }(),
-        ...);
-  }(std::make_index_sequence<NL>{});
-  for (std::size_t j = 0; j < NW; ++j) {
-    const auto c = static_cast<std::size_t>(Wn[j]);
-    st[NL + j] = broadcast_strides(values[c], it);  // a smaller store rides along (same value rewritten)
-    wp[j] = values[c].data_ptr();
-  }
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    (
-        [&] {
-          constexpr auto c = static_cast<std::size_t>(Rn[J]);
-          using E = typename A::template node_t<c>;
-          wp[NW + J] = values[c].data_ptr();
-          shape view_shape = shapes[c];
-          if constexpr (is_reduce_v<E>) view_shape = keepdim_shape(it, reduction_axis<E>());
-          st[NL + NW + J] = broadcast_strides(alias(values[c], view_shape, contiguous_strides(view_shape), 0), it);
-        }(),
-        ...);
-  }(std::make_index_sequence<NR>{});
-
-  // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
-  const strides full = contiguous_strides(it);
-  auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
-  bool flat = true;
-  for (std::size_t q = 0; q < N && flat; ++q) flat = st[q] == full || (q >= NL + NW && is_zero(st[q]));
-  shape space = it;
-  if (flat) {
-    space = shape{numel(it)};
-    for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
-  }
-  std::array<const strides*, N> sp{};
-  for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
-  for_each_row<N>(space, sp, steps_t{}, [&](steps_t base, index_t n, steps_t is) { row_fn(base, n, is); });
-}
-
 /// Whether shape `s` broadcasts to `to` (NumPy rules).
 inline bool broadcasts_to(const shape& s, const shape& to) {
   if (s.size() > to.size()) return false;
@@ -394,95 +104,575 @@ inline bool broadcasts_to(const shape& s, const shape& to) {
   return true;
 }
 
-/// Runs loop `S` of the schedule: allocates what it writes, then one pass over the stage's
-/// iteration space (the shape every reduction reads; stores of a smaller shape ride along).
-/// A stage whose reductions read different shapes runs node by node instead (rare: it needs
-/// reductions over differently broadcast values in one stage).
+// ---- the loops' plan: compile-time data ---------------------------------------------------
+//
+// Everything the loops need to know about a graph is decided at compile time and kept as
+// plain arrays (`fused_layout`): the stages, each stage's node lists, the tile register and
+// the slot of every element-wise node, which values are stored. The loops are ONE function
+// per element type (`fused_runner`: rows, tiles, loads, stores, reductions, broadcasting)
+// reading those arrays; per stage, only the sequence of tile-kernel calls is compiled
+// (`tile_body`: direct calls with constant slots, the part that must be fast). A graph thus
+// costs the compiler its analysis, a few tables and one short function per stage.
+
+/// A node evaluated on whole tensors (reductions, broadcasts of reductions, matrix products,
+/// and element-wise nodes of a loop whose reductions read different shapes).
+template <Element T>
+using node_eval_fn = tensor<T> (*)(const void* const*, const std::vector<tensor<T>>&, const std::vector<shape>&,
+                                   const std::vector<tensor<T>>&, const std::vector<tensor<T>>&);
+
+/// A node's tile kernel behind a type-erased pointer to its op object.
+template <Element T>
+using tile_fn = void (*)(const void* op, const T* a, const T* b, T* out, index_t n);
+
+/// One tile of a stage: every element-wise node over elements [i, i + m) of the row. Slots
+/// hold tile pointers (loads first, then nodes); node q writes to `dst[q] + i * step[q]` (a
+/// tile register, step 0, or its stored tensor, step 1).
+template <Element T>
+using tile_body_fn = void (*)(const void* const* ops, const T** slot, T* const* dst, const index_t* step, index_t i,
+                              index_t m);
+
+template <std::size_t M>
+struct fused_layout {
+  int stages = 0;
+  // Stage s owns entries [x_at[s], x_at[s + 1]) of each list.
+  std::array<int, M + 1> c_at{}, r_at{}, w_at{}, l_at{}, m_at{};
+  std::array<int, M> cn{};         ///< element-wise nodes, in the order the loop runs them
+  std::array<int, M> rn{};         ///< reductions the loop accumulates
+  std::array<int, M> wn{};         ///< element-wise values the loop stores
+  std::array<int, M> mn{};         ///< matrix products run before the loop
+  std::array<int, 3 * M> ln{};     ///< values the loop reads from memory
+  std::array<int, M> reg{};        ///< per `cn` entry: its tile register (-1: a custom node)
+  std::array<int, M> store_of{};   ///< per `cn` entry: its index among the stage's stores, or -1
+  std::array<int, M> a_slot{}, b_slot{}, out_slot{};  ///< per `cn` entry (b: the null slot if unary)
+  std::array<int, M> w_slot{};     ///< per `wn` entry: the slot holding the stored value
+  std::array<int, M> r_slot{};     ///< per `rn` entry: the slot the reduction reads
+  std::array<int, M + 1> nregs{};  ///< per stage: tile registers
+  std::array<int, M> value_child{};  ///< a custom node: the operand holding its value
+  std::array<reduce_kind_t, M> rkind{};
+  std::array<reduce_axis, M> raxis{};
+  std::array<bool, M> reduction{};  ///< a reduce expression (its view spans the reduced dims)
+  std::array<bool, M> unreduce{};
+  std::array<bool, M> kept_unreduce{};
+};
+
+/// The same, as pointers: what `fused_runner` reads (one instantiation per element type).
+struct fused_view {
+  int stages;
+  const int *c_at, *r_at, *w_at, *l_at, *m_at, *cn, *rn, *wn, *mn, *ln, *reg, *store_of, *a_slot, *b_slot, *out_slot,
+      *w_slot, *r_slot, *nregs, *value_child;
+  const reduce_kind_t* rkind;
+  const reduce_axis* raxis;
+  const bool *reduction, *unreduce;
+  const std::array<int, 3>* children;
+};
+
+template <class A, auto Active, auto Keep>
+constexpr fused_layout<A::M> make_fused_layout() {
+  constexpr std::size_t M = A::M;
+  constexpr auto& sch = schedule_v<A, Active, Keep>;
+  constexpr auto& loads = stage_loads<A, Active, Keep>::value;
+  const auto& g = A::cg;
+  fused_layout<M> L{};
+  L.stages = sch.stages;
+  int nc = 0, nr = 0, nw = 0, nl = 0, nm = 0;
+  auto at = [](int v) { return static_cast<std::size_t>(v); };
+  for (int S = 0; S < sch.stages; ++S) {
+    const auto s = at(S);
+    L.c_at[s] = nc, L.r_at[s] = nr, L.w_at[s] = nw, L.l_at[s] = nl, L.m_at[s] = nm;
+    for (std::size_t c = 0; c < M; ++c) {
+      const role r = sch.roles[c];
+      const bool here = sch.stage[c] == S;
+      if (r == role::compute && here) L.cn[at(nc++)] = static_cast<int>(c);
+      if (r == role::compute && here && sch.store[c]) L.wn[at(nw++)] = static_cast<int>(c);
+      if (r == role::reduce && here) L.rn[at(nr++)] = static_cast<int>(c);
+      if (r == role::matmul && here) L.mn[at(nm++)] = static_cast<int>(c);
+      if (loads[s][c]) L.ln[at(nl++)] = static_cast<int>(c);
+    }
+    const int c0 = L.c_at[s], w0 = L.w_at[s], r0 = L.r_at[s], l0 = L.l_at[s];
+    // Slots: load j is slot j, element-wise node q is slot NL + q; a custom node shares its
+    // operand's slot; slot NL + NC stays null (the second operand of a unary node).
+    std::array<int, M> slot{};
+    slot.fill(-1);
+    for (int j = l0; j < nl; ++j) slot[at(L.ln[at(j)])] = j - l0;
+    const int null_slot = (nl - l0) + (nc - c0);
+    // Tile registers: one per element-wise node, reused after its last reader in the loop;
+    // values the loop's stores and reductions read live to the end of a tile.
+    constexpr int end = 1 << 30;
+    std::array<int, M> alias{};
+    for (std::size_t c = 0; c < M; ++c) alias[c] = static_cast<int>(c);
+    std::array<int, M> pos{};
+    pos.fill(-1);
+    for (int q = c0; q < nc; ++q) {
+      const auto c = at(L.cn[at(q)]);
+      pos[c] = q;
+      if (g.kind[c] == gkind::custom) {
+        int k = 2;
+        while (k > 0 && g.children[c][at(k)] < 0) --k;
+        L.value_child[c] = g.children[c][at(k)];
+        alias[c] = alias[at(L.value_child[c])];
+        slot[c] = slot[at(L.value_child[c])];
+      } else {
+        slot[c] = (nl - l0) + (q - c0);
+      }
+      L.a_slot[at(q)] = g.children[c][0] >= 0 ? slot[at(g.children[c][0])] : null_slot;
+      L.b_slot[at(q)] = g.kind[c] != gkind::custom && g.children[c][1] >= 0 ? slot[at(g.children[c][1])] : null_slot;
+      L.out_slot[at(q)] = slot[c];
+    }
+    for (int j = w0; j < nw; ++j) L.w_slot[at(j)] = slot[at(L.wn[at(j)])];
+    for (int j = r0; j < nr; ++j) L.r_slot[at(j)] = slot[at(g.children[at(L.rn[at(j)])][0])];
+    std::array<int, M> last{};
+    last.fill(-1);
+    for (int q = c0; q < nc; ++q)
+      for (int ch : g.children[at(L.cn[at(q)])])
+        if (ch >= 0) last[at(alias[at(ch)])] = q;
+    for (int j = w0; j < nw; ++j) last[at(alias[at(L.wn[at(j)])])] = end;
+    for (int j = r0; j < nr; ++j) last[at(alias[at(g.children[at(L.rn[at(j)])][0])])] = end;
+    std::array<int, M + 1> free_regs{};
+    int nfree = 0, count = 0;
+    for (int q = c0; q < nc; ++q) {
+      const auto qq = at(q);
+      const auto c = at(L.cn[qq]);
+      L.reg[qq] = -1;
+      if (g.kind[c] != gkind::custom) L.reg[qq] = nfree > 0 ? free_regs[at(--nfree)] : count++;
+      L.store_of[qq] = -1;
+      for (int j = w0; j < nw; ++j)
+        if (L.wn[at(j)] == static_cast<int>(c)) L.store_of[qq] = j - w0;
+      std::array<int, 3> seen{-1, -1, -1};
+      for (std::size_t k = 0; k < 3; ++k) {
+        const int ch = g.children[c][k];
+        if (ch < 0) continue;
+        const int hold = alias[at(ch)];
+        if (hold == seen[0] || hold == seen[1]) continue;
+        seen[k] = hold;
+        const int pq = pos[at(hold)];
+        if (pq >= 0 && last[at(hold)] == q && L.reg[at(pq)] >= 0) free_regs[at(nfree++)] = L.reg[at(pq)];
+      }
+    }
+    L.nregs[s] = count;
+  }
+  const auto s = at(sch.stages);
+  L.c_at[s] = nc, L.r_at[s] = nr, L.w_at[s] = nw, L.l_at[s] = nl, L.m_at[s] = nm;
+  [&]<std::size_t... C>(std::index_sequence<C...>) {
+    (
+        [&] {
+          using E = typename A::template node_t<C>;
+          if constexpr (is_unreduce_v<E>)
+            L.rkind[C] = []<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(
+                             std::type_identity<unreduce_expr<K, X, KK, U>>) { return K; }(std::type_identity<E>{});
+          else if constexpr (is_reduce_v<E> || is_sumto_v<E>)
+            L.rkind[C] = reduction_kind<E>();
+          if constexpr (is_reduce_v<E> || is_sumto_v<E> || is_unreduce_v<E>) L.raxis[C] = reduction_axis<E>();
+          L.reduction[C] = is_reduce_v<E>;
+          L.unreduce[C] = is_unreduce_v<E>;
+          L.kept_unreduce[C] = Keep[C] && sch.roles[C] == role::unreduce;
+        }(),
+        ...);
+  }(std::make_index_sequence<M>{});
+  return L;
+}
+
+template <class A, auto Active, auto Keep>
+inline constexpr fused_layout<A::M> fused_layout_v = make_fused_layout<A, Active, Keep>();
+
+template <std::size_t M>
+constexpr fused_view view_of(const fused_layout<M>& L, const std::array<int, 3>* children) {
+  return {L.stages,        L.c_at.data(),     L.r_at.data(),      L.w_at.data(),     L.l_at.data(),
+          L.m_at.data(),   L.cn.data(),       L.rn.data(),        L.wn.data(),       L.mn.data(),
+          L.ln.data(),     L.reg.data(),      L.store_of.data(),  L.a_slot.data(),   L.b_slot.data(),
+          L.out_slot.data(), L.w_slot.data(), L.r_slot.data(),    L.nregs.data(),    L.value_child.data(),
+          L.rkind.data(),  L.raxis.data(),    L.reduction.data(), L.unreduce.data(), children};
+}
+
+template <class A, auto Active, auto Keep>
+inline constexpr fused_view fused_view_v = view_of(fused_layout_v<A, Active, Keep>, A::cg.children.data());
+
+/// Stage `S`'s element-wise nodes over one tile, as direct calls of their tile kernels.
 template <class A, auto Active, auto Keep, int S, Element T>
-void run_loop(eval_context<A, T>& ctx) {
-  using SP = stage_parts<A, Active, Keep, S>;
-  constexpr std::size_t NW = SP::Wn.size(), NR = SP::Rn.size();
-  if constexpr (NW + NR == 0) {
-    return;
-  } else {
-    auto& shapes = ctx.shapes;
-    auto& values = ctx.values;
+void tile_body(const void* const* ops, const T** slot, T* const* dst, const index_t* step, index_t i, index_t m) {
+  static constexpr auto& L = fused_layout_v<A, Active, Keep>;
+  constexpr auto at = [](int v) { return static_cast<std::size_t>(v); };
+  constexpr int c0 = L.c_at[at(S)];
+  [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+    (
+        [&] {
+          constexpr std::size_t q = at(c0) + Q;
+          constexpr auto c = at(L.cn[q]);
+          T* const d = dst[Q] + i * step[Q];
+          if constexpr (L.reg[q] < 0) {  // a custom node: its value is in another slot; copied if stored
+            if (step[Q] != 0) std::copy(slot[L.out_slot[q]], slot[L.out_slot[q]] + m, d);
+          } else {
+            using E = typename A::template node_t<c>;
+            using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+            tile_op(*static_cast<const Op*>(ops[c]), slot[L.a_slot[q]], slot[L.b_slot[q]], d, m);
+            slot[L.out_slot[q]] = d;
+          }
+        }(),
+        ...);
+  }(std::make_index_sequence<at(L.c_at[at(S) + 1] - c0)>{});
+}
+
+/// Per canonical node: its tile kernel (element-wise nodes) or its whole-tensor evaluator
+/// (nodes the loops do not compute); per stage, its tile body.
+template <class A, auto Active, auto Keep, Element T>
+struct fused_tables {
+  static constexpr std::array<tile_fn<T>, A::M> kernels = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<tile_fn<T>, A::M>{[] {
+      using E = typename A::template node_t<C>;
+      if constexpr (is_pointwise_v<E>) return &tile_thunk<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
+      else return tile_fn<T>{};
+    }()...};
+  }(std::make_index_sequence<A::M>{});
+  static constexpr std::array<node_eval_fn<T>, A::M> evals = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<node_eval_fn<T>, A::M>{[] {
+      constexpr role r = schedule_v<A, Active, Keep>.roles[C];
+      if constexpr (r == role::reduce || r == role::unreduce || r == role::matmul) return &eval_node<A, C, T>;
+      else return node_eval_fn<T>{};
+    }()...};
+  }(std::make_index_sequence<A::M>{});
+  static constexpr auto stages = static_cast<std::size_t>(fused_layout_v<A, Active, Keep>.stages);
+  static constexpr std::array<tile_body_fn<T>, stages> bodies = []<int... S>(std::integer_sequence<int, S...>) {
+    return std::array<tile_body_fn<T>, stages>{&tile_body<A, Active, Keep, S, T>...};
+  }(std::make_integer_sequence<int, static_cast<int>(stages)>{});
+  /// The op objects of an instance's element-wise nodes.
+  static std::array<const void*, A::M> ops(const void* const* nodes) {
+    std::array<const void*, A::M> o{};
+    [&]<std::size_t... C>(std::index_sequence<C...>) {
+      ((void)[&] {
+         if constexpr (is_pointwise_v<typename A::template node_t<C>>) o[C] = &A::template node<C>(nodes).op;
+       }(), ...);
+    }(std::make_index_sequence<A::M>{});
+    return o;
+  }
+};
+
+// ---- the loops: run-time code, one per element type ----------------------------------------
+
+/// Runs the stages of a `fused_view` over the values of one evaluation.
+template <Element T>
+class fused_runner {
+ public:
+  fused_runner(const fused_view& L, const tile_fn<T>* kernels, const tile_body_fn<T>* bodies, const void* const* ops,
+               const node_eval_fn<T>* evals, const void* const* nodes, std::vector<tensor<T>>& values,
+               std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads)
+      : L_(L), kernels_(kernels), bodies_(bodies), ops_(ops), evals_(evals), nodes_(nodes), values_(values),
+        shapes_(shapes), inputs_(inputs), grads_(grads) {}
+
+  /// Stage `S`: its matrix products, then its loop.
+  void stage(int S) {
+    for (int j = L_.m_at[S]; j < L_.m_at[S + 1]; ++j) eval(L_.mn[j]);
+    loop(S);
+  }
+  /// Evaluates node `c` on whole tensors.
+  void eval(int c) {
+    const auto u = static_cast<std::size_t>(c);
+    values_[u] = evals_[u](nodes_, values_, shapes_, inputs_, grads_);
+  }
+
+ private:
+  const std::array<int, 3>& ch(int c) const { return L_.children[static_cast<std::size_t>(c)]; }
+  tensor<T>& val(int c) { return values_[static_cast<std::size_t>(c)]; }
+  const shape& shp(int c) const { return shapes_[static_cast<std::size_t>(c)]; }
+
+  /// An element-wise node on whole tensors: its operands broadcast to its shape, then its
+  /// tile kernel over the result.
+  void eval_pointwise(int c) {
+    const shape& out = shp(c);
+    auto operand = [&](int k) -> tensor<T> {
+      const tensor<T>& x = val(ch(c)[static_cast<std::size_t>(k)]);
+      if (x.shape() == out && x.is_contiguous()) return x;
+      return contiguous_copy(alias(x, out, broadcast_strides(x, out), x.offset()));
+    };
+    const tensor<T> a = operand(0), b = ch(c)[1] >= 0 ? operand(1) : tensor<T>();
+    tensor<T> r = empty<T>(out);
+    kernels_[c](ops_[c], a.data_ptr(), b.defined() ? b.data_ptr() : nullptr, r.data_ptr(), r.numel());
+    val(c) = std::move(r);
+  }
+
+  void loop(int S) {
+    const int w0 = L_.w_at[S], w1 = L_.w_at[S + 1], r0 = L_.r_at[S], r1 = L_.r_at[S + 1];
+    if (w0 == w1 && r0 == r1) return;
     shape space;
     bool one_space = true;
-    if constexpr (NR > 0) {
-      space = shapes[static_cast<std::size_t>(A::cg.children[static_cast<std::size_t>(SP::Rn[0])][0])];
-      for (int r : SP::Rn) one_space = one_space && shapes[static_cast<std::size_t>(A::cg.children[static_cast<std::size_t>(r)][0])] == space;
-      for (int w : SP::Wn) one_space = one_space && broadcasts_to(shapes[static_cast<std::size_t>(w)], space);
+    if (r0 < r1) {
+      space = shp(ch(L_.rn[r0])[0]);
+      for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.rn[j])[0]) == space;
     } else {
-      space = shapes[static_cast<std::size_t>(SP::Wn[0])];
-      for (int w : SP::Wn) {
-        const shape& s = shapes[static_cast<std::size_t>(w)];
+      space = shp(L_.wn[w0]);
+      for (int j = w0; j < w1; ++j) {
+        const shape& s = shp(L_.wn[j]);
         if (s.size() > space.size() || (s.size() == space.size() && numel(s) > numel(space))) space = s;
       }
-      for (int w : SP::Wn) one_space = one_space && broadcasts_to(shapes[static_cast<std::size_t>(w)], space);
     }
-    if (!one_space) {
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr auto c = static_cast<std::size_t>(SP::Ln[J]);
-              if constexpr (is_unreduce_v<typename A::template node_t<c>>)
-                if (!values[c].defined()) values[c] = eval_node<A, c, T>(ctx.nodes, values, shapes, ctx.inputs, ctx.grads);
-            }(),
-            ...);
-      }(std::make_index_sequence<SP::Ln.size()>{});
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr auto c = static_cast<std::size_t>(SP::Cn[J]);
-              values[c] = eval_node<A, c, T>(ctx.nodes, values, shapes, ctx.inputs, ctx.grads);
-            }(),
-            ...);
-      }(std::make_index_sequence<SP::Cn.size()>{});
-      [&]<std::size_t... J>(std::index_sequence<J...>) {
-        (
-            [&] {
-              constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
-              values[c] = eval_node<A, c, T>(ctx.nodes, values, shapes, ctx.inputs, ctx.grads);
-            }(),
-            ...);
-      }(std::make_index_sequence<NR>{});
+    for (int j = w0; j < w1; ++j) one_space = one_space && broadcasts_to(shp(L_.wn[j]), space);
+    if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
+      for (int j = L_.l_at[S]; j < L_.l_at[S + 1]; ++j)
+        if (L_.unreduce[L_.ln[j]] && !val(L_.ln[j]).defined()) eval(L_.ln[j]);
+      for (int q = L_.c_at[S]; q < L_.c_at[S + 1]; ++q) {
+        const int c = L_.cn[q];
+        if (L_.reg[q] < 0) val(c) = val(L_.value_child[c]);
+        else eval_pointwise(c);
+      }
+      for (int j = r0; j < r1; ++j) eval(L_.rn[j]);
       return;
     }
-    for (int w : SP::Wn) values[static_cast<std::size_t>(w)] = empty<T>(shapes[static_cast<std::size_t>(w)]);
-    std::array<bool, NR> direct{};
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
-            constexpr reduce_kind_t K = reduction_kind<typename A::template node_t<c>>();
-            values[c] = empty<T>(shapes[c]);
-            // A reduction to the shape of its own input (sumto of a gradient that was not
-            // broadcast) sees each element once: it is written directly, without a fill.
-            direct[J] = shapes[c] == space && numel(space) > 1;
-            if (!direct[J]) fill(values[c], K == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
-          }(),
-          ...);
-    }(std::make_index_sequence<NR>{});
-    run_pass<A, Active, Keep, S, T>(ctx, space, direct);
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (
-          [&] {
-            constexpr auto c = static_cast<std::size_t>(SP::Rn[J]);
-            if constexpr (reduction_kind<typename A::template node_t<c>>() == reduce_kind_t::mean) {
-              const index_t cnt = numel(space) / std::max<index_t>(values[c].numel(), 1);
-              T* p = values[c].data_ptr();
-              for (index_t e = 0; e < values[c].numel(); ++e) p[e] /= static_cast<T>(cnt);
-            }
-          }(),
-          ...);
-    }(std::make_index_sequence<NR>{});
+    scratch& sc = scratch_();
+    for (int j = w0; j < w1; ++j) val(L_.wn[j]) = empty<T>(shp(L_.wn[j]));
+    grow(sc.direct, static_cast<std::size_t>(r1 - r0));
+    for (int j = r0; j < r1; ++j) {
+      const int c = L_.rn[j];
+      val(c) = empty<T>(shp(c));
+      // A reduction to the shape of its own input (sumto of a gradient that was not
+      // broadcast) sees each element once: it is written directly, without a fill.
+      const bool direct = shp(c) == space && numel(space) > 1;
+      sc.direct[static_cast<std::size_t>(j - r0)] = direct;
+      if (!direct) fill(val(c), L_.rkind[c] == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
+    }
+    pass(S, space);
+    for (int j = r0; j < r1; ++j) {
+      const int c = L_.rn[j];
+      if (L_.rkind[c] != reduce_kind_t::mean) continue;
+      const index_t cnt = numel(space) / std::max<index_t>(val(c).numel(), 1);
+      T* p = val(c).data_ptr();
+      for (index_t e = 0; e < val(c).numel(); ++e) p[e] /= static_cast<T>(cnt);
+    }
   }
-}
+
+  /// One pass of loop `S` over the space `it`: every sink of the stage, walked in rows, each
+  /// row in tiles; the stage's tile body runs every node over the whole tile.
+  void pass(int S, const shape& it) {
+    const int c0 = L_.c_at[S], l0 = L_.l_at[S], w0 = L_.w_at[S], r0 = L_.r_at[S];
+    const int* Rn = L_.rn + r0;
+    const int* Ln = L_.ln + l0;
+    const int* Wn = L_.wn + w0;
+    const int* reg = L_.reg + c0;
+    const int* store_of = L_.store_of + c0;
+    const int* w_slot = L_.w_slot + w0;
+    const int* r_slot = L_.r_slot + r0;
+    const auto NC = static_cast<std::size_t>(L_.c_at[S + 1] - c0);
+    const auto NR = static_cast<std::size_t>(L_.r_at[S + 1] - r0);
+    const auto NL = static_cast<std::size_t>(L_.l_at[S + 1] - l0);
+    const auto NW = static_cast<std::size_t>(L_.w_at[S + 1] - w0);
+    const std::size_t N = NL + NW + NR;
+    using V = simd<T>;
+    constexpr index_t tile = tile_elems;
+    scratch& sc = scratch_();
+    const int nregs = L_.nregs[S];
+    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile);
+    if (sc.regs.size() < need) sc.regs.resize(need);
+    T* const regs = sc.regs.data();
+    T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
+    // Buffers only grow; every entry a pass reads is written first.
+    grow(sc.slot, NL + NC + 1);
+    sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
+    grow(sc.dst, NC);
+    grow(sc.step, NC);
+    grow(sc.lrow, NL);
+    grow(sc.lstep, NL);
+    grow(sc.lp, NL);
+    grow(sc.scale, NL);
+    std::fill_n(sc.scale.begin(), NL, T(1));
+    grow(sc.wp, NW + NR);
+    grow(sc.st, N);
+    grow(sc.acc, NR);
+    grow(sc.tail, NR);
+    grow(sc.rmax, NR);
+    grow(sc.is, N);
+    grow(sc.base, N);
+    for (std::size_t j = 0; j < NR; ++j) sc.rmax[j] = L_.rkind[Rn[j]] == reduce_kind_t::max;
+    const tile_body_fn<T> body = bodies_[S];
+    const T** const slot = sc.slot.data();
+    T** const dst = sc.dst.data();
+    index_t* const step = sc.step.data();
+    const T** const lrow = sc.lrow.data();
+    index_t* const lstep = sc.lstep.data();
+    const T* const* const lp = sc.lp.data();
+    const T* const scale = sc.scale.data();
+    T* const* const wp = sc.wp.data();
+    const char* const direct = sc.direct.data();
+
+    // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
+    // broadcast, 1: contiguous). What is fixed along the row is resolved first.
+    auto row_fn = [&](const index_t* base, index_t n, const index_t* is) {
+      bool scaled = false;
+      for (std::size_t j = 0; j < NL; ++j) {
+        T* const buf = loadbuf + j * tile;
+        if (is[j] == 0) {
+          std::fill(buf, buf + tile, lp[j][base[j]] * scale[j]);
+          lrow[j] = buf;
+          lstep[j] = 0;
+        } else {
+          lrow[j] = lp[j] + base[j];
+          lstep[j] = 1;
+          scaled = scaled || scale[j] != T(1);
+        }
+      }
+      for (std::size_t q = 0; q < NC; ++q) {
+        const int w = store_of[q];
+        const bool to_store = w >= 0 && is[NL + static_cast<std::size_t>(w)] != 0;
+        dst[q] = to_store ? wp[w] + base[NL + static_cast<std::size_t>(w)]
+                          : (reg[q] >= 0 ? regs + static_cast<std::ptrdiff_t>(reg[q]) * tile : nullptr);
+        step[q] = to_store ? 1 : 0;
+      }
+      for (std::size_t j = 0; j < NR; ++j) {
+        sc.acc[j] = V(sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0));
+        sc.tail[j] = sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0);
+      }
+      for (index_t i = 0; i < n; i += tile) {
+        const index_t m = std::min(tile, n - i);
+        for (std::size_t j = 0; j < NL; ++j) slot[j] = lrow[j] + i * lstep[j];
+        if (scaled)  // a mean's gradient broadcast back: scaled into the load's buffer
+          for (std::size_t j = 0; j < NL; ++j)
+            if (lstep[j] != 0 && scale[j] != T(1)) {
+              tile_scale(slot[j], scale[j], loadbuf + j * tile, m);
+              slot[j] = loadbuf + j * tile;
+            }
+        body(ops_, slot, dst, step, i, m);
+        for (std::size_t j = 0; j < NW; ++j)
+          if (is[NL + j] == 0) wp[j][base[NL + j]] = slot[w_slot[j]][0];
+        for (std::size_t j = 0; j < NR; ++j) {
+          const std::size_t q = NL + NW + j;
+          const T* src = slot[r_slot[j]];
+          T* p = wp[NW + j] + base[q];
+          if (is[q] == 0) {
+            if (sc.rmax[j]) tile_reduce<true>(src, m, sc.acc[j], sc.tail[j]);
+            else tile_reduce<false>(src, m, sc.acc[j], sc.tail[j]);
+          } else if (direct[j]) {
+            std::copy(src, src + m, p + i);
+          } else if (sc.rmax[j]) {
+            tile_reduce_into<true>(src, p + i, m);
+          } else {
+            tile_reduce_into<false>(src, p + i, m);
+          }
+        }
+      }
+      for (std::size_t j = 0; j < NR; ++j) {
+        if (is[NL + NW + j] != 0) continue;
+        T* p = wp[NW + j] + base[NL + NW + j];
+        if (sc.rmax[j]) *p = lanes::max(*p, lanes::max(lanes_total<true>(sc.acc[j]), sc.tail[j]));
+        else *p = *p + (lanes_total<false>(sc.acc[j]) + sc.tail[j]);
+      }
+    };
+
+    // Fast path: every operand has the iteration shape (or is a full reduction): one flat row,
+    // no strides to compute.
+    {
+      bool fast = true;
+      for (std::size_t j = 0; j < NL && fast; ++j) fast = !L_.unreduce[Ln[j]] && shp(Ln[j]) == it;
+      for (std::size_t j = 0; j < NW && fast; ++j) fast = shp(Wn[j]) == it;
+      for (std::size_t j = 0; j < NR && fast; ++j) fast = val(Rn[j]).numel() == 1 || shp(Rn[j]) == it;
+      if (fast) {
+        const index_t total = numel(it);
+        std::fill_n(sc.is.begin(), N, total == 1 ? 0 : 1);
+        std::fill_n(sc.base.begin(), N, 0);
+        for (std::size_t j = 0; j < NL; ++j) sc.lp[j] = val(Ln[j]).data_ptr();
+        for (std::size_t j = 0; j < NW; ++j) sc.wp[j] = val(Wn[j]).data_ptr();
+        for (std::size_t j = 0; j < NR; ++j) {
+          sc.wp[NW + j] = val(Rn[j]).data_ptr();
+          if (val(Rn[j]).numel() == 1) sc.is[NL + NW + j] = 0;
+        }
+        if (total > 0) row_fn(sc.base.data(), total, sc.is.data());
+        return;
+      }
+    }
+    auto& st = sc.st;
+    for (std::size_t j = 0; j < NL; ++j) {
+      const int c = Ln[j];
+      if (L_.unreduce[c]) {
+        const tensor<T>& src = val(ch(c)[0]);
+        const shape& to = shp(c);
+        const shape ks = keepdim_shape(to, L_.raxis[c]);
+        st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
+        sc.lp[j] = src.data_ptr();
+        if (L_.rkind[c] == reduce_kind_t::mean)
+          sc.scale[j] = static_cast<T>(numel(ks)) / static_cast<T>(std::max<index_t>(numel(to), 1));
+      } else {
+        st[j] = broadcast_strides(val(c), it);
+        sc.lp[j] = val(c).data_ptr();
+      }
+    }
+    for (std::size_t j = 0; j < NW; ++j) {
+      st[NL + j] = broadcast_strides(val(Wn[j]), it);  // a smaller store rides along (same value rewritten)
+      sc.wp[j] = val(Wn[j]).data_ptr();
+    }
+    for (std::size_t j = 0; j < NR; ++j) {
+      const int c = Rn[j];
+      sc.wp[NW + j] = val(c).data_ptr();
+      const shape view_shape = L_.reduction[c] ? keepdim_shape(it, L_.raxis[c]) : shp(c);
+      st[NL + NW + j] = broadcast_strides(alias(val(c), view_shape, contiguous_strides(view_shape), 0), it);
+    }
+    // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
+    const strides full = contiguous_strides(it);
+    auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
+    bool flat = true;
+    for (std::size_t q = 0; q < N && flat; ++q) flat = st[q] == full || (q >= NL + NW && is_zero(st[q]));
+    shape space = it;
+    if (flat) {
+      space = shape{numel(it)};
+      for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+    }
+    walk_rows(space, st, N, [&](const index_t* base, index_t n, const index_t* is) { row_fn(base, n, is); });
+  }
+
+  /// Calls `f(bases, n, inner_steps)` once per innermost row of `s` for `N` operands with
+  /// strides `st` (the run-time-N form of `for_each_row`).
+  template <class F>
+  static void walk_rows(const shape& s, const std::vector<strides>& st, std::size_t N, F&& f) {
+    if (numel(s) == 0) return;
+    const std::size_t r = s.size();
+    std::vector<index_t> off(N, 0), inner(N, 0), idx(r, 0);
+    if (r == 0) {
+      f(off.data(), index_t{1}, inner.data());
+      return;
+    }
+    for (std::size_t k = 0; k < N; ++k) inner[k] = st[k][r - 1];
+    const index_t rows = numel(s) / s[r - 1];
+    for (index_t row = 0; row < rows; ++row) {
+      f(off.data(), s[r - 1], inner.data());
+      for (std::size_t d = r - 1; d-- > 0;) {
+        for (std::size_t k = 0; k < N; ++k) off[k] += st[k][d];
+        if (++idx[d] < s[d]) break;
+        for (std::size_t k = 0; k < N; ++k) off[k] -= st[k][d] * s[d];
+        idx[d] = 0;
+      }
+    }
+  }
+
+  /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
+  struct scratch {
+    std::vector<const T*> slot, lrow, lp;
+    std::vector<T*> dst, wp;
+    std::vector<index_t> step, lstep, is, base;
+    std::vector<char> rmax, direct;
+    std::vector<T> scale, tail, regs;
+    std::vector<strides> st;
+    std::vector<simd<T>> acc;
+  };
+  template <class X>
+  static void grow(std::vector<X>& v, std::size_t n) {
+    if (v.size() < n) v.resize(n);
+  }
+  static scratch& scratch_() {
+    thread_local scratch s;
+    return s;
+  }
+
+  const fused_view& L_;
+  const tile_fn<T>* kernels_;
+  const tile_body_fn<T>* bodies_;
+  const void* const* ops_;
+  const node_eval_fn<T>* evals_;
+  const void* const* nodes_;
+  std::vector<tensor<T>>& values_;
+  std::vector<shape>& shapes_;
+  const std::vector<tensor<T>>& inputs_;
+  const std::vector<tensor<T>>& grads_;
+};
+
 
 template <class A, auto Active, auto Keep, Element T>
 void fused_evaluate(eval_context<A, T>& ctx) {
   static constexpr auto& sch = schedule_v<A, Active, Keep>;
+  using tables = fused_tables<A, Active, Keep, T>;
   // Leaves and shapes, in topological order.
   [&]<std::size_t... C>(std::index_sequence<C...>) {
     (
@@ -498,31 +688,15 @@ void fused_evaluate(eval_context<A, T>& ctx) {
         }(),
         ...);
   }(std::make_index_sequence<A::M>{});
-  [&]<int... S>(std::integer_sequence<int, S...>) {
-    (
-        [&] {
-          static constexpr auto mm = stage_nodes<A, Active, Keep, S, part::matmul>();
-          [&]<std::size_t... J>(std::index_sequence<J...>) {
-            (
-                [&] {
-                  constexpr auto c = static_cast<std::size_t>(mm[J]);
-                  ctx.values[c] = eval_node<A, c, T>(ctx.nodes, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
-                }(),
-                ...);
-          }(std::make_index_sequence<mm.size()>{});
-          run_loop<A, Active, Keep, S, T>(ctx);
-        }(),
-        ...);
-  }(std::make_integer_sequence<int, sch.stages>{});
+  const auto ops = tables::ops(ctx.nodes);
+  static constexpr const fused_view& L = fused_view_v<A, Active, Keep>;
+  fused_runner<T> run(L, tables::kernels.data(), tables::bodies.data(), ops.data(), tables::evals.data(), ctx.nodes,
+                      ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
+  for (int s = 0; s < L.stages; ++s) run.stage(s);
   // A kept broadcast-of-a-reduction is materialised directly.
-  [&]<std::size_t... C>(std::index_sequence<C...>) {
-    (
-        [&] {
-          if constexpr (Keep[C] && sch.roles[C] == role::unreduce)
-            ctx.values[C] = eval_node<A, C, T>(ctx.nodes, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
-        }(),
-        ...);
-  }(std::make_index_sequence<A::M>{});
+  static constexpr auto& layout = fused_layout_v<A, Active, Keep>;
+  for (std::size_t c = 0; c < A::M; ++c)
+    if (layout.kept_unreduce[c]) run.eval(static_cast<int>(c));
 }
 
 }  // namespace fusegrad::detail

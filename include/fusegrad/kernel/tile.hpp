@@ -35,6 +35,12 @@ template <class Op, Element T>
   }
 }
 
+/// `tile_op` behind a type-erased pointer to the op object.
+template <class Op, Element T>
+void tile_thunk(const void* op, const T* a, const T* b, T* out, index_t n) {
+  tile_op(*static_cast<const Op*>(op), a, b, out, n);
+}
+
 /// acc = combine(acc, src[i]) over [0, n): lanes in `acc`, the scalar tail in `tail`.
 template <bool Max, Element T>
 [[gnu::noinline]] void tile_reduce(const T* __restrict src, index_t n, simd<T>& acc, T& tail) {
