@@ -9,6 +9,7 @@
 
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/kernel/tile.hpp"
 
 namespace fusegrad::detail {
 
@@ -50,50 +51,66 @@ strides broadcast_strides(const tensor<T>& t, const shape& to) {
   return r;
 }
 
-/// out[i] = op.value(in[i]) over contiguous memory, SIMD body plus scalar tail.
-template <class Op, Element T>
-void map_contiguous(const Op& op, const T* __restrict in, T* __restrict out, index_t n) {
-  using B = simd<T>;
-  constexpr index_t W = static_cast<index_t>(B::size);
-  index_t i = 0;
-  for (; i + W <= n; i += W) op.value(B::load_unaligned(in + i)).store_unaligned(out + i);
-  for (; i < n; ++i) out[i] = op.value(in[i]);
-}
-
-/// out[i] = op.value(a[i], b[i]); a stride of 0 broadcasts that operand's single value.
-template <class Op, Element T>
-void zip_row(const Op& op, const T* __restrict a, index_t sa, const T* __restrict b, index_t sb,
-             T* __restrict out, index_t n) {
-  using B = simd<T>;
-  constexpr index_t W = static_cast<index_t>(B::size);
-  index_t i = 0;
-  if (sa == 1 && sb == 1) {
-    for (; i + W <= n; i += W)
-      op.value(B::load_unaligned(a + i), B::load_unaligned(b + i)).store_unaligned(out + i);
-  } else if (sa == 0 && sb == 1) {
-    const B av(*a);
-    for (; i + W <= n; i += W) op.value(av, B::load_unaligned(b + i)).store_unaligned(out + i);
-  } else if (sa == 1 && sb == 0) {
-    const B bv(*b);
-    for (; i + W <= n; i += W) op.value(B::load_unaligned(a + i), bv).store_unaligned(out + i);
+/// A bias-like broadcast (`[..., n] op [n]`, either side): one operand covers `out`
+/// contiguously, the other is contiguous over `out`'s trailing dims, at most a tile long. The
+/// short one is repeated in a buffer of whole periods and the pair walked in chunks of that
+/// length, instead of one short row at a time. False when the operands are not laid out so.
+template <Element T>
+bool periodic_row(tile_fn<T> fn, const void* op, const tensor<T>& a, const strides& sa, const tensor<T>& b,
+                  const strides& sb, tensor<T>& out) {
+  const shape& s = out.shape();
+  const strides full = contiguous_strides(s);
+  const bool a_full = sa == full, b_full = sb == full;
+  if (a_full == b_full) return false;
+  const strides& sp = a_full ? sb : sa;
+  std::size_t k = 0;  // leading dims the short operand is broadcast over
+  while (k < s.size() && sp[k] == 0) ++k;
+  // Over the trailing dims the short operand must be laid out contiguously.
+  index_t period = 1;
+  for (std::size_t d = s.size(); d-- > k;) {
+    if (s[d] != 1 && sp[d] != period) return false;
+    period *= s[d];
   }
-  for (; i < n; ++i) out[i] = op.value(a[i * sa], b[i * sb]);
+  if (k == 0 || period <= 0 || period > tile_elems) return false;
+  const tensor<T>& part = a_full ? b : a;
+  const T* src = part.impl()->store->data() + part.offset();
+  alignas(64) T buf[tile_elems];
+  const index_t n = numel(s);
+  const index_t chunk = std::min(tile_elems / period * period, n);
+  for (index_t r = 0; r < chunk; r += period) std::copy(src, src + period, buf + r);
+  const T* pf = (a_full ? a : b).impl()->store->data() + (a_full ? a : b).offset();
+  T* o = out.data_ptr();
+  for (index_t i = 0; i < n; i += chunk) {
+    const index_t m = std::min(chunk, n - i);
+    if (a_full) fn(op, pf + i, buf, o + i, m);
+    else fn(op, buf, pf + i, o + i, m);
+  }
+  return true;
 }
 
-/// A new contiguous tensor holding `op.value(x)` element-wise.
+/// `fn` (a tile kernel, see `tile_row`) over every element of `out`'s shape, its operands
+/// broadcast to it: compiled once per element type, whatever the op.
+template <Element T>
+void map_strided(tile_fn<T> fn, const void* op, const tensor<T>& a, const tensor<T>* b, tensor<T>& out) {
+  const shape& s = out.shape();
+  const strides sa = broadcast_strides(a, s), sb = b ? broadcast_strides(*b, s) : strides(s.size(), 0);
+  if (b && periodic_row(fn, op, a, sa, *b, sb, out)) return;
+  const T* pa = a.impl()->store->data();
+  const T* pb = b ? b->impl()->store->data() : nullptr;
+  T* o = out.data_ptr();
+  for_each_row<2>(s, {&sa, &sb}, {a.offset(), b ? b->offset() : 0},
+                  [&](std::array<index_t, 2> base, index_t len, std::array<index_t, 2> st) {
+                    tile_row(fn, op, pa + base[0], st[0], pb ? pb + base[1] : nullptr, st[1], o, len);
+                    o += len;
+                  });
+}
+
+/// A new contiguous tensor holding `op.value(x)` element-wise (the op's tile kernel).
 template <class Op, Element T>
 tensor<T> map(const Op& op, const tensor<T>& x) {
   tensor<T> out = empty<T>(x.shape());
-  T* o = out.data_ptr();
-  if (x.is_contiguous()) {
-    map_contiguous(op, static_cast<const T*>(x.data_ptr()), o, x.numel());
-    return out;
-  }
-  const T* p = x.impl()->store->data();
-  for_each_row<1>(x.shape(), {&x.strides()}, {x.offset()},
-                  [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
-                    for (index_t k = 0; k < n; ++k) *o++ = op.value(p[b[0] + k * s[0]]);
-                  });
+  if (x.is_contiguous()) tile_op(op, static_cast<const T*>(x.data_ptr()), static_cast<const T*>(nullptr), out.data_ptr(), x.numel());
+  else if (x.numel() > 0) map_strided<T>(&tile_kernel<Op, T>, &op, x, nullptr, out);
   return out;
 }
 
@@ -103,21 +120,11 @@ tensor<T> zip(std::string_view name, const Op& op, const tensor<T>& a, const ten
   const shape out_shape = a.shape() == b.shape() ? a.shape()
                                                   : broadcast_shapes(name, a.shape(), b.shape());
   tensor<T> out = empty<T>(out_shape);
-  T* o = out.data_ptr();
-  const index_t n = out.numel();
-  if (n == 0) return out;
-  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
-    zip_row(op, static_cast<const T*>(a.data_ptr()), 1, static_cast<const T*>(b.data_ptr()), 1, o, n);
-    return out;
-  }
-  const strides sa = broadcast_strides(a, out_shape), sb = broadcast_strides(b, out_shape);
-  const T* pa = a.impl()->store->data();
-  const T* pb = b.impl()->store->data();
-  for_each_row<2>(out_shape, {&sa, &sb}, {a.offset(), b.offset()},
-                  [&](std::array<index_t, 2> base, index_t len, std::array<index_t, 2> s) {
-                    zip_row(op, pa + base[0], s[0], pb + base[1], s[1], o, len);
-                    o += len;
-                  });
+  if (out.numel() == 0) return out;
+  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous())
+    tile_op(op, static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), out.data_ptr(), out.numel());
+  else
+    map_strided<T>(&tile_kernel<Op, T>, &op, a, &b, out);
   return out;
 }
 

@@ -110,9 +110,9 @@ inline bool broadcasts_to(const shape& s, const shape& to) {
 // plain arrays (`fused_layout`): the stages, each stage's node lists, the tile register and
 // the slot of every element-wise node, which values are stored. The loops are ONE function
 // per element type (`fused_runner`: rows, tiles, loads, stores, reductions, broadcasting)
-// reading those arrays; per stage, only the sequence of tile-kernel calls is compiled
-// (`tile_body`: direct calls with constant slots, the part that must be fast). A graph thus
-// costs the compiler its analysis, a few tables and one short function per stage.
+// reading those arrays; per stage, only its tile loop is compiled (`row_body`: the loads and
+// direct calls of the nodes' tile kernels with constant slots, the part that must be fast). A
+// graph thus costs the compiler its analysis, a few tables and one short function per stage.
 
 /// A node evaluated on whole tensors (reductions, broadcasts of reductions, matrix products,
 /// and element-wise nodes of a loop whose reductions read different shapes).
@@ -120,16 +120,28 @@ template <Element T>
 using node_eval_fn = tensor<T> (*)(const void* const*, const std::vector<tensor<T>>&, const std::vector<shape>&,
                                    const std::vector<tensor<T>>&, const std::vector<tensor<T>>&);
 
-/// A node's tile kernel behind a type-erased pointer to its op object.
-template <Element T>
-using tile_fn = void (*)(const void* op, const T* a, const T* b, T* out, index_t n);
 
-/// One tile of a stage: every element-wise node over elements [i, i + m) of the row. Slots
-/// hold tile pointers (loads first, then nodes); node q writes to `dst[q] + i * step[q]` (a
-/// tile register, step 0, or its stored tensor, step 1).
+/// What a stage's row body reads: tile pointers by slot (loads first, then nodes), each load's
+/// row start and step (0: a broadcast buffer, 1: contiguous), each node's destination
+/// `dst[q] + i * step[q]` (a tile register, step 0, or its stored tensor, step 1), and per-tile
+/// hooks of the runner (null when the row has nothing for them to do).
 template <Element T>
-using tile_body_fn = void (*)(const void* const* ops, const T** slot, T* const* dst, const index_t* step, index_t i,
-                              index_t m);
+struct row_args {
+  const void* const* ops;
+  const T** slot;
+  const T* const* lrow;
+  const index_t* lstep;
+  T* const* dst;
+  const index_t* step;
+  void (*before)(void*, index_t i, index_t m);  ///< loads that need scaling
+  void (*after)(void*, index_t i, index_t m);   ///< broadcast stores and reductions
+  void* hook_state;
+};
+
+/// A stage's row of `n` elements, tile by tile: its loads, then its element-wise nodes as direct
+/// calls of their tile kernels.
+template <Element T>
+using row_body_fn = void (*)(const row_args<T>&, index_t n);
 
 template <std::size_t M>
 struct fused_layout {
@@ -286,39 +298,50 @@ constexpr fused_view view_of(const fused_layout<M>& L, const std::array<int, 3>*
 template <class A, auto Active, auto Keep>
 inline constexpr fused_view fused_view_v = view_of(fused_layout_v<A, Active, Keep>, A::cg.children.data());
 
-/// Stage `S`'s element-wise nodes over one tile, as direct calls of their tile kernels.
+/// Stage `S`'s row body (see `row_body_fn`).
 template <class A, auto Active, auto Keep, int S, Element T>
-void tile_body(const void* const* ops, const T** slot, T* const* dst, const index_t* step, index_t i, index_t m) {
+void row_body(const row_args<T>& r, index_t n) {
   static constexpr auto& L = fused_layout_v<A, Active, Keep>;
   constexpr auto at = [](int v) { return static_cast<std::size_t>(v); };
   constexpr int c0 = L.c_at[at(S)];
-  [&]<std::size_t... Q>(std::index_sequence<Q...>) {
-    (
-        [&] {
-          constexpr std::size_t q = at(c0) + Q;
-          constexpr auto c = at(L.cn[q]);
-          T* const d = dst[Q] + i * step[Q];
-          if constexpr (L.reg[q] < 0) {  // a custom node: its value is in another slot; copied if stored
-            if (step[Q] != 0) std::copy(slot[L.out_slot[q]], slot[L.out_slot[q]] + m, d);
-          } else {
-            using E = typename A::template node_t<c>;
-            using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-            tile_op(*static_cast<const Op*>(ops[c]), slot[L.a_slot[q]], slot[L.b_slot[q]], d, m);
-            slot[L.out_slot[q]] = d;
-          }
-        }(),
-        ...);
-  }(std::make_index_sequence<at(L.c_at[at(S) + 1] - c0)>{});
+  constexpr std::size_t NL = at(L.l_at[at(S) + 1] - L.l_at[at(S)]);
+  constexpr std::size_t NC = at(L.c_at[at(S) + 1] - c0);
+  const T** const slot = r.slot;
+  for (index_t i = 0; i < n; i += tile_elems) {
+    const index_t m = std::min(tile_elems, n - i);
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      ((slot[J] = r.lrow[J] + i * r.lstep[J]), ...);
+    }(std::make_index_sequence<NL>{});
+    if (r.before) r.before(r.hook_state, i, m);
+    [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+      (
+          [&] {
+            constexpr std::size_t q = at(c0) + Q;
+            constexpr auto c = at(L.cn[q]);
+            T* const d = r.dst[Q] + i * r.step[Q];
+            if constexpr (L.reg[q] < 0) {  // a custom node: its value is in another slot; copied if stored
+              if (r.step[Q] != 0) std::copy(slot[L.out_slot[q]], slot[L.out_slot[q]] + m, d);
+            } else {
+              using E = typename A::template node_t<c>;
+              using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+              tile_op(*static_cast<const Op*>(r.ops[c]), slot[L.a_slot[q]], slot[L.b_slot[q]], d, m);
+              slot[L.out_slot[q]] = d;
+            }
+          }(),
+          ...);
+    }(std::make_index_sequence<NC>{});
+    if (r.after) r.after(r.hook_state, i, m);
+  }
 }
 
 /// Per canonical node: its tile kernel (element-wise nodes) or its whole-tensor evaluator
-/// (nodes the loops do not compute); per stage, its tile body.
+/// (nodes the loops do not compute); per stage, its row body.
 template <class A, auto Active, auto Keep, Element T>
 struct fused_tables {
   static constexpr std::array<tile_fn<T>, A::M> kernels = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<tile_fn<T>, A::M>{[] {
       using E = typename A::template node_t<C>;
-      if constexpr (is_pointwise_v<E>) return &tile_thunk<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
+      if constexpr (is_pointwise_v<E>) return &tile_kernel<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
       else return tile_fn<T>{};
     }()...};
   }(std::make_index_sequence<A::M>{});
@@ -330,8 +353,8 @@ struct fused_tables {
     }()...};
   }(std::make_index_sequence<A::M>{});
   static constexpr auto stages = static_cast<std::size_t>(fused_layout_v<A, Active, Keep>.stages);
-  static constexpr std::array<tile_body_fn<T>, stages> bodies = []<int... S>(std::integer_sequence<int, S...>) {
-    return std::array<tile_body_fn<T>, stages>{&tile_body<A, Active, Keep, S, T>...};
+  static constexpr std::array<row_body_fn<T>, stages> bodies = []<int... S>(std::integer_sequence<int, S...>) {
+    return std::array<row_body_fn<T>, stages>{&row_body<A, Active, Keep, S, T>...};
   }(std::make_integer_sequence<int, static_cast<int>(stages)>{});
   /// The op objects of an instance's element-wise nodes.
   static std::array<const void*, A::M> ops(const void* const* nodes) {
@@ -351,7 +374,7 @@ struct fused_tables {
 template <Element T>
 class fused_runner {
  public:
-  fused_runner(const fused_view& L, const tile_fn<T>* kernels, const tile_body_fn<T>* bodies, const void* const* ops,
+  fused_runner(const fused_view& L, const tile_fn<T>* kernels, const row_body_fn<T>* bodies, const void* const* ops,
                const node_eval_fn<T>* evals, const void* const* nodes, std::vector<tensor<T>>& values,
                std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads)
       : L_(L), kernels_(kernels), bodies_(bodies), ops_(ops), evals_(evals), nodes_(nodes), values_(values),
@@ -479,7 +502,7 @@ class fused_runner {
     grow(sc.is, N);
     grow(sc.base, N);
     for (std::size_t j = 0; j < NR; ++j) sc.rmax[j] = L_.rkind[Rn[j]] == reduce_kind_t::max;
-    const tile_body_fn<T> body = bodies_[S];
+    const row_body_fn<T> body = bodies_[S];
     const T** const slot = sc.slot.data();
     T** const dst = sc.dst.data();
     index_t* const step = sc.step.data();
@@ -490,8 +513,58 @@ class fused_runner {
     T* const* const wp = sc.wp.data();
     const char* const direct = sc.direct.data();
 
+    // The per-tile work the row body hands back: loads that need scaling (a mean's gradient
+    // broadcast back), stores of one element, reductions.
+    struct hooks {
+      const T** slot;
+      const T* const* lrow;
+      const index_t* lstep;
+      const T* scale;
+      T* loadbuf;
+      std::size_t NL, NW, NR;
+      const index_t* base;
+      const index_t* is;
+      T* const* wp;
+      const int* w_slot;
+      const int* r_slot;
+      const char* direct;
+      scratch* sc;
+      static void before(void* p, index_t, index_t m) {
+        auto& h = *static_cast<hooks*>(p);
+        for (std::size_t j = 0; j < h.NL; ++j)
+          if (h.lstep[j] != 0 && h.scale[j] != T(1)) {
+            T* const buf = h.loadbuf + j * tile_elems;
+            tile_scale(h.slot[j], h.scale[j], buf, m);
+            h.slot[j] = buf;
+          }
+      }
+      static void after(void* p, index_t i, index_t m) {
+        auto& h = *static_cast<hooks*>(p);
+        const std::size_t NL = h.NL, NW = h.NW;
+        for (std::size_t j = 0; j < NW; ++j)
+          if (h.is[NL + j] == 0) h.wp[j][h.base[NL + j]] = h.slot[h.w_slot[j]][0];
+        for (std::size_t j = 0; j < h.NR; ++j) {
+          const std::size_t q = NL + NW + j;
+          const T* src = h.slot[h.r_slot[j]];
+          T* out = h.wp[NW + j] + h.base[q];
+          const bool mx = h.sc->rmax[j];
+          if (h.is[q] == 0) {
+            if (mx) tile_reduce<true>(src, m, h.sc->acc[j], h.sc->tail[j]);
+            else tile_reduce<false>(src, m, h.sc->acc[j], h.sc->tail[j]);
+          } else if (h.direct[j]) {
+            std::copy(src, src + m, out + i);
+          } else if (mx) {
+            tile_reduce_into<true>(src, out + i, m);
+          } else {
+            tile_reduce_into<false>(src, out + i, m);
+          }
+        }
+      }
+    };
+
     // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
-    // broadcast, 1: contiguous). What is fixed along the row is resolved first.
+    // broadcast, 1: contiguous). What is fixed along the row is resolved here; the stage's
+    // row body walks the tiles.
     auto row_fn = [&](const index_t* base, index_t n, const index_t* is) {
       bool scaled = false;
       for (std::size_t j = 0; j < NL; ++j) {
@@ -506,9 +579,11 @@ class fused_runner {
           scaled = scaled || scale[j] != T(1);
         }
       }
+      bool one_element_store = false;
       for (std::size_t q = 0; q < NC; ++q) {
         const int w = store_of[q];
         const bool to_store = w >= 0 && is[NL + static_cast<std::size_t>(w)] != 0;
+        one_element_store = one_element_store || (w >= 0 && !to_store);
         dst[q] = to_store ? wp[w] + base[NL + static_cast<std::size_t>(w)]
                           : (reg[q] >= 0 ? regs + static_cast<std::ptrdiff_t>(reg[q]) * tile : nullptr);
         step[q] = to_store ? 1 : 0;
@@ -517,34 +592,10 @@ class fused_runner {
         sc.acc[j] = V(sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0));
         sc.tail[j] = sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0);
       }
-      for (index_t i = 0; i < n; i += tile) {
-        const index_t m = std::min(tile, n - i);
-        for (std::size_t j = 0; j < NL; ++j) slot[j] = lrow[j] + i * lstep[j];
-        if (scaled)  // a mean's gradient broadcast back: scaled into the load's buffer
-          for (std::size_t j = 0; j < NL; ++j)
-            if (lstep[j] != 0 && scale[j] != T(1)) {
-              tile_scale(slot[j], scale[j], loadbuf + j * tile, m);
-              slot[j] = loadbuf + j * tile;
-            }
-        body(ops_, slot, dst, step, i, m);
-        for (std::size_t j = 0; j < NW; ++j)
-          if (is[NL + j] == 0) wp[j][base[NL + j]] = slot[w_slot[j]][0];
-        for (std::size_t j = 0; j < NR; ++j) {
-          const std::size_t q = NL + NW + j;
-          const T* src = slot[r_slot[j]];
-          T* p = wp[NW + j] + base[q];
-          if (is[q] == 0) {
-            if (sc.rmax[j]) tile_reduce<true>(src, m, sc.acc[j], sc.tail[j]);
-            else tile_reduce<false>(src, m, sc.acc[j], sc.tail[j]);
-          } else if (direct[j]) {
-            std::copy(src, src + m, p + i);
-          } else if (sc.rmax[j]) {
-            tile_reduce_into<true>(src, p + i, m);
-          } else {
-            tile_reduce_into<false>(src, p + i, m);
-          }
-        }
-      }
+      hooks h{slot, lrow, lstep, scale, loadbuf, NL, NW, NR, base, is, wp, w_slot, r_slot, direct, &sc};
+      const row_args<T> args{ops_,   slot, lrow, lstep, dst, step, scaled ? &hooks::before : nullptr,
+                             NR > 0 || one_element_store ? &hooks::after : nullptr, &h};
+      body(args, n);
       for (std::size_t j = 0; j < NR; ++j) {
         if (is[NL + NW + j] != 0) continue;
         T* p = wp[NW + j] + base[NL + NW + j];
@@ -658,7 +709,7 @@ class fused_runner {
 
   const fused_view& L_;
   const tile_fn<T>* kernels_;
-  const tile_body_fn<T>* bodies_;
+  const row_body_fn<T>* bodies_;
   const void* const* ops_;
   const node_eval_fn<T>* evals_;
   const void* const* nodes_;

@@ -19,10 +19,13 @@ namespace fusegrad::detail {
 /// Elements per tile: 256 floats or doubles (1–2 KiB per value).
 inline constexpr index_t tile_elems = 256;
 
-/// out[i] = op.value(a[i]) (or op.value(a[i], b[i])) for i in [0, n).
+/// out[i] = op.value(a[i]) (or op.value(a[i], b[i])) for i in [0, n), the op object at `p`:
+/// the one out-of-line loop of `Op` for element type `T`, called directly (`tile_op`) or
+/// through a `tile_fn` pointer by code shared by all ops.
 template <class Op, Element T>
-[[gnu::noinline]] void tile_op(const Op& op, const T* __restrict a, const T* __restrict b, T* __restrict out,
-                               index_t n) {
+[[gnu::noinline]] void tile_kernel(const void* p, const T* __restrict a, const T* __restrict b, T* __restrict out,
+                                   index_t n) {
+  const Op& op = *static_cast<const Op*>(p);
   using V = simd<T>;
   constexpr index_t W = static_cast<index_t>(V::size);
   index_t i = 0;
@@ -35,10 +38,47 @@ template <class Op, Element T>
   }
 }
 
-/// `tile_op` behind a type-erased pointer to the op object.
+/// `tile_kernel` of `op`'s type, on `op`.
 template <class Op, Element T>
-void tile_thunk(const void* op, const T* a, const T* b, T* out, index_t n) {
-  tile_op(*static_cast<const Op*>(op), a, b, out, n);
+inline void tile_op(const Op& op, const T* a, const T* b, T* out, index_t n) {
+  tile_kernel<Op, T>(&op, a, b, out, n);
+}
+
+/// A tile kernel behind a type-erased pointer to its op object (`&tile_kernel<Op, T>`): what
+/// code shared by all ops (the eager broadcasting loops, the fused backend's tables) calls.
+template <Element T>
+using tile_fn = void (*)(const void* op, const T* a, const T* b, T* out, index_t n);
+
+/// `fn` over a row of `n` elements whose operands step by `sa`, `sb` (1: contiguous, 0: one
+/// value repeated, otherwise strided; `b` null for a unary op): contiguous rows go straight
+/// to the kernel, the others through tile-sized buffers.
+template <Element T>
+void tile_row(tile_fn<T> fn, const void* op, const T* a, index_t sa, const T* b, index_t sb, T* out, index_t n) {
+  if (sa == 1 && (!b || sb == 1)) {
+    fn(op, a, b, out, n);
+    return;
+  }
+  alignas(64) T abuf[tile_elems];
+  alignas(64) T bbuf[tile_elems];
+  const index_t first = std::min(tile_elems, n);
+  if (sa == 0) std::fill_n(abuf, first, *a);
+  if (b && sb == 0) std::fill_n(bbuf, first, *b);
+  for (index_t i = 0; i < n; i += tile_elems) {
+    const index_t m = std::min(tile_elems, n - i);
+    const T* pa = a + i;
+    if (sa == 0) pa = abuf;
+    else if (sa != 1) {
+      for (index_t k = 0; k < m; ++k) abuf[k] = a[(i + k) * sa];
+      pa = abuf;
+    }
+    const T* pb = b ? b + i : nullptr;
+    if (b && sb == 0) pb = bbuf;
+    else if (b && sb != 1) {
+      for (index_t k = 0; k < m; ++k) bbuf[k] = b[(i + k) * sb];
+      pb = bbuf;
+    }
+    fn(op, pa, pb, out + i, m);
+  }
 }
 
 /// acc = combine(acc, src[i]) over [0, n): lanes in `acc`, the scalar tail in `tail`.

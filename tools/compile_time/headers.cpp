@@ -1,0 +1,3 @@
+// The headers alone.
+#include "forty.hpp"
+int main() {}
