@@ -309,7 +309,9 @@ void binary_values() {
 #undef BV
   const std::vector<std::pair<fg::shape, fg::shape>> pairs = {
       {{37}, {37}},        {{}, {37}},     {{37}, {}},        {{1}, {37}}, {{3, 1}, {1, 4}}, {{4}, {2, 3, 4}},
-      {{2, 3, 4}, {3, 1}}, {{5, 37}, {37}}, {{37, 1}, {1, 5}}, {{0}, {}},   {{2, 0}, {2, 1}}, {{0}, {0}}};
+      {{2, 3, 4}, {3, 1}}, {{5, 37}, {37}}, {{37, 1}, {1, 5}}, {{0}, {}},   {{2, 0}, {2, 1}}, {{0}, {0}},
+      // bias-like operands repeated over more than one tile (periods that do not divide it)
+      {{40, 37}, {37}},    {{37}, {9, 40, 37}}, {{3, 300}, {300}}};
   for (int layout = 0; layout < 2; ++layout) {
     for (const auto& [sa, sb] : pairs) {
       const std::string shapes = str(sa) + " with " + str(sb) + (layout ? " (strided)" : "");
