@@ -440,7 +440,7 @@ class fused_runner {
     }
     scratch& sc = scratch_();
     for (int j = w0; j < w1; ++j) val(L_.wn[j]) = empty<T>(shp(L_.wn[j]));
-    grow(sc.direct, static_cast<std::size_t>(r1 - r0));
+    grow(static_cast<std::size_t>(r1 - r0), sc.direct);
     for (int j = r0; j < r1; ++j) {
       const int c = L_.rn[j];
       val(c) = empty<T>(shp(c));
@@ -485,22 +485,14 @@ class fused_runner {
     T* const regs = sc.regs.data();
     T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
     // Buffers only grow; every entry a pass reads is written first.
-    grow(sc.slot, NL + NC + 1);
+    grow(NL + NC + 1, sc.slot);
     sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
-    grow(sc.dst, NC);
-    grow(sc.step, NC);
-    grow(sc.lrow, NL);
-    grow(sc.lstep, NL);
-    grow(sc.lp, NL);
-    grow(sc.scale, NL);
+    grow(NC, sc.dst, sc.step);
+    grow(NL, sc.lrow, sc.lstep, sc.lp, sc.scale);
     std::fill_n(sc.scale.begin(), NL, T(1));
-    grow(sc.wp, NW + NR);
-    grow(sc.st, N);
-    grow(sc.acc, NR);
-    grow(sc.tail, NR);
-    grow(sc.rmax, NR);
-    grow(sc.is, N);
-    grow(sc.base, N);
+    grow(NW + NR, sc.wp);
+    grow(NR, sc.acc, sc.tail, sc.rmax);
+    grow(N, sc.st, sc.is, sc.base);
     for (std::size_t j = 0; j < NR; ++j) sc.rmax[j] = L_.rkind[Rn[j]] == reduce_kind_t::max;
     const row_body_fn<T> body = bodies_[S];
     const T** const slot = sc.slot.data();
@@ -698,9 +690,10 @@ class fused_runner {
     std::vector<strides> st;
     std::vector<simd<T>> acc;
   };
-  template <class X>
-  static void grow(std::vector<X>& v, std::size_t n) {
-    if (v.size() < n) v.resize(n);
+  /// Makes each of `vs` at least `n` long (buffers only grow).
+  template <class... X>
+  static void grow(std::size_t n, std::vector<X>&... vs) {
+    ((vs.size() < n ? vs.resize(n) : void()), ...);
   }
   static scratch& scratch_() {
     thread_local scratch s;
