@@ -161,13 +161,13 @@ class graph_root final : public node<T> {
   std::vector<tensor<T>> grads_;
 };
 
-/// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every
-/// built-in op and custom function takes on the eager tape.
-template <Element T, class Rule>
-class rule_node final : public node<T> {
+/// What every op's tape node does besides calling its rule: it keeps the saved tensors and
+/// their versions, refuses a second backward after they were freed and saved tensors that
+/// were modified in place. One class per element type, whatever the op.
+template <Element T>
+class saving_node : public node<T> {
  public:
-  rule_node(std::string_view name, std::vector<tensor<T>> saved, Rule rule)
-      : name_(name), saved_(std::move(saved)), rule_(std::move(rule)) {
+  saving_node(std::string_view name, std::vector<tensor<T>> saved) : name_(name), saved_(std::move(saved)) {
     for (const auto& t : saved_) {
       versions_.push_back(t.defined() && t.impl()->store ? t.impl()->store->version() : 0);
       had_saved_ = had_saved_ || t.defined();
@@ -186,7 +186,7 @@ class rule_node final : public node<T> {
              ") was modified in place after it was saved (version ", t.impl()->store->version(),
              "); expected version ", versions_[i], " - run backward before updating it");
     }
-    return rule_(saved_, grads);
+    return run_rule(saved_, grads);
   }
   void release_saved() override {
     released_ = true;
@@ -194,13 +194,30 @@ class rule_node final : public node<T> {
   }
   [[nodiscard]] std::vector<tensor<T>> saved_tensors() const override { return saved_; }
 
+ protected:
+  virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
+
  private:
   std::string_view name_;
   std::vector<tensor<T>> saved_;
-  Rule rule_;
   std::vector<std::uint64_t> versions_;
   bool had_saved_ = false;
   bool released_ = false;
+};
+
+/// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every
+/// built-in op and custom function takes on the eager tape.
+template <Element T, class Rule>
+class rule_node final : public saving_node<T> {
+ public:
+  rule_node(std::string_view name, std::vector<tensor<T>> saved, Rule rule)
+      : saving_node<T>(name, std::move(saved)), rule_(std::move(rule)) {}
+
+ private:
+  std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) override {
+    return rule_(saved, grads);
+  }
+  Rule rule_;
 };
 
 /// The AccumulateGrad node of a leaf that requires grad (made on first use, then reused).
