@@ -59,6 +59,27 @@ tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb
   return mm(A, B).reshape(matmul_values_shape(a.shape(), b.shape(), ta, tb));
 }
 
+/// Whether node type `E` is an element-wise op of the IR's op table.
+template <class E, Element T>
+constexpr bool recordable_pointwise() {
+  if constexpr (is_pointwise_v<E> && !is_custom_v<E>)
+    return ir::KnownOp<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
+  else
+    return false;
+}
+
+/// Element-wise node C (an op of the IR's op table) recorded into tracer `r`.
+template <class A, std::size_t C, Element T>
+tensor<T> record_pointwise(recorder<T>& r, const void* const* nodes, const std::vector<tensor<T>>& v) {
+  using E = typename A::template node_t<C>;
+  using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+  constexpr auto ch = A::cg.children[C];
+  const auto& op = A::template node<C>(nodes).op;
+  const tensor<T>& a = v[static_cast<std::size_t>(ch[0])];
+  if constexpr (arity_v<E> == 1) return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, nullptr);
+  else return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, &v[static_cast<std::size_t>(ch[1])]);
+}
+
 /// Value of canonical node C of analysis A, from the values of its children. While a tracer
 /// records (the backward of a compiled function inside a captured backward), the node is
 /// recorded instead: pointwise ops, reductions and their adjoints as IR nodes, matmul as an
@@ -77,12 +98,9 @@ tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
   } else if constexpr (is_custom_v<E>) {
     return arg(static_cast<int>(arity_v<E>) - 1);
   } else if constexpr (is_pointwise_v<E>) {
-    using Op = std::remove_cvref_t<decltype(e.op)>;
-    if constexpr (ir::KnownOp<Op, T>)
-      if (auto* r = active_recorder<T>()) [[unlikely]] {
-        if constexpr (arity_v<E> == 1) return r->pointwise(ir::op_index<Op, T>, op_scalar<T>(e.op), arg(0), nullptr);
-        else return r->pointwise(ir::op_index<Op, T>, op_scalar<T>(e.op), arg(0), &arg(1));
-      }
+    if constexpr (ir::KnownOp<std::remove_cvref_t<decltype(e.op)>, T>)
+      if (auto* r = active_recorder<T>()) [[unlikely]]
+        return record_pointwise<A, C, T>(*r, nodes, v);
     if constexpr (arity_v<E> == 1) return map(e.op, arg(0));
     else return zip(std::remove_cvref_t<decltype(e.op)>::name, e.op, arg(0), arg(1));
   } else if constexpr (is_reduce_v<E>) {
@@ -153,17 +171,8 @@ tensor<T> trace_node(recorder<T>& r, const void* const* nodes, const std::vector
                      const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
                      const std::vector<tensor<T>>& grads) {
   using E = typename A::template node_t<C>;
-  if constexpr (is_pointwise_v<E> && !is_custom_v<E>) {
-    using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-    if constexpr (ir::KnownOp<Op, T>) {
-      constexpr auto ch = A::cg.children[C];
-      const auto& op = A::template node<C>(nodes).op;
-      const tensor<T>& a = v[static_cast<std::size_t>(ch[0])];
-      if constexpr (arity_v<E> == 1) return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, nullptr);
-      else return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, &v[static_cast<std::size_t>(ch[1])]);
-    }
-  }
-  return eval_node<A, C, T>(nodes, v, shapes, inputs, grads);
+  if constexpr (recordable_pointwise<E, T>()) return record_pointwise<A, C, T>(r, nodes, v);
+  else return eval_node<A, C, T>(nodes, v, shapes, inputs, grads);
 }
 
 /// Records the canonical nodes flagged in `Active` (in order) into tracer `r`.

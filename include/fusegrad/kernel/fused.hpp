@@ -396,36 +396,31 @@ class fused_runner {
   tensor<T>& val(int c) { return values_[static_cast<std::size_t>(c)]; }
   const shape& shp(int c) const { return shapes_[static_cast<std::size_t>(c)]; }
 
-  /// An element-wise node on whole tensors: its operands broadcast to its shape, then its
-  /// tile kernel over the result.
+  /// An element-wise node on whole tensors, its operands broadcast to its shape (the eager
+  /// path's `map_strided` with the node's tile kernel).
   void eval_pointwise(int c) {
-    const shape& out = shp(c);
-    auto operand = [&](int k) -> tensor<T> {
-      const tensor<T>& x = val(ch(c)[static_cast<std::size_t>(k)]);
-      if (x.shape() == out && x.is_contiguous()) return x;
-      return contiguous_copy(alias(x, out, broadcast_strides(x, out), x.offset()));
-    };
-    const tensor<T> a = operand(0), b = ch(c)[1] >= 0 ? operand(1) : tensor<T>();
-    tensor<T> r = empty<T>(out);
-    kernels_[c](ops_[c], a.data_ptr(), b.defined() ? b.data_ptr() : nullptr, r.data_ptr(), r.numel());
+    tensor<T> r = empty<T>(shp(c));
+    const int b = ch(c)[1];
+    if (r.numel() > 0) map_strided<T>(kernels_[c], ops_[c], val(ch(c)[0]), b >= 0 ? &val(b) : nullptr, r);
     val(c) = std::move(r);
   }
 
   void loop(int S) {
     const int w0 = L_.w_at[S], w1 = L_.w_at[S + 1], r0 = L_.r_at[S], r1 = L_.r_at[S + 1];
     if (w0 == w1 && r0 == r1) return;
-    shape space;
-    bool one_space = true;
-    if (r0 < r1) {
-      space = shp(ch(L_.rn[r0])[0]);
-      for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.rn[j])[0]) == space;
-    } else {
-      space = shp(L_.wn[w0]);
+    // The iteration space: what the reductions read, else the largest store (a reference
+    // into the shapes, which a loop does not change: no copy per call).
+    const shape& space = [&]() -> const shape& {
+      if (r0 < r1) return shp(ch(L_.rn[r0])[0]);
+      const shape* best = &shp(L_.wn[w0]);
       for (int j = w0; j < w1; ++j) {
         const shape& s = shp(L_.wn[j]);
-        if (s.size() > space.size() || (s.size() == space.size() && numel(s) > numel(space))) space = s;
+        if (s.size() > best->size() || (s.size() == best->size() && numel(s) > numel(*best))) best = &s;
       }
-    }
+      return *best;
+    }();
+    bool one_space = true;
+    for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.rn[j])[0]) == space;
     for (int j = w0; j < w1; ++j) one_space = one_space && broadcasts_to(shp(L_.wn[j]), space);
     if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
       for (int j = L_.l_at[S]; j < L_.l_at[S + 1]; ++j)
@@ -653,31 +648,10 @@ class fused_runner {
       space = shape{numel(it)};
       for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
     }
-    walk_rows(space, st, N, [&](const index_t* base, index_t n, const index_t* is) { row_fn(base, n, is); });
-  }
-
-  /// Calls `f(bases, n, inner_steps)` once per innermost row of `s` for `N` operands with
-  /// strides `st` (the run-time-N form of `for_each_row`).
-  template <class F>
-  static void walk_rows(const shape& s, const std::vector<strides>& st, std::size_t N, F&& f) {
-    if (numel(s) == 0) return;
-    const std::size_t r = s.size();
-    std::vector<index_t> off(N, 0), inner(N, 0), idx(r, 0);
-    if (r == 0) {
-      f(off.data(), index_t{1}, inner.data());
-      return;
-    }
-    for (std::size_t k = 0; k < N; ++k) inner[k] = st[k][r - 1];
-    const index_t rows = numel(s) / s[r - 1];
-    for (index_t row = 0; row < rows; ++row) {
-      f(off.data(), s[r - 1], inner.data());
-      for (std::size_t d = r - 1; d-- > 0;) {
-        for (std::size_t k = 0; k < N; ++k) off[k] += st[k][d];
-        if (++idx[d] < s[d]) break;
-        for (std::size_t k = 0; k < N; ++k) off[k] -= st[k][d] * s[d];
-        idx[d] = 0;
-      }
-    }
+    std::vector<const strides*> sp(N);
+    for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
+    std::vector<index_t> off(N, 0), inner(N, 0);
+    for_each_row_n(space, N, sp.data(), off.data(), inner.data(), row_fn);
   }
 
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).

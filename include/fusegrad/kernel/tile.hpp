@@ -63,21 +63,16 @@ void tile_row(tile_fn<T> fn, const void* op, const T* a, index_t sa, const T* b,
   const index_t first = std::min(tile_elems, n);
   if (sa == 0) std::fill_n(abuf, first, *a);
   if (b && sb == 0) std::fill_n(bbuf, first, *b);
+  // An operand's elements [i, i + m): in place, the splatted buffer, or gathered into it.
+  auto at = [](const T* p, index_t step, T* buf, index_t i, index_t m) -> const T* {
+    if (step == 1) return p + i;
+    if (step != 0)
+      for (index_t k = 0; k < m; ++k) buf[k] = p[(i + k) * step];
+    return buf;
+  };
   for (index_t i = 0; i < n; i += tile_elems) {
     const index_t m = std::min(tile_elems, n - i);
-    const T* pa = a + i;
-    if (sa == 0) pa = abuf;
-    else if (sa != 1) {
-      for (index_t k = 0; k < m; ++k) abuf[k] = a[(i + k) * sa];
-      pa = abuf;
-    }
-    const T* pb = b ? b + i : nullptr;
-    if (b && sb == 0) pb = bbuf;
-    else if (b && sb != 1) {
-      for (index_t k = 0; k < m; ++k) bbuf[k] = b[(i + k) * sb];
-      pb = bbuf;
-    }
-    fn(op, pa, pb, out + i, m);
+    fn(op, at(a, sa, abuf, i, m), b ? at(b, sb, bbuf, i, m) : nullptr, out + i, m);
   }
 }
 
