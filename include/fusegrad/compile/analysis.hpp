@@ -25,6 +25,8 @@ struct memory_budget {};
 
 namespace detail {
 
+template <class A> struct node_tables;  // fusegrad/compile/eval_eager.hpp
+
 template <class P> struct policy_value;
 template <> struct policy_value<policy::min_cut> { static constexpr partition::policy value{partition::policy_kind::min_cut, 0}; };
 template <> struct policy_value<policy::save_all> { static constexpr partition::policy value{partition::policy_kind::save_all, 0}; };
@@ -78,6 +80,7 @@ inline constexpr auto constant_forward = forward_joint_of(symbolic_outputs<T>(Fn
 template <Element T, class Fn, std::size_t NIn>
 struct analysis {
   using fn_type = Fn;
+  using element_type = T;
   static constexpr auto outputs(const Fn& fn) { return symbolic_outputs<T>(fn, std::make_index_sequence<NIn>{}); }
   using out_t = decltype(outputs(std::declval<const Fn&>()));
   static constexpr std::size_t n_out = std::tuple_size_v<out_t>;
@@ -335,16 +338,19 @@ struct analysis {
     return *static_cast<const node_t<C>*>(nodes[cg.rep[C]]);
   }
 
-  /// The joint tree of one compiled function object (its run-time constants) and the
-  /// addresses of its nodes; built once per function object and element type.
+  /// The joint tree of one compiled function object (its run-time constants), the addresses
+  /// of its nodes and each canonical node's run-time state (op object, keepdim flag); built
+  /// once per function object and element type.
   struct instance {
     joint_t joint;
     std::array<const void*, tree_nodes> nodes{};
+    std::array<const void*, M> state{};
   };
   static std::shared_ptr<const instance> instantiate(const Fn& fn) {
-    std::shared_ptr<instance> p(new instance{make_joint(fn), {}});
+    std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}});
     std::size_t pos = 0;
     collect_addresses(p->joint, p->nodes.data(), pos);
+    p->state = node_tables<analysis>::states(p->nodes.data());
     return p;
   }
 };

@@ -29,7 +29,8 @@ struct fused;  // the default; defined in fusegrad/kernel/fused.hpp
 /// The state a graph backend evaluates: values and shapes of canonical nodes.
 template <class A, Element T>
 struct eval_context {
-  const void* const* nodes;           ///< node addresses of the instance (run-time constants)
+  const typename A::instance& instance;  ///< the joint tree with its constants, node states
+  const void* const* nodes;           ///< node addresses of the instance (`A::node<C>(nodes)`)
   std::vector<tensor<T>>& values;      ///< one slot per canonical node
   std::vector<shape>& shapes;          ///< shapes of evaluated nodes (forward shapes are kept)
   const std::vector<tensor<T>>& inputs;
@@ -53,16 +54,7 @@ struct aot_eager {
   /// the caller reads afterwards (this backend keeps them all).
   template <class A, auto Active, auto Keep, Element T>
   static void evaluate(eval_context<A, T>& ctx) {
-    [&]<std::size_t... C>(std::index_sequence<C...>) {
-      (
-          [&] {
-            if constexpr (Active[C]) {
-              ctx.values[C] = detail::eval_node<A, C, T>(ctx.nodes, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
-              ctx.shapes[C] = ctx.values[C].shape();
-            }
-          }(),
-          ...);
-    }(std::make_index_sequence<A::M>{});
+    detail::nodes_of<A>(ctx.instance, ctx.values, ctx.shapes, ctx.inputs, ctx.grads).run(Active.data(), A::M);
   }
 };
 }  // namespace backend
@@ -158,7 +150,7 @@ class compiled_function {
     std::vector<tensor<T>> values(M);
     std::vector<shape> shapes(M);
     const std::vector<tensor<T>> no_grads;
-    eval_context<A, T> ctx{nodes, values, shapes, inputs, no_grads};
+    eval_context<A, T> ctx{*inst, nodes, values, shapes, inputs, no_grads};
     static constexpr std::array<bool, M> fwd = detail::to_array(P.forward);
     static constexpr std::array<bool, M> keep = [] {
       std::array<bool, M> k{};
@@ -196,7 +188,7 @@ class compiled_function {
           const std::vector<tensor<T>> no_inputs;
           std::vector<tensor<T>> grads;
           for (const auto& x : g) grads.push_back(x.is_contiguous() ? x : detail::contiguous_copy(x));
-          eval_context<A, T> bctx{inst->nodes.data(), values, sh, no_inputs, grads};
+          eval_context<A, T> bctx{*inst, inst->nodes.data(), values, sh, no_inputs, grads};
           static constexpr std::array<bool, M> active = [] {
             std::array<bool, M> a{};
             for (std::size_t c = 0; c < M; ++c) a[c] = P.recompute[c] || P.backward[c];
@@ -212,7 +204,7 @@ class compiled_function {
             // A traced backward (compiled autograd): node by node into the captured graph; the
             // nodes print as aot<id>_<k>.
             const std::size_t from = rec->inline_begin();
-            detail::trace_nodes<A, active, T>(*rec, bctx.nodes, values, sh, no_inputs, grads);
+            detail::nodes_of<A>(*inst, values, sh, no_inputs, grads).trace(*rec, active.data(), M);
             rec->inline_end(from);
           } else {
             B::template evaluate<A, active, roots, T>(bctx);
@@ -251,7 +243,7 @@ class compiled_function {
     std::vector<tensor<T>> values(A::M);
     std::vector<shape> shapes(A::M);
     const std::vector<tensor<T>> no_grads;
-    detail::trace_nodes<A, fwd, T>(r, inst->nodes.data(), values, shapes, in, no_grads);
+    detail::nodes_of<A>(*inst, values, shapes, in, no_grads).trace(r, fwd.data(), A::M);
     return values[static_cast<std::size_t>(A::out_node[0])];
   }
 

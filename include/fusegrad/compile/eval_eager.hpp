@@ -4,11 +4,11 @@
 /// node-by-node interpreter behind the `aot_eager` backend, and the reference the fused
 /// kernels are checked against.
 
+#include <cstring>
+
 #include "fusegrad/compile/analysis.hpp"
 #include "fusegrad/ops/matmul.hpp"
-#include "fusegrad/ops/max.hpp"
-#include "fusegrad/ops/mean.hpp"
-#include "fusegrad/ops/sum.hpp"
+#include "fusegrad/ops/reduce_common.hpp"
 
 namespace fusegrad::detail {
 
@@ -20,175 +20,279 @@ inline shape keepdim_shape(const shape& s, reduce_axis axis) {
   return r;
 }
 
-/// op(X) for a matmul operand: 2-D view [rows, last], transposed if `t`.
+/// op(X) for a matmul operand: X as a 2-D matrix [rows, last] (transposed if `t`), viewed
+/// as a batch of one for the matrix kernel.
 template <Element T>
-tensor<T> matmul_operand(const tensor<T>& x, bool flatten, bool t) {
-  if (x.dim() == 0)
-    fail("matmul", "a 0-d operand cannot be multiplied; expected at least 1 dim inside fg::compile");
-  tensor<T> m = x;
-  if (flatten || t) {
-    const index_t last = x.shape().back();
-    m = x.reshape({last == 0 ? 0 : x.numel() / last, last});
-  }
-  return t ? m.t() : m;
+tensor<T> matmul_operand(const tensor<T>& x, bool t) {
+  const tensor<T> m = x.is_contiguous() ? x : contiguous_copy(x);
+  const index_t last = x.shape().back(), rows = last == 0 ? 0 : x.numel() / last;
+  return t ? alias(m, {1, last, rows}, {0, 1, last}, m.offset()) : alias(m, {1, rows, last}, {0, last, 1}, m.offset());
 }
 
-/// The shape of `matmul_values(a, b, ta, tb)` for operands of shapes `a` and `b` (at least 1-D).
-inline shape matmul_values_shape(const shape& a, const shape& b, bool ta, bool tb) {
-  const index_t lb = b.back(), rows_b = lb == 0 ? 0 : numel(b) / lb;
-  const index_t cols = tb ? rows_b : lb;
-  if (ta) return {a.back(), cols};
-  if (a.size() == 1) return {cols};
+/// The shape of `op_a(a) · op_b(b)` (the conventions of `matmul_expr`), checked.
+inline shape matmul_shape(const shape& a, const shape& b, bool ta, bool tb) {
+  auto rows_cols = [](const shape& s) {
+    const index_t last = s.empty() ? 1 : s.back();
+    return std::pair<index_t, index_t>{last == 0 ? 0 : numel(s) / last, last};
+  };
+  if (a.empty() || b.empty())
+    fail("matmul", "a 0-d operand cannot be multiplied (shapes ", to_string(a), " and ", to_string(b), ")");
+  auto [br, bc] = rows_cols(b);
+  if (tb) std::swap(br, bc);
+  auto [ar, ac] = rows_cols(a);
+  if (ta) std::swap(ar, ac);
+  if (ac != br)
+    fail("matmul", "shapes ", to_string(a), " and ", to_string(b), " cannot be multiplied inside fg::compile (",
+         ac, " != ", br, "); expected a [..., k] and b [k, n]");
+  if (ta) return {ar, bc};
   shape out(a.begin(), a.end() - 1);
-  out.push_back(cols);
+  out.push_back(bc);
   return out;
 }
 
 /// op_a(a) · op_b(b) with the conventions of `matmul_expr` (a keeps leading dims unless
-/// transposed, b is always a matrix).
+/// transposed, b is always a matrix), without recording: the matrix kernel of eager `mm`.
 template <Element T>
 tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb) {
-  no_grad guard;
-  const tensor<T> B = matmul_operand(b, true, tb);
-  if (ta) return mm(matmul_operand(a, true, true), B);
-  if (a.dim() == 1) return matmul(a, B);
-  const tensor<T> A = matmul_operand(a, true, false);
-  if (A.shape()[1] != B.shape()[0])
-    fail("matmul", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
-         " cannot be multiplied inside fg::compile; expected a [..., k] and b [k, n]");
-  return mm(A, B).reshape(matmul_values_shape(a.shape(), b.shape(), ta, tb));
+  const shape out = matmul_shape(a.shape(), b.shape(), ta, tb);  // checks both shapes first
+  const tensor<T> c = bmm_values(matmul_operand(a, ta), matmul_operand(b, tb));
+  return alias(c, out, contiguous_strides(out), 0);
 }
 
-/// Whether node type `E` is an element-wise op of the IR's op table.
+// ---- canonical nodes as data -----------------------------------------------------------
+//
+// What run-time code needs to know about a canonical node (its kind, operands, op, reduction,
+// which input it is) is a constexpr `node_desc`; its run-time state (an op's constant, a
+// reduction's keepdim flag) is one pointer per node, collected once per instance. Shape
+// inference, node-by-node evaluation and tracing are then ONE function each per element type
+// (`node_eval`), whatever the graph: a graph costs the compiler its tables, not code per node.
+
+/// A canonical node as data (see above).
+struct node_desc {
+  gkind kind = gkind::pointwise;
+  int arity = 0;
+  int index = -1;               ///< an input or output gradient: which one
+  int op = -1;                  ///< element-wise: the op's index in ir::op_table (-1: a user's op)
+  bool scalar = false;          ///< element-wise: the op holds one scalar of the element type
+  std::string_view name;        ///< element-wise: the op's name (for error messages)
+  reduce_kind_t rkind = reduce_kind_t::sum;  ///< reduction, sumto (sum), unreduce: which
+  reduce_axis raxis = reduce_axis::all;
+  int source = -1;              ///< sumto/unreduce: the forward node whose shape it takes
+  bool ta = false, tb = false;  ///< matmul: transposed operands
+};
+
 template <class E, Element T>
-constexpr bool recordable_pointwise() {
-  if constexpr (is_pointwise_v<E> && !is_custom_v<E>)
-    return ir::KnownOp<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
-  else
-    return false;
-}
-
-/// Element-wise node C (an op of the IR's op table) recorded into tracer `r`.
-template <class A, std::size_t C, Element T>
-tensor<T> record_pointwise(recorder<T>& r, const void* const* nodes, const std::vector<tensor<T>>& v) {
-  using E = typename A::template node_t<C>;
-  using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-  constexpr auto ch = A::cg.children[C];
-  const auto& op = A::template node<C>(nodes).op;
-  const tensor<T>& a = v[static_cast<std::size_t>(ch[0])];
-  if constexpr (arity_v<E> == 1) return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, nullptr);
-  else return r.pointwise(ir::op_index<Op, T>, op_scalar<T>(op), a, &v[static_cast<std::size_t>(ch[1])]);
-}
-
-/// Value of canonical node C of analysis A, from the values of its children. While a tracer
-/// records (the backward of a compiled function inside a captured backward), the node is
-/// recorded instead: pointwise ops, reductions and their adjoints as IR nodes, matmul as an
-/// opaque call.
-template <class A, std::size_t C, Element T>
-tensor<T> eval_node(const void* const* nodes, const std::vector<tensor<T>>& v,
-                    const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
-                    const std::vector<tensor<T>>& grads) {
-  using E = typename A::template node_t<C>;
-  [[maybe_unused]] const E& e = A::template node<C>(nodes);
-  constexpr auto ch = A::cg.children[C];
-  auto arg = [&](int k) -> const tensor<T>& { return v[static_cast<std::size_t>(ch[static_cast<std::size_t>(k)])]; };
+constexpr node_desc describe() {
+  node_desc d;
+  d.kind = kind_of<E>();
+  d.arity = static_cast<int>(arity_v<E>);
   if constexpr (is_leaf_v<E>) {
-    if constexpr (std::is_same_v<E, sym<E::index, T>>) return inputs[E::index];
-    else return grads[E::index];
-  } else if constexpr (is_custom_v<E>) {
-    return arg(static_cast<int>(arity_v<E>) - 1);
+    d.index = static_cast<int>(E::index);
   } else if constexpr (is_pointwise_v<E>) {
-    if constexpr (ir::KnownOp<std::remove_cvref_t<decltype(e.op)>, T>)
-      if (auto* r = active_recorder<T>()) [[unlikely]]
-        return record_pointwise<A, C, T>(*r, nodes, v);
-    if constexpr (arity_v<E> == 1) return map(e.op, arg(0));
-    else return zip(std::remove_cvref_t<decltype(e.op)>::name, e.op, arg(0), arg(1));
+    using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+    d.op = ir::op_index<Op, T>;
+    d.scalar = !std::is_empty_v<Op>;
+    d.name = Op::name;
   } else if constexpr (is_reduce_v<E>) {
-    no_grad guard;
-    constexpr auto axis = []<reduce_kind_t K, reduce_axis X, class U>(std::type_identity<reduce_expr<K, X, U>>) {
-      return std::pair{K, X};
-    }(std::type_identity<E>{});
-    const tensor<T>& x = arg(0);
-    if (auto* r = active_recorder<T>()) [[unlikely]] {
-      if (axis.second == reduce_axis::last && x.dim() == 0) fail("sum", "cannot reduce the last dim of a 0-d value inside fg::compile");
-      std::vector<bool> mask(x.dim(), axis.second == reduce_axis::all);
-      if (!mask.empty()) mask.back() = true;
-      return r->reduce(axis.first == reduce_kind_t::sum ? reduce_op::sum : axis.first == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max, x,
-                       mask, e.keepdim);
-    }
-    if constexpr (axis.second == reduce_axis::all) {
-      tensor<T> r = axis.first == reduce_kind_t::sum ? sum(x) : axis.first == reduce_kind_t::mean ? mean(x) : max(x);
-      return e.keepdim ? r.reshape(keepdim_shape(x.shape(), reduce_axis::all)) : r;
-    } else {
-      if (x.dim() == 0) fail("sum", "cannot reduce the last dim of a 0-d value inside fg::compile");
-      if constexpr (axis.first == reduce_kind_t::sum) return sum(x, -1, e.keepdim);
-      else if constexpr (axis.first == reduce_kind_t::mean) return mean(x, -1, e.keepdim);
-      else return max(x, -1, e.keepdim);
-    }
+    []<reduce_kind_t K, reduce_axis X, class U>(node_desc& r, std::type_identity<reduce_expr<K, X, U>>) {
+      r.rkind = K, r.raxis = X;
+    }(d, std::type_identity<E>{});
   } else if constexpr (is_sumto_v<E>) {
-    constexpr std::size_t K = []<std::size_t KK, class U>(std::type_identity<sumto_expr<KK, U>>) { return KK; }(std::type_identity<E>{});
-    return sum_to(arg(0), shapes[K]);
+    []<std::size_t K, class U>(node_desc& r, std::type_identity<sumto_expr<K, U>>) {
+      r.source = static_cast<int>(K);
+    }(d, std::type_identity<E>{});
   } else if constexpr (is_unreduce_v<E>) {
-    constexpr auto info = []<reduce_kind_t R, reduce_axis X, std::size_t KK, class U>(std::type_identity<unreduce_expr<R, X, KK, U>>) {
-      return std::tuple{R, X, KK};
-    }(std::type_identity<E>{});
-    const shape& to = shapes[std::get<2>(info)];
-    if (auto* r = active_recorder<T>()) [[unlikely]] {
-      std::vector<bool> mask(to.size(), std::get<1>(info) == reduce_axis::all);
-      if (!mask.empty()) mask.back() = true;
-      tensor<T> g = r->expand(arg(0), to, mask);
-      if constexpr (std::get<0>(info) == reduce_kind_t::mean) {
-        const index_t n = numel(to) / std::max<index_t>(numel(keepdim_shape(to, std::get<1>(info))), 1);
-        const ops::div_scalar_op<T> div{static_cast<T>(n)};
-        return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), g, nullptr);
-      } else {
-        return g;
+    []<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(node_desc& r,
+                                                                std::type_identity<unreduce_expr<K, X, KK, U>>) {
+      r.rkind = K, r.raxis = X, r.source = static_cast<int>(KK);
+    }(d, std::type_identity<E>{});
+  } else if constexpr (is_matmul_v<E>) {
+    d.ta = E::ta, d.tb = E::tb;
+  }
+  return d;
+}
+
+/// A node's run-time state: its op object (element-wise), its keepdim flag (reduction).
+template <class E>
+const void* state_of(const void* node) {
+  if constexpr (is_pointwise_v<E>) return &static_cast<const E*>(node)->op;
+  else if constexpr (is_reduce_v<E>) return &static_cast<const E*>(node)->keepdim;
+  else return nullptr;
+}
+
+/// The tile kernel of an element-wise node type (null for other nodes).
+template <class E, Element T>
+constexpr tile_fn<T> kernel_of() {
+  if constexpr (is_pointwise_v<E>) return &tile_kernel<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
+  else return nullptr;
+}
+
+/// The tables of analysis `A`: per canonical node its description and, for element-wise
+/// nodes, its tile kernel.
+template <class A>
+struct node_tables {
+  using T = typename A::element_type;
+  static constexpr std::array<node_desc, A::M> desc = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<node_desc, A::M>{describe<typename A::template node_t<C>, T>()...};
+  }(std::make_index_sequence<A::M>{});
+  static constexpr std::array<tile_fn<T>, A::M> kernels = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<tile_fn<T>, A::M>{kernel_of<typename A::template node_t<C>, T>()...};
+  }(std::make_index_sequence<A::M>{});
+  /// The state pointers of an instance whose node addresses (post-order) are `nodes`.
+  static std::array<const void*, A::M> states(const void* const* nodes) {
+    return [&]<std::size_t... C>(std::index_sequence<C...>) {
+      return std::array<const void*, A::M>{state_of<typename A::template node_t<C>>(nodes[A::cg.rep[C]])...};
+    }(std::make_index_sequence<A::M>{});
+  }
+};
+
+/// One evaluation of a graph's canonical nodes: their tables, state and values. Shape
+/// inference, evaluation on eager tensors and recording into the run-time tracer, one
+/// function each per element type.
+template <Element T>
+struct node_eval {
+  const node_desc* desc;
+  const std::array<int, 3>* children;
+  const tile_fn<T>* kernels;
+  const void* const* state;
+  std::vector<tensor<T>>& values;
+  std::vector<shape>& shapes;
+  const std::vector<tensor<T>>& inputs;
+  const std::vector<tensor<T>>& grads;  ///< gradients of the outputs (backward only)
+
+  const tensor<T>& arg(int c, int k) const {
+    return values[static_cast<std::size_t>(children[static_cast<std::size_t>(c)][static_cast<std::size_t>(k)])];
+  }
+  const shape& arg_shape(int c, int k) const {
+    return shapes[static_cast<std::size_t>(children[static_cast<std::size_t>(c)][static_cast<std::size_t>(k)])];
+  }
+  bool keepdim(int c) const { return *static_cast<const bool*>(state[static_cast<std::size_t>(c)]); }
+  T scalar(int c) const {
+    T s{};
+    if (desc[c].scalar) std::memcpy(&s, state[static_cast<std::size_t>(c)], sizeof(T));
+    return s;
+  }
+
+  /// Sets `shapes[c]` from the shapes of c's operands (a leaf: from its value).
+  void infer_shape(int c) {
+    const node_desc& d = desc[c];
+    shape& out = shapes[static_cast<std::size_t>(c)];
+    switch (d.kind) {
+      case gkind::input:
+      case gkind::grad_input: out = values[static_cast<std::size_t>(c)].shape(); break;
+      case gkind::custom: out = arg_shape(c, d.arity - 1); break;
+      case gkind::pointwise:
+        if (d.arity == 1 || arg_shape(c, 0) == arg_shape(c, 1)) out = arg_shape(c, 0);
+        else out = broadcast_shapes(d.name, arg_shape(c, 0), arg_shape(c, 1));
+        break;
+      case gkind::reduction: {
+        const shape& in = arg_shape(c, 0);
+        if (d.raxis == reduce_axis::all) {
+          out = keepdim(c) ? keepdim_shape(in, reduce_axis::all) : shape{};
+        } else {
+          if (in.empty()) fail(reduce_name(d.rkind), "cannot reduce the last dim of a 0-d value inside fg::compile");
+          out = in;
+          if (keepdim(c)) out.back() = 1;
+          else out.pop_back();
+        }
+        break;
+      }
+      case gkind::sumto:
+      case gkind::unreduce: out = shapes[static_cast<std::size_t>(d.source)]; break;
+      case gkind::matmul: out = matmul_shape(arg_shape(c, 0), arg_shape(c, 1), d.ta, d.tb); break;
+    }
+  }
+
+  static constexpr std::string_view reduce_name(reduce_kind_t k) {
+    return k == reduce_kind_t::sum ? "sum" : k == reduce_kind_t::mean ? "mean" : "max";
+  }
+
+  /// Element-wise node c (an op of the IR's op table) recorded into tracer `r`.
+  tensor<T> record_pointwise(recorder<T>& r, int c) const {
+    return r.pointwise(desc[c].op, scalar(c), arg(c, 0), desc[c].arity == 2 ? &arg(c, 1) : nullptr);
+  }
+
+  /// The value of node c from the values of its operands. While a tracer records (a compiled
+  /// function's forward inside fg::jit, its backward inside a captured backward), the node
+  /// is recorded instead: element-wise ops, reductions and their adjoints as IR nodes, matmul
+  /// as an opaque call.
+  tensor<T> eval(int c) const {
+    const node_desc& d = desc[c];
+    const auto u = static_cast<std::size_t>(c);
+    switch (d.kind) {
+      case gkind::input: return inputs[static_cast<std::size_t>(d.index)];
+      case gkind::grad_input: return grads[static_cast<std::size_t>(d.index)];
+      case gkind::custom: return arg(c, d.arity - 1);
+      case gkind::pointwise:
+        if (d.op >= 0)
+          if (auto* r = active_recorder<T>()) [[unlikely]]
+            return record_pointwise(*r, c);
+        return pointwise_values<T>(d.name, kernels[u], state[u], arg(c, 0), d.arity == 2 ? &arg(c, 1) : nullptr);
+      case gkind::reduction: {
+        const tensor<T>& x = arg(c, 0);
+        if (d.raxis == reduce_axis::last && x.dim() == 0)
+          fail(reduce_name(d.rkind), "cannot reduce the last dim of a 0-d value inside fg::compile");
+        std::vector<bool> mask(x.dim(), d.raxis == reduce_axis::all);
+        if (!mask.empty()) mask.back() = true;
+        const reduce_op op = d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
+        return reduce_values(op, x, mask, keepdim(c));
+      }
+      case gkind::sumto: return sum_to(arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
+      case gkind::unreduce: return unreduce_values(d, arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
+      case gkind::matmul: {
+        const tensor<T>&a = arg(c, 0), &b = arg(c, 1);
+        const bool ta = d.ta, tb = d.tb;
+        return call_opaque<T>("matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
+                              [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
       }
     }
-    no_grad guard;
-    tensor<T> g = arg(0).reshape(keepdim_shape(to, std::get<1>(info))).expand(to);
-    if constexpr (std::get<0>(info) == reduce_kind_t::mean) {
-      const index_t n = numel(to) / std::max<index_t>(numel(keepdim_shape(to, std::get<1>(info))), 1);
-      return map(ops::div_scalar_op<T>{static_cast<T>(n)}, g);
-    } else {
-      return contiguous_copy(g);
-    }
-  } else {
-    static_assert(is_matmul_v<E>);
-    if (arg(0).dim() > 0 && arg(1).dim() > 0)
-      return call_opaque<T>("matmul", matmul_values_shape(arg(0).shape(), arg(1).shape(), E::ta, E::tb),
-                            [](const tensor<T>& a, const tensor<T>& b) { return matmul_values(a, b, E::ta, E::tb); }, arg(0), arg(1));
-    return matmul_values(arg(0), arg(1), E::ta, E::tb);
+    return {};
   }
-}
 
-/// Records canonical node C into the active tracer (the backward of a compiled function
-/// inside a captured backward). Element-wise nodes with an IR op are recorded directly, so a
-/// traced backward never instantiates their eager kernels; every other node goes through
-/// `eval_node`, which records it too.
-template <class A, std::size_t C, Element T>
-tensor<T> trace_node(recorder<T>& r, const void* const* nodes, const std::vector<tensor<T>>& v,
-                     const std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs,
-                     const std::vector<tensor<T>>& grads) {
-  using E = typename A::template node_t<C>;
-  if constexpr (recordable_pointwise<E, T>()) return record_pointwise<A, C, T>(r, nodes, v);
-  else return eval_node<A, C, T>(nodes, v, shapes, inputs, grads);
-}
+  /// The gradient of a reduction (`d`) broadcast back to its input's shape `to`.
+  static tensor<T> unreduce_values(const node_desc& d, const tensor<T>& g, const shape& to) {
+    const shape ks = keepdim_shape(to, d.raxis);
+    const index_t n = numel(to) / std::max<index_t>(numel(ks), 1);
+    if (auto* r = active_recorder<T>()) [[unlikely]] {
+      std::vector<bool> mask(to.size(), d.raxis == reduce_axis::all);
+      if (!mask.empty()) mask.back() = true;
+      tensor<T> e = r->expand(g, to, mask);
+      if (d.rkind != reduce_kind_t::mean) return e;
+      const ops::div_scalar_op<T> div{static_cast<T>(n)};
+      return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), e, nullptr);
+    }
+    no_grad guard;
+    tensor<T> e = g.reshape(ks).expand(to);
+    if (d.rkind == reduce_kind_t::mean) return map(ops::div_scalar_op<T>{static_cast<T>(n)}, e);
+    return contiguous_copy(e);
+  }
 
-/// Records the canonical nodes flagged in `Active` (in order) into tracer `r`.
-template <class A, auto Active, Element T>
-void trace_nodes(recorder<T>& r, const void* const* nodes, std::vector<tensor<T>>& values,
-                 std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
-  [&]<std::size_t... C>(std::index_sequence<C...>) {
-    (
-        [&] {
-          if constexpr (Active[C]) {
-            values[C] = trace_node<A, C, T>(r, nodes, values, shapes, inputs, grads);
-            shapes[C] = values[C].shape();
-          }
-        }(),
-        ...);
-  }(std::make_index_sequence<A::M>{});
+  /// Evaluates the nodes flagged in `active` (in order), keeping their shapes.
+  void run(const bool* active, std::size_t m) {
+    for (std::size_t c = 0; c < m; ++c)
+      if (active[c]) {
+        values[c] = eval(static_cast<int>(c));
+        shapes[c] = values[c].shape();
+      }
+  }
+  /// Records the nodes flagged in `active` (in order) into tracer `r`: element-wise nodes of
+  /// the IR's op table directly (no eager kernel involved), the others through `eval`.
+  void trace(recorder<T>& r, const bool* active, std::size_t m) {
+    for (std::size_t c = 0; c < m; ++c)
+      if (active[c]) {
+        const int n = static_cast<int>(c);
+        values[c] = desc[c].kind == gkind::pointwise && desc[c].op >= 0 ? record_pointwise(r, n) : eval(n);
+        shapes[c] = values[c].shape();
+      }
+  }
+};
+
+/// The node evaluation of an instance of analysis `A` (its tables and state).
+template <class A, Element T>
+node_eval<T> nodes_of(const typename A::instance& inst, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
+                      const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
+  return {node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(), inst.state.data(),
+          values, shapes, inputs, grads};
 }
 
 }  // namespace fusegrad::detail

@@ -116,27 +116,32 @@ void map_strided(tile_fn<T> fn, const void* op, const tensor<T>& a, const tensor
                   });
 }
 
+/// A new contiguous tensor holding an element-wise op on `a` (and `*b`, broadcasting), the op
+/// given by its tile kernel `fn` and its object `op`: the one body of `map`, `zip` and the
+/// node-by-node evaluation of compiled graphs, compiled once per element type.
+template <Element T>
+tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op, const tensor<T>& a,
+                           const tensor<T>* b) {
+  const bool same = !b || a.shape() == b->shape();
+  tensor<T> out = empty<T>(same ? a.shape() : broadcast_shapes(name, a.shape(), b->shape()));
+  if (out.numel() == 0) return out;
+  if (same && a.is_contiguous() && (!b || b->is_contiguous()))
+    fn(op, a.data_ptr(), b ? static_cast<const T*>(b->data_ptr()) : nullptr, out.data_ptr(), out.numel());
+  else
+    map_strided<T>(fn, op, a, b, out);
+  return out;
+}
+
 /// A new contiguous tensor holding `op.value(x)` element-wise (the op's tile kernel).
 template <class Op, Element T>
 tensor<T> map(const Op& op, const tensor<T>& x) {
-  tensor<T> out = empty<T>(x.shape());
-  if (x.is_contiguous()) tile_op(op, static_cast<const T*>(x.data_ptr()), static_cast<const T*>(nullptr), out.data_ptr(), x.numel());
-  else if (x.numel() > 0) map_strided<T>(&tile_kernel<Op, T>, &op, x, nullptr, out);
-  return out;
+  return pointwise_values<T>({}, &tile_kernel<Op, T>, &op, x, nullptr);
 }
 
 /// A new contiguous tensor of the broadcast shape holding `op.value(a, b)` element-wise.
 template <class Op, Element T>
 tensor<T> zip(std::string_view name, const Op& op, const tensor<T>& a, const tensor<T>& b) {
-  const shape out_shape = a.shape() == b.shape() ? a.shape()
-                                                  : broadcast_shapes(name, a.shape(), b.shape());
-  tensor<T> out = empty<T>(out_shape);
-  if (out.numel() == 0) return out;
-  if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous())
-    tile_op(op, static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), out.data_ptr(), out.numel());
-  else
-    map_strided<T>(&tile_kernel<Op, T>, &op, a, &b, out);
-  return out;
+  return pointwise_values<T>(name, &tile_kernel<Op, T>, &op, a, &b);
 }
 
 /// A contiguous copy of any strided tensor.

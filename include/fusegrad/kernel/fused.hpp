@@ -15,85 +15,6 @@
 
 namespace fusegrad::detail {
 
-/// The reduction a reduce-role node performs (sumto sums).
-template <class E>
-constexpr reduce_kind_t reduction_kind() {
-  if constexpr (is_reduce_v<E>)
-    return []<reduce_kind_t K, reduce_axis X, class U>(std::type_identity<reduce_expr<K, X, U>>) { return K; }(
-        std::type_identity<E>{});
-  else return reduce_kind_t::sum;
-}
-template <class E>
-constexpr reduce_axis reduction_axis() {
-  if constexpr (is_reduce_v<E>)
-    return []<reduce_kind_t K, reduce_axis X, class U>(std::type_identity<reduce_expr<K, X, U>>) { return X; }(
-        std::type_identity<E>{});
-  else if constexpr (is_unreduce_v<E>)
-    return []<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(std::type_identity<unreduce_expr<K, X, KK, U>>) {
-      return X;
-    }(std::type_identity<E>{});
-  else return reduce_axis::all;
-}
-template <class E>
-constexpr std::size_t shape_source() {  // forward tree index whose shape sumto/unreduce take
-  if constexpr (is_sumto_v<E>)
-    return []<std::size_t KK, class U>(std::type_identity<sumto_expr<KK, U>>) { return KK; }(std::type_identity<E>{});
-  else
-    return []<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(std::type_identity<unreduce_expr<K, X, KK, U>>) {
-      return KK;
-    }(std::type_identity<E>{});
-}
-
-/// Shape of `a [..., k] · b [k, n]` (with the transpose flags of matmul_expr).
-inline shape matmul_shape(const shape& a, const shape& b, bool ta, bool tb) {
-  auto rows_cols = [](const shape& s) {
-    const index_t last = s.empty() ? 1 : s.back();
-    return std::pair<index_t, index_t>{last == 0 ? 0 : numel(s) / last, last};
-  };
-  if (a.empty() || b.empty())
-    fail("matmul", "a 0-d operand cannot be multiplied (shapes ", to_string(a), " and ", to_string(b), ")");
-  auto [br, bc] = rows_cols(b);
-  if (tb) std::swap(br, bc);
-  auto [ar, ac] = rows_cols(a);
-  if (ta) std::swap(ar, ac);
-  if (ac != br)
-    fail("matmul", "shapes ", to_string(a), " and ", to_string(b), " cannot be multiplied inside fg::compile (",
-         ac, " != ", br, "); expected a [..., k] and b [k, n]");
-  if (ta) return {ar, bc};
-  shape out(a.begin(), a.end() - 1);
-  out.push_back(bc);
-  return out;
-}
-
-template <class A, std::size_t C, Element T>
-void infer_shape(eval_context<A, T>& ctx) {
-  using E = typename A::template node_t<C>;
-  [[maybe_unused]] const E& e = A::template node<C>(ctx.nodes);
-  constexpr auto ch = A::cg.children[C];
-  auto sh = [&](int k) -> const shape& { return ctx.shapes[static_cast<std::size_t>(ch[static_cast<std::size_t>(k)])]; };
-  shape& out = ctx.shapes[C];
-  if constexpr (is_custom_v<E>) {
-    out = sh(static_cast<int>(arity_v<E>) - 1);
-  } else if constexpr (is_pointwise_v<E>) {
-    if constexpr (arity_v<E> == 1) out = sh(0);
-    else out = sh(0) == sh(1) ? sh(0) : broadcast_shapes(std::remove_cvref_t<decltype(e.op)>::name, sh(0), sh(1));
-  } else if constexpr (is_reduce_v<E>) {
-    const shape& in = sh(0);
-    if constexpr (reduction_axis<E>() == reduce_axis::all) {
-      out = e.keepdim ? keepdim_shape(in, reduce_axis::all) : shape{};
-    } else {
-      if (in.empty()) fail("sum", "cannot reduce the last dim of a 0-d value inside fg::compile");
-      out = in;
-      if (e.keepdim) out.back() = 1;
-      else out.pop_back();
-    }
-  } else if constexpr (is_sumto_v<E> || is_unreduce_v<E>) {
-    out = ctx.shapes[shape_source<E>()];
-  } else if constexpr (is_matmul_v<E>) {
-    out = matmul_shape(sh(0), sh(1), E::ta, E::tb);
-  }
-}
-
 /// Whether shape `s` broadcasts to `to` (NumPy rules).
 inline bool broadcasts_to(const shape& s, const shape& to) {
   if (s.size() > to.size()) return false;
@@ -113,13 +34,6 @@ inline bool broadcasts_to(const shape& s, const shape& to) {
 // reading those arrays; per stage, only its tile loop is compiled (`row_body`: the loads and
 // direct calls of the nodes' tile kernels with constant slots, the part that must be fast). A
 // graph thus costs the compiler its analysis, a few tables and one short function per stage.
-
-/// A node evaluated on whole tensors (reductions, broadcasts of reductions, matrix products,
-/// and element-wise nodes of a loop whose reductions read different shapes).
-template <Element T>
-using node_eval_fn = tensor<T> (*)(const void* const*, const std::vector<tensor<T>>&, const std::vector<shape>&,
-                                   const std::vector<tensor<T>>&, const std::vector<tensor<T>>&);
-
 
 /// What a stage's row body reads: tile pointers by slot (loads first, then nodes), each load's
 /// row start and step (0: a broadcast buffer, 1: contiguous), each node's destination
@@ -264,22 +178,15 @@ constexpr fused_layout<A::M> make_fused_layout() {
   }
   const auto s = at(sch.stages);
   L.c_at[s] = nc, L.r_at[s] = nr, L.w_at[s] = nw, L.l_at[s] = nl, L.m_at[s] = nm;
-  [&]<std::size_t... C>(std::index_sequence<C...>) {
-    (
-        [&] {
-          using E = typename A::template node_t<C>;
-          if constexpr (is_unreduce_v<E>)
-            L.rkind[C] = []<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(
-                             std::type_identity<unreduce_expr<K, X, KK, U>>) { return K; }(std::type_identity<E>{});
-          else if constexpr (is_reduce_v<E> || is_sumto_v<E>)
-            L.rkind[C] = reduction_kind<E>();
-          if constexpr (is_reduce_v<E> || is_sumto_v<E> || is_unreduce_v<E>) L.raxis[C] = reduction_axis<E>();
-          L.reduction[C] = is_reduce_v<E>;
-          L.unreduce[C] = is_unreduce_v<E>;
-          L.kept_unreduce[C] = Keep[C] && sch.roles[C] == role::unreduce;
-        }(),
-        ...);
-  }(std::make_index_sequence<M>{});
+  constexpr auto& desc = node_tables<A>::desc;
+  for (std::size_t c = 0; c < M; ++c) {
+    const gkind k = desc[c].kind;
+    L.rkind[c] = desc[c].rkind;
+    L.raxis[c] = desc[c].raxis;
+    L.reduction[c] = k == gkind::reduction;
+    L.unreduce[c] = k == gkind::unreduce;
+    L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
+  }
   return L;
 }
 
@@ -334,38 +241,13 @@ void row_body(const row_args<T>& r, index_t n) {
   }
 }
 
-/// Per canonical node: its tile kernel (element-wise nodes) or its whole-tensor evaluator
-/// (nodes the loops do not compute); per stage, its row body.
+/// Per stage of a graph's loops, its row body.
 template <class A, auto Active, auto Keep, Element T>
-struct fused_tables {
-  static constexpr std::array<tile_fn<T>, A::M> kernels = []<std::size_t... C>(std::index_sequence<C...>) {
-    return std::array<tile_fn<T>, A::M>{[] {
-      using E = typename A::template node_t<C>;
-      if constexpr (is_pointwise_v<E>) return &tile_kernel<std::remove_cvref_t<decltype(std::declval<const E&>().op)>, T>;
-      else return tile_fn<T>{};
-    }()...};
-  }(std::make_index_sequence<A::M>{});
-  static constexpr std::array<node_eval_fn<T>, A::M> evals = []<std::size_t... C>(std::index_sequence<C...>) {
-    return std::array<node_eval_fn<T>, A::M>{[] {
-      constexpr role r = schedule_v<A, Active, Keep>.roles[C];
-      if constexpr (r == role::reduce || r == role::unreduce || r == role::matmul) return &eval_node<A, C, T>;
-      else return node_eval_fn<T>{};
-    }()...};
-  }(std::make_index_sequence<A::M>{});
+struct fused_bodies {
   static constexpr auto stages = static_cast<std::size_t>(fused_layout_v<A, Active, Keep>.stages);
-  static constexpr std::array<row_body_fn<T>, stages> bodies = []<int... S>(std::integer_sequence<int, S...>) {
+  static constexpr std::array<row_body_fn<T>, stages> value = []<int... S>(std::integer_sequence<int, S...>) {
     return std::array<row_body_fn<T>, stages>{&row_body<A, Active, Keep, S, T>...};
   }(std::make_integer_sequence<int, static_cast<int>(stages)>{});
-  /// The op objects of an instance's element-wise nodes.
-  static std::array<const void*, A::M> ops(const void* const* nodes) {
-    std::array<const void*, A::M> o{};
-    [&]<std::size_t... C>(std::index_sequence<C...>) {
-      ((void)[&] {
-         if constexpr (is_pointwise_v<typename A::template node_t<C>>) o[C] = &A::template node<C>(nodes).op;
-       }(), ...);
-    }(std::make_index_sequence<A::M>{});
-    return o;
-  }
 };
 
 // ---- the loops: run-time code, one per element type ----------------------------------------
@@ -374,11 +256,7 @@ struct fused_tables {
 template <Element T>
 class fused_runner {
  public:
-  fused_runner(const fused_view& L, const tile_fn<T>* kernels, const row_body_fn<T>* bodies, const void* const* ops,
-               const node_eval_fn<T>* evals, const void* const* nodes, std::vector<tensor<T>>& values,
-               std::vector<shape>& shapes, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads)
-      : L_(L), kernels_(kernels), bodies_(bodies), ops_(ops), evals_(evals), nodes_(nodes), values_(values),
-        shapes_(shapes), inputs_(inputs), grads_(grads) {}
+  fused_runner(const fused_view& L, const row_body_fn<T>* bodies, node_eval<T>& g) : L_(L), bodies_(bodies), g_(g) {}
 
   /// Stage `S`: its matrix products, then its loop.
   void stage(int S) {
@@ -387,21 +265,20 @@ class fused_runner {
   }
   /// Evaluates node `c` on whole tensors.
   void eval(int c) {
-    const auto u = static_cast<std::size_t>(c);
-    values_[u] = evals_[u](nodes_, values_, shapes_, inputs_, grads_);
+    g_.values[static_cast<std::size_t>(c)] = g_.eval(c);
   }
 
  private:
   const std::array<int, 3>& ch(int c) const { return L_.children[static_cast<std::size_t>(c)]; }
-  tensor<T>& val(int c) { return values_[static_cast<std::size_t>(c)]; }
-  const shape& shp(int c) const { return shapes_[static_cast<std::size_t>(c)]; }
+  tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
+  const shape& shp(int c) const { return g_.shapes[static_cast<std::size_t>(c)]; }
 
   /// An element-wise node on whole tensors, its operands broadcast to its shape (the eager
   /// path's `map_strided` with the node's tile kernel).
   void eval_pointwise(int c) {
     tensor<T> r = empty<T>(shp(c));
     const int b = ch(c)[1];
-    if (r.numel() > 0) map_strided<T>(kernels_[c], ops_[c], val(ch(c)[0]), b >= 0 ? &val(b) : nullptr, r);
+    if (r.numel() > 0) map_strided<T>(g_.kernels[c], g_.state[c], val(ch(c)[0]), b >= 0 ? &val(b) : nullptr, r);
     val(c) = std::move(r);
   }
 
@@ -580,7 +457,7 @@ class fused_runner {
         sc.tail[j] = sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0);
       }
       hooks h{slot, lrow, lstep, scale, loadbuf, NL, NW, NR, base, is, wp, w_slot, r_slot, direct, &sc};
-      const row_args<T> args{ops_,   slot, lrow, lstep, dst, step, scaled ? &hooks::before : nullptr,
+      const row_args<T> args{g_.state, slot, lrow, lstep, dst, step, scaled ? &hooks::before : nullptr,
                              NR > 0 || one_element_store ? &hooks::after : nullptr, &h};
       body(args, n);
       for (std::size_t j = 0; j < NR; ++j) {
@@ -675,44 +552,34 @@ class fused_runner {
   }
 
   const fused_view& L_;
-  const tile_fn<T>* kernels_;
   const row_body_fn<T>* bodies_;
-  const void* const* ops_;
-  const node_eval_fn<T>* evals_;
-  const void* const* nodes_;
-  std::vector<tensor<T>>& values_;
-  std::vector<shape>& shapes_;
-  const std::vector<tensor<T>>& inputs_;
-  const std::vector<tensor<T>>& grads_;
+  node_eval<T>& g_;
 };
 
+
+/// The leaves' values and every other scheduled node's shape, in topological order.
+template <Element T>
+void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::size_t m) {
+  for (std::size_t c = 0; c < m; ++c) {
+    if (roles[c] == role::none) continue;
+    if (roles[c] == role::leaf && active[c]) {
+      if (g.desc[c].kind == gkind::input) g.values[c] = g.inputs[static_cast<std::size_t>(g.desc[c].index)];
+      else if (g.desc[c].kind == gkind::grad_input) g.values[c] = g.grads[static_cast<std::size_t>(g.desc[c].index)];
+    }
+    if (roles[c] == role::leaf) g.shapes[c] = g.values[c].shape();
+    else g.infer_shape(static_cast<int>(c));
+  }
+}
 
 template <class A, auto Active, auto Keep, Element T>
 void fused_evaluate(eval_context<A, T>& ctx) {
   static constexpr auto& sch = schedule_v<A, Active, Keep>;
-  using tables = fused_tables<A, Active, Keep, T>;
-  // Leaves and shapes, in topological order.
-  [&]<std::size_t... C>(std::index_sequence<C...>) {
-    (
-        [&] {
-          using E = typename A::template node_t<C>;
-          if constexpr (sch.roles[C] == role::leaf) {
-            if constexpr (Active[C] && A::cg.kind[C] == gkind::input) ctx.values[C] = ctx.inputs[E::index];
-            else if constexpr (Active[C] && A::cg.kind[C] == gkind::grad_input) ctx.values[C] = ctx.grads[E::index];
-            ctx.shapes[C] = ctx.values[C].shape();
-          } else if constexpr (sch.roles[C] != role::none) {
-            infer_shape<A, C, T>(ctx);
-          }
-        }(),
-        ...);
-  }(std::make_index_sequence<A::M>{});
-  const auto ops = tables::ops(ctx.nodes);
-  static constexpr const fused_view& L = fused_view_v<A, Active, Keep>;
-  fused_runner<T> run(L, tables::kernels.data(), tables::bodies.data(), ops.data(), tables::evals.data(), ctx.nodes,
-                      ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
-  for (int s = 0; s < L.stages; ++s) run.stage(s);
-  // A kept broadcast-of-a-reduction is materialised directly.
   static constexpr auto& layout = fused_layout_v<A, Active, Keep>;
+  node_eval<T> g = nodes_of<A>(ctx.instance, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
+  fused_shapes(g, sch.roles.data(), Active.data(), A::M);
+  fused_runner<T> run(fused_view_v<A, Active, Keep>, fused_bodies<A, Active, Keep, T>::value.data(), g);
+  for (int s = 0; s < layout.stages; ++s) run.stage(s);
+  // A kept broadcast-of-a-reduction is materialised directly.
   for (std::size_t c = 0; c < A::M; ++c)
     if (layout.kept_unreduce[c]) run.eval(static_cast<int>(c));
 }

@@ -12,14 +12,9 @@ namespace fusegrad {
 template <Element T>
 tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
   const auto mask = detail::reduce_mask("max", x.shape(), dims);
-  if (detail::reduced_count(x.shape(), mask) == 0)
-    detail::fail("max", "cannot reduce a tensor of shape ", to_string(x.shape()),
-                 " over an empty dim; expected a non-empty reduction");
-  if (auto* rec = detail::active_recorder<T>()) [[unlikely]]
-    return rec->reduce(detail::reduce_op::max, x, mask, keepdim);
-  tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::max);
-  const shape out = detail::reduced_shape(x.shape(), mask, keepdim);
-  tensor<T> y = detail::alias(r, out, contiguous_strides(out), 0);
+  tensor<T> y = detail::reduce_values(detail::reduce_op::max, x, mask, keepdim);
+  if (detail::active_recorder<T>()) [[unlikely]]
+    return y;  // traced: the tracer derives the backward
   if (detail::needs_grad(x)) {
     detail::record<T>(dims.empty() ? "MaxBackward1" : "MaxBackward0", {x}, {&y}, {x, y},
                       [mask](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {

@@ -9,13 +9,10 @@ namespace fusegrad {
 template <Element T>
 tensor<T> mean(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
   const auto mask = detail::reduce_mask("mean", x.shape(), dims);
-  if (auto* rec = detail::active_recorder<T>()) [[unlikely]]
-    return rec->reduce(detail::reduce_op::mean, x, mask, keepdim);
+  tensor<T> y = detail::reduce_values(detail::reduce_op::mean, x, mask, keepdim);
+  if (detail::active_recorder<T>()) [[unlikely]]
+    return y;  // traced: the tracer derives the backward
   const index_t n = detail::reduced_count(x.shape(), mask);
-  tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::sum);
-  r = detail::map(ops::div_scalar_op<T>{static_cast<T>(n)}, r);
-  const shape out = detail::reduced_shape(x.shape(), mask, keepdim);
-  tensor<T> y = detail::alias(r, out, contiguous_strides(out), 0);
   detail::record_layout(std::string_view(dims.empty() ? "MeanBackward0" : "MeanBackward1"), x, y,
                         [from = x.shape(), mask, n](const tensor<T>& g) {
                           return detail::unreduce(tensor<T>(g / static_cast<T>(n)), from, mask);

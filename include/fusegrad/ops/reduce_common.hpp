@@ -2,6 +2,7 @@
 /// \file fusegrad/ops/reduce_common.hpp
 /// Dim handling shared by the reductions `sum`, `mean` and `max`.
 
+#include "fusegrad/ops/div.hpp"
 #include "fusegrad/ops/views.hpp"
 
 namespace fusegrad::detail {
@@ -42,6 +43,23 @@ tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool
   if (auto* r = active_recorder<T>()) [[unlikely]]
     return r->expand(g, from, mask);
   return g.reshape(reduced_shape(from, mask, true)).expand(from);
+}
+
+/// The values of `op` (sum, mean or max) of `x` over `mask`'s dims, without recording a
+/// backward (a tracer on this thread records the reduction instead): the one body of the
+/// eager reductions and of compiled graphs' reduction nodes. An empty max throws.
+template <Element T>
+tensor<T> reduce_values(reduce_op op, const tensor<T>& x, const std::vector<bool>& mask, bool keepdim) {
+  const index_t n = reduced_count(x.shape(), mask);
+  if (op == reduce_op::max && n == 0)
+    fail("max", "cannot reduce a tensor of shape ", to_string(x.shape()),
+         " over an empty dim; expected a non-empty reduction");
+  if (auto* rec = active_recorder<T>()) [[unlikely]]
+    return rec->reduce(op, x, mask, keepdim);
+  tensor<T> r = reduce_keepdim(x, mask, op == reduce_op::max ? reduce_kind::max : reduce_kind::sum);
+  if (op == reduce_op::mean) r = map(ops::div_scalar_op<T>{static_cast<T>(n)}, r);
+  const shape out = reduced_shape(x.shape(), mask, keepdim);
+  return alias(r, out, contiguous_strides(out), 0);
 }
 
 }  // namespace fusegrad::detail

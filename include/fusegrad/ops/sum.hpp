@@ -9,11 +9,9 @@ namespace fusegrad {
 template <Element T>
 tensor<T> sum(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
   const auto mask = detail::reduce_mask("sum", x.shape(), dims);
-  if (auto* rec = detail::active_recorder<T>()) [[unlikely]]
-    return rec->reduce(detail::reduce_op::sum, x, mask, keepdim);
-  tensor<T> r = detail::reduce_keepdim(x, mask, detail::reduce_kind::sum);
-  const shape out = detail::reduced_shape(x.shape(), mask, keepdim);
-  tensor<T> y = detail::alias(r, out, contiguous_strides(out), 0);
+  tensor<T> y = detail::reduce_values(detail::reduce_op::sum, x, mask, keepdim);
+  if (detail::active_recorder<T>()) [[unlikely]]
+    return y;  // traced: the tracer derives the backward
   detail::record_layout(std::string_view(dims.empty() ? "SumBackward0" : "SumBackward1"), x, y,
                         [from = x.shape(), mask](const tensor<T>& g) { return detail::unreduce(g, from, mask); });
   return y;
