@@ -249,15 +249,11 @@ bool needs_grad(const std::vector<tensor<T>>& ts) {
   return std::any_of(ts.begin(), ts.end(), [](const auto& t) { return t.defined() && t.requires_grad(); });
 }
 
-/// Records `name` on the tape: a node with one edge per input, saving `saved` (held as
-/// detached aliases so saving an output makes no reference cycle), producing `outputs`.
-template <Element T, class Rule>
-std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
-                                const std::vector<tensor<T>*>& outputs,
-                                std::vector<tensor<T>> saved, Rule rule) {
-  for (auto& s : saved)
-    if (s.defined()) s = s.detach();
-  auto n = std::make_shared<rule_node<T, Rule>>(name, std::move(saved), std::move(rule));
+/// Puts node `n` on the tape: one edge per input, producing `outputs` (one function per
+/// element type, whatever the node).
+template <Element T>
+std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, const std::vector<tensor<T>>& inputs,
+                                const std::vector<tensor<T>*>& outputs) {
   std::vector<edge<T>> e;
   e.reserve(inputs.size());
   for (const auto& in : inputs) e.push_back(gradient_edge(in));
@@ -270,6 +266,24 @@ std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<
     n->add_output(impl.sizes);
   }
   return n;
+}
+
+/// Saved tensors as detached aliases (saving an output makes no reference cycle).
+template <Element T>
+std::vector<tensor<T>> detached(std::vector<tensor<T>> saved) {
+  for (auto& s : saved)
+    if (s.defined()) s = s.detach();
+  return saved;
+}
+
+/// Records `name` on the tape: a node with one edge per input, saving `saved` (held as
+/// detached aliases so saving an output makes no reference cycle), producing `outputs`.
+template <Element T, class Rule>
+std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
+                                const std::vector<tensor<T>*>& outputs,
+                                std::vector<tensor<T>> saved, Rule rule) {
+  return attach<T>(std::make_shared<rule_node<T, Rule>>(name, detached(std::move(saved)), std::move(rule)), inputs,
+                   outputs);
 }
 
 /// What runs a backward pass instead of the engine when compiled autograd is compiled in
@@ -418,8 +432,7 @@ void backward(std::initializer_list<tensor<T>> outputs, std::initializer_list<te
 }
 
 template <Element T>
-template <class F>
-  requires std::invocable<F&, const tensor<T>&>
+template <TensorHook<T> F>
 std::uint64_t tensor<T>::register_hook(F&& f) {
   auto& i = checked("register_hook");
   if (!i.requires_grad)

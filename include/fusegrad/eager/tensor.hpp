@@ -27,6 +27,12 @@ namespace fusegrad {
 
 template <Element T>
 class tensor;
+
+/// A gradient hook of a `tensor<T>`: called with the gradient, returns nothing or a
+/// replacement gradient (see `tensor::register_hook`).
+template <class F, class T>
+concept TensorHook = std::invocable<F&, const tensor<T>&>;
+
 template <Element T>
 class node;
 
@@ -197,8 +203,7 @@ class tensor {
   /// Under compiled autograd, a hook is an opaque `call_hook` node of the captured backward,
   /// run on the gradient's value; a generic lambda (`[](auto g) { ... }`) is traced instead,
   /// its ops fused with the rest of the backward.
-  template <class F>
-    requires std::invocable<F&, const tensor<T>&>
+  template <TensorHook<T> F>
   std::uint64_t register_hook(F&& f);
   /// Removes the hook with id `id` (returns false if there was none).
   bool remove_hook(std::uint64_t id);

@@ -376,7 +376,7 @@ class program {
       }
       for (int s = 0; s < 2; ++s) {
         const source_ref& sr = in.src[s];
-        if (sr.node < 0) continue;
+        if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
         const auto u = static_cast<std::size_t>(sr.node);
         if (sr.reg >= 0) P.src[s] = regs + sr.reg * tile;
         else if (sr.splat) {
