@@ -679,9 +679,10 @@ TEST_CASE("grad_fn names") {
       {fg::cat(std::vector<td>{a, b}), "CatBackward0"}, {a.t().contiguous(), "CloneBackward0"},
       {a.clone(), "CloneBackward0"},
   };
-  for (const auto& [t, name] : cases) {
+  for (const auto& c : cases) {
+    const std::string_view name = c.second;  // not a structured binding: CAPTURE uses it in a lambda (clang 14)
     CAPTURE(name);
-    CHECK(t.grad_fn_name() == name);
+    CHECK(c.first.grad_fn_name() == name);
   }
   {
     fg::no_grad guard;
