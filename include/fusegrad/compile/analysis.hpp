@@ -69,7 +69,7 @@ constexpr bool constant_evaluable(std::index_sequence<I...>) {
 /// The outputs of a function as the forward joint tree.
 template <class... R>
 constexpr joint<R...> forward_joint_of(const std::tuple<R...>& outs) {
-  return std::apply([](const auto&... r) { return joint<R...>{{r...}}; }, outs);
+  return std::apply([](const auto&... r) { return make_joint_of(r...); }, outs);
 }
 
 /// The forward expression of a constant-evaluable function, as a constant.
@@ -174,51 +174,46 @@ struct analysis {
     return !std::is_same_v<decltype(adjoint<P>(fptrs{})), zero_t>;
   }
 
-  template <std::size_t C>
-  static auto contributions(fptrs fp) {
-    constexpr std::size_t nu = users.second[C];
-    auto from_users = [&]<std::size_t... U>(std::index_sequence<U...>) {
-      return std::tuple{[&] {
-        constexpr auto pu = users.first[C][U];
-        constexpr auto P = static_cast<std::size_t>(pu.first);
-        constexpr auto ch = fcg.children[P];
-        if constexpr (!live<P>()) return zero_t{};
-        else return contribution<P, static_cast<std::size_t>(pu.second), ch[0], ch[1], ch[2], T>(
-            fnode<P>(fp));
-      }()...};
-    }(std::make_index_sequence<nu>{});
-    auto seeds = [&]<std::size_t... K>(std::index_sequence<K...>) {
-      return std::tuple_cat([&] {
-        if constexpr (out_node[K] == static_cast<int>(C)) return std::tuple<gsym<K, T>>{};
-        else return std::tuple<>{};
-      }()...);
-    }(std::make_index_sequence<n_out>{});
-    return std::tuple_cat(from_users, seeds);
+  /// The contribution of forward node C's U-th user to C's adjoint (zero when that user has
+  /// no adjoint itself).
+  template <std::size_t C, std::size_t U>
+  static auto user_contribution(fptrs fp) {
+    constexpr auto pu = users.first[C][U];
+    constexpr auto P = static_cast<std::size_t>(pu.first);
+    constexpr auto ch = fcg.children[P];
+    if constexpr (!live<P>()) return zero_t{};
+    else return contribution<P, static_cast<std::size_t>(pu.second), ch[0], ch[1], ch[2], T>(fnode<P>(fp));
+  }
+  /// The gradient of output K when forward node C is that output, else zero.
+  template <std::size_t C, std::size_t K>
+  static auto seed() {
+    if constexpr (out_node[K] == static_cast<int>(C)) return gsym<K, T>{};
+    else return zero_t{};
   }
 
   template <class X>
   static constexpr bool is_zero = std::is_same_v<X, zero_t>;
 
-  /// The adjoint of forward node C: one contribution as it is; several, each summed to C's
-  /// shape first; an input's adjoint is always summed to the input's shape.
+  /// The adjoint of forward node C: the sum of its users' contributions and its output
+  /// seeds; one contribution as it is; several, each summed to C's shape first; an input's
+  /// adjoint is always summed to the input's shape. (A fold over packs, no tuples: this runs
+  /// once per forward node.)
   template <std::size_t C>
   static auto adjoint(fptrs fp) {
     if constexpr (!has_adjoint[C]) {
       return zero_t{};
     } else {
-      auto parts = contributions<C>(fp);
-      return std::apply(
-          [](const auto&... x) {
-            constexpr std::size_t live = (std::size_t{0} + ... + (is_zero<std::remove_cvref_t<decltype(x)>> ? 0 : 1));
-            constexpr bool reduce_each = live > 1 || fcg.kind[C] == gkind::input;
-            auto wrap = [](const auto& v) {
-              using V = std::remove_cvref_t<decltype(v)>;
-              if constexpr (is_zero<V> || !reduce_each) return v;
-              else return sumto_expr<C, V>{{}, v};
-            };
-            return fold_add(wrap(x)...);
-          },
-          parts);
+      return [&]<std::size_t... U, std::size_t... K>(std::index_sequence<U...>, std::index_sequence<K...>) {
+        constexpr std::size_t live = (std::size_t{0} + ... + (is_zero<decltype(user_contribution<C, U>(fp))> ? 0 : 1)) +
+                                     (std::size_t{0} + ... + (out_node[K] == static_cast<int>(C) ? 1 : 0));
+        constexpr bool reduce_each = live > 1 || fcg.kind[C] == gkind::input;
+        auto wrap = [](const auto& v) {
+          using V = std::remove_cvref_t<decltype(v)>;
+          if constexpr (is_zero<V> || !reduce_each) return v;
+          else return sumto_expr<C, V>{{}, v};
+        };
+        return fold_add(wrap(user_contribution<C, U>(fp))..., wrap(seed<C, K>())...);
+      }(std::make_index_sequence<users.second[C]>{}, std::make_index_sequence<n_out>{});
     }
   }
 
@@ -252,8 +247,7 @@ struct analysis {
     std::size_t pos = 0;
     collect_addresses(fj, fp.data(), pos);
     return [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
-      return joint<std::tuple_element_t<K, out_t>..., adjoint_t<live_ids[J]>...>{
-          {std::get<K>(outs)..., adjoint<live_ids[J]>(fp.data())...}};
+      return make_joint_of(std::get<K>(outs)..., adjoint<live_ids[J]>(fp.data())...);
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<n_live>{});
   }
   using joint_t = decltype(make_joint(std::declval<const Fn&>()));

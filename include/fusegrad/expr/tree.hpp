@@ -14,11 +14,35 @@
 
 namespace fusegrad::detail {
 
-/// The joint tree: forward outputs and backward outputs side by side (not a node itself).
-template <class... Roots>
-struct joint {
-  std::tuple<Roots...> roots;
+/// One root of a joint tree.
+template <std::size_t I, class X>
+struct joint_root {
+  X value;
 };
+template <class Seq, class... Roots>
+struct joint_roots;
+template <std::size_t... I, class... Roots>
+struct joint_roots<std::index_sequence<I...>, Roots...> : joint_root<I, Roots>... {};
+
+/// The joint tree: forward outputs and backward outputs side by side (not a node itself).
+/// A flat aggregate of its roots (a joint tree has dozens: std::tuple's recursive storage and
+/// constrained constructors cost the compiler far more).
+template <class... Roots>
+struct joint : joint_roots<std::index_sequence_for<Roots...>, Roots...> {};
+
+/// A joint tree of `roots`.
+template <class... Roots>
+constexpr joint<Roots...> make_joint_of(const Roots&... roots) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return joint<Roots...>{{joint_root<I, Roots>{roots}...}};
+  }(std::index_sequence_for<Roots...>{});
+}
+
+/// Root `I` of a joint tree.
+template <std::size_t I, class X>
+constexpr const X& root(const joint_root<I, X>& r) {
+  return r.value;
+}
 
 template <class E> struct children_of { using type = std::tuple<>; };
 template <class Op, class... A> struct children_of<expr_node<Op, A...>> { using type = std::tuple<A...>; };
@@ -58,7 +82,7 @@ constexpr const auto& child(const E& e) {
     if constexpr (I + 1 == std::tuple_size_v<typename children_of<E>::type>) return e.fwd;
     else return operand<I>(e.args);
   } else if constexpr (requires { e.args; }) return operand<I>(e.args);
-  else if constexpr (requires { e.roots; }) return std::get<I>(e.roots);
+  else if constexpr (is_joint_v<E>) return root<I>(e);
   else if constexpr (requires { e.a; }) {
     if constexpr (I == 0) return e.a;
     else return e.b;
