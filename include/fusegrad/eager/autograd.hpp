@@ -4,6 +4,8 @@
 /// that runs a backward pass in reverse topological order.
 
 #include <algorithm>
+#include <cstddef>
+#include <new>
 #include <queue>
 #include <unordered_map>
 
@@ -206,18 +208,46 @@ class saving_node : public node<T> {
 };
 
 /// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every
-/// built-in op and custom function takes on the eager tape.
-template <Element T, class Rule>
+/// built-in op and custom function takes on the eager tape. One class per element type: the
+/// rule is held type-erased (in the node when it is small, as op rules are), so an op costs
+/// the compiler two small functions (call and destroy its rule) instead of a node class with
+/// its vtable, destructors and shared_ptr control block.
+template <Element T>
 class rule_node final : public saving_node<T> {
  public:
+  template <class Rule>
   rule_node(std::string_view name, std::vector<tensor<T>> saved, Rule rule)
-      : saving_node<T>(name, std::move(saved)), rule_(std::move(rule)) {}
+      : saving_node<T>(name, std::move(saved)), call_(&call<Rule>), drop_(&drop<Rule>) {
+    if constexpr (inline_rule<Rule>) rule_ = ::new (static_cast<void*>(buf_)) Rule(std::move(rule));
+    else rule_ = new Rule(std::move(rule));
+  }
+  rule_node(const rule_node&) = delete;
+  rule_node& operator=(const rule_node&) = delete;
+  ~rule_node() override { drop_(rule_); }
 
  private:
-  std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) override {
-    return rule_(saved, grads);
+  static constexpr std::size_t buffer = 80;
+  template <class Rule>
+  static constexpr bool inline_rule = sizeof(Rule) <= buffer && alignof(Rule) <= alignof(std::max_align_t);
+  using call_fn = std::vector<tensor<T>> (*)(void*, const std::vector<tensor<T>>&, std::vector<tensor<T>>&);
+
+  template <class Rule>
+  static std::vector<tensor<T>> call(void* r, const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) {
+    return (*static_cast<Rule*>(r))(saved, grads);
   }
-  Rule rule_;
+  template <class Rule>
+  static void drop(void* r) noexcept {
+    if constexpr (inline_rule<Rule>) static_cast<Rule*>(r)->~Rule();
+    else delete static_cast<Rule*>(r);
+  }
+  std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) override {
+    return call_(rule_, saved, grads);
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[buffer];
+  void* rule_ = nullptr;
+  call_fn call_;
+  void (*drop_)(void*) noexcept;
 };
 
 /// The AccumulateGrad node of a leaf that requires grad (made on first use, then reused).
@@ -282,7 +312,7 @@ template <Element T, class Rule>
 std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
                                 const std::vector<tensor<T>*>& outputs,
                                 std::vector<tensor<T>> saved, Rule rule) {
-  return attach<T>(std::make_shared<rule_node<T, Rule>>(name, detached(std::move(saved)), std::move(rule)), inputs,
+  return attach<T>(std::make_shared<rule_node<T>>(name, detached(std::move(saved)), std::move(rule)), inputs,
                    outputs);
 }
 
