@@ -255,7 +255,8 @@ class compiled_function {
 /// policy `Policy`: `fg::compile(fn)`, `fg::compile<fg::backend::aot_eager>(fn)`,
 /// `fg::compile<fg::backend::fused, fg::policy::save_all>(fn)`.
 template <Backend B = backend::fused, class Policy = policy::min_cut, class Fn>
-compiled_function<B, Policy, Fn> compile(Fn fn) {
+auto compile(Fn fn) {  // returns compiled_function<B, Policy, Fn>; `auto` so that clang names
+                       // the unmet Backend concept instead of failing on the return type
   return compiled_function<B, Policy, Fn>(std::move(fn));
 }
 
