@@ -123,7 +123,7 @@ template <Element T>
 tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op, const tensor<T>& a,
                            const tensor<T>* b) {
   const bool same = !b || a.shape() == b->shape();
-  tensor<T> out = empty<T>(same ? a.shape() : broadcast_shapes(name, a.shape(), b->shape()));
+  tensor<T> out = same ? empty<T>(a.shape()) : empty<T>(broadcast_shapes(name, a.shape(), b->shape()));  // no shape copy
   if (out.numel() == 0) return out;
   if (same && a.is_contiguous() && (!b || b->is_contiguous()))
     fn(op, a.data_ptr(), b ? static_cast<const T*>(b->data_ptr()) : nullptr, out.data_ptr(), out.numel());
