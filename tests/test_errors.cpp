@@ -55,6 +55,17 @@ TEST_CASE("fg::error is a std::exception carrying the op name") {
   }
 }
 
+TEST_CASE("messages format their arguments: text, integers exactly, floating point like %g") {
+  const std::string_view view = "view";
+  const std::string str = "string";
+  CHECK(message_of([&] { fg::detail::fail("op", "a ", view, ' ', str, " ", 42, " ", -7L, " ", std::size_t{18446744073709551615ull}); }) ==
+        "fusegrad::op: a view string 42 -7 18446744073709551615");
+  CHECK(message_of([] { fg::detail::fail("op", 0.5, " ", 1.0 / 3.0, " ", 2.5f, " ", 1e-5, " ", 1e10, " ", -0.0); }) ==
+        "fusegrad::op: 0.5 0.333333 2.5 1e-05 1e+10 -0");
+  CHECK(message_of([] { fg::detail::fail("op", true, "/", false); }) == "fusegrad::op: true/false");
+  CHECK(fg::detail::cat("shape ", fg::to_string(fg::shape{2, 3}), " x", 2) == "shape [2, 3] x2");
+}
+
 // ---------------------------------------------------------------------------------------
 // Broadcasting and shapes of element-wise ops
 // ---------------------------------------------------------------------------------------
