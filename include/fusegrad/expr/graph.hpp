@@ -232,44 +232,18 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, c
   return g;
 }
 
-/// The slots from the root down to tree position `t` (the path `node_at_t` follows).
-template <std::size_t N>
-constexpr std::size_t depth_of(const std::array<raw_entry, N>& raw, int t) {
-  std::size_t d = 1;
-  while (raw[static_cast<std::size_t>(t)].parent >= 0) {
-    t = raw[static_cast<std::size_t>(t)].parent;
-    ++d;
-  }
-  return d;
-}
-template <std::size_t D, std::size_t N>
-constexpr std::array<int, D> path_of(const std::array<raw_entry, N>& raw, int t) {
-  std::array<int, D> p{};
-  for (std::size_t k = D; k-- > 0;) {
-    p[k] = raw[static_cast<std::size_t>(t)].slot;
-    t = raw[static_cast<std::size_t>(t)].parent;
-  }
-  return p;
-}
-
-/// The type reached from `E` by following operand slots `P...` (one small instantiation per
-/// step, shared by paths with a common suffix).
-template <class E, int... P>
-struct at_path {
-  using type = E;
-};
-template <class E, int P0, int... P>
-struct at_path<E, P0, P...> {
-  using type = typename at_path<std::tuple_element_t<static_cast<std::size_t>(P0), children_t<E>>, P...>::type;
-};
-/// The type of the node at tree position `t` of the tree `J` whose table is `Raw`.
-template <class J, const auto& Raw, int t>
+/// The type of the node at tree position `t` of the tree `J` whose table is `Raw`: the
+/// operand in slot `Raw[t].slot` of its parent's type. Memoised per position, so every
+/// ancestor is instantiated once for all the positions asked about (a lookup along the path
+/// from the root instantiated one step per position and depth).
+template <class J, const auto& Raw, int t, int parent = Raw[static_cast<std::size_t>(t)].parent>
 struct node_type_at {
-  static constexpr std::size_t depth = depth_of(Raw, t);
-  static constexpr auto path = path_of<depth>(Raw, t);
-  using type = typename decltype([]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::type_identity<typename at_path<J, path[I]...>::type>{};
-  }(std::make_index_sequence<depth>{}))::type;
+  using type = std::tuple_element_t<static_cast<std::size_t>(Raw[static_cast<std::size_t>(t)].slot),
+                                    children_t<typename node_type_at<J, Raw, parent>::type>>;
+};
+template <class J, const auto& Raw, int t>
+struct node_type_at<J, Raw, t, -1> {  // a root of the joint tree
+  using type = std::tuple_element_t<static_cast<std::size_t>(Raw[static_cast<std::size_t>(t)].slot), children_t<J>>;
 };
 
 }  // namespace fusegrad::detail
