@@ -118,9 +118,9 @@ class compiled_function {
       // Inside fg::jit, the generic body is traced into the surrounding graph instead (it
       // fuses with its neighbours there, and reading its inputs would break the graph).
       if constexpr (A::n_out == 1)
-        if (auto* r = detail::active_recorder<T>()) [[unlikely]] {
+        if (detail::active_recorder<T>()) [[unlikely]] {
           if constexpr (forward_has_custom<A>()) return tensor<T>(fn_(x0, xs...));
-          else return trace_forward<T, 1 + sizeof...(Ts)>(*r, {x0, xs...});
+          else return trace_forward<T, 1 + sizeof...(Ts)>({x0, xs...});
         }
       auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
       if constexpr (A::n_out == 1) return outs[0];
@@ -204,7 +204,7 @@ class compiled_function {
             // A traced backward (compiled autograd): node by node into the captured graph; the
             // nodes print as aot<id>_<k>.
             const std::size_t from = rec->inline_begin();
-            detail::nodes_of<A>(*inst, values, sh, no_inputs, grads).trace(*rec, active.data(), M);
+            detail::nodes_of<A>(*inst, values, sh, no_inputs, grads).run(active.data(), M);
             rec->inline_end(from);
           } else {
             B::template evaluate<A, active, roots, T>(bctx);
@@ -232,7 +232,7 @@ class compiled_function {
   /// The forward recorded node by node into the active tracer (its canonical graph: shared
   /// subexpressions once), without instantiating an eager kernel per op.
   template <Element T, std::size_t N>
-  tensor<T> trace_forward(detail::recorder<T>& r, const std::vector<tensor<T>>& in) const {
+  tensor<T> trace_forward(const std::vector<tensor<T>>& in) const {  // a tracer is active
     using A = detail::analysis<T, Fn, N>;
     static constexpr std::array<bool, A::M> fwd = [] {
       std::array<bool, A::M> a{};
@@ -243,7 +243,7 @@ class compiled_function {
     std::vector<tensor<T>> values(A::M);
     std::vector<shape> shapes(A::M);
     const std::vector<tensor<T>> no_grads;
-    detail::nodes_of<A>(*inst, values, shapes, in, no_grads).trace(r, fwd.data(), A::M);
+    detail::nodes_of<A>(*inst, values, shapes, in, no_grads).run(fwd.data(), A::M);
     return values[static_cast<std::size_t>(A::out_node[0])];
   }
 

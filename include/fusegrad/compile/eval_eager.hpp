@@ -185,26 +185,22 @@ struct node_eval {
         if (d.arity == 1 || arg_shape(c, 0) == arg_shape(c, 1)) out = arg_shape(c, 0);
         else out = broadcast_shapes(d.name, arg_shape(c, 0), arg_shape(c, 1));
         break;
-      case gkind::reduction: {
-        const shape& in = arg_shape(c, 0);
-        if (d.raxis == reduce_axis::all) {
-          out = keepdim(c) ? keepdim_shape(in, reduce_axis::all) : shape{};
-        } else {
-          if (in.empty()) fail(reduce_name(d.rkind), "cannot reduce the last dim of a 0-d value inside fg::compile");
-          out = in;
-          if (keepdim(c)) out.back() = 1;
-          else out.pop_back();
-        }
-        break;
-      }
+      case gkind::reduction: out = reduced_shape(arg_shape(c, 0), reduction_mask(d, arg_shape(c, 0)), keepdim(c)); break;
       case gkind::sumto:
       case gkind::unreduce: out = shapes[static_cast<std::size_t>(d.source)]; break;
       case gkind::matmul: out = matmul_shape(arg_shape(c, 0), arg_shape(c, 1), d.ta, d.tb); break;
     }
   }
 
-  static constexpr std::string_view reduce_name(reduce_kind_t k) {
-    return k == reduce_kind_t::sum ? "sum" : k == reduce_kind_t::mean ? "mean" : "max";
+  /// The dims a reduction node (or the broadcast of its gradient back) spans in shape `s`:
+  /// all of them, or the last one (which a 0-d value does not have).
+  static std::vector<bool> reduction_mask(const node_desc& d, const shape& s) {
+    if (d.raxis == reduce_axis::last && s.empty())
+      fail(d.rkind == reduce_kind_t::sum ? "sum" : d.rkind == reduce_kind_t::mean ? "mean" : "max",
+           "cannot reduce the last dim of a 0-d value inside fg::compile");
+    std::vector<bool> mask(s.size(), d.raxis == reduce_axis::all);
+    if (!mask.empty()) mask.back() = true;
+    return mask;
   }
 
   /// Element-wise node c (an op of the IR's op table) recorded into tracer `r`.
@@ -230,12 +226,8 @@ struct node_eval {
         return pointwise_values<T>(d.name, kernels[u], state[u], arg(c, 0), d.arity == 2 ? &arg(c, 1) : nullptr);
       case gkind::reduction: {
         const tensor<T>& x = arg(c, 0);
-        if (d.raxis == reduce_axis::last && x.dim() == 0)
-          fail(reduce_name(d.rkind), "cannot reduce the last dim of a 0-d value inside fg::compile");
-        std::vector<bool> mask(x.dim(), d.raxis == reduce_axis::all);
-        if (!mask.empty()) mask.back() = true;
         const reduce_op op = d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
-        return reduce_values(op, x, mask, keepdim(c));
+        return reduce_values(op, x, reduction_mask(d, x.shape()), keepdim(c));
       }
       case gkind::sumto: return sum_to(arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
       case gkind::unreduce: return unreduce_values(d, arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
@@ -254,9 +246,7 @@ struct node_eval {
     const shape ks = keepdim_shape(to, d.raxis);
     const index_t n = numel(to) / std::max<index_t>(numel(ks), 1);
     if (auto* r = active_recorder<T>()) [[unlikely]] {
-      std::vector<bool> mask(to.size(), d.raxis == reduce_axis::all);
-      if (!mask.empty()) mask.back() = true;
-      tensor<T> e = r->expand(g, to, mask);
+      tensor<T> e = r->expand(g, to, reduction_mask(d, to));
       if (d.rkind != reduce_kind_t::mean) return e;
       const ops::div_scalar_op<T> div{static_cast<T>(n)};
       return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), e, nullptr);
@@ -267,21 +257,13 @@ struct node_eval {
     return contiguous_copy(e);
   }
 
-  /// Evaluates the nodes flagged in `active` (in order), keeping their shapes.
+  /// Evaluates the nodes flagged in `active` (in order), keeping their shapes. While a tracer
+  /// records, this records them (element-wise nodes of the IR's op table straight into the
+  /// graph, no eager kernel involved).
   void run(const bool* active, std::size_t m) {
     for (std::size_t c = 0; c < m; ++c)
       if (active[c]) {
         values[c] = eval(static_cast<int>(c));
-        shapes[c] = values[c].shape();
-      }
-  }
-  /// Records the nodes flagged in `active` (in order) into tracer `r`: element-wise nodes of
-  /// the IR's op table directly (no eager kernel involved), the others through `eval`.
-  void trace(recorder<T>& r, const bool* active, std::size_t m) {
-    for (std::size_t c = 0; c < m; ++c)
-      if (active[c]) {
-        const int n = static_cast<int>(c);
-        values[c] = desc[c].kind == gkind::pointwise && desc[c].op >= 0 ? record_pointwise(r, n) : eval(n);
         shapes[c] = values[c].shape();
       }
   }

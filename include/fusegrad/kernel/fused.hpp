@@ -74,11 +74,8 @@ struct fused_layout {
   std::array<int, M> r_slot{};     ///< per `rn` entry: the slot the reduction reads
   std::array<int, M + 1> nregs{};  ///< per stage: tile registers
   std::array<int, M> value_child{};  ///< a custom node: the operand holding its value
-  std::array<reduce_kind_t, M> rkind{};
-  std::array<reduce_axis, M> raxis{};
-  std::array<bool, M> reduction{};  ///< a reduce expression (its view spans the reduced dims)
-  std::array<bool, M> unreduce{};
-  std::array<bool, M> kept_unreduce{};
+  std::array<bool, M> kept_unreduce{};  ///< a broadcast-of-a-reduction the caller reads
+  // A node's own facts (kind, reduction kind and axis, operands) are its `node_desc`.
 };
 
 /// The same, as pointers: what `fused_runner` reads (one instantiation per element type).
@@ -86,10 +83,6 @@ struct fused_view {
   int stages;
   const int *c_at, *r_at, *w_at, *l_at, *m_at, *cn, *rn, *wn, *mn, *ln, *reg, *store_of, *a_slot, *b_slot, *out_slot,
       *w_slot, *r_slot, *nregs, *value_child;
-  const reduce_kind_t* rkind;
-  const reduce_axis* raxis;
-  const bool *reduction, *unreduce;
-  const std::array<int, 3>* children;
 };
 
 template <class A, auto Active, auto Keep>
@@ -178,15 +171,7 @@ constexpr fused_layout<A::M> make_fused_layout() {
   }
   const auto s = at(sch.stages);
   L.c_at[s] = nc, L.r_at[s] = nr, L.w_at[s] = nw, L.l_at[s] = nl, L.m_at[s] = nm;
-  constexpr auto& desc = node_tables<A>::desc;
-  for (std::size_t c = 0; c < M; ++c) {
-    const gkind k = desc[c].kind;
-    L.rkind[c] = desc[c].rkind;
-    L.raxis[c] = desc[c].raxis;
-    L.reduction[c] = k == gkind::reduction;
-    L.unreduce[c] = k == gkind::unreduce;
-    L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
-  }
+  for (std::size_t c = 0; c < M; ++c) L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
   return L;
 }
 
@@ -194,16 +179,15 @@ template <class A, auto Active, auto Keep>
 inline constexpr fused_layout<A::M> fused_layout_v = make_fused_layout<A, Active, Keep>();
 
 template <std::size_t M>
-constexpr fused_view view_of(const fused_layout<M>& L, const std::array<int, 3>* children) {
+constexpr fused_view view_of(const fused_layout<M>& L) {
   return {L.stages,        L.c_at.data(),     L.r_at.data(),      L.w_at.data(),     L.l_at.data(),
           L.m_at.data(),   L.cn.data(),       L.rn.data(),        L.wn.data(),       L.mn.data(),
           L.ln.data(),     L.reg.data(),      L.store_of.data(),  L.a_slot.data(),   L.b_slot.data(),
-          L.out_slot.data(), L.w_slot.data(), L.r_slot.data(),    L.nregs.data(),    L.value_child.data(),
-          L.rkind.data(),  L.raxis.data(),    L.reduction.data(), L.unreduce.data(), children};
+          L.out_slot.data(), L.w_slot.data(), L.r_slot.data(),    L.nregs.data(),    L.value_child.data()};
 }
 
 template <class A, auto Active, auto Keep>
-inline constexpr fused_view fused_view_v = view_of(fused_layout_v<A, Active, Keep>, A::cg.children.data());
+inline constexpr fused_view fused_view_v = view_of(fused_layout_v<A, Active, Keep>);
 
 /// Stage `S`'s row body (see `row_body_fn`).
 template <class A, auto Active, auto Keep, int S, Element T>
@@ -269,7 +253,8 @@ class fused_runner {
   }
 
  private:
-  const std::array<int, 3>& ch(int c) const { return L_.children[static_cast<std::size_t>(c)]; }
+  const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
+  const node_desc& d(int c) const { return g_.desc[c]; }
   tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
   const shape& shp(int c) const { return g_.shapes[static_cast<std::size_t>(c)]; }
 
@@ -301,7 +286,7 @@ class fused_runner {
     for (int j = w0; j < w1; ++j) one_space = one_space && broadcasts_to(shp(L_.wn[j]), space);
     if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
       for (int j = L_.l_at[S]; j < L_.l_at[S + 1]; ++j)
-        if (L_.unreduce[L_.ln[j]] && !val(L_.ln[j]).defined()) eval(L_.ln[j]);
+        if (d(L_.ln[j]).kind == gkind::unreduce && !val(L_.ln[j]).defined()) eval(L_.ln[j]);
       for (int q = L_.c_at[S]; q < L_.c_at[S + 1]; ++q) {
         const int c = L_.cn[q];
         if (L_.reg[q] < 0) val(c) = val(L_.value_child[c]);
@@ -320,12 +305,12 @@ class fused_runner {
       // broadcast) sees each element once: it is written directly, without a fill.
       const bool direct = shp(c) == space && numel(space) > 1;
       sc.direct[static_cast<std::size_t>(j - r0)] = direct;
-      if (!direct) fill(val(c), L_.rkind[c] == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
+      if (!direct) fill(val(c), d(c).rkind == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
     }
     pass(S, space);
     for (int j = r0; j < r1; ++j) {
       const int c = L_.rn[j];
-      if (L_.rkind[c] != reduce_kind_t::mean) continue;
+      if (d(c).rkind != reduce_kind_t::mean) continue;
       const index_t cnt = numel(space) / std::max<index_t>(val(c).numel(), 1);
       T* p = val(c).data_ptr();
       for (index_t e = 0; e < val(c).numel(); ++e) p[e] /= static_cast<T>(cnt);
@@ -365,7 +350,7 @@ class fused_runner {
     grow(NW + NR, sc.wp);
     grow(NR, sc.acc, sc.tail, sc.rmax);
     grow(N, sc.st, sc.is, sc.base);
-    for (std::size_t j = 0; j < NR; ++j) sc.rmax[j] = L_.rkind[Rn[j]] == reduce_kind_t::max;
+    for (std::size_t j = 0; j < NR; ++j) sc.rmax[j] = d(Rn[j]).rkind == reduce_kind_t::max;
     const row_body_fn<T> body = bodies_[S];
     const T** const slot = sc.slot.data();
     T** const dst = sc.dst.data();
@@ -472,7 +457,7 @@ class fused_runner {
     // no strides to compute.
     {
       bool fast = true;
-      for (std::size_t j = 0; j < NL && fast; ++j) fast = !L_.unreduce[Ln[j]] && shp(Ln[j]) == it;
+      for (std::size_t j = 0; j < NL && fast; ++j) fast = d(Ln[j]).kind != gkind::unreduce && shp(Ln[j]) == it;
       for (std::size_t j = 0; j < NW && fast; ++j) fast = shp(Wn[j]) == it;
       for (std::size_t j = 0; j < NR && fast; ++j) fast = val(Rn[j]).numel() == 1 || shp(Rn[j]) == it;
       if (fast) {
@@ -492,13 +477,13 @@ class fused_runner {
     auto& st = sc.st;
     for (std::size_t j = 0; j < NL; ++j) {
       const int c = Ln[j];
-      if (L_.unreduce[c]) {
+      if (d(c).kind == gkind::unreduce) {
         const tensor<T>& src = val(ch(c)[0]);
         const shape& to = shp(c);
-        const shape ks = keepdim_shape(to, L_.raxis[c]);
+        const shape ks = keepdim_shape(to, d(c).raxis);
         st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
         sc.lp[j] = src.data_ptr();
-        if (L_.rkind[c] == reduce_kind_t::mean)
+        if (d(c).rkind == reduce_kind_t::mean)
           sc.scale[j] = static_cast<T>(numel(ks)) / static_cast<T>(std::max<index_t>(numel(to), 1));
       } else {
         st[j] = broadcast_strides(val(c), it);
@@ -512,7 +497,7 @@ class fused_runner {
     for (std::size_t j = 0; j < NR; ++j) {
       const int c = Rn[j];
       sc.wp[NW + j] = val(c).data_ptr();
-      const shape view_shape = L_.reduction[c] ? keepdim_shape(it, L_.raxis[c]) : shp(c);
+      const shape view_shape = d(c).kind == gkind::reduction ? keepdim_shape(it, d(c).raxis) : shp(c);
       st[NL + NW + j] = broadcast_strides(alias(val(c), view_shape, contiguous_strides(view_shape), 0), it);
     }
     // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
@@ -562,10 +547,8 @@ template <Element T>
 void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::size_t m) {
   for (std::size_t c = 0; c < m; ++c) {
     if (roles[c] == role::none) continue;
-    if (roles[c] == role::leaf && active[c]) {
-      if (g.desc[c].kind == gkind::input) g.values[c] = g.inputs[static_cast<std::size_t>(g.desc[c].index)];
-      else if (g.desc[c].kind == gkind::grad_input) g.values[c] = g.grads[static_cast<std::size_t>(g.desc[c].index)];
-    }
+    const bool input = g.desc[c].kind == gkind::input || g.desc[c].kind == gkind::grad_input;
+    if (roles[c] == role::leaf && active[c] && input) g.values[c] = g.eval(static_cast<int>(c));
     if (roles[c] == role::leaf) g.shapes[c] = g.values[c].shape();
     else g.infer_shape(static_cast<int>(c));
   }
