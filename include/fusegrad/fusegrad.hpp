@@ -54,3 +54,4 @@
 #include "fusegrad/ops/sum.hpp"
 #include "fusegrad/ops/tanh.hpp"
 #include "fusegrad/ops/views.hpp"
+#include "fusegrad/runtime.hpp"

@@ -151,6 +151,8 @@ struct node_tables {
 /// function each per element type.
 template <Element T>
 struct node_eval {
+  // The larger members are defined out of the class (not inline), so that the precompiled
+  // runtime's extern declaration (fusegrad/runtime.hpp) keeps them out of user TUs.
   const node_desc* desc;
   const std::array<int, 3>* children;
   const tile_fn<T>* kernels;
@@ -174,23 +176,7 @@ struct node_eval {
   }
 
   /// Sets `shapes[c]` from the shapes of c's operands (a leaf: from its value).
-  void infer_shape(int c) {
-    const node_desc& d = desc[c];
-    shape& out = shapes[static_cast<std::size_t>(c)];
-    switch (d.kind) {
-      case gkind::input:
-      case gkind::grad_input: out = values[static_cast<std::size_t>(c)].shape(); break;
-      case gkind::custom: out = arg_shape(c, d.arity - 1); break;
-      case gkind::pointwise:
-        if (d.arity == 1 || arg_shape(c, 0) == arg_shape(c, 1)) out = arg_shape(c, 0);
-        else out = broadcast_shapes(d.name, arg_shape(c, 0), arg_shape(c, 1));
-        break;
-      case gkind::reduction: out = reduced_shape(arg_shape(c, 0), reduction_mask(d, arg_shape(c, 0)), keepdim(c)); break;
-      case gkind::sumto:
-      case gkind::unreduce: out = shapes[static_cast<std::size_t>(d.source)]; break;
-      case gkind::matmul: out = matmul_shape(arg_shape(c, 0), arg_shape(c, 1), d.ta, d.tb); break;
-    }
-  }
+  void infer_shape(int c);
 
   /// The dims a reduction node (or the broadcast of its gradient back) spans in shape `s`:
   /// all of them, or the last one (which a 0-d value does not have).
@@ -212,62 +198,90 @@ struct node_eval {
   /// function's forward inside fg::jit, its backward inside a captured backward), the node
   /// is recorded instead: element-wise ops, reductions and their adjoints as IR nodes, matmul
   /// as an opaque call.
-  tensor<T> eval(int c) const {
-    const node_desc& d = desc[c];
-    const auto u = static_cast<std::size_t>(c);
-    switch (d.kind) {
-      case gkind::input: return inputs[static_cast<std::size_t>(d.index)];
-      case gkind::grad_input: return grads[static_cast<std::size_t>(d.index)];
-      case gkind::custom: return arg(c, d.arity - 1);
-      case gkind::pointwise:
-        if (d.op >= 0)
-          if (auto* r = active_recorder<T>()) [[unlikely]]
-            return record_pointwise(*r, c);
-        return pointwise_values<T>(d.name, kernels[u], state[u], arg(c, 0), d.arity == 2 ? &arg(c, 1) : nullptr);
-      case gkind::reduction: {
-        const tensor<T>& x = arg(c, 0);
-        const reduce_op op = d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
-        return reduce_values(op, x, reduction_mask(d, x.shape()), keepdim(c));
-      }
-      case gkind::sumto: return sum_to(arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
-      case gkind::unreduce: return unreduce_values(d, arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
-      case gkind::matmul: {
-        const tensor<T>&a = arg(c, 0), &b = arg(c, 1);
-        const bool ta = d.ta, tb = d.tb;
-        return call_opaque<T>("matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
-                              [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
-      }
-    }
-    return {};
-  }
+  tensor<T> eval(int c) const;
 
   /// The gradient of a reduction (`d`) broadcast back to its input's shape `to`.
-  static tensor<T> unreduce_values(const node_desc& d, const tensor<T>& g, const shape& to) {
-    const shape ks = keepdim_shape(to, d.raxis);
-    const index_t n = numel(to) / std::max<index_t>(numel(ks), 1);
-    if (auto* r = active_recorder<T>()) [[unlikely]] {
-      tensor<T> e = r->expand(g, to, reduction_mask(d, to));
-      if (d.rkind != reduce_kind_t::mean) return e;
-      const ops::div_scalar_op<T> div{static_cast<T>(n)};
-      return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), e, nullptr);
-    }
-    no_grad guard;
-    tensor<T> e = g.reshape(ks).expand(to);
-    if (d.rkind == reduce_kind_t::mean) return map(ops::div_scalar_op<T>{static_cast<T>(n)}, e);
-    return contiguous_copy(e);
-  }
+  static tensor<T> unreduce_values(const node_desc& d, const tensor<T>& g, const shape& to);
 
   /// Evaluates the nodes flagged in `active` (in order), keeping their shapes. While a tracer
   /// records, this records them (element-wise nodes of the IR's op table straight into the
   /// graph, no eager kernel involved).
-  void run(const bool* active, std::size_t m) {
-    for (std::size_t c = 0; c < m; ++c)
-      if (active[c]) {
-        values[c] = eval(static_cast<int>(c));
-        shapes[c] = values[c].shape();
-      }
-  }
+  void run(const bool* active, std::size_t m);
 };
+
+template <Element T>
+void node_eval<T>::infer_shape(int c) {
+  const node_desc& d = desc[c];
+  shape& out = shapes[static_cast<std::size_t>(c)];
+  switch (d.kind) {
+    case gkind::input:
+    case gkind::grad_input: out = values[static_cast<std::size_t>(c)].shape(); break;
+    case gkind::custom: out = arg_shape(c, d.arity - 1); break;
+    case gkind::pointwise:
+      if (d.arity == 1 || arg_shape(c, 0) == arg_shape(c, 1)) out = arg_shape(c, 0);
+      else out = broadcast_shapes(d.name, arg_shape(c, 0), arg_shape(c, 1));
+      break;
+    case gkind::reduction: out = reduced_shape(arg_shape(c, 0), reduction_mask(d, arg_shape(c, 0)), keepdim(c)); break;
+    case gkind::sumto:
+    case gkind::unreduce: out = shapes[static_cast<std::size_t>(d.source)]; break;
+    case gkind::matmul: out = matmul_shape(arg_shape(c, 0), arg_shape(c, 1), d.ta, d.tb); break;
+  }
+}
+
+template <Element T>
+tensor<T> node_eval<T>::eval(int c) const {
+  const node_desc& d = desc[c];
+  const auto u = static_cast<std::size_t>(c);
+  switch (d.kind) {
+    case gkind::input: return inputs[static_cast<std::size_t>(d.index)];
+    case gkind::grad_input: return grads[static_cast<std::size_t>(d.index)];
+    case gkind::custom: return arg(c, d.arity - 1);
+    case gkind::pointwise:
+      if (d.op >= 0)
+        if (auto* r = active_recorder<T>()) [[unlikely]]
+          return record_pointwise(*r, c);
+      return pointwise_values<T>(d.name, kernels[u], state[u], arg(c, 0), d.arity == 2 ? &arg(c, 1) : nullptr);
+    case gkind::reduction: {
+      const tensor<T>& x = arg(c, 0);
+      const reduce_op op = d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
+      return reduce_values(op, x, reduction_mask(d, x.shape()), keepdim(c));
+    }
+    case gkind::sumto: return sum_to(arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
+    case gkind::unreduce: return unreduce_values(d, arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
+    case gkind::matmul: {
+      const tensor<T>&a = arg(c, 0), &b = arg(c, 1);
+      const bool ta = d.ta, tb = d.tb;
+      return call_opaque<T>("matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
+                            [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
+    }
+  }
+  return {};
+}
+
+template <Element T>
+tensor<T> node_eval<T>::unreduce_values(const node_desc& d, const tensor<T>& g, const shape& to) {
+  const shape ks = keepdim_shape(to, d.raxis);
+  const index_t n = numel(to) / std::max<index_t>(numel(ks), 1);
+  if (auto* r = active_recorder<T>()) [[unlikely]] {
+    tensor<T> e = r->expand(g, to, reduction_mask(d, to));
+    if (d.rkind != reduce_kind_t::mean) return e;
+    const ops::div_scalar_op<T> div{static_cast<T>(n)};
+    return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), e, nullptr);
+  }
+  no_grad guard;
+  tensor<T> e = g.reshape(ks).expand(to);
+  if (d.rkind == reduce_kind_t::mean) return map(ops::div_scalar_op<T>{static_cast<T>(n)}, e);
+  return contiguous_copy(e);
+}
+
+template <Element T>
+void node_eval<T>::run(const bool* active, std::size_t m) {
+  for (std::size_t c = 0; c < m; ++c)
+    if (active[c]) {
+      values[c] = eval(static_cast<int>(c));
+      shapes[c] = values[c].shape();
+    }
+}
 
 /// The node evaluation of an instance of analysis `A` (its tables and state).
 template <class A, Element T>

@@ -242,15 +242,12 @@ class fused_runner {
  public:
   fused_runner(const fused_view& L, const row_body_fn<T>* bodies, node_eval<T>& g) : L_(L), bodies_(bodies), g_(g) {}
 
+  // The entry points are defined out of the class (not inline), so that the precompiled
+  // runtime's extern declaration (fusegrad/runtime.hpp) keeps the loops out of user TUs.
   /// Stage `S`: its matrix products, then its loop.
-  void stage(int S) {
-    for (int j = L_.m_at[S]; j < L_.m_at[S + 1]; ++j) eval(L_.mn[j]);
-    loop(S);
-  }
+  void stage(int S);
   /// Evaluates node `c` on whole tensors.
-  void eval(int c) {
-    g_.values[static_cast<std::size_t>(c)] = g_.eval(c);
-  }
+  void eval(int c);
 
  private:
   const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
@@ -540,6 +537,17 @@ class fused_runner {
   const row_body_fn<T>* bodies_;
   node_eval<T>& g_;
 };
+
+template <Element T>
+void fused_runner<T>::stage(int S) {
+  for (int j = L_.m_at[S]; j < L_.m_at[S + 1]; ++j) eval(L_.mn[j]);
+  loop(S);
+}
+
+template <Element T>
+void fused_runner<T>::eval(int c) {
+  g_.values[static_cast<std::size_t>(c)] = g_.eval(c);
+}
 
 
 /// The leaves' values and every other scheduled node's shape, in topological order.

@@ -1,0 +1,132 @@
+#pragma once
+/// \file fusegrad/runtime.hpp
+/// The precompiled runtime (optional; header-only stays the default).
+///
+/// Every translation unit that runs a backward instantiates the same generic runtime for its
+/// element type: the tensor and the tape's nodes, the autograd engine, each eager op with its
+/// kernels and backward rule, the node evaluator and the fused loop runner. None of that
+/// depends on the user's graphs. With `FUSEGRAD_PRECOMPILED` defined (the CMake target
+/// `fusegrad::runtime` defines it and links `src/runtime.cpp`, which instantiates this list
+/// for float and double), this header declares those instantiations `extern`, so a TU
+/// compiles only what is its own: its graphs' analysis, tables and row bodies, and its calls.
+/// Like fmt's compiled mode, it changes build time only, never behaviour.
+///
+/// The list is one macro per element type, read twice: as `extern template` declarations
+/// here, as explicit instantiation definitions in src/runtime.cpp.
+
+#include <type_traits>
+
+#include "fusegrad/compile/eval_eager.hpp"
+#include "fusegrad/eager/autograd.hpp"
+#include "fusegrad/eager/factories.hpp"
+#include "fusegrad/eager/kernels.hpp"
+#include "fusegrad/eager/pointwise.hpp"
+#include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/ir/op_table.hpp"
+#include "fusegrad/kernel/fused.hpp"
+#include "fusegrad/kernel/tile.hpp"
+#include "fusegrad/ops/abs.hpp"
+#include "fusegrad/ops/add.hpp"
+#include "fusegrad/ops/compare.hpp"
+#include "fusegrad/ops/cos.hpp"
+#include "fusegrad/ops/div.hpp"
+#include "fusegrad/ops/exp.hpp"
+#include "fusegrad/ops/log.hpp"
+#include "fusegrad/ops/matmul.hpp"
+#include "fusegrad/ops/max.hpp"
+#include "fusegrad/ops/maximum.hpp"
+#include "fusegrad/ops/mean.hpp"
+#include "fusegrad/ops/mul.hpp"
+#include "fusegrad/ops/neg.hpp"
+#include "fusegrad/ops/pow.hpp"
+#include "fusegrad/ops/reduce_common.hpp"
+#include "fusegrad/ops/relu.hpp"
+#include "fusegrad/ops/sigmoid.hpp"
+#include "fusegrad/ops/sin.hpp"
+#include "fusegrad/ops/sqrt.hpp"
+#include "fusegrad/ops/step.hpp"
+#include "fusegrad/ops/sub.hpp"
+#include "fusegrad/ops/sum.hpp"
+#include "fusegrad/ops/tanh.hpp"
+#include "fusegrad/ops/views.hpp"
+
+/// The IR's op table (`ir::op_table<T>`), in its order: `U(T, Op)` for an op with one
+/// operand, `B(T, Op)` for one with two. `runtime_ops_match` below checks it against the table.
+#define FUSEGRAD_IR_OPS(U, B, T)                                                                         \
+  U(T, ops::neg_op) U(T, ops::exp_op) U(T, ops::log_op) U(T, ops::sin_op) U(T, ops::cos_op)              \
+  U(T, ops::tanh_op) U(T, ops::sigmoid_op) U(T, ops::relu_op) U(T, ops::abs_op) U(T, ops::sqrt_op)       \
+  U(T, ops::step_op) U(T, ops::sign_op)                                                                  \
+  B(T, ops::add_op) B(T, ops::sub_op) B(T, ops::mul_op) B(T, ops::div_op) B(T, ops::maximum_op)          \
+  B(T, ops::pow_op)                                                                                      \
+  B(T, ops::gt_op) B(T, ops::ge_op) B(T, ops::lt_op) B(T, ops::le_op) B(T, ops::eq_op) B(T, ops::ne_op)  \
+  U(T, ops::add_scalar_op<T>) U(T, ops::sub_scalar_op<T>) U(T, ops::rsub_scalar_op<T>)                    \
+  U(T, ops::mul_scalar_op<T>) U(T, ops::div_scalar_op<T>) U(T, ops::rdiv_scalar_op<T>)                   \
+  U(T, ops::pow_scalar_op<T>)
+
+#define FUSEGRAD_RT_UNARY(T, Op)                                                             \
+  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&);        \
+  FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
+#define FUSEGRAD_RT_BINARY(T, Op)                                                                          \
+  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&, const tensor<T>&);    \
+  FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
+
+/// The generic runtime for element type `T` (see the file comment).
+#define FUSEGRAD_RUNTIME_INSTANCES(T)                                                                        \
+  FUSEGRAD_RT_EXTERN template class tensor<T>;                                                              \
+  FUSEGRAD_RT_EXTERN template class node<T>;                                                                \
+  FUSEGRAD_RT_EXTERN template class detail::saving_node<T>;                                                 \
+  FUSEGRAD_RT_EXTERN template class detail::rule_node<T>;                                                   \
+  FUSEGRAD_RT_EXTERN template struct detail::node_eval<T>;                                                  \
+  FUSEGRAD_RT_EXTERN template class detail::fused_runner<T>;                                                \
+  FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T)                                                 \
+  FUSEGRAD_RT_EXTERN template void detail::run_engine<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&);                  \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&, detail::reduce_kind); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_values<T>(detail::reduce_op, const tensor<T>&, const std::vector<bool>&, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> expand<T>(const tensor<T>&, const shape&);                          \
+  FUSEGRAD_RT_EXTERN template tensor<T> view<T>(const tensor<T>&, const shape&);                            \
+  FUSEGRAD_RT_EXTERN template tensor<T> reshape<T>(const tensor<T>&, const shape&);                         \
+  FUSEGRAD_RT_EXTERN template tensor<T> sum<T>(const tensor<T>&, const std::vector<index_t>&, bool);        \
+  FUSEGRAD_RT_EXTERN template tensor<T> mean<T>(const tensor<T>&, const std::vector<index_t>&, bool);       \
+  FUSEGRAD_RT_EXTERN template tensor<T> max<T>(const tensor<T>&, const std::vector<index_t>&, bool);        \
+  FUSEGRAD_RT_EXTERN template tensor<T> matmul<T>(const tensor<T>&, const tensor<T>&);                      \
+  FUSEGRAD_RT_EXTERN template tensor<T> linear<T>(const tensor<T>&, const tensor<T>&, const tensor<T>&);    \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::bmm_values<T>(const tensor<T>&, const tensor<T>&);          \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::matmul_values<T>(const tensor<T>&, const tensor<T>&, bool, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::matmul_operand<T>(const tensor<T>&, bool);                  \
+  FUSEGRAD_RT_EXTERN template void detail::map_strided<T>(detail::tile_fn<T>, const void*, const tensor<T>&, const tensor<T>*, tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::pointwise_values<T>(std::string_view, detail::tile_fn<T>, const void*, const tensor<T>&, const tensor<T>*); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::contiguous_copy<T>(const tensor<T>&);                       \
+  FUSEGRAD_RT_EXTERN template void detail::fill<T>(const tensor<T>&, T);                                     \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::grad_accumulator<T>(const tensor<T>&);       \
+  FUSEGRAD_RT_EXTERN template edge<T> detail::gradient_edge<T>(const tensor<T>&);                           \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::apply_hook<T>(const hook<T>&, tensor<T>);                   \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hook<T>(const hook<T>&, tensor<T>);                     \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::add_grads<T>(const tensor<T>&, const tensor<T>&);           \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, const std::vector<tensor<T>>&, const std::vector<tensor<T>*>&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&);                                              \
+  FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t);                              \
+  FUSEGRAD_RT_EXTERN template void detail::fused_shapes<T>(detail::node_eval<T>&, const detail::role*, const bool*, std::size_t);
+
+namespace fusegrad::detail {
+template <class... Ts>
+struct runtime_op_list {};
+#define FUSEGRAD_RT_TYPE(T, Op) Op,
+template <Element T>
+inline constexpr bool runtime_ops_match =
+    std::is_same_v<runtime_op_list<FUSEGRAD_IR_OPS(FUSEGRAD_RT_TYPE, FUSEGRAD_RT_TYPE, T) void>,
+                   decltype([]<class... Ops>(type_list<Ops...>) { return runtime_op_list<Ops..., void>{}; }(
+                       ir::op_table<T>{}))>;
+#undef FUSEGRAD_RT_TYPE
+static_assert(runtime_ops_match<float> && runtime_ops_match<double>,
+              "fusegrad: FUSEGRAD_IR_OPS (fusegrad/runtime.hpp) must list the ops of ir::op_table in its order");
+}  // namespace fusegrad::detail
+
+#if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
+#define FUSEGRAD_RT_EXTERN extern
+namespace fusegrad {
+FUSEGRAD_RUNTIME_INSTANCES(float)
+FUSEGRAD_RUNTIME_INSTANCES(double)
+}  // namespace fusegrad
+#undef FUSEGRAD_RT_EXTERN
+#endif
