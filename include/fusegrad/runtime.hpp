@@ -16,9 +16,11 @@
 
 #include <type_traits>
 
+#include "fusegrad/compile/compile.hpp"
 #include "fusegrad/compile/eval_eager.hpp"
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/factories.hpp"
+#include "fusegrad/eager/gradcheck.hpp"
 #include "fusegrad/eager/kernels.hpp"
 #include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/tensor.hpp"
@@ -71,6 +73,7 @@
   FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
 
 /// The generic runtime for element type `T` (see the file comment).
+// (gradcheck_values: finite differences are only meaningful in double, but the check is generic.)
 #define FUSEGRAD_RUNTIME_INSTANCES(T)                                                                        \
   FUSEGRAD_RT_EXTERN template class tensor<T>;                                                              \
   FUSEGRAD_RT_EXTERN template class node<T>;                                                                \
@@ -106,6 +109,8 @@
   FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, const std::vector<tensor<T>>&, const std::vector<tensor<T>*>&); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&);                                              \
   FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t);                              \
+  FUSEGRAD_RT_EXTERN template std::vector<tensor<T>> detail::run_compiled<T>(const detail::compiled_graph<T>&, std::shared_ptr<const void>, const void* const*, const std::vector<tensor<T>>&); \
+  FUSEGRAD_RT_EXTERN template gradcheck_result detail::gradcheck_values<T>(const gradcheck_options&, const detail::gradcheck_call<T>&, std::vector<tensor<T>>&); \
   FUSEGRAD_RT_EXTERN template void detail::fused_shapes<T>(detail::node_eval<T>&, const detail::role*, const bool*, std::size_t);
 
 namespace fusegrad::detail {

@@ -29,18 +29,21 @@ struct gradcheck_result {
   explicit operator bool() const noexcept { return ok; }
 };
 
-/// Checks the Jacobian of `f(inputs...)` (double tensors) against central differences.
-/// Every input is treated as a leaf requiring grad; `f` may return any shape.
-template <class F, std::same_as<tensor<double>>... Ts>
-gradcheck_result gradcheck(const gradcheck_options& opt, F&& f, const Ts&... inputs) {
-  std::vector<tensor<double>> xs{detail::contiguous_copy(inputs)...};
-  for (auto& x : xs) x.requires_grad(true);
-  auto call = [&]() -> tensor<double> {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return tensor<double>(f(xs[I]...));
-    }(std::index_sequence_for<Ts...>{});
-  };
-  const tensor<double> y = call();
+namespace detail {
+/// A call of the checked function on the inputs `xs` (type-erased, so that the check itself is
+/// compiled once per element type, not once per function).
+template <Element T>
+struct gradcheck_call {
+  tensor<T> (*fn)(const void* f, const std::vector<tensor<T>>& xs);
+  const void* f;
+  tensor<T> operator()(const std::vector<tensor<T>>& xs) const { return fn(f, xs); }
+};
+
+/// The check of `gradcheck` on leaves `xs` (contiguous copies that require grad).
+template <Element T>
+gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_call<T>& f, std::vector<tensor<T>>& xs) {
+  auto call = [&] { return f(xs); };
+  const tensor<T> y = call();
   const index_t m = y.numel();
   gradcheck_result res;
   // Analytic Jacobian, one backward per output element: J[i][j][k] = d y_j / d x_i[k].
@@ -48,23 +51,23 @@ gradcheck_result gradcheck(const gradcheck_options& opt, F&& f, const Ts&... inp
   for (std::size_t i = 0; i < xs.size(); ++i) analytic[i].assign(static_cast<std::size_t>(m * xs[i].numel()), 0.0);
   if (y.requires_grad()) {
     if (m == 0) {
-      y.backward(zeros<double>(y.shape()));
+      y.backward(zeros<T>(y.shape()));
       for (std::size_t i = 0; i < xs.size(); ++i)
         if (xs[i].grad().defined() && xs[i].grad().shape() != xs[i].shape())
-          detail::fail("gradcheck", "gradient of input ", i, " has shape ", to_string(xs[i].grad().shape()),
-                       "; expected ", to_string(xs[i].shape()));
+          fail("gradcheck", "gradient of input ", i, " has shape ", to_string(xs[i].grad().shape()),
+               "; expected ", to_string(xs[i].shape()));
     }
     for (index_t j = 0; j < m; ++j) {
       for (auto& x : xs) x.zero_grad();
-      tensor<double> g = zeros<double>(y.shape());
+      tensor<T> g = zeros<T>(y.shape());
       g.data_ptr()[j] = 1.0;
       y.backward(g, {.retain_graph = true});
       for (std::size_t i = 0; i < xs.size(); ++i) {
-        const tensor<double> gx = xs[i].grad();
+        const tensor<T> gx = xs[i].grad();
         if (!gx.defined()) continue;
         if (gx.shape() != xs[i].shape())
-          detail::fail("gradcheck", "gradient of input ", i, " has shape ", to_string(gx.shape()), "; expected ",
-                       to_string(xs[i].shape()));
+          fail("gradcheck", "gradient of input ", i, " has shape ", to_string(gx.shape()), "; expected ",
+               to_string(xs[i].shape()));
         const auto v = gx.to_vector();
         for (index_t k = 0; k < xs[i].numel(); ++k) analytic[i][static_cast<std::size_t>(j * xs[i].numel() + k)] = v[static_cast<std::size_t>(k)];
       }
@@ -74,9 +77,9 @@ gradcheck_result gradcheck(const gradcheck_options& opt, F&& f, const Ts&... inp
   double worst = -INFINITY;
   no_grad guard;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    double* p = xs[i].data_ptr();
+    T* p = xs[i].data_ptr();
     for (index_t k = 0; k < xs[i].numel(); ++k) {
-      const double orig = p[k];
+      const T orig = p[k];
       p[k] = orig + opt.eps;
       const auto plus = call().to_vector();
       p[k] = orig - opt.eps;
@@ -109,6 +112,24 @@ gradcheck_result gradcheck(const gradcheck_options& opt, F&& f, const Ts&... inp
      << res.numeric << " (max abs error " << res.max_abs_error << ")";
   res.message = os.str();
   return res;
+}
+}  // namespace detail
+
+/// Checks the Jacobian of `f(inputs...)` (double tensors) against central differences.
+/// Every input is treated as a leaf requiring grad; `f` may return any shape.
+template <class F, std::same_as<tensor<double>>... Ts>
+gradcheck_result gradcheck(const gradcheck_options& opt, F&& f, const Ts&... inputs) {
+  std::vector<tensor<double>> xs{detail::contiguous_copy(inputs)...};
+  for (auto& x : xs) x.requires_grad(true);
+  const detail::gradcheck_call<double> call{
+      [](const void* fp, const std::vector<tensor<double>>& v) -> tensor<double> {
+        auto& fn = *static_cast<std::remove_reference_t<F>*>(const_cast<void*>(fp));
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+          return tensor<double>(fn(v[I]...));
+        }(std::index_sequence_for<Ts...>{});
+      },
+      &f};
+  return detail::gradcheck_values(opt, call, xs);
 }
 
 template <class F, std::same_as<tensor<double>>... Ts>
