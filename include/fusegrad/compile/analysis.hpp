@@ -267,14 +267,18 @@ struct analysis {
   }();
   /// The joint tree's table: its forward part keeps the forward walk's keys (constants read
   /// there when known), so the joint graph's first MF nodes are the forward graph's.
+  /// (The forward roots come first and have the forward tree's positions: their entries are
+  /// copied, and only the adjoint roots are walked, so no forward node type is walked twice.)
   static constexpr std::array<raw_entry, tree_nodes> jraw = [] {
     std::array<raw_entry, tree_nodes> raw{};
-    int pos = 0;
-    fill_raw<false>(raw.data(), pos, static_cast<const joint_t*>(nullptr));
-    for (std::size_t t = 0; t < FN; ++t) {
-      raw[t].key = fraw[t].key;
-      raw[t].mergeable = fraw[t].mergeable;
-    }
+    for (std::size_t t = 0; t < FN; ++t) raw[t] = fraw[t];
+    int pos = static_cast<int>(FN);
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      ((raw[static_cast<std::size_t>(fill_raw<false>(
+            raw.data(), pos, static_cast<const std::tuple_element_t<n_out + J, children_t<joint_t>>*>(nullptr)))]
+            .slot = static_cast<int>(n_out + J)),
+       ...);
+    }(std::make_index_sequence<n_live>{});
     return raw;
   }();
   static constexpr auto cg = canonicalize(jraw, adjoint_root);
@@ -324,8 +328,17 @@ struct analysis {
   template <class Policy>
   static constexpr partition::plan<M> plan = partition::make_plan(pgraph, policy_value<Policy>::value);
 
+  /// (A forward node's type is its type in the forward tree: same position, one lookup.)
+  template <std::size_t C, bool Forward = (C < MF)>
+  struct node_type {
+    using type = typename node_type_at<joint_t, jraw, cg.rep[C]>::type;
+  };
   template <std::size_t C>
-  using node_t = typename node_type_at<joint_t, jraw, cg.rep[C]>::type;
+  struct node_type<C, true> {
+    using type = fnode_t<C>;
+  };
+  template <std::size_t C>
+  using node_t = typename node_type<C>::type;
   /// Canonical node C of an instance whose node addresses (post-order) are `nodes`.
   template <std::size_t C>
   static const node_t<C>& node(const void* const* nodes) {
