@@ -9,6 +9,7 @@
 
 #include "fusegrad/compile/analysis.hpp"
 #include "fusegrad/compile/compile.hpp"
+#include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/core/element.hpp"
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/grad_mode.hpp"

@@ -52,7 +52,7 @@ struct aot_eager {
   static constexpr bool runs_graph = true;
   /// Evaluates the canonical nodes flagged in `Active` (in order); `Keep` says which values
   /// the caller reads afterwards (this backend keeps them all).
-  template <class A, auto Active, auto Keep, Element T>
+  template <class A, const auto& Active, const auto& Keep, Element T>
   static void evaluate(eval_context<A, T>& ctx) {
     detail::nodes_of<A>(ctx.instance, ctx.values, ctx.shapes, ctx.inputs, ctx.grads).run(Active.data(), A::M);
   }
@@ -61,7 +61,8 @@ struct aot_eager {
 
 /// A compile backend: `name`, and either `runs_graph == false` (the function is run as
 /// written) or a static `evaluate<A, Active, Keep>(eval_context&)` that computes the
-/// flagged canonical nodes of the joint graph.
+/// flagged canonical nodes of the joint graph (`Active` and `Keep`: `const auto&` template
+/// parameters, references to the pass's named constexpr `std::array<bool, A::M>` masks).
 template <class B>
 concept Backend = requires {
   { B::name } -> std::convertible_to<std::string_view>;
@@ -118,7 +119,16 @@ struct compiled_graph {
 };
 
 /// Pass `Active` of analysis `A` on an instance, with backend `B`.
-template <class B, class A, auto Active, auto Keep, Element T>
+///
+/// The passes' masks (`Active`, `Keep`, and every template of the schedule and the fused
+/// loops keyed on them) are template arguments BY REFERENCE to the named arrays of
+/// `compiled_graph_of`, never by value: GCC 12 mangles a class-type template argument such as
+/// `std::array<bool, M>{false, false, true}` without the positions of its zero elements (as
+/// `{true}`, like `{true, false, false}`), and it finds template parameter objects by their
+/// mangled name, so two different masks of one length were ONE template argument: the
+/// schedule of one pass (of any graph in the program) was used for another, which read
+/// values it never computed. A reference is mangled by the name of the array, which is unique.
+template <class B, class A, const auto& Active, const auto& Keep, Element T>
 void evaluate_pass(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
                    const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
   const auto& inst = *static_cast<const typename A::instance*>(instance);
@@ -246,7 +256,7 @@ class compiled_function {
       // fuses with its neighbours there, and reading its inputs would break the graph).
       if constexpr (A::n_out == 1)
         if (detail::active_recorder<T>()) [[unlikely]] {
-          if constexpr (forward_has_custom<A>()) return tensor<T>(fn_(x0, xs...));
+          if constexpr (forward_runs_as_written<A>()) return tensor<T>(fn_(x0, xs...));
           else return trace_forward<T, 1 + sizeof...(Ts)>({x0, xs...});
         }
       auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
@@ -271,10 +281,13 @@ class compiled_function {
     return detail::run_compiled<T>(detail::compiled_graph_of<B, Policy, A>::value, std::move(inst), state, in);
   }
 
+  /// Whether, inside fg::jit, the function runs as written on the lazy tensors instead of
+  /// node by node: the IR holds neither a custom op nor a matrix product with its derivative
+  /// (node by node, a matmul is an opaque call, and the output would carry no gradient).
   template <class A>
-  static constexpr bool forward_has_custom() {
+  static constexpr bool forward_runs_as_written() {
     for (std::size_t c = 0; c < A::MF; ++c)
-      if (A::cg.kind[c] == detail::gkind::custom) return true;
+      if (A::cg.kind[c] == detail::gkind::custom || A::cg.kind[c] == detail::gkind::matmul) return true;
     return false;
   }
 

@@ -20,33 +20,47 @@ inline shape keepdim_shape(const shape& s, reduce_axis axis) {
   return r;
 }
 
+/// A matmul operand of shape `s` (at least 1-D) as a matrix [rows, last]: rows is the product
+/// of the leading dims (not numel / last, which loses the rows when the last dim is 0).
+inline std::pair<index_t, index_t> matmul_rows_cols(const shape& s) {
+  index_t rows = 1;
+  for (std::size_t d = 0; d + 1 < s.size(); ++d) rows *= s[d];
+  return {rows, s.back()};
+}
+
 /// op(X) for a matmul operand: X as a 2-D matrix [rows, last] (transposed if `t`), viewed
 /// as a batch of one for the matrix kernel.
 template <Element T>
 tensor<T> matmul_operand(const tensor<T>& x, bool t) {
   const tensor<T> m = x.is_contiguous() ? x : contiguous_copy(x);
-  const index_t last = x.shape().back(), rows = last == 0 ? 0 : x.numel() / last;
+  const auto [rows, last] = matmul_rows_cols(x.shape());
   return t ? alias(m, {1, last, rows}, {0, 1, last}, m.offset()) : alias(m, {1, rows, last}, {0, last, 1}, m.offset());
 }
 
-/// The shape of `op_a(a) · op_b(b)` (the conventions of `matmul_expr`), checked.
+/// The shape of `op_a(a) · op_b(b)` (the conventions of `matmul_expr`), checked. A forward
+/// product (never `ta`; `tb` only from `linear`) is checked as eager `matmul` / `linear`
+/// checks it, then for what fg::compile cannot express: a `b` that is not a matrix (eager's
+/// vector and batched products). Backward products follow from forward shapes.
 inline shape matmul_shape(const shape& a, const shape& b, bool ta, bool tb) {
-  auto rows_cols = [](const shape& s) {
-    const index_t last = s.empty() ? 1 : s.back();
-    return std::pair<index_t, index_t>{last == 0 ? 0 : numel(s) / last, last};
-  };
+  if (!ta) {
+    if (tb) check_linear(a, b);
+    else check_matmul(a, b);
+    if (b.size() != 2)
+      fail("matmul", "inside fg::compile the second operand is a matrix [k, n]; got shapes ", to_string(a), " and ",
+           to_string(b), "; expected a 2-D second operand (vector and batched products: eager or fg::jit)");
+  }
   if (a.empty() || b.empty())
-    fail("matmul", "a 0-d operand cannot be multiplied (shapes ", to_string(a), " and ", to_string(b), ")");
-  auto [br, bc] = rows_cols(b);
+    fail("matmul", "both arguments need at least 1 dim, got shapes ", to_string(a), " and ", to_string(b));
+  auto [br, bc] = matmul_rows_cols(b);
   if (tb) std::swap(br, bc);
-  auto [ar, ac] = rows_cols(a);
+  auto [ar, ac] = matmul_rows_cols(a);
   if (ta) std::swap(ar, ac);
   if (ac != br)
     fail("matmul", "shapes ", to_string(a), " and ", to_string(b), " cannot be multiplied inside fg::compile (",
          ac, " != ", br, "); expected a [..., k] and b [k, n]");
-  if (ta) return {ar, bc};
-  shape out(a.begin(), a.end() - 1);
-  out.push_back(bc);
+  shape out = ta ? shape{ar, bc} : shape(a.begin(), a.end() - 1);
+  if (!ta) out.push_back(bc);
+  check_shape("matmul", out);  // [n, 0] x [0, m] can have more elements than either operand
   return out;
 }
 
@@ -179,14 +193,16 @@ struct node_eval {
   void infer_shape(int c);
 
   /// The dims a reduction node (or the broadcast of its gradient back) spans in shape `s`:
-  /// all of them, or the last one (which a 0-d value does not have).
+  /// all of them, or the last one (none for a 0-d value: dim -1 of a 0-d tensor is the
+  /// value itself, as in eager mode).
   static std::vector<bool> reduction_mask(const node_desc& d, const shape& s) {
-    if (d.raxis == reduce_axis::last && s.empty())
-      fail(d.rkind == reduce_kind_t::sum ? "sum" : d.rkind == reduce_kind_t::mean ? "mean" : "max",
-           "cannot reduce the last dim of a 0-d value inside fg::compile");
     std::vector<bool> mask(s.size(), d.raxis == reduce_axis::all);
     if (!mask.empty()) mask.back() = true;
     return mask;
+  }
+  /// The reduction of a reduction node.
+  static reduce_op reduction_op(const node_desc& d) {
+    return d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
   }
 
   /// Element-wise node c (an op of the IR's op table) recorded into tracer `r`.
@@ -221,7 +237,13 @@ void node_eval<T>::infer_shape(int c) {
       if (d.arity == 1 || arg_shape(c, 0) == arg_shape(c, 1)) out = arg_shape(c, 0);
       else out = broadcast_shapes(d.name, arg_shape(c, 0), arg_shape(c, 1));
       break;
-    case gkind::reduction: out = reduced_shape(arg_shape(c, 0), reduction_mask(d, arg_shape(c, 0)), keepdim(c)); break;
+    case gkind::reduction: {
+      const shape& x = arg_shape(c, 0);
+      const std::vector<bool> mask = reduction_mask(d, x);
+      check_reduction(reduction_op(d), x, mask);  // what eager checks (the fused loops compute none of it)
+      out = reduced_shape(x, mask, keepdim(c));
+      break;
+    }
     case gkind::sumto:
     case gkind::unreduce: out = shapes[static_cast<std::size_t>(d.source)]; break;
     case gkind::matmul: out = matmul_shape(arg_shape(c, 0), arg_shape(c, 1), d.ta, d.tb); break;
@@ -243,8 +265,7 @@ tensor<T> node_eval<T>::eval(int c) const {
       return pointwise_values<T>(d.name, kernels[u], state[u], arg(c, 0), d.arity == 2 ? &arg(c, 1) : nullptr);
     case gkind::reduction: {
       const tensor<T>& x = arg(c, 0);
-      const reduce_op op = d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
-      return reduce_values(op, x, reduction_mask(d, x.shape()), keepdim(c));
+      return reduce_values(reduction_op(d), x, reduction_mask(d, x.shape()), keepdim(c));
     }
     case gkind::sumto: return sum_to(arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
     case gkind::unreduce: return unreduce_values(d, arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);

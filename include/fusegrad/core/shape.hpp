@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -63,10 +64,22 @@ inline bool is_contiguous(const shape& s, const strides& st) noexcept {
   return true;
 }
 
-/// Validates a shape given by a user: every size must be >= 0.
-inline void check_shape(std::string_view op, const shape& s) {
-  for (index_t d : s)
+/// Validates a shape before a tensor of it is made (factories, user data, reshape, expand,
+/// broadcast and matmul results, allocation): every size must be >= 0, and the product of the
+/// sizes (a 0 counted as 1, so that contiguous strides fit too) must fit in `index_t`; throws
+/// naming `op` otherwise. Returns the number of elements. The one overflow-checked product of
+/// sizes: `numel` and `contiguous_strides` rely on shapes that passed it.
+inline index_t check_shape(std::string_view op, const shape& s) {
+  index_t span = 1;
+  bool empty = false;
+  for (index_t d : s) {
     if (d < 0) detail::fail(op, "invalid shape ", to_string(s), "; expected every size >= 0");
+    empty = empty || d == 0;
+    if (__builtin_mul_overflow(span, d == 0 ? index_t{1} : d, &span))
+      detail::fail(op, "shape ", to_string(s), " has too many elements (the product of its sizes overflows a 64-bit "
+                   "index); expected at most ", std::numeric_limits<index_t>::max(), " elements");
+  }
+  return empty ? 0 : span;
 }
 
 /// NumPy broadcasting of two shapes; throws naming `op` when they are incompatible.
@@ -82,6 +95,7 @@ inline shape broadcast_shapes(std::string_view op, const shape& a, const shape& 
                    "); expected equal sizes or 1");
     r[i] = da == 1 ? db : da;
   }
+  check_shape(op, r);  // [n, 1] with [1, n] can have more elements than either operand
   return r;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <mutex>
 #include <new>
 #include <queue>
 #include <unordered_map>
@@ -21,7 +22,23 @@ template <Element T>
 class node {
  public:
   node() : sequence_nr_(detail::next_id()) {}
-  virtual ~node() = default;
+  /// Frees the graph below this node without recursing on its depth (PyTorch's `deleteNode`):
+  /// a producer that only this node keeps alive is taken over and its own edges taken in
+  /// turn, so that each node dies holding no last reference to another. Dropping a chain of
+  /// 200,000 ops would otherwise nest 200,000 destructor calls and overflow the stack.
+  virtual ~node() {
+    std::vector<std::shared_ptr<node>> dying;
+    auto take = [&dying](std::vector<edge<T>>& edges) {
+      for (auto& e : edges)
+        if (e.fn && e.fn.use_count() == 1) dying.push_back(std::move(e.fn));
+    };
+    take(edges_);
+    while (!dying.empty()) {
+      const std::shared_ptr<node> n = std::move(dying.back());
+      dying.pop_back();
+      take(n->edges_);
+    }  // `n` is freed here, with no edge left that it alone keeps alive
+  }
   node(const node&) = delete;
   node& operator=(const node&) = delete;
 
@@ -43,6 +60,13 @@ class node {
   /// Hooks run on the gradient of output `i` before `apply` (non-leaf tensor hooks).
   [[nodiscard]] std::vector<hook<T>>& pre_hooks(std::size_t i) { return pre_hooks_.at(i); }
 
+  /// Whether the engine hands `apply` zeros for an output whose gradient nothing produced
+  /// (the default), or leaves it undefined and runs none of its hooks (PyTorch's
+  /// `ctx.set_materialize_grads(False)`): a node that can skip the work for an unused output,
+  /// e.g. a compiled graph's backward, which must not multiply its zero by a derivative.
+  [[nodiscard]] bool materialize_grads() const noexcept { return materialize_grads_; }
+  void set_materialize_grads(bool m) noexcept { materialize_grads_ = m; }
+
   void set_next_edges(std::vector<edge<T>> e) { edges_ = std::move(e); }
   void add_output(shape s) {
     output_shapes_.push_back(std::move(s));
@@ -54,6 +78,7 @@ class node {
   std::vector<shape> output_shapes_;
   std::vector<std::vector<hook<T>>> pre_hooks_;
   std::uint64_t sequence_nr_;
+  bool materialize_grads_ = true;
 };
 
 namespace detail {
@@ -93,6 +118,17 @@ tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
   return apply_hook(h, std::move(g));
 }
 
+/// Runs the hooks `hs` on `g` in order, over a snapshot of the list: a hook that registers or
+/// removes hooks (itself included) changes the list for the next backward, not the running
+/// one, as in PyTorch; the copies share each hook's callable, which stays alive while it runs.
+template <Element T>
+tensor<T> run_hooks(const std::vector<hook<T>>& hs, tensor<T> g) {
+  if (hs.empty()) return g;
+  const std::vector<hook<T>> snapshot = hs;
+  for (const auto& h : snapshot) g = run_hook(h, std::move(g));
+  return g;
+}
+
 /// `f(a, b)` (`b` may be undefined): computed now, or, in a traced backward where an operand
 /// is lazy, recorded as an opaque `call` node of shape `out` that runs `f` on the values (how
 /// the backwards of matmul and views stay inside one captured graph).
@@ -124,8 +160,9 @@ class accumulate_grad final : public node<T> {
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
     auto leaf = leaf_.lock();
     if (!leaf) return {};
-    tensor<T> g = std::move(grads.at(0));
-    for (const auto& h : leaf->leaf_hooks) g = run_hook(h, g);
+    tensor<T> g = run_hooks(leaf->leaf_hooks, std::move(grads.at(0)));
+    // Concurrent backwards into one leaf take turns (the hooks above ran unlocked).
+    std::lock_guard lock(leaf->mutex);
     if (g.is_lazy()) {  // a traced backward: the gradient is a value of the captured graph
       auto* r = active_recorder<T>();
       if (leaf->grad.defined()) leaf->grad = add_grads(leaf->grad, g);
@@ -176,7 +213,10 @@ class saving_node : public node<T> {
     }
   }
   [[nodiscard]] std::string_view name() const override { return name_; }
+  /// Locked, like `release_saved`: concurrent backwards through a shared node (retain_graph)
+  /// run it in turn, and one that frees it makes the other's a clean error.
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
+    std::lock_guard lock(mutex_);
     if (released_ && had_saved_)
       fail("backward", "trying to backward through ", name_,
            " a second time, but its saved tensors were freed by the first backward; "
@@ -190,17 +230,27 @@ class saving_node : public node<T> {
     }
     return run_rule(saved_, grads);
   }
+  /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
+  /// nothing and may run again.
   void release_saved() override {
+    std::vector<tensor<T>> freed;  // freed after the lock is released
+    std::lock_guard lock(mutex_);
     released_ = true;
-    saved_.clear();
+    freed.reserve(saved_.size());
+    for (auto& t : saved_)
+      if (t.defined()) freed.push_back(std::move(t));
   }
-  [[nodiscard]] std::vector<tensor<T>> saved_tensors() const override { return saved_; }
+  [[nodiscard]] std::vector<tensor<T>> saved_tensors() const override {
+    std::lock_guard lock(mutex_);
+    return released_ ? std::vector<tensor<T>>{} : saved_;
+  }
 
  protected:
   virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
 
  private:
   std::string_view name_;
+  mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
   std::vector<tensor<T>> saved_;
   std::vector<std::uint64_t> versions_;
   bool had_saved_ = false;
@@ -254,6 +304,7 @@ class rule_node final : public saving_node<T> {
 template <Element T>
 std::shared_ptr<node<T>> grad_accumulator(const tensor<T>& leaf) {
   auto& impl = *leaf.impl();
+  std::lock_guard lock(impl.mutex);  // two threads' forwards may use one leaf
   if (!impl.grad_accumulator) impl.grad_accumulator = std::make_shared<accumulate_grad<T>>(leaf.impl());
   return impl.grad_accumulator;
 }
@@ -403,10 +454,11 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
     }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
       if (!in[i].defined()) {
+        if (!n->materialize_grads()) continue;  // absent: the node skips it
         in[i] = empty<T>(n->output_shape(i));
         fill(in[i], T(0));
       }
-      for (const auto& h : n->pre_hooks(i)) in[i] = run_hook(h, in[i]);
+      in[i] = run_hooks(n->pre_hooks(i), std::move(in[i]));
     }
     std::vector<tensor<T>> out = n->apply(in);
     if (!retain_graph) n->release_saved();
@@ -469,17 +521,22 @@ std::uint64_t tensor<T>::register_hook(F&& f) {
     detail::fail("register_hook", "cannot register a hook on a tensor that does not require "
                  "grad; expected requires_grad(true) or a result of such a tensor");
   hook<T> h{detail::next_id(), {}, generic_callable<F>};
+  // Held by shared_ptr: the snapshots that run hooks (and compiled autograd's call nodes)
+  // share one callable, its state included, which a hook removing itself cannot free early.
+  auto g = std::make_shared<std::decay_t<F>>(std::forward<F>(f));
   if constexpr (std::is_void_v<std::invoke_result_t<F&, const tensor<T>&>>) {
-    h.fn = [g = std::forward<F>(f)](const tensor<T>& t) mutable -> std::optional<tensor<T>> {
-      g(t);
+    h.fn = [g](const tensor<T>& t) -> std::optional<tensor<T>> {
+      (*g)(t);
       return std::nullopt;
     };
   } else {
-    h.fn = [g = std::forward<F>(f)](const tensor<T>& t) mutable -> std::optional<tensor<T>> {
-      return std::optional<tensor<T>>(g(t));
-    };
+    h.fn = [g](const tensor<T>& t) -> std::optional<tensor<T>> { return std::optional<tensor<T>>((*g)(t)); };
   }
   const auto id = h.id;
+  if (i.lazy) [[unlikely]] {  // traced by fg::jit: the hook joins the captured graph's backward
+    if (auto* r = detail::active_recorder<T>(); r && r->add_hook(*this, h)) return id;
+    i.lazy->realize("register_hook");  // another trace's tensor: computed, then hooked as usual
+  }
   if (i.grad_fn) i.grad_fn->pre_hooks(i.output_nr).push_back(std::move(h));
   else i.leaf_hooks.push_back(std::move(h));
   return id;
@@ -488,6 +545,11 @@ std::uint64_t tensor<T>::register_hook(F&& f) {
 template <Element T>
 bool tensor<T>::remove_hook(std::uint64_t id) {
   auto& i = checked("remove_hook");
+  if (i.lazy) [[unlikely]] {
+    bool removed = false;
+    if (auto* r = detail::active_recorder<T>(); r && r->remove_hook(*this, id, removed)) return removed;
+    i.lazy->realize("remove_hook");
+  }
   auto& hs = i.grad_fn ? i.grad_fn->pre_hooks(i.output_nr) : i.leaf_hooks;
   const auto it = std::find_if(hs.begin(), hs.end(), [&](const auto& h) { return h.id == id; });
   if (it == hs.end()) return false;
@@ -498,12 +560,13 @@ bool tensor<T>::remove_hook(std::uint64_t id) {
 template <Element T>
 void tensor<T>::retain_grad() {
   auto& i = checked("retain_grad");
-  if (!i.grad_fn) return;  // leaves keep their gradient anyway
+  if (!i.grad_fn && !(i.lazy && i.requires_grad)) return;  // leaves keep their gradient anyway
   if (i.retains_grad) return;
   i.retains_grad = true;
   std::weak_ptr<detail::tensor_impl<T>> self = impl_;
   register_hook([self](const tensor<T>& g) {
     if (auto s = self.lock()) {
+      std::lock_guard lock(s->mutex);  // concurrent backwards through this tensor
       s->grad = s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
                                   : detail::contiguous_copy(g);
     }

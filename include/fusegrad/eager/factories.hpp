@@ -16,8 +16,7 @@ namespace fusegrad {
 namespace detail {
 template <Element T>
 tensor<T> filled(std::string_view op, const shape& s, T v) {
-  check_shape(op, s);
-  tensor<T> t = empty<T>(s);
+  tensor<T> t = empty<T>(s, op);
   fill(t, v);
   return t;
 }
@@ -34,7 +33,7 @@ template <Element T> tensor<T> ones_like(const tensor<T>& t) { return ones<T>(t.
 template <Element T>
 tensor<T> arange(index_t n) {
   if (n < 0) detail::fail("arange", "got n = ", n, "; expected n >= 0");
-  tensor<T> t = detail::empty<T>({n});
+  tensor<T> t = detail::empty<T>({n}, "arange");
   for (index_t i = 0; i < n; ++i) t.data_ptr()[i] = static_cast<T>(i);
   return t;
 }
@@ -43,8 +42,7 @@ tensor<T> arange(index_t n) {
 /// (SplitMix64 and Box–Muller, no implementation-defined distributions).
 template <Element T>
 tensor<T> randn(const shape& s, std::uint64_t seed = 0) {
-  check_shape("randn", s);
-  tensor<T> t = detail::empty<T>(s);
+  tensor<T> t = detail::empty<T>(s, "randn");
   std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
   auto next = [&state]() {
     std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -66,8 +64,7 @@ tensor<T> randn(const shape& s, std::uint64_t seed = 0) {
 /// Uniform samples in [lo, hi), deterministic per seed.
 template <Element T>
 tensor<T> rand(const shape& s, std::uint64_t seed = 0, T lo = T(0), T hi = T(1)) {
-  check_shape("rand", s);
-  tensor<T> t = detail::empty<T>(s);
+  tensor<T> t = detail::empty<T>(s, "rand");
   std::uint64_t state = seed * 0xD1B54A32D192ED03ull + 1;
   for (index_t i = 0; i < t.numel(); ++i) {
     std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -82,11 +79,10 @@ tensor<T> rand(const shape& s, std::uint64_t seed = 0, T lo = T(0), T hi = T(1))
 /// A tensor holding a copy of `values`, shaped `s` (1-D when `s` is omitted).
 template <Element T>
 tensor<T> from_vector(const std::vector<T>& values, const shape& s) {
-  check_shape("from_vector", s);
-  if (static_cast<index_t>(values.size()) != numel(s))
-    detail::fail("from_vector", "got ", values.size(), " values for shape ", to_string(s), "; expected ",
-                 numel(s));
-  tensor<T> t = detail::empty<T>(s);
+  const index_t n = check_shape("from_vector", s);
+  if (static_cast<index_t>(values.size()) != n)
+    detail::fail("from_vector", "got ", values.size(), " values for shape ", to_string(s), "; expected ", n);
+  tensor<T> t = detail::empty<T>(s, "from_vector");
   std::copy(values.begin(), values.end(), t.data_ptr());
   return t;
 }
@@ -99,12 +95,11 @@ tensor<T> from_vector(const std::vector<T>& values) {
 /// every tensor that shares it. Writes through the tensor change the user's array.
 template <Element T>
 tensor<T> view_of(T* data, const shape& s) {
-  check_shape("view_of", s);
-  if (data == nullptr && numel(s) != 0)
-    detail::fail("view_of", "got a null pointer for shape ", to_string(s), "; expected ", numel(s),
-                 " elements of memory");
+  const index_t n = check_shape("view_of", s);
+  if (data == nullptr && n != 0)
+    detail::fail("view_of", "got a null pointer for shape ", to_string(s), "; expected ", n, " elements of memory");
   auto impl = std::make_shared<detail::tensor_impl<T>>();
-  impl->store = std::make_shared<storage<T>>(data, static_cast<std::size_t>(numel(s)));
+  impl->store = std::make_shared<storage<T>>(data, static_cast<std::size_t>(n));
   impl->sizes = s;
   impl->st = contiguous_strides(s);
   return tensor<T>(std::move(impl));

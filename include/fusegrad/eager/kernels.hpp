@@ -3,10 +3,12 @@
 /// The loops of the eager runtime: strided iteration, vectorised element-wise maps,
 /// broadcasting, reductions and copies. No autograd here: these only move numbers.
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <vector>
 
+#include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/eager/tensor.hpp"
 #include "fusegrad/kernel/tile.hpp"
@@ -123,7 +125,8 @@ template <Element T>
 tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op, const tensor<T>& a,
                            const tensor<T>* b) {
   const bool same = !b || a.shape() == b->shape();
-  tensor<T> out = same ? empty<T>(a.shape()) : empty<T>(broadcast_shapes(name, a.shape(), b->shape()));  // no shape copy
+  const std::string_view who = name.empty() ? std::string_view("pointwise") : name;
+  tensor<T> out = same ? empty<T>(a.shape(), who) : empty<T>(broadcast_shapes(who, a.shape(), b->shape()), who);  // no shape copy
   if (out.numel() == 0) return out;
   if (same && a.is_contiguous() && (!b || b->is_contiguous()))
     fn(op, a.data_ptr(), b ? static_cast<const T*>(b->data_ptr()) : nullptr, out.data_ptr(), out.numel());
@@ -135,7 +138,9 @@ tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op,
 /// A new contiguous tensor holding `op.value(x)` element-wise (the op's tile kernel).
 template <class Op, Element T>
 tensor<T> map(const Op& op, const tensor<T>& x) {
-  return pointwise_values<T>({}, &tile_kernel<Op, T>, &op, x, nullptr);
+  std::string_view name;  // what an error (out of memory) names
+  if constexpr (requires { Op::name; }) name = Op::name;
+  return pointwise_values<T>(name, &tile_kernel<Op, T>, &op, x, nullptr);
 }
 
 /// A new contiguous tensor of the broadcast shape holding `op.value(a, b)` element-wise.
@@ -147,7 +152,7 @@ tensor<T> zip(std::string_view name, const Op& op, const tensor<T>& a, const ten
 /// A contiguous copy of any strided tensor.
 template <Element T>
 tensor<T> contiguous_copy(const tensor<T>& x) {
-  tensor<T> out = empty<T>(x.shape());
+  tensor<T> out = empty<T>(x.shape(), "contiguous");
   T* o = out.data_ptr();
   const T* p = x.impl()->store ? x.impl()->store->data() : nullptr;
   for_each_row<1>(x.shape(), {&x.strides()}, {x.offset()},
@@ -168,6 +173,81 @@ void fill(const tensor<T>& t, T v) {
 /// How a reduction combines elements.
 enum class reduce_kind { sum, max };
 
+/// Sums `x` over the dims flagged in `mask` into `out` (contiguous: `x`'s shape with those dims
+/// 1), each output's values in row-major order, with the one definition of a sum
+/// (core/accumulate.hpp): the row form when the innermost dim of size > 1 is reduced, the
+/// column form when it is kept. Dims of size 1 play no part, so the form depends on the
+/// shapes only: the fused loops and the IR's programs pick the same one and get the same bits.
+template <Element T>
+void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& out) {
+  const shape& s = x.shape();
+  const strides& xs = x.strides();
+  const strides os = contiguous_strides(out.shape());
+  const T* p = x.impl()->store->data();
+  T* o = out.data_ptr();
+  // The dims of size > 1: their sizes and strides in `x` and `out` (0 where reduced).
+  shape it;
+  strides sx, so;
+  bool inner_kept = true, any_reduced = false;
+  for (std::size_t d = 0; d < s.size(); ++d)
+    if (s[d] != 1) {
+      it.push_back(s[d]), sx.push_back(xs[d]), so.push_back(mask[d] ? 0 : os[d]);
+      inner_kept = !mask[d];
+      any_reduced = any_reduced || mask[d];
+    }
+  if (!any_reduced) {  // one value per output
+    for_each_row<2>(it, {&sx, &so}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+      for (index_t k = 0; k < n; ++k) o[b[1] + k * st[1]] = p[b[0] + k * st[0]];
+    });
+    return;
+  }
+  if (inner_kept) {  // column form: rows along the kept innermost dim, an output per element
+    const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
+    column_sums<T> cs;
+    cs.start(o, numel(out.shape()) / m, m, count);
+    for_each_row<2>(it, {&sx, &so}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+      T* const d = o + b[1];
+      const T* const src = p + b[0];
+      if (st[0] == 1) tile_reduce_into<false>(src, d, n);
+      else
+        for (index_t k = 0; k < n; ++k) d[k] = d[k] + src[k * st[0]];
+      cs.row_done(b[1] / m);
+    });
+    cs.finish();
+    return;
+  }
+  // Row form: the kept dims outermost, so each output's rows come one after another, and
+  // dims that are one run of memory merged (a contiguous full sum is a single row).
+  shape rs;
+  strides rx, ro;
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::size_t d = 0; d < it.size(); ++d)
+      if ((so[d] == 0) == (pass == 1)) {
+        if (!rs.empty() && rx.back() == sx[d] * it[d] && ro.back() == so[d] * it[d]) {
+          rs.back() *= it[d], rx.back() = sx[d], ro.back() = so[d];
+        } else {
+          rs.push_back(it[d]), rx.push_back(sx[d]), ro.push_back(so[d]);
+        }
+      }
+  if (std::count(ro.begin(), ro.end(), index_t{0}) == 1) {  // an output per row
+    for_each_row<2>(rs, {&rx, &ro}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+      o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]);
+    });
+    return;
+  }
+  running_sum<T> acc;
+  T* cur = nullptr;
+  for_each_row<2>(rs, {&rx, &ro}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+    if (o + b[1] != cur) {
+      if (cur) *cur = acc.total();
+      acc.reset();
+      cur = o + b[1];
+    }
+    acc.add(p + b[0], n, st[0]);
+  });
+  *cur = acc.total();
+}
+
 /// Reduces `x` over the dims flagged in `mask` (one flag per dim). The result keeps the
 /// reduced dims with size 1 (callers squeeze them when keepdim is false).
 template <Element T>
@@ -175,11 +255,15 @@ tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, redu
   shape out_shape = x.shape();
   for (std::size_t d = 0; d < mask.size(); ++d)
     if (mask[d]) out_shape[d] = 1;
-  tensor<T> out = empty<T>(out_shape);
+  tensor<T> out = empty<T>(out_shape, kind == reduce_kind::sum ? "sum" : "max");
   T* o = out.data_ptr();
   const T init = kind == reduce_kind::sum ? T(0) : -std::numeric_limits<T>::infinity();
   std::fill_n(o, out.numel(), init);
   if (x.numel() == 0) return out;
+  if (kind == reduce_kind::sum) {
+    sum_values(x, mask, out);
+    return out;
+  }
   const T* p = x.impl()->store->data();
   if (x.is_contiguous() && out.numel() == 1) {  // full reduction over contiguous memory
     using B = simd<T>;
@@ -188,20 +272,13 @@ tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, redu
     const index_t n = x.numel();
     B acc(init);
     index_t i = 0;
-    if (kind == reduce_kind::sum) {
-      for (; i + W <= n; i += W) acc += B::load_unaligned(q + i);
-      T r = xsimd::hadd(acc);
-      for (; i < n; ++i) r += q[i];
-      *o = r;
-    } else {
-      for (; i + W <= n; i += W) acc = lanes::max(acc, B::load_unaligned(q + i));
-      alignas(64) T lanes_buf[W];
-      acc.store_aligned(lanes_buf);
-      T r = init;
-      for (index_t k = 0; k < W; ++k) r = lanes::max(r, lanes_buf[k]);
-      for (; i < n; ++i) r = lanes::max(r, q[i]);
-      *o = r;
-    }
+    for (; i + W <= n; i += W) acc = lanes::max(acc, B::load_unaligned(q + i));
+    alignas(64) T lanes_buf[W];
+    acc.store_aligned(lanes_buf);
+    T r = init;
+    for (index_t k = 0; k < W; ++k) r = lanes::max(r, lanes_buf[k]);
+    for (; i < n; ++i) r = lanes::max(r, q[i]);
+    *o = r;
     return out;
   }
   strides ost = out.strides();
@@ -209,19 +286,9 @@ tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, redu
     if (mask[d]) ost[d] = 0;
   for_each_row<2>(x.shape(), {&x.strides(), &ost}, {x.offset(), 0},
                   [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> s) {
-                    if (kind == reduce_kind::sum) {
-                      if (s[1] == 0) {
-                        T acc = 0;
-                        for (index_t k = 0; k < n; ++k) acc += p[b[0] + k * s[0]];
-                        o[b[1]] += acc;
-                      } else {
-                        for (index_t k = 0; k < n; ++k) o[b[1] + k * s[1]] += p[b[0] + k * s[0]];
-                      }
-                    } else {
-                      for (index_t k = 0; k < n; ++k) {
-                        T& r = o[b[1] + k * s[1]];
-                        r = lanes::max(r, p[b[0] + k * s[0]]);
-                      }
+                    for (index_t k = 0; k < n; ++k) {
+                      T& r = o[b[1] + k * s[1]];
+                      r = lanes::max(r, p[b[0] + k * s[0]]);
                     }
                   });
   return out;

@@ -45,6 +45,10 @@ concept has_binary_derivative = requires(const Op& op, const V& v) {
   op.da(v, v, v, v);
   op.db(v, v, v, v);
 };
+/// Whether `Op` has a derivative rule over values `V`. Results of ops without one
+/// (comparisons, `step`, `sign`) never require grad: on the tape, in the tracer.
+template <class Op, class V>
+concept has_derivative = has_unary_derivative<Op, V> || has_binary_derivative<Op, V>;
 template <class Op>
 constexpr bool uses_input() {
   if constexpr (requires { Op::uses_input; }) return Op::uses_input;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -181,18 +182,29 @@ class tensor {
   /// PyTorch's name of `grad_fn()` (e.g. "MulBackward0"), or "" for leaves.
   [[nodiscard]] std::string grad_fn_name() const;
   [[nodiscard]] std::size_t output_nr() const { return synced("output_nr").output_nr; }
-  /// The accumulated gradient (undefined until a backward reaches this tensor).
-  [[nodiscard]] tensor grad() const { return checked("grad").grad; }
+  /// The accumulated gradient (undefined until a backward reaches this tensor). Reading it
+  /// while another thread's backward accumulates into it gives the gradient before or after.
+  [[nodiscard]] tensor grad() const {
+    auto& i = checked("grad");
+    std::lock_guard lock(i.mutex);
+    return i.grad;
+  }
   /// Replaces the accumulated gradient (pass `{}` to reset it).
   void set_grad(tensor g) {
     auto& i = checked("set_grad");
     if (g.defined() && g.shape() != i.sizes)
       detail::fail("set_grad", "gradient of shape ", to_string(g.shape()), " for a tensor of shape ",
                    to_string(i.sizes), "; expected equal shapes");
+    std::lock_guard lock(i.mutex);
     i.grad = std::move(g);
   }
   /// Resets the accumulated gradient, like `zero_grad(set_to_none=True)`.
-  void zero_grad() { checked("zero_grad").grad = tensor{}; }
+  void zero_grad() {
+    auto& i = checked("zero_grad");
+    tensor old;  // freed after the lock is released
+    std::lock_guard lock(i.mutex);
+    old = std::move(i.grad);
+  }
   /// Keeps the gradient of a non-leaf tensor in `grad()` after backward.
   void retain_grad();
   /// Runs backward from this tensor; `gradient` may be omitted for one-element tensors.
@@ -264,20 +276,35 @@ struct tensor_impl {
   strides st;
   bool requires_grad = false;
   bool retains_grad = false;
-  tensor<T> grad;
+  tensor<T> grad;                    ///< guarded by `mutex`
   std::shared_ptr<node<T>> grad_fn;  ///< producer (non-leaf), null for leaves
   std::size_t output_nr = 0;
-  std::shared_ptr<node<T>> grad_accumulator;  ///< AccumulateGrad node of a leaf, made lazily
+  std::shared_ptr<node<T>> grad_accumulator;  ///< AccumulateGrad node of a leaf, made lazily (guarded by `mutex`)
   std::vector<hook<T>> leaf_hooks;            ///< hooks of a leaf, run by AccumulateGrad
   lazy_source* lazy = nullptr;  ///< set while the run-time tracer holds this tensor uncomputed
   int lazy_node = -1;           ///< its node in the tracer's pending graph
+  /// Serialises what concurrent backwards (and forwards) through this tensor change: the
+  /// accumulation into `grad` and the making of `grad_accumulator` (PyTorch's
+  /// `AutogradMeta::mutex_`). Never held while user code (a hook) runs.
+  mutable std::mutex mutex;
 };
 
-/// A fresh contiguous tensor of shape `s` (uninitialised elements).
+/// A fresh contiguous tensor of shape `s` (uninitialised elements) for op `op`. A shape
+/// whose element or byte count overflows, and a failed allocation, throw `fusegrad::error`
+/// naming `op`, the shape and the bytes.
 template <Element T>
-tensor<T> empty(const shape& s) {
+tensor<T> empty(const shape& s, std::string_view op = "empty") {
+  const auto n = static_cast<std::size_t>(check_shape(op, s));
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(n, sizeof(T), &bytes))
+    fail(op, "a tensor of shape ", to_string(s), " needs more than 2^64 bytes; expected a shape that fits in memory");
   auto impl = std::make_shared<tensor_impl<T>>();
-  impl->store = std::make_shared<storage<T>>(static_cast<std::size_t>(fusegrad::numel(s)));
+  try {
+    impl->store = std::make_shared<storage<T>>(n);
+  } catch (const std::bad_alloc&) {
+    fail(op, "out of memory allocating ", bytes, " bytes for a tensor of shape ", to_string(s),
+         "; expected an allocation that fits in memory");
+  }
   impl->sizes = s;
   impl->st = contiguous_strides(s);
   return tensor<T>(std::move(impl));

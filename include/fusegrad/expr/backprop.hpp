@@ -17,6 +17,7 @@
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/div.hpp"
+#include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/mul.hpp"
 
 namespace fusegrad::detail {
@@ -68,8 +69,8 @@ auto contribution(const E& e) {
       } else {
         const fwd_ref<ia, T> xa{};
         const fwd_ref<P, T> yr{};
-        auto mask = eq(xa, unreduce_expr<reduce_kind_t::sum, Axis, ia, fwd_ref<P, T>>{{}, yr, r.keepdim});
-        reduce_expr<reduce_kind_t::sum, Axis, decltype(mask)> count{{}, mask, true};
+        auto mask = max_hits(xa, unreduce_expr<reduce_kind_t::sum, Axis, ia, fwd_ref<P, T>>{{}, yr, r.keepdim});
+        auto count = max_count(reduce_expr<reduce_kind_t::sum, Axis, decltype(mask)>{{}, mask, true});
         return unreduce_expr<reduce_kind_t::sum, Axis, ia, GR>{{}, gr, r.keepdim} * mask /
                unreduce_expr<reduce_kind_t::sum, Axis, ia, decltype(count)>{{}, count, true};
       }

@@ -10,6 +10,7 @@
 /// op's own derivative rule on `ir::value`s, which append nodes as they are combined (see
 /// DESIGN.md, "The one idea").
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <functional>
@@ -358,6 +359,14 @@ class graph {
       ((r = i++ == k ? Ops::name : r), ...);
       return r;
     }(op_table<T>{});
+  }
+  /// Whether op `k` of the op table has a derivative rule (on eager tensors, as the tape
+  /// decides): a node of an op without one never requires grad.
+  static bool op_has_derivative(int k) {
+    static constexpr auto table = []<class... Ops>(fusegrad::detail::type_list<Ops...>) {
+      return std::array<bool, sizeof...(Ops)>{fusegrad::detail::has_derivative<Ops, tensor<T>>...};
+    }(op_table<T>{});
+    return k >= 0 && static_cast<std::size_t>(k) < table.size() && table[static_cast<std::size_t>(k)];
   }
   static bool op_has_scalar(int k) {
     return [&]<class... Ops>(fusegrad::detail::type_list<Ops...>) {

@@ -18,6 +18,8 @@
 namespace fusegrad {
 template <Element T>
 class tensor;
+template <Element T>
+struct hook;
 
 namespace ops {
 struct neg_op; struct exp_op; struct log_op; struct sin_op; struct cos_op; struct tanh_op;
@@ -92,8 +94,10 @@ struct recorder {
   /// Appends graph `g` (its inputs bound to `inputs`) and returns its `outputs`: how the
   /// backward of a traced function is inlined into a traced backward (compiled autograd).
   /// `sizes`, when given, are the nodes' shapes (a shape-generic graph run on other sizes).
+  /// `fns` are the functions of `g`'s `call_hook` and `call` nodes, by slot (null: it has none).
   virtual std::vector<tensor<T>> replay(const ir::graph<T>& g, const std::vector<int>& outputs,
-                                        const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes) = 0;
+                                        const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+                                        const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>* fns) = 0;
   /// A function the tracer does not see into, called on `a` (and `*b`) when the graph runs:
   /// a `call_hook` node (a tensor hook; `out` is `a`'s shape) or a `call` node giving shape
   /// `out` (named `name` in the printed graph).
@@ -106,6 +110,12 @@ struct recorder {
   virtual void inline_end(std::size_t from) = 0;
   /// Marks `g` as the gradient an `AccumulateGrad` node hands to a leaf (for the printed graph).
   virtual void accumulate_grad(const tensor<T>& g) = 0;
+  /// `t.register_hook` on a tensor this recorder holds uncomputed: `h` runs on `t`'s gradient
+  /// in the backward of the graph captured around it. False: `t` is not this recorder's.
+  virtual bool add_hook(const tensor<T>& t, const hook<T>& h) = 0;
+  /// `t.remove_hook(id)` on such a tensor (`removed`: whether `id` was one of its hooks).
+  /// False: `t` is not this recorder's.
+  virtual bool remove_hook(const tensor<T>& t, std::uint64_t id, bool& removed) = 0;
 
  protected:
   ~recorder() = default;

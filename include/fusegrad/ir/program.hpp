@@ -304,21 +304,29 @@ class program {
         const auto k = static_cast<std::size_t>(members[p]);
         instr in;
         in.node = members[p];
-        const int ops[2] = {ns[k].kind == node_kind::expand ? -1 : ns[k].a, ns[k].b};
-        if (ns[k].kind == node_kind::expand) in.src[0].node = ns[k].a, in.src[0].splat = true;
+        const bool expand = ns[k].kind == node_kind::expand;
+        const int ops[2] = {ns[k].a, ns[k].b};
         for (int s = 0; s < 2; ++s) {
           const int c = ops[s];
           if (c < 0) continue;
           const auto u = static_cast<std::size_t>(c);
           in.src[s].node = c;
+          // A value of this loop is read from its register or its tensor as the tiles pass: a
+          // splat is filled before the loop runs, so only values of earlier steps are splatted.
+          // (An expand whose one-element operand is in this loop has a one-element space, hence
+          // nothing reduced to average over.)
           if (step_of[u] == q) in.src[s].reg = reg[u];
-          else if (numel(ns[u].sizes) == 1 && space != 1) in.src[s].splat = true;
+          else if (expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
         }
         for (auto& sr : in.src)
           if (sr.splat) {
+            // Splats of one value share a slot, except an averaging expand's (its own value).
             const auto u = static_cast<std::size_t>(sr.node);
-            if (slot[u] < 0) slot[u] = st.splats++;
-            sr.slot = slot[u];
+            if (expand && ns[k].average) sr.slot = st.splats++;
+            else {
+              if (slot[u] < 0) slot[u] = st.splats++;
+              sr.slot = slot[u];
+            }
           }
         if (!reduction[k] && !store[k]) {
           if (free_regs.empty()) free_regs.push_back(st.registers++);
@@ -355,8 +363,9 @@ class program {
       bool adv[2] = {false, false};
       T* dst = nullptr;
       bool dst_adv = false;
-      simd<T> acc;
+      simd<T> acc;  ///< a max: its lanes and tail
       T tail;
+      fusegrad::detail::running_sum<T> sum;  ///< a sum (core/accumulate.hpp: eager mode's bits)
     };
     thread_local std::vector<ptrs> pv;
     pv.resize(st.code.size());
@@ -405,8 +414,8 @@ class program {
         switch (nd.kind) {
           case node_kind::pointwise: kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, b, d, n); break;
           case node_kind::expand: std::copy(a, a + n, d); break;
-          case node_kind::max: fusegrad::detail::tile_reduce<true>(a, n, P.acc, P.tail); break;
-          default: fusegrad::detail::tile_reduce<false>(a, n, P.acc, P.tail); break;  // sum, mean, sum_to
+          case node_kind::max: fusegrad::detail::tile_max(a, n, P.acc, P.tail); break;
+          default: P.sum.add(a, n); break;  // sum, mean, sum_to
         }
       }
     }
@@ -416,8 +425,7 @@ class program {
       if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
       const ptrs& P = pv[p];
       if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-      T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_total<true>(P.acc), P.tail)
-                                    : fusegrad::detail::lanes_total<false>(P.acc) + P.tail;
+      T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(P.acc), P.tail) : P.sum.total();
       if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
       vals[k] = fusegrad::full<T>(size_of(k), r);
     }
@@ -431,9 +439,12 @@ class program {
 
 /// Reverse mode on an IR graph, at run time, with each op's own derivative rule: appends
 /// to `g` the backward of `outputs`, each seeded by a new input (its gradient, in order),
-/// and returns the node of each of `wrt`'s gradients (-1: no path).
+/// and returns the node of each of `wrt`'s gradients (-1: no path). `hooks[s]` is a node
+/// whose complete gradient goes through `call_hook` slot `s` before flowing on (a tensor
+/// hook; several on one node run in slot order), as the eager engine runs a tensor's hooks.
 template <Element T>
-std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const std::vector<int>& wrt) {
+std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const std::vector<int>& wrt,
+                          const std::vector<int>& hooks = {}) {
   const std::size_t N = g.size();
   std::vector<int> adj(N, -1);
   for (int o : outputs) {
@@ -447,8 +458,10 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
     a = a < 0 ? contribution : (value<T>{&g, a} + value<T>{&g, contribution}).id;
   };
   for (std::size_t k = N; k-- > 0;) {
+    if (adj[k] < 0) continue;
+    for (std::size_t s = 0; s < hooks.size(); ++s)  // the users of node k are done: its gradient is whole
+      if (hooks[s] == static_cast<int>(k)) adj[k] = g.add_call_hook(adj[k], static_cast<int>(s));
     const int gk = adj[k];
-    if (gk < 0) continue;
     const node<T> n = g.at(static_cast<int>(k));  // a copy: appending may reallocate
     const value<T> gv{&g, gk}, y{&g, static_cast<int>(k)};
     switch (n.kind) {
@@ -471,10 +484,11 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
       case node_kind::sum: add_to(n.a, g.add_expand(gk, n.a, n.dims)); break;
       case node_kind::mean: add_to(n.a, g.add_expand(gk, n.a, n.dims, /*average=*/true)); break;
       case node_kind::max: {
-        // amax's rule: the gradient is split evenly between the maximal elements.
+        // amax's rule (fusegrad/ops/max.hpp): the gradient is split evenly between the maximal elements.
         const value<T> x{&g, n.a};
-        const value<T> mask = eq(x, value<T>{&g, g.add_expand(static_cast<int>(k), n.a, n.dims)});
-        const value<T> count{&g, g.add_expand(g.add_reduction(node_kind::sum, mask.id, n.dims), n.a, n.dims)};
+        const value<T> mask = fusegrad::detail::max_hits(x, value<T>{&g, g.add_expand(static_cast<int>(k), n.a, n.dims)});
+        const value<T> sums{&g, g.add_reduction(node_kind::sum, mask.id, n.dims)};
+        const value<T> count{&g, g.add_expand(fusegrad::detail::max_count(sums).id, n.a, n.dims)};
         add_to(n.a, (value<T>{&g, g.add_expand(gk, n.a, n.dims)} * mask / count).id);
         break;
       }

@@ -154,9 +154,11 @@ struct cached_key {
 
 struct state {
   std::mutex mu;
+  std::recursive_mutex capture_mu;  ///< held by each captured backward (see `run`; a hook's may nest)
   std::vector<cached_key> keys;
   std::unique_ptr<fusegrad::detail::jit::function_state> programs[2][2];  // [backend][fullgraph]
   fusegrad::detail::jit::function_state& programs_for(const options& o) {
+    std::lock_guard lock(mu);  // backwards on several threads make it on first use
     auto& p = programs[o.backend == jit_backend::eager][o.fullgraph];
     if (!p) {
       jit_options jo;
@@ -358,6 +360,10 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
     explicit flag(bool& b) : f(b) { f = true; }
     ~flag() { f = false; }
   } during(capturing);
+  // One captured backward at a time, process-wide: until its graph runs (fr.finish()), the
+  // gradient a capture accumulates into a leaf is a lazy value of this thread's trace, which
+  // another thread's backward into the same leaf must not read (docs/eager.md, "Thread safety").
+  std::lock_guard one_at_a_time(global_state().capture_mu);
   const bool hit = lookup(make_key(roots));
   fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits : fusegrad::detail::counter_cells().ca_captures);
   fusegrad::detail::jit::basic_frame<fusegrad::detail::jit::dependent<void, T>> fr(global_state().programs_for(*o));

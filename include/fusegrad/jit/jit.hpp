@@ -12,6 +12,8 @@
 /// it is compiled (or fetched from the cache) and run, the lazy tensors still alive receive
 /// their values, and tracing resumes in a new graph (a *graph break*). The end of the call
 /// flushes too. With `fullgraph = true` a sync point throws instead, naming the op.
+/// Tensor hooks (and `retain_grad`) on lazy tensors are no sync point: they become `call_hook`
+/// nodes of the graph's backward, on the hooked node's whole gradient (docs/jit.md).
 ///
 /// **Cache.** Each flushed graph is looked up among the function's entries, most recently
 /// used first. An entry is its guards — the graph's structure (ops, edges, constants,
@@ -79,12 +81,26 @@ struct input_guard {
   bool requires_grad = false;
 };
 
+/// A backward program of an entry, for one set of outputs that received gradients. An output
+/// whose gradient is absent (nothing the loss depends on used it) is left out of the
+/// derivation, so nothing multiplies a zero by its local derivative, which may be inf or NaN
+/// (eager mode never visits such a node either).
+template <Element T>
+struct backward_code {
+  std::vector<char> given;             ///< per grad output (`entry::grad_outputs`): its gradient is an input
+  ir::graph<T> joint;                  ///< forward + backward of the given outputs (shapes of dynamic entries)
+  std::optional<ir::program<T>> prog;  ///< inputs: the entry's saved values, then the given gradients
+  std::vector<int> origin;             ///< backward node -> joint node
+  std::vector<int> grad_of;            ///< per wrt input: its output in `prog` (-1: zero gradient)
+};
+
 template <Element T>
 struct entry {
   // Key and guards.
   std::uint64_t hash = 0;
   ir::graph<T> fwd_graph;
   std::vector<int> outputs;
+  std::vector<int> hooks;  ///< per tensor hook of the call (its slot): the node it hooks
   std::vector<input_guard> inputs;
   std::vector<int> alias_of;
   bool grad_mode = true;
@@ -96,11 +112,13 @@ struct entry {
   // Backward.
   std::vector<int> grad_outputs;  ///< positions in `outputs` that take gradients
   std::vector<int> wrt;           ///< input indices that receive gradients
-  ir::graph<T> joint;             ///< forward + backward (shapes of dynamic entries)
-  std::vector<int> saved;         ///< joint nodes the forward saves
-  std::optional<ir::program<T>> bwd;  ///< inputs: saved values, then output gradients
-  std::vector<int> bwd_origin;        ///< backward node -> joint node
-  std::vector<int> bwd_grad_of;       ///< per wrt input: its output in `bwd` (-1: zero gradient)
+  std::vector<int> wrt_nodes;     ///< their input nodes
+  std::vector<int> saved;         ///< forward nodes the forward saves (chosen for all grad outputs)
+  std::shared_ptr<const backward_code<T>> bwd;  ///< the backward when every grad output has a gradient
+  /// Backwards for calls where some grad outputs received none, derived on first use (keyed
+  /// on which did, and for dynamic entries on the shapes fitting their loops).
+  mutable std::mutex variants_mu;
+  mutable std::vector<std::shared_ptr<const backward_code<T>>> variants;
 
   [[nodiscard]] bool accepts(const std::vector<tensor<T>>& ins, bool gm, const std::vector<int>& alias) const {
     if (gm != grad_mode || ins.size() != inputs.size() || alias != alias_of) return false;
@@ -132,7 +150,7 @@ struct entry {
   [[nodiscard]] std::string code_text() const {
     if (eager) return "(runs eagerly, node by node)\n";
     std::string s = "forward:\n" + fwd->to_string();
-    if (bwd) s += "backward (saves " + std::to_string(saved.size()) + "):\n" + bwd->to_string();
+    if (bwd) s += "backward (saves " + std::to_string(saved.size()) + "):\n" + bwd->prog->to_string();
     return s;
   }
 };
@@ -214,13 +232,84 @@ split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, 
   return plan_split<max_joint_nodes>(J, n_inputs, fr, br);
 }
 
+/// The backward of entry `e`'s grad outputs whose flag in `given` is set, derived on forward
+/// graph `g` (the entry's, or the same with other sizes) and lowered to a program whose
+/// inputs are the saved values `saved`, then the given gradients. `choose_saved`: `saved` is
+/// chosen here by the partitioner (the entry's first backward, all gradients given; null
+/// when the joint graph is too large to partition); otherwise it is the entry's set, which
+/// suffices for any subset of the gradients (their backward reads a subset of what the
+/// whole backward reads).
+template <Element T>
+std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
+                                                  std::vector<int>& saved, bool choose_saved) {
+  auto b = std::make_shared<backward_code<T>>();
+  b->given = std::move(given);
+  b->joint = g;
+  std::vector<int> gouts;
+  for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
+    if (b->given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
+  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, e.hooks);
+  const ir::graph<T>& J = b->joint;
+  if (choose_saved) {
+    if (J.size() > max_joint_nodes) return nullptr;
+    saved = plan_any(J, g.num_inputs(), e.outputs, grads).saved;
+  }
+  // The backward graph: saved values and the given gradients become its inputs; it holds
+  // the nodes the input gradients need from them.
+  ir::graph<T> B;
+  std::vector<int> map(J.size(), -1);
+  for (int s : saved) {
+    map[static_cast<std::size_t>(s)] = B.add_input(J.at(s).sizes);
+    b->origin.push_back(s);
+  }
+  for (std::size_t k = g.size(); k < J.size(); ++k) {
+    const auto& n = J.nodes()[k];
+    if (n.kind == ir::node_kind::input) {  // a given gradient (always an input, even if unused)
+      map[k] = B.add_input(n.sizes);
+      b->origin.push_back(static_cast<int>(k));
+    }
+  }
+  std::vector<char> need(J.size(), 0);
+  for (int gnode : grads)
+    if (gnode >= 0) need[static_cast<std::size_t>(gnode)] = 1;
+  for (std::size_t k = J.size(); k-- > 0;) {
+    if (!need[k] || map[k] >= 0) continue;
+    const auto& n = J.nodes()[k];
+    if (n.kind == ir::node_kind::input)
+      fusegrad::detail::fail("jit", "internal error: the partition left input ", n.index, " unsaved");
+    for (int c : {n.a, n.b})  // (a shape reference `ref` is kept only when present anyway)
+      if (c >= 0) need[static_cast<std::size_t>(c)] = 1;
+  }
+  for (std::size_t k = 0; k < J.size(); ++k) {
+    if (map[k] >= 0 || !need[k]) continue;
+    ir::node<T> n = J.nodes()[k];
+    for (int* c : {&n.a, &n.b, &n.ref})
+      if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
+    map[k] = B.add_copy(std::move(n));
+    b->origin.push_back(static_cast<int>(k));
+  }
+  std::vector<int> bouts;
+  for (int gnode : grads) {
+    if (gnode < 0) {
+      b->grad_of.push_back(-1);
+      continue;
+    }
+    b->grad_of.push_back(static_cast<int>(bouts.size()));
+    bouts.push_back(map[static_cast<std::size_t>(gnode)]);
+  }
+  b->prog.emplace(std::move(B), std::move(bouts));
+  return b;
+}
+
 /// Compiles an entry for graph `g` (outputs `outs`, `rg`: node needs grad) and these inputs.
 template <Element T>
 std::shared_ptr<entry<T>> compile(const ir::graph<T>& g, const std::vector<int>& outs, const std::vector<char>& rg,
                                   const std::vector<tensor<T>>& ins, bool gm, const std::vector<int>& alias,
-                                  const std::vector<std::uint64_t>& marks, std::vector<std::string> names, std::uint64_t hash) {
+                                  const std::vector<std::uint64_t>& marks, std::vector<std::string> names, std::uint64_t hash,
+                                  const std::vector<int>& hooks) {
   auto e = std::make_shared<entry<T>>();
   e->hash = hash;
+  e->hooks = hooks;
   e->fwd_graph = g;
   e->outputs = outs;
   e->grad_mode = gm;
@@ -243,55 +332,29 @@ std::shared_ptr<entry<T>> compile(const ir::graph<T>& g, const std::vector<int>&
     if (e->inputs[i].requires_grad) e->wrt.push_back(static_cast<int>(i));
   std::vector<int> fwd_outs = outs;
   if (gm && !e->wrt.empty() && !e->grad_outputs.empty()) {
-    e->joint = g;
-    std::vector<int> gouts, wrt_nodes;
-    for (int p : e->grad_outputs) gouts.push_back(outs[static_cast<std::size_t>(p)]);
-    for (int i : e->wrt) wrt_nodes.push_back(input_node[static_cast<std::size_t>(i)]);
-    const std::vector<int> grads = ir::backward(e->joint, gouts, wrt_nodes);
-    if (e->joint.size() > max_joint_nodes) {
+    for (int i : e->wrt) e->wrt_nodes.push_back(input_node[static_cast<std::size_t>(i)]);
+    auto b = derive_backward(*e, g, std::vector<char>(e->grad_outputs.size(), 1), e->saved, /*choose_saved=*/true);
+    if (!b) {
       e->eager = true;
       return e;
     }
-    const split sp = plan_any(e->joint, g.num_inputs(), outs, grads);
-    e->saved = sp.saved;
-    // The backward graph: saved values and output gradients become its inputs.
-    ir::graph<T> B;
-    std::vector<int> map(e->joint.size(), -1);
-    for (int s : sp.saved) {
-      map[static_cast<std::size_t>(s)] = B.add_input(e->joint.at(s).sizes);
-      e->bwd_origin.push_back(s);
-    }
-    for (std::size_t k = g.size(); k < e->joint.size(); ++k) {
-      const auto& n = e->joint.nodes()[k];
-      if (n.kind == ir::node_kind::input) {  // an output's gradient (always an input, even if unused)
-        map[k] = B.add_input(n.sizes);
-        e->bwd_origin.push_back(static_cast<int>(k));
-      }
-    }
-    for (std::size_t k = 0; k < e->joint.size(); ++k) {
-      if (map[k] >= 0 || !sp.keep[k]) continue;
-      ir::node<T> n = e->joint.nodes()[k];
-      if (n.kind == ir::node_kind::input)
-        fusegrad::detail::fail("jit", "internal error: the partition left input ", n.index, " unsaved");
-      for (int* c : {&n.a, &n.b, &n.ref})
-        if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
-      map[k] = B.add_copy(std::move(n));
-      e->bwd_origin.push_back(static_cast<int>(k));
-    }
-    std::vector<int> bouts;
-    for (int gnode : grads) {
-      if (gnode < 0) {
-        e->bwd_grad_of.push_back(-1);
-        continue;
-      }
-      e->bwd_grad_of.push_back(static_cast<int>(bouts.size()));
-      bouts.push_back(map[static_cast<std::size_t>(gnode)]);
-    }
-    e->bwd.emplace(std::move(B), std::move(bouts));
-    fwd_outs.insert(fwd_outs.end(), sp.saved.begin(), sp.saved.end());
+    e->bwd = std::move(b);
+    fwd_outs.insert(fwd_outs.end(), e->saved.begin(), e->saved.end());
   }
   e->fwd.emplace(g, std::move(fwd_outs));
   return e;
+}
+
+/// Node shapes of backward `b`'s joint graph, from the shapes `fwd` of the forward's nodes
+/// (its gradient inputs have the shapes of their outputs).
+template <Element T>
+std::vector<shape> joint_shapes(const entry<T>& e, const backward_code<T>& b, const std::vector<shape>& fwd) {
+  std::vector<shape> in(e.inputs.size());
+  for (std::size_t k = 0; k < e.fwd_graph.size(); ++k)
+    if (const auto& n = e.fwd_graph.nodes()[k]; n.kind == ir::node_kind::input) in[static_cast<std::size_t>(n.index)] = fwd[k];
+  for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
+    if (b.given[j]) in.push_back(fwd[static_cast<std::size_t>(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])])]);
+  return b.joint.infer_shapes(in);
 }
 
 /// Node shapes of an entry for these inputs (joint graph when it has a backward).
@@ -299,21 +362,48 @@ template <Element T>
 std::vector<shape> entry_shapes(const entry<T>& e, const std::vector<tensor<T>>& ins) {
   std::vector<shape> in_shapes;
   for (const auto& t : ins) in_shapes.push_back(t.shape());
-  if (!e.bwd) return e.fwd_graph.infer_shapes(in_shapes);
-  // Gradient inputs of the joint graph have the shapes of their outputs.
-  for (int p : e.grad_outputs) (void)p, in_shapes.emplace_back();
-  std::vector<shape> s = e.fwd_graph.infer_shapes(std::vector<shape>(in_shapes.begin(), in_shapes.begin() + static_cast<std::ptrdiff_t>(ins.size())));
-  for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
-    in_shapes[ins.size() + j] = s[static_cast<std::size_t>(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])])];
-  return e.joint.infer_shapes(in_shapes);
+  std::vector<shape> s = e.fwd_graph.infer_shapes(in_shapes);
+  return e.bwd ? joint_shapes(e, *e.bwd, s) : s;
 }
 
+/// Node shapes of backward `b`'s program, from its joint graph's.
 template <Element T>
-std::vector<shape> backward_shapes(const entry<T>& e, const std::vector<shape>& joint_shapes) {
+std::vector<shape> backward_shapes(const backward_code<T>& b, const std::vector<shape>& joint_shapes) {
   std::vector<shape> s;
-  s.reserve(e.bwd_origin.size());
-  for (int o : e.bwd_origin) s.push_back(joint_shapes[static_cast<std::size_t>(o)]);
+  s.reserve(b.origin.size());
+  for (int o : b.origin) s.push_back(joint_shapes[static_cast<std::size_t>(o)]);
   return s;
+}
+
+/// The backward of entry `e` when only the grad outputs flagged in `given` received
+/// gradients: derived on first use and kept with the entry. `fwd`: the forward's node shapes
+/// of a call of a dynamic entry (null: the entry's own sizes); `bs` receives the program's
+/// node shapes for it.
+template <Element T>
+std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const std::vector<char>& given,
+                                                     const std::vector<shape>* fwd, std::vector<shape>& bs) {
+  std::lock_guard lock(e.variants_mu);
+  for (const auto& v : e.variants) {
+    if (v->given != given) continue;
+    if (!fwd) return v;
+    std::vector<shape> s = backward_shapes(*v, joint_shapes(e, *v, *fwd));
+    if (!v->prog->fits(s)) continue;
+    bs = std::move(s);
+    return v;
+  }
+  ir::graph<T> g;  // the forward graph, with this call's sizes
+  if (fwd) {
+    for (std::size_t k = 0; k < e.fwd_graph.size(); ++k) {
+      ir::node<T> n = e.fwd_graph.nodes()[k];
+      n.sizes = (*fwd)[k];
+      g.add_copy(std::move(n));
+    }
+  }
+  std::vector<int> saved = e.saved;
+  std::shared_ptr<const backward_code<T>> v = derive_backward(e, fwd ? g : e.fwd_graph, given, saved, /*choose_saved=*/false);
+  if (fwd) bs = backward_shapes(*v, joint_shapes(e, *v, *fwd));
+  e.variants.push_back(v);
+  return v;
 }
 
 /// Why the most recent entry of a graph rejects these inputs (for the recompiles log), and
@@ -377,7 +467,7 @@ class trace final : public recorder<T>, public lazy_source {
     split_on_grad_mode();
     const int ia = node_of(a), ib = b ? node_of(*b) : -1;
     const int id = g_.add_pointwise(op, scalar, ia, ib);
-    rg_.push_back(rg_[static_cast<std::size_t>(ia)] || (ib >= 0 && rg_[static_cast<std::size_t>(ib)]));
+    rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
   tensor<T> reduce(reduce_op k, const tensor<T>& x, const std::vector<bool>& mask, bool keepdim) override {
@@ -390,14 +480,14 @@ class trace final : public recorder<T>, public lazy_source {
       if (mask[d]) dims |= std::uint64_t{1} << d;
     const auto kind = k == reduce_op::sum ? ir::node_kind::sum : k == reduce_op::mean ? ir::node_kind::mean : ir::node_kind::max;
     const int id = g_.add_reduction(kind, ix, mask.empty() ? 0 : dims, keepdim);
-    rg_.push_back(rg_[static_cast<std::size_t>(ix)]);
+    rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
   tensor<T> sum_to(const tensor<T>& g, const shape& target) override {
     split_on_grad_mode();
     const int ig = node_of(g);
     const int id = g_.add_sum_to_shape(ig, target);
-    rg_.push_back(rg_[static_cast<std::size_t>(ig)]);
+    rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
   tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) override {
@@ -408,11 +498,11 @@ class trace final : public recorder<T>, public lazy_source {
       if (mask[d]) dims |= std::uint64_t{1} << d;
     const int ig = node_of(g);
     const int id = g_.add_expand_shape(ig, target, dims);
-    rg_.push_back(rg_[static_cast<std::size_t>(ig)]);
+    rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
-  std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
-                                const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes) override {
+  std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs, const std::vector<tensor<T>>& inputs,
+                                const std::vector<shape>* sizes, const std::vector<ir::call_fn<T>>* fns) override {
     split_on_grad_mode();
     const int aot = next_aot_++;  // the inlined nodes print as %aot<id>_<node of b>
     std::vector<int> map(b.size(), -1);
@@ -422,14 +512,19 @@ class trace final : public recorder<T>, public lazy_source {
         map[k] = node_of(inputs.at(static_cast<std::size_t>(n.index)));
         continue;
       }
-      bool rg = false;
-      for (int* c : {&n.a, &n.b}) {
-        if (*c < 0) continue;
-        *c = map[static_cast<std::size_t>(*c)];
-        rg = rg || rg_[static_cast<std::size_t>(*c)];
-      }
+      for (int* c : {&n.a, &n.b})
+        if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
       if (n.ref >= 0) n.ref = map[static_cast<std::size_t>(n.ref)];
+      const bool rg = needs_grad(n);
       if (sizes) n.sizes = (*sizes)[k];
+      if (n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call) {  // its function joins this graph's
+        if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
+          fail("jit", "a replayed call node needs function ", n.index, " but ", fns ? fns->size() : 0,
+               " were given; expected one function per call slot");
+        calls_.push_back((*fns)[static_cast<std::size_t>(n.index)]);
+        call_names_.emplace_back(n.kind == ir::node_kind::call_hook ? "hook" : "call");
+        n.index = static_cast<int>(calls_.size()) - 1;
+      }
       map[k] = g_.add_copy(std::move(n));
       rg_.push_back(rg);
       aot_.push_back({map[k], aot, static_cast<int>(k)});
@@ -450,7 +545,7 @@ class trace final : public recorder<T>, public lazy_source {
     const int id = hook ? g_.add_call_hook(ia, slot) : g_.add_call(ia, ib, slot, out);
     calls_.push_back(std::move(fn));
     call_names_.emplace_back(name);
-    rg_.push_back(rg_[static_cast<std::size_t>(ia)] || (ib >= 0 && rg_[static_cast<std::size_t>(ib)]));
+    rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
   std::size_t inline_begin() override { return g_.size(); }
@@ -462,6 +557,20 @@ class trace final : public recorder<T>, public lazy_source {
   }
   void accumulate_grad(const tensor<T>& g) override {
     if (const auto& impl = g.raw_impl(); impl && impl->lazy == this) accumulated_.push_back(impl->lazy_node);
+  }
+  bool add_hook(const tensor<T>& t, const hook<T>& h) override {
+    const auto& impl = t.raw_impl();
+    if (!impl || impl->lazy != this) return false;
+    hooks_.emplace_back(impl->lazy_node, h);
+    return true;
+  }
+  bool remove_hook(const tensor<T>& t, std::uint64_t id, bool& removed) override {
+    const auto& impl = t.raw_impl();
+    if (!impl || impl->lazy != this) return false;
+    const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const auto& h) { return h.first == impl->lazy_node && h.second.id == id; });
+    removed = it != hooks_.end();
+    if (removed) hooks_.erase(it);
+    return true;
   }
   void realize(std::string_view why) override { flush(why, true); }
   void sync(std::string_view why) override { flush(why, true); }
@@ -492,6 +601,12 @@ class trace final : public recorder<T>, public lazy_source {
     if (!g_.empty() && gm != grad_mode_) flush("grad mode changed", false);
     if (g_.empty()) grad_mode_ = gm;
   }
+  /// Whether node `n` (its operands already in the graph) requires grad, as the tape decides:
+  /// an operand requires grad and the op has a derivative rule.
+  bool needs_grad(const ir::node<T>& n) const {
+    if (n.kind == ir::node_kind::pointwise && !ir::graph<T>::op_has_derivative(n.op)) return false;
+    return (n.a >= 0 && rg_[static_cast<std::size_t>(n.a)]) || (n.b >= 0 && rg_[static_cast<std::size_t>(n.b)]);
+  }
   int node_of(const tensor<T>& t) {
     const auto& impl = t.raw_impl();
     if (!impl) fail("jit", "an op got an undefined tensor; expected a defined tensor");
@@ -521,6 +636,7 @@ class trace final : public recorder<T>, public lazy_source {
     call_names_.clear();
     aot_.clear();
     accumulated_.clear();
+    hooks_.clear();
     next_aot_ = 0;
     g_.clear();
     inputs_.clear();
@@ -561,6 +677,10 @@ class trace final : public recorder<T>, public lazy_source {
   };
   std::vector<aot_node> aot_;
   std::vector<int> accumulated_;
+  /// Tensor hooks registered on lazy tensors, in order: the node, the hook. Each flush hands
+  /// them to the graph's backward as `call_hook` slots; the entry keys on the nodes only,
+  /// and every call passes its own hooks (a cached program never runs a stale one).
+  std::vector<std::pair<int, hook<T>>> hooks_;
   int next_aot_ = 0;
   /// The graph as code, inlined nodes named `%aot<id>_<k>`, AccumulateGrad's values listed.
   std::string graph_text(const std::vector<std::string>& input_names) const {
@@ -570,6 +690,12 @@ class trace final : public recorder<T>, public lazy_source {
       for (const auto& a : aot_) labels[static_cast<std::size_t>(a.node)] = "aot" + std::to_string(a.aot) + "_" + std::to_string(a.local);
     }
     std::string s = g_.to_string(input_names, labels, call_names_);
+    for (std::size_t h = 0; h < hooks_.size(); ++h) {
+      const auto k = static_cast<std::size_t>(hooks_[h].first);
+      s += "register_hook(%";
+      s += k < labels.size() && !labels[k].empty() ? labels[k] : std::to_string(k);
+      s += ", hooks[" + std::to_string(h) + "])\n";
+    }
     for (int k : accumulated_) {
       s += "accumulate_grad(%";
       s += static_cast<std::size_t>(k) < labels.size() && !labels[static_cast<std::size_t>(k)].empty() ? labels[static_cast<std::size_t>(k)]
@@ -579,7 +705,7 @@ class trace final : public recorder<T>, public lazy_source {
     return s;
   }
   // Scratch of flush(), kept between calls.
-  std::vector<int> outs_, alias_;
+  std::vector<int> outs_, alias_, hook_nodes_;
   std::vector<std::shared_ptr<tensor_impl<T>>> targets_;
 };
 
@@ -653,6 +779,12 @@ void trace<T>::flush(std::string_view why, bool is_break) {
       if (inputs_[i].raw_impl()->store && inputs_[i].raw_impl()->store == inputs_[j].raw_impl()->store) alias[i] = static_cast<int>(j);
   std::uint64_t h = g_.structure_hash();
   for (int o : outs) h = (h ^ static_cast<std::uint64_t>(o)) * 1099511628211ULL;
+  std::vector<int>& hooked = hook_nodes_;  // the node of each hook: part of the key
+  hooked.clear();
+  for (const auto& hk : hooks_) {
+    hooked.push_back(hk.first);
+    h = (h ^ (0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(hk.first))) * 1099511628211ULL;
+  }
 
   // Lookup, most recently used first; compile on a miss.
   std::shared_ptr<const entry<T>> e;
@@ -664,7 +796,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     const entry<T>* same = nullptr;  // most recent entry of this graph
     for (std::size_t q = 0; q < c.entries.size(); ++q) {
       const auto& cand = *c.entries[q];
-      if (cand.hash != h || cand.outputs != outs || !cand.fwd_graph.same_structure(g_)) continue;
+      if (cand.hash != h || cand.outputs != outs || cand.hooks != hooked || !cand.fwd_graph.same_structure(g_)) continue;
       if (!same) same = &cand;
       if (!cand.accepts(inputs_, gm, alias)) continue;
       if (cand.dynamic) {
@@ -674,7 +806,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         } catch (const error&) {
           continue;
         }
-        if (!cand.fwd->fits(s) || (cand.bwd && !cand.bwd->fits(backward_shapes(cand, s)))) continue;
+        if (!cand.fwd->fits(s) || (cand.bwd && !cand.bwd->prog->fits(backward_shapes(*cand.bwd, s)))) continue;
         shapes = std::move(s);
       }
       e = c.entries[q];
@@ -719,7 +851,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         }
         std::vector<std::string> names;
         for (std::size_t i = 0; i < inputs_.size(); ++i) names.push_back(input_name(inputs_[i], i));
-        auto made = compile<T>(g_, outs, rg_, inputs_, gm, alias, marks->dims, std::move(names), h);
+        auto made = compile<T>(g_, outs, rg_, inputs_, gm, alias, marks->dims, std::move(names), h, hooked);
         bump(counter_cells().unique_graphs);
         if (st.opts.backend == jit_backend::eager) made->eager = true;
         if (logs::enabled(st.opts.graph_log))
@@ -751,6 +883,9 @@ void trace<T>::flush(std::string_view why, bool is_break) {
       vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call ? ir::run_call(n, a, b, &calls_, n.sizes)
                                                                                     : ir::eval_eager(n, a, b, n.sizes);
     }
+    for (const auto& [k, hk] : hooks_)  // on the tape, as eager register_hook would put them
+      if (const auto& impl = vals[static_cast<std::size_t>(k)].raw_impl(); impl && impl->grad_fn)
+        impl->grad_fn->pre_hooks(impl->output_nr).push_back(hk);
     for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], vals[static_cast<std::size_t>(outs[p])]);
     reset();
     return;
@@ -767,30 +902,47 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     std::vector<tensor<T>*> out_ptrs;
     for (int p : e->grad_outputs) grad_outs.emplace_back(targets[static_cast<std::size_t>(p)]);
     for (auto& t : grad_outs) out_ptrs.push_back(&t);
-    std::vector<shape> out_shapes;
-    for (const auto& t : grad_outs) out_shapes.push_back(t.shape());
     auto jshapes = dyn ? std::make_shared<const std::vector<shape>>(std::move(shapes)) : nullptr;
     const std::size_t n_in = inputs_.size();
+    std::shared_ptr<std::vector<ir::call_fn<T>>> hook_fns;  // this call's hooks, by slot
+    if (!hooks_.empty()) {
+      hook_fns = std::make_shared<std::vector<ir::call_fn<T>>>();
+      for (const auto& hk : hooks_)
+        hook_fns->push_back([h = hk.second](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
+    }
+    // The engine leaves the gradient of an output nothing used undefined (no zeros): the
+    // backward of the outputs that received one runs instead (`backward_for`).
     record<T>("CompiledFunctionBackward", inputs_, out_ptrs, std::move(saved),
-              [e, jshapes, out_shapes, n_in](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
+              [e, jshapes, n_in, hook_fns](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
                 std::vector<tensor<T>> bin(s.begin(), s.end());
-                for (std::size_t j = 0; j < grads.size(); ++j)
-                  bin.push_back(grads[j].defined() ? grads[j] : zeros<T>(out_shapes[j]));
+                std::vector<char> given(grads.size());
+                for (std::size_t j = 0; j < grads.size(); ++j) {
+                  given[j] = grads[j].defined();
+                  if (given[j]) bin.push_back(grads[j]);
+                }
                 std::vector<shape> bs;
-                if (jshapes) bs = backward_shapes(*e, *jshapes);
+                std::shared_ptr<const backward_code<T>> b = e->bwd;
+                if (given != b->given) {
+                  std::vector<shape> fwd;
+                  if (jshapes) fwd.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
+                  b = backward_for(*e, given, jshapes ? &fwd : nullptr, bs);
+                } else if (jshapes) {
+                  bs = backward_shapes(*b, *jshapes);
+                }
                 std::vector<tensor<T>> r;
                 if (auto* rec = active_recorder<T>())  // a traced backward: inline this one
-                  r = rec->replay(e->bwd->source(), e->bwd->outputs(), bin, jshapes ? &bs : nullptr);
+                  r = rec->replay(b->prog->source(), b->prog->outputs(), bin, jshapes ? &bs : nullptr, hook_fns.get());
                 else
-                  r = e->bwd->run(bin, jshapes ? &bs : nullptr);
+                  r = b->prog->run(bin, jshapes ? &bs : nullptr, hook_fns.get());
                 std::vector<tensor<T>> out(n_in);
                 for (std::size_t j = 0; j < e->wrt.size(); ++j) {
-                  const int o = e->bwd_grad_of[j];
+                  const int o = b->grad_of[j];
                   const auto i = static_cast<std::size_t>(e->wrt[j]);
                   out[i] = o >= 0 ? r[static_cast<std::size_t>(o)] : tensor<T>{};
                 }
                 return out;
-              });
+              })
+        ->set_materialize_grads(false);
   }
   reset();
 }

@@ -4,7 +4,8 @@
 /// memory. The pass loads its operands as xsimd batches (a broadcast operand is splatted),
 /// evaluates every element-wise node of the stage in registers with the very `value`
 /// functions eager mode uses, stores what later stages read, and accumulates the stage's
-/// reductions in registers. An aligned SIMD body and a scalar tail run the same code.
+/// reductions as the tiles pass (sums with the one definition of core/accumulate.hpp, so
+/// they equal eager mode's bits). Every element goes through the op's own SIMD `value`.
 
 #include <cmath>
 #include <limits>
@@ -23,6 +24,24 @@ inline bool broadcasts_to(const shape& s, const shape& to) {
     if (a != b && a != 1) return false;
   }
   return true;
+}
+
+/// Whether a sum of a value of shape `space` to `out` (aligned on the right, 1 where reduced)
+/// reaches each output's values one after another when `space` is walked in rows along its
+/// innermost dim of size > 1: always when that dim is kept (the column form of a sum,
+/// core/accumulate.hpp: outputs side by side), else when no kept dim lies inside a reduced one
+/// (the row form: each output's rows in a run).
+inline bool sum_rows_in_order(const shape& space, const shape& out) {
+  bool reduced_seen = false, kept_inside = false, inner_kept = false;
+  for (std::size_t d = 0; d < space.size(); ++d) {
+    if (space[d] == 1) continue;
+    const std::size_t back = space.size() - d;
+    const bool kept = back <= out.size() && out[out.size() - back] != 1;
+    kept_inside = kept_inside || (kept && reduced_seen);
+    reduced_seen = reduced_seen || !kept;
+    inner_kept = kept;
+  }
+  return inner_kept || !kept_inside;
 }
 
 // ---- the loops' plan: compile-time data ---------------------------------------------------
@@ -47,7 +66,7 @@ struct row_args {
   const index_t* lstep;
   T* const* dst;
   const index_t* step;
-  void (*before)(void*, index_t i, index_t m);  ///< loads that need scaling
+  void (*before)(void*, index_t i, index_t m);  ///< loads to divide (a mean's gradient)
   void (*after)(void*, index_t i, index_t m);   ///< broadcast stores and reductions
   void* hook_state;
 };
@@ -85,7 +104,7 @@ struct fused_view {
       *w_slot, *r_slot, *nregs, *value_child;
 };
 
-template <class A, auto Active, auto Keep>
+template <class A, const auto& Active, const auto& Keep>
 constexpr fused_layout<A::M> make_fused_layout() {
   constexpr std::size_t M = A::M;
   constexpr auto& sch = schedule_v<A, Active, Keep>;
@@ -175,7 +194,7 @@ constexpr fused_layout<A::M> make_fused_layout() {
   return L;
 }
 
-template <class A, auto Active, auto Keep>
+template <class A, const auto& Active, const auto& Keep>
 inline constexpr fused_layout<A::M> fused_layout_v = make_fused_layout<A, Active, Keep>();
 
 template <std::size_t M>
@@ -186,11 +205,11 @@ constexpr fused_view view_of(const fused_layout<M>& L) {
           L.out_slot.data(), L.w_slot.data(), L.r_slot.data(),    L.nregs.data(),    L.value_child.data()};
 }
 
-template <class A, auto Active, auto Keep>
+template <class A, const auto& Active, const auto& Keep>
 inline constexpr fused_view fused_view_v = view_of(fused_layout_v<A, Active, Keep>);
 
 /// Stage `S`'s row body (see `row_body_fn`).
-template <class A, auto Active, auto Keep, int S, Element T>
+template <class A, const auto& Active, const auto& Keep, int S, Element T>
 void row_body(const row_args<T>& r, index_t n) {
   static constexpr auto& L = fused_layout_v<A, Active, Keep>;
   constexpr auto at = [](int v) { return static_cast<std::size_t>(v); };
@@ -226,7 +245,7 @@ void row_body(const row_args<T>& r, index_t n) {
 }
 
 /// Per stage of a graph's loops, its row body.
-template <class A, auto Active, auto Keep, Element T>
+template <class A, const auto& Active, const auto& Keep, Element T>
 struct fused_bodies {
   static constexpr auto stages = static_cast<std::size_t>(fused_layout_v<A, Active, Keep>.stages);
   static constexpr std::array<row_body_fn<T>, stages> value = []<int... S>(std::integer_sequence<int, S...>) {
@@ -280,7 +299,16 @@ class fused_runner {
     }();
     bool one_space = true;
     for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.rn[j])[0]) == space;
-    for (int j = w0; j < w1; ++j) one_space = one_space && broadcasts_to(shp(L_.wn[j]), space);
+    // A store is written by visiting the space's elements: a store with elements over an
+    // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
+    // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
+    const bool empty_space = numel(space) == 0;
+    for (int j = w0; j < w1; ++j)
+      one_space = one_space && broadcasts_to(shp(L_.wn[j]), space) && !(empty_space && numel(shp(L_.wn[j])) > 0);
+    // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
+    // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
+    for (int j = r0; j < r1 && one_space; ++j)
+      one_space = d(L_.rn[j]).rkind == reduce_kind_t::max || sum_rows_in_order(space, sum_view(L_.rn[j], space));
     if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
       for (int j = L_.l_at[S]; j < L_.l_at[S + 1]; ++j)
         if (d(L_.ln[j]).kind == gkind::unreduce && !val(L_.ln[j]).defined()) eval(L_.ln[j]);
@@ -304,7 +332,7 @@ class fused_runner {
       sc.direct[static_cast<std::size_t>(j - r0)] = direct;
       if (!direct) fill(val(c), d(c).rkind == reduce_kind_t::max ? -std::numeric_limits<T>::infinity() : T(0));
     }
-    pass(S, space);
+    if (!empty_space) pass(S, space);  // an empty space: its stores are empty, the fills are the sums
     for (int j = r0; j < r1; ++j) {
       const int c = L_.rn[j];
       if (d(c).rkind != reduce_kind_t::mean) continue;
@@ -312,6 +340,11 @@ class fused_runner {
       T* p = val(c).data_ptr();
       for (index_t e = 0; e < val(c).numel(); ++e) p[e] /= static_cast<T>(cnt);
     }
+  }
+
+  /// Reduction `c` of a value of shape `it`, seen with `it`'s rank (1 on the reduced dims).
+  shape sum_view(int c, const shape& it) const {
+    return d(c).kind == gkind::reduction ? keepdim_shape(it, d(c).raxis) : shp(c);
   }
 
   /// One pass of loop `S` over the space `it`: every sink of the stage, walked in rows, each
@@ -342,12 +375,16 @@ class fused_runner {
     grow(NL + NC + 1, sc.slot);
     sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
     grow(NC, sc.dst, sc.step);
-    grow(NL, sc.lrow, sc.lstep, sc.lp, sc.scale);
-    std::fill_n(sc.scale.begin(), NL, T(1));
+    grow(NL, sc.lrow, sc.lstep, sc.lp, sc.divisor);
+    std::fill_n(sc.divisor.begin(), NL, T(1));
     grow(NW + NR, sc.wp);
-    grow(NR, sc.acc, sc.tail, sc.rmax);
+    grow(NR, sc.acc, sc.tail, sc.rmax, sc.rsum, sc.cols, sc.cur, sc.colf);
     grow(N, sc.st, sc.is, sc.base);
-    for (std::size_t j = 0; j < NR; ++j) sc.rmax[j] = d(Rn[j]).rkind == reduce_kind_t::max;
+    for (std::size_t j = 0; j < NR; ++j) {
+      sc.rmax[j] = d(Rn[j]).rkind == reduce_kind_t::max;
+      sc.cur[j] = nullptr;  // a row-form sum's current output
+      sc.colf[j] = 0;       // a column-form sum (set up below)
+    }
     const row_body_fn<T> body = bodies_[S];
     const T** const slot = sc.slot.data();
     T** const dst = sc.dst.data();
@@ -355,17 +392,17 @@ class fused_runner {
     const T** const lrow = sc.lrow.data();
     index_t* const lstep = sc.lstep.data();
     const T* const* const lp = sc.lp.data();
-    const T* const scale = sc.scale.data();
+    const T* const divisor = sc.divisor.data();
     T* const* const wp = sc.wp.data();
     const char* const direct = sc.direct.data();
 
-    // The per-tile work the row body hands back: loads that need scaling (a mean's gradient
-    // broadcast back), stores of one element, reductions.
+    // The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
+    // back), stores of one element, reductions.
     struct hooks {
       const T** slot;
       const T* const* lrow;
       const index_t* lstep;
-      const T* scale;
+      const T* divisor;
       T* loadbuf;
       std::size_t NL, NW, NR;
       const index_t* base;
@@ -378,9 +415,9 @@ class fused_runner {
       static void before(void* p, index_t, index_t m) {
         auto& h = *static_cast<hooks*>(p);
         for (std::size_t j = 0; j < h.NL; ++j)
-          if (h.lstep[j] != 0 && h.scale[j] != T(1)) {
+          if (h.lstep[j] != 0 && h.divisor[j] != T(1)) {
             T* const buf = h.loadbuf + j * tile_elems;
-            tile_scale(h.slot[j], h.scale[j], buf, m);
+            tile_div(h.slot[j], h.divisor[j], buf, m);
             h.slot[j] = buf;
           }
       }
@@ -395,8 +432,8 @@ class fused_runner {
           T* out = h.wp[NW + j] + h.base[q];
           const bool mx = h.sc->rmax[j];
           if (h.is[q] == 0) {
-            if (mx) tile_reduce<true>(src, m, h.sc->acc[j], h.sc->tail[j]);
-            else tile_reduce<false>(src, m, h.sc->acc[j], h.sc->tail[j]);
+            if (mx) tile_max(src, m, h.sc->acc[j], h.sc->tail[j]);
+            else h.sc->rsum[j].add(src, m);
           } else if (h.direct[j]) {
             std::copy(src, src + m, out + i);
           } else if (mx) {
@@ -416,13 +453,13 @@ class fused_runner {
       for (std::size_t j = 0; j < NL; ++j) {
         T* const buf = loadbuf + j * tile;
         if (is[j] == 0) {
-          std::fill(buf, buf + tile, lp[j][base[j]] * scale[j]);
+          std::fill(buf, buf + tile, lp[j][base[j]] / divisor[j]);
           lrow[j] = buf;
           lstep[j] = 0;
         } else {
           lrow[j] = lp[j] + base[j];
           lstep[j] = 1;
-          scaled = scaled || scale[j] != T(1);
+          scaled = scaled || divisor[j] != T(1);
         }
       }
       bool one_element_store = false;
@@ -435,18 +472,35 @@ class fused_runner {
         step[q] = to_store ? 1 : 0;
       }
       for (std::size_t j = 0; j < NR; ++j) {
-        sc.acc[j] = V(sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0));
-        sc.tail[j] = sc.rmax[j] ? -std::numeric_limits<T>::infinity() : T(0);
+        const std::size_t q = NL + NW + j;
+        if (sc.rmax[j]) {
+          sc.acc[j] = V(-std::numeric_limits<T>::infinity());
+          sc.tail[j] = -std::numeric_limits<T>::infinity();
+        } else if (is[q] == 0 && wp[NW + j] + base[q] != sc.cur[j]) {  // a row-form sum's next output
+          if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
+          sc.rsum[j].reset();
+          sc.cur[j] = wp[NW + j] + base[q];
+        }
       }
-      hooks h{slot, lrow, lstep, scale, loadbuf, NL, NW, NR, base, is, wp, w_slot, r_slot, direct, &sc};
+      hooks h{slot, lrow, lstep, divisor, loadbuf, NL, NW, NR, base, is, wp, w_slot, r_slot, direct, &sc};
       const row_args<T> args{g_.state, slot, lrow, lstep, dst, step, scaled ? &hooks::before : nullptr,
                              NR > 0 || one_element_store ? &hooks::after : nullptr, &h};
       body(args, n);
       for (std::size_t j = 0; j < NR; ++j) {
-        if (is[NL + NW + j] != 0) continue;
-        T* p = wp[NW + j] + base[NL + NW + j];
-        if (sc.rmax[j]) *p = lanes::max(*p, lanes::max(lanes_total<true>(sc.acc[j]), sc.tail[j]));
-        else *p = *p + (lanes_total<false>(sc.acc[j]) + sc.tail[j]);
+        const std::size_t q = NL + NW + j;
+        if (is[q] != 0) {
+          if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
+        } else if (sc.rmax[j]) {
+          T* p = wp[NW + j] + base[q];
+          *p = lanes::max(*p, lanes::max(lanes_max(sc.acc[j]), sc.tail[j]));
+        }
+      }
+    };
+    // The sums' totals, once every row has passed.
+    auto finish_sums = [&] {
+      for (std::size_t j = 0; j < NR; ++j) {
+        if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
+        if (sc.colf[j]) sc.cols[j].finish();
       }
     };
 
@@ -468,6 +522,7 @@ class fused_runner {
           if (val(Rn[j]).numel() == 1) sc.is[NL + NW + j] = 0;
         }
         if (total > 0) row_fn(sc.base.data(), total, sc.is.data());
+        finish_sums();
         return;
       }
     }
@@ -481,7 +536,7 @@ class fused_runner {
         st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
         sc.lp[j] = src.data_ptr();
         if (d(c).rkind == reduce_kind_t::mean)
-          sc.scale[j] = static_cast<T>(numel(ks)) / static_cast<T>(std::max<index_t>(numel(to), 1));
+          sc.divisor[j] = static_cast<T>(numel(to) / std::max<index_t>(numel(ks), 1));  // eager: g / n
       } else {
         st[j] = broadcast_strides(val(c), it);
         sc.lp[j] = val(c).data_ptr();
@@ -494,7 +549,7 @@ class fused_runner {
     for (std::size_t j = 0; j < NR; ++j) {
       const int c = Rn[j];
       sc.wp[NW + j] = val(c).data_ptr();
-      const shape view_shape = d(c).kind == gkind::reduction ? keepdim_shape(it, d(c).raxis) : shp(c);
+      const shape view_shape = sum_view(c, it);
       st[NL + NW + j] = broadcast_strides(alias(val(c), view_shape, contiguous_strides(view_shape), 0), it);
     }
     // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
@@ -506,11 +561,34 @@ class fused_runner {
     if (flat) {
       space = shape{numel(it)};
       for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+    } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
+      // Dims of size 1 play no part: rows run along the innermost dim of size > 1, which
+      // decides the form of a sum (core/accumulate.hpp) as it does in eager mode.
+      space.clear();
+      for (std::size_t k = 0; k < it.size(); ++k)
+        if (it[k] != 1) space.push_back(it[k]);
+      for (std::size_t q = 0; q < N; ++q) {
+        strides t;
+        for (std::size_t k = 0; k < it.size(); ++k)
+          if (it[k] != 1) t.push_back(st[q][k]);
+        st[q] = std::move(t);
+      }
+    }
+    // A sum whose output runs along the rows (the innermost dim kept) is in the column form:
+    // its partial sums are the output, the chunks and the tree are kept by `column_sums`.
+    for (std::size_t j = 0; j < NR; ++j) {
+      const std::size_t q = NL + NW + j;
+      if (sc.rmax[j] || direct[j] || numel(space) == 0 || space.empty() || st[q].back() == 0) continue;
+      tensor<T>& out = val(Rn[j]);
+      const index_t m = space.back();
+      sc.cols[j].start(out.data_ptr(), out.numel() / m, m, numel(it) / out.numel());
+      sc.colf[j] = 1;
     }
     std::vector<const strides*> sp(N);
     for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
     std::vector<index_t> off(N, 0), inner(N, 0);
     for_each_row_n(space, N, sp.data(), off.data(), inner.data(), row_fn);
+    finish_sums();
   }
 
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
@@ -519,9 +597,13 @@ class fused_runner {
     std::vector<T*> dst, wp;
     std::vector<index_t> step, lstep, is, base;
     std::vector<char> rmax, direct;
-    std::vector<T> scale, tail, regs;
+    std::vector<T> divisor, tail, regs;
     std::vector<strides> st;
     std::vector<simd<T>> acc;
+    std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
+    std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
+    std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
+    std::vector<char> colf;             ///< per reduction: in the column form
   };
   /// Makes each of `vs` at least `n` long (buffers only grow).
   template <class... X>
@@ -562,7 +644,7 @@ void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::s
   }
 }
 
-template <class A, auto Active, auto Keep, Element T>
+template <class A, const auto& Active, const auto& Keep, Element T>
 void fused_evaluate(eval_context<A, T>& ctx) {
   static constexpr auto& sch = schedule_v<A, Active, Keep>;
   static constexpr auto& layout = fused_layout_v<A, Active, Keep>;
@@ -583,7 +665,7 @@ struct fused {
   static constexpr std::string_view name = "fused";
   bool fullgraph = false;  ///< as a compiled-autograd backend: a graph break throws
   static constexpr bool runs_graph = true;
-  template <class A, auto Active, auto Keep, Element T>
+  template <class A, const auto& Active, const auto& Keep, Element T>
   static void evaluate(eval_context<A, T>& ctx) {
     detail::fused_evaluate<A, Active, Keep, T>(ctx);
   }

@@ -27,7 +27,7 @@ struct schedule {
   int stages = 0;
 };
 
-template <class A, auto Active, auto Keep>
+template <class A, const auto& Active, const auto& Keep>
 constexpr schedule<A::M> make_schedule() {
   constexpr std::size_t M = A::M;
   schedule<M> s{};
@@ -101,12 +101,12 @@ constexpr schedule<A::M> make_schedule() {
 ///   matmul:  matrix products run before the loop
 enum class part : unsigned char { compute, reduce, load, store, matmul };
 
-template <class A, auto Active, auto Keep>
+template <class A, const auto& Active, const auto& Keep>
 inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 
 /// For every stage, which nodes its loop reads from memory: one pass over the graph (asking
 /// node by node is quadratic, and was a large part of the compile time of big graphs).
-template <class A, auto Active, auto Keep>
+template <class A, const auto& Active, const auto& Keep>
 struct stage_loads {
   static constexpr auto& sch = schedule_v<A, Active, Keep>;
   static constexpr auto value = [] {
@@ -127,7 +127,7 @@ struct stage_loads {
   }();
 };
 
-template <class A, auto Active, auto Keep, int S, part P>
+template <class A, const auto& Active, const auto& Keep, int S, part P>
 constexpr bool stage_member(std::size_t c) {
   constexpr auto& sch = schedule_v<A, Active, Keep>;
   const role r = sch.roles[c];
@@ -141,14 +141,14 @@ constexpr bool stage_member(std::size_t c) {
   return false;
 }
 
-template <class A, auto Active, auto Keep, int S, part P>
+template <class A, const auto& Active, const auto& Keep, int S, part P>
 constexpr std::size_t stage_count() {
   std::size_t k = 0;
   for (std::size_t c = 0; c < A::M; ++c) k += stage_member<A, Active, Keep, S, P>(c) ? 1 : 0;
   return k;
 }
 
-template <class A, auto Active, auto Keep, int S, part P>
+template <class A, const auto& Active, const auto& Keep, int S, part P>
 constexpr auto stage_nodes() {
   std::array<int, stage_count<A, Active, Keep, S, P>()> out{};
   std::size_t k = 0;

@@ -11,8 +11,9 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "fusegrad/core/simd.hpp"
+#include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/core/shape.hpp"
+#include "fusegrad/core/simd.hpp"
 
 namespace fusegrad::detail {
 
@@ -22,20 +23,35 @@ inline constexpr index_t tile_elems = 256;
 /// out[i] = op.value(a[i]) (or op.value(a[i], b[i])) for i in [0, n), the op object at `p`:
 /// the one out-of-line loop of `Op` for element type `T`, called directly (`tile_op`) or
 /// through a `tile_fn` pointer by code shared by all ops.
+///
+/// Every element goes through the op's SIMD `value`, the last partial batch too (through a
+/// zero-padded batch): an element's result never depends on where it sits in a tensor, in a
+/// row or in a tile (a scalar tail rounds differently, e.g. `std::pow` against xsimd's pow).
+/// Eager ops, the fused backend and the IR's programs all run this loop, so they agree bitwise.
 template <class Op, Element T>
 [[gnu::noinline]] void tile_kernel(const void* p, const T* __restrict a, const T* __restrict b, T* __restrict out,
                                    index_t n) {
   const Op& op = *static_cast<const Op*>(p);
   using V = simd<T>;
   constexpr index_t W = static_cast<index_t>(V::size);
+  constexpr bool unary = requires { op.value(a[0]); };
   index_t i = 0;
-  if constexpr (requires { op.value(a[0]); }) {
+  if constexpr (unary) {
     for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i)).store_unaligned(out + i);
-    for (; i < n; ++i) out[i] = op.value(a[i]);
   } else {
     for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i), V::load_unaligned(b + i)).store_unaligned(out + i);
-    for (; i < n; ++i) out[i] = op.value(a[i], b[i]);
   }
+  if (i == n) return;
+  alignas(64) T pa[W] = {}, po[W];
+  std::copy(a + i, a + n, pa);
+  if constexpr (unary) {
+    op.value(V::load_aligned(pa)).store_aligned(po);
+  } else {
+    alignas(64) T pb[W] = {};
+    std::copy(b + i, b + n, pb);
+    op.value(V::load_aligned(pa), V::load_aligned(pb)).store_aligned(po);
+  }
+  std::copy(po, po + (n - i), out + i);
 }
 
 /// `tile_kernel` of `op`'s type, on `op`.
@@ -76,40 +92,31 @@ void tile_row(tile_fn<T> fn, const void* op, const T* a, index_t sa, const T* b,
   }
 }
 
-/// acc = combine(acc, src[i]) over [0, n): lanes in `acc`, the scalar tail in `tail`.
-template <bool Max, Element T>
-[[gnu::noinline]] void tile_reduce(const T* __restrict src, index_t n, simd<T>& acc, T& tail) {
+/// acc = max(acc, src[i]) over [0, n) (NaN propagating): lanes in `acc`, the scalar tail in
+/// `tail`. A max is exact in any order; sums go through `running_sum` (core/accumulate.hpp).
+template <Element T>
+[[gnu::noinline]] void tile_max(const T* __restrict src, index_t n, simd<T>& acc, T& tail) {
   using V = simd<T>;
   constexpr index_t W = static_cast<index_t>(V::size);
   index_t i = 0;
   V a = acc;
-  for (; i + W <= n; i += W) {
-    const V v = V::load_unaligned(src + i);
-    if constexpr (Max) a = lanes::max(a, v);
-    else a = a + v;
-  }
+  for (; i + W <= n; i += W) a = lanes::max(a, V::load_unaligned(src + i));
   acc = a;
   T t = tail;
-  for (; i < n; ++i) {
-    if constexpr (Max) t = lanes::max(t, src[i]);
-    else t = t + src[i];
-  }
+  for (; i < n; ++i) t = lanes::max(t, src[i]);
   tail = t;
 }
 
-/// The lanes of a reduction's accumulator combined into one value.
-template <bool Max, Element T>
-T lanes_total(const simd<T>& v) {
-  if constexpr (Max) {
-    T r = v.get(0);
-    for (std::size_t j = 1; j < simd<T>::size; ++j) r = lanes::max(r, v.get(j));
-    return r;
-  } else {
-    return xsimd::hadd(v);
-  }
+/// The lanes of a max's accumulator combined into one value.
+template <Element T>
+T lanes_max(const simd<T>& v) {
+  T r = v.get(0);
+  for (std::size_t j = 1; j < simd<T>::size; ++j) r = lanes::max(r, v.get(j));
+  return r;
 }
 
-/// dst[i] = combine(dst[i], src[i]) over [0, n) (a reduction whose output runs along the tile).
+/// dst[i] = combine(dst[i], src[i]) over [0, n) (a reduction whose output runs along the tile;
+/// a sum's `dst` is a column-form partial sum, see `column_sums`).
 template <bool Max, Element T>
 [[gnu::noinline]] void tile_reduce_into(const T* __restrict src, T* __restrict dst, index_t n) {
   using V = simd<T>;
@@ -122,14 +129,14 @@ template <bool Max, Element T>
   for (; i < n; ++i) dst[i] = Max ? lanes::max(dst[i], src[i]) : dst[i] + src[i];
 }
 
-/// out[i] = a[i] * s over [0, n).
+/// out[i] = a[i] / s over [0, n) (a mean's gradient: divided, as the eager rule `g / n` does).
 template <Element T>
-[[gnu::noinline]] void tile_scale(const T* __restrict a, T s, T* __restrict out, index_t n) {
+[[gnu::noinline]] void tile_div(const T* __restrict a, T s, T* __restrict out, index_t n) {
   using V = simd<T>;
   constexpr index_t W = static_cast<index_t>(V::size);
   index_t i = 0;
-  for (; i + W <= n; i += W) (V::load_unaligned(a + i) * V(s)).store_unaligned(out + i);
-  for (; i < n; ++i) out[i] = a[i] * s;
+  for (; i + W <= n; i += W) (V::load_unaligned(a + i) / V(s)).store_unaligned(out + i);
+  for (; i < n; ++i) out[i] = a[i] / s;
 }
 
 }  // namespace fusegrad::detail

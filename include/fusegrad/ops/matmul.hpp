@@ -27,10 +27,28 @@ template <Element T>
 tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {  // [B,n,k] x [B,k,m]
   const tensor<T> ac = detail::contiguous_copy(a), bc = detail::contiguous_copy(b);
   const index_t B = a.shape()[0], n = a.shape()[1], k = a.shape()[2], m = b.shape()[2];
-  tensor<T> c = empty<T>({B, n, m});
+  tensor<T> c = empty<T>({B, n, m}, "matmul");
   for (index_t i = 0; i < B; ++i)
     gemm(ac.data_ptr() + i * n * k, bc.data_ptr() + i * k * m, c.data_ptr() + i * n * m, n, k, m);
   return c;
+}
+
+/// The checks of `matmul(a, b)` on the operands' shapes (eager `matmul`, and `fg::compile`'s
+/// matrix products: one definition, so both accept the same shapes with the same errors).
+inline void check_matmul(const shape& a, const shape& b) {
+  if (a.empty() || b.empty())
+    fail("matmul", "both arguments need at least 1 dim, got shapes ", to_string(a), " and ", to_string(b));
+  const index_t ka = a.back(), kb = b.size() == 1 ? b[0] : b[b.size() - 2];
+  if (ka != kb)
+    fail("matmul", "shapes ", to_string(a), " and ", to_string(b), " cannot be multiplied (", ka, " != ", kb,
+         "); expected a.size(-1) == b.size(", b.size() == 1 ? "0" : "-2", ")");
+}
+
+/// The checks of `linear(x, w)` on the input's and the weight's shapes (eager and compiled).
+inline void check_linear(const shape& x, const shape& w) {
+  if (w.size() != 2 || x.empty() || x.back() != w[1])
+    fail("linear", "input of shape ", to_string(x), " and weight of shape ", to_string(w),
+         " do not fit; expected input [..., in] and weight [out, in]");
 }
 
 }  // namespace detail
@@ -92,15 +110,9 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
 /// batched products whose batch dims broadcast.
 template <Element T>
 tensor<T> matmul(const tensor<T>& a, const tensor<T>& b) {
+  detail::check_matmul(a.shape(), b.shape());
   const std::size_t ra = a.dim(), rb = b.dim();
-  if (ra == 0 || rb == 0)
-    detail::fail("matmul", "both arguments need at least 1 dim, got shapes ", to_string(a.shape()), " and ",
-                 to_string(b.shape()));
-  const index_t ka = a.shape()[ra - 1], kb = rb == 1 ? b.shape()[0] : b.shape()[rb - 2];
-  if (ka != kb)
-    detail::fail("matmul", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
-                 " cannot be multiplied (", ka, " != ", kb, "); expected a.size(-1) == b.size(",
-                 rb == 1 ? "0" : "-2", ")");
+  const index_t ka = a.shape()[ra - 1];
   if (ra == 1 && rb == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
   if (ra == 2 && rb == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
   if (ra == 1 && rb == 2) return mm(a.unsqueeze(0), b).squeeze(0);
@@ -123,9 +135,7 @@ tensor<T> matmul(const tensor<T>& a, const tensor<T>& b) {
 /// `x wᵀ + b` with x [..., in], w [out, in] and an optional bias b [out].
 template <Element T>
 tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}) {
-  if (w.dim() != 2 || x.dim() == 0 || x.shape().back() != w.shape()[1])
-    detail::fail("linear", "input of shape ", to_string(x.shape()), " and weight of shape ", to_string(w.shape()),
-                 " do not fit; expected input [..., in] and weight [out, in]");
+  detail::check_linear(x.shape(), w.shape());
   if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))
     detail::fail("linear", "bias of shape ", to_string(b.shape()), " does not fit weight ", to_string(w.shape()),
                  "; expected bias [", w.shape()[0], "]");

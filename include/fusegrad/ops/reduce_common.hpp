@@ -37,6 +37,14 @@ inline index_t reduced_count(const shape& s, const std::vector<bool>& mask) {
   return n;
 }
 
+/// Throws unless `op` over `mask`'s dims of a value of shape `s` is defined: a max needs at
+/// least one element to reduce (PyTorch's rule). Eager reductions, the tracer and compiled
+/// graphs' shape inference all check here.
+inline void check_reduction(reduce_op op, const shape& s, const std::vector<bool>& mask) {
+  if (op == reduce_op::max && reduced_count(s, mask) == 0)
+    fail("max", "cannot reduce a tensor of shape ", to_string(s), " over an empty dim; expected a non-empty reduction");
+}
+
 /// Broadcasts a reduced gradient `g` (shaped `reduced_shape(.., keepdim)`) back to `from`.
 template <Element T>
 tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool>& mask) {
@@ -50,10 +58,8 @@ tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool
 /// eager reductions and of compiled graphs' reduction nodes. An empty max throws.
 template <Element T>
 tensor<T> reduce_values(reduce_op op, const tensor<T>& x, const std::vector<bool>& mask, bool keepdim) {
+  check_reduction(op, x.shape(), mask);
   const index_t n = reduced_count(x.shape(), mask);
-  if (op == reduce_op::max && n == 0)
-    fail("max", "cannot reduce a tensor of shape ", to_string(x.shape()),
-         " over an empty dim; expected a non-empty reduction");
   if (auto* rec = active_recorder<T>()) [[unlikely]]
     return rec->reduce(op, x, mask, keepdim);
   tensor<T> r = reduce_keepdim(x, mask, op == reduce_op::max ? reduce_kind::max : reduce_kind::sum);

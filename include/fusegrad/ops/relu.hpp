@@ -1,6 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/relu.hpp
-/// max(x, 0); d/dx = 1 where the output is positive, else 0 (PyTorch's convention at 0).
+/// max(x, 0), NaN staying NaN (as PyTorch's relu); d/dx = 1 where the output is positive,
+/// else 0 (PyTorch's convention at 0, and at NaN).
 #include "fusegrad/ops/step.hpp"
 
 namespace fusegrad {
@@ -8,7 +9,7 @@ namespace ops {
 struct relu_op {
   static constexpr std::string_view name = "relu", grad_fn = "ReluBackward0";
   static constexpr bool uses_input = false, uses_output = true;
-  template <class V> static V value(const V& x) { return lanes::select_gt(x, V(0), x, V(0)); }
+  template <class V> static V value(const V& x) { return lanes::select_gt(V(0), x, V(0), x); }
   static auto derivative(const auto&, const auto& y, const auto& g) { return g * step(y); }
 };
 }  // namespace ops

@@ -31,7 +31,6 @@ tensor<T> zeros_of(const shape& s) {
 
 /// Resolves one -1 in a requested shape and checks the element count.
 inline shape infer_shape(std::string_view op, const shape& from, shape to) {
-  index_t known = 1;
   int infer = -1;
   for (std::size_t i = 0; i < to.size(); ++i) {
     if (to[i] == -1) {
@@ -39,10 +38,11 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
       infer = static_cast<int>(i);
     } else if (to[i] < 0) {
       fail(op, "invalid size ", to[i], " in shape ", to_string(to), "; expected sizes >= 0 or one -1");
-    } else {
-      known *= to[i];
     }
   }
+  shape known_sizes = to;  // the -1 counts as 1 in the (overflow-checked) product of the others
+  if (infer >= 0) known_sizes[static_cast<std::size_t>(infer)] = 1;
+  const index_t known = check_shape(op, known_sizes);
   const index_t n = numel(from);
   if (infer >= 0) {
     if (known == 0 || n % known != 0)
@@ -129,6 +129,7 @@ tensor<T> expand(const tensor<T>& x, const shape& s) {
     to[i] = want;
     st[i] = have == want ? x.strides()[i - lead] : 0;
   }
+  check_shape("expand", to);
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("ExpandBackward0"), x, y,
                         [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); }, /*traceable=*/true);
@@ -211,9 +212,9 @@ tensor<T> slice(const tensor<T>& x, index_t d, index_t start, index_t stop, inde
   const index_t b = clamp(start), e = std::max(clamp(stop), clamp(start));
   shape to = x.shape();
   strides st = x.strides();
-  to[dd] = (e - b + step - 1) / step;
+  to[dd] = e == b ? 0 : (e - b - 1) / step + 1;  // no overflow for a huge step
   const index_t off = x.offset() + b * st[dd];
-  st[dd] *= step;
+  if (to[dd] > 1) st[dd] *= step;  // fits: (to - 1) * step < e - b, an extent of x
   tensor<T> y = detail::alias(x, to, st, off);
   detail::record_layout(std::string_view("SliceBackward0"), x, y,
                         [from = x.shape(), dd, b, e, step](const tensor<T>& g) {
@@ -273,9 +274,11 @@ tensor<T> cat(const std::vector<tensor<T>>& xs, index_t d = 0) {
       detail::fail("cat", "tensor ", k, " has shape ", to_string(s), " but tensor 0 has shape ", to_string(s0),
                    "; expected equal sizes except in dim ", dd);
     sizes.push_back(s[dd]);
-    to[dd] += s[dd];
+    if (__builtin_add_overflow(to[dd], s[dd], &to[dd]))
+      detail::fail("cat", "the sizes of dim ", dd, " add up to more than ", std::numeric_limits<index_t>::max(),
+                   "; expected a result that fits a 64-bit index");
   }
-  tensor<T> y = detail::empty<T>(to);
+  tensor<T> y = detail::empty<T>(to, "cat");
   index_t at = 0;
   for (std::size_t k = 0; k < xs.size(); ++k) {
     detail::copy_into(slice(y.detach(), static_cast<index_t>(dd), at, at + sizes[k]), xs[k]);

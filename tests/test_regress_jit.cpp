@@ -1,0 +1,500 @@
+// Regressions of issue 16 in fg::jit and compiled autograd.
+//  - Item 2: reductions over nothing, over size-1 dims or with keepdim (0-d, [1], [1,1],
+//    [1,3], [3,1] inputs; sum, mean, max; full and over dims) through fg::jit with static and
+//    dynamic shapes, and through compiled autograd, against the eager path and gradcheck.
+//  - Item 3: tensor hooks and retain_grad on intermediates of a jitted function behave as in
+//    eager mode (generic and not, replacing the gradient or not, removed between calls).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+#include "compare.hpp"
+
+namespace fg = fusegrad;
+using fusegrad_test::max_normwise;
+using D = fg::tensor<double>;
+
+namespace {
+
+struct ca_off {  // compiled autograd off before and after a test
+  ca_off() { fg::config().compiled_autograd = false; }
+  ~ca_off() { fg::config().compiled_autograd = false; }
+};
+
+enum class red_kind { sum, mean, max };
+
+/// One reduction: its kind, full (no dims) or over `dims`, keepdim or not.
+struct reduction {
+  red_kind kind = red_kind::sum;
+  bool full = true;
+  std::vector<fg::index_t> dims;
+  bool keepdim = false;
+
+  [[nodiscard]] D operator()(const D& x) const {
+    if (full) return kind == red_kind::sum ? fg::sum(x) : kind == red_kind::mean ? fg::mean(x) : fg::max(x);
+    if (kind == red_kind::sum) return fg::sum(x, dims, keepdim);
+    if (kind == red_kind::mean) return fg::mean(x, dims, keepdim);
+    return fg::max(x, dims, keepdim);
+  }
+  [[nodiscard]] std::string str() const {
+    std::string s = kind == red_kind::sum ? "sum" : kind == red_kind::mean ? "mean" : "max";
+    if (full) return s + "(x)";
+    s += "(x, {";
+    for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+    return s + "}" + (keepdim ? ", keepdim)" : ")");
+  }
+};
+
+/// Every reduction of a rank-`rank` input: full, over each single dim (and -1), over all dims
+/// listed, each with and without keepdim.
+std::vector<reduction> reductions_for(std::size_t rank) {
+  std::vector<std::vector<fg::index_t>> dim_sets{{0}, {-1}};
+  if (rank == 2) dim_sets.push_back({1}), dim_sets.push_back({0, 1});
+  std::vector<reduction> r;
+  for (red_kind k : {red_kind::sum, red_kind::mean, red_kind::max}) {
+    r.push_back({k, true, {}, false});
+    for (const auto& ds : dim_sets)
+      for (bool keep : {false, true}) r.push_back({k, false, ds, keep});
+  }
+  return r;
+}
+
+/// Functions of (x, y), y shaped like x, around one reduction: the issue's forms and forms
+/// where the reduced value is broadcast back against x.
+std::vector<std::pair<std::string, std::function<D(const D&, const D&, const reduction&)>>> forms() {
+  return {
+      {"2 - (y + R(x))", [](const D& x, const D& y, const reduction& R) { return 2.0 - (y + R(x)); }},
+      {"sin(R(x)) * 2", [](const D& x, const D&, const reduction& R) { return fg::sin(R(x)) * 2.0; }},
+      {"x * R(x * y)", [](const D& x, const D& y, const reduction& R) { return x * R(x * y); }},
+      {"R(exp(x)) * 3 + R(y)", [](const D& x, const D& y, const reduction& R) { return R(fg::exp(x)) * 3.0 + R(y); }},
+  };
+}
+
+/// Distinct values (max has no ties), the same for a given seed and shape.
+D input(const fg::shape& s, std::uint64_t seed) { return fg::rand<double>(s, seed, -2.0, 2.0); }
+
+/// The shape sequence a test runs: `s` three times, or with each size 3 replaced by 3, 5, 7
+/// (the second call recompiles shape-generic, the third hits the dynamic entry).
+std::vector<fg::shape> shape_run(const fg::shape& s) {
+  std::vector<fg::shape> r;
+  for (fg::index_t n : {3, 5, 7}) {
+    fg::shape t = s;
+    for (auto& d : t)
+      if (d == 3) d = n;
+    r.push_back(t);
+  }
+  return r;
+}
+
+/// Both gradients undefined (no path), or equal.
+void check_same_grad(const D& expected, const D& got) {
+  REQUIRE(expected.defined() == got.defined());
+  if (expected.defined()) CHECK(max_normwise(expected, got) < 1e-12);
+}
+
+/// The jitted call of `fn` and its compiled-autograd backward equal eager mode (`ge`, `gy`, `out_e`).
+template <class JF, class F>
+void check_jit_and_ca(const JF& jf, const F& fn, const D& x0, const D& y0, const D& w, const D& ge, const D& gy, const D& out_e) {
+  D xj = x0.clone().requires_grad(true), yj = y0.clone().requires_grad(true);
+  const D out_j = jf(xj, yj);
+  fg::sum(out_j * w).backward();
+  CHECK(max_normwise(out_e.detach(), out_j.detach()) < 1e-12);
+  check_same_grad(ge, xj.grad());
+  check_same_grad(gy, yj.grad());
+  // Compiled autograd over an eager forward.
+  D xc = x0.clone().requires_grad(true), yc = y0.clone().requires_grad(true);
+  const D out_c = fn(xc, yc);
+  fg::compiled_autograd::reset();  // a fresh capture each time (not the recompile limit's eager fallback)
+  const auto fallbacks = fg::counters().fallbacks;
+  {
+    fg::compiled_autograd::enable on;
+    fg::sum(out_c * w).backward();
+  }
+  CHECK(fg::counters().fallbacks == fallbacks);
+  check_same_grad(ge, xc.grad());
+  check_same_grad(gy, yc.grad());
+}
+
+/// `fn(x, y)`: eagerly, through `jf` (jitted), and eagerly under compiled autograd; values and
+/// gradients (seeded with a fixed random weight) must agree. False if eager mode throws (the
+/// jitted call must then throw too).
+template <class JF, class F>
+bool check_paths(const JF& jf, const F& fn, const fg::shape& s, std::uint64_t seed) {
+  const D x0 = input(s, seed), y0 = input(s, seed + 1);
+  D xe = x0.clone().requires_grad(true), ye = y0.clone().requires_grad(true);
+  D out_e;
+  try {
+    out_e = fn(xe, ye);
+  } catch (const fg::error&) {
+    D xj = x0.clone().requires_grad(true), yj = y0.clone().requires_grad(true);
+    CHECK_THROWS_AS((void)jf(xj, yj), fg::error);
+    return false;
+  }
+  const D w = input(out_e.shape(), seed + 2);
+  fg::sum(out_e * w).backward();
+  try {
+    check_jit_and_ca(jf, fn, x0, y0, w, xe.grad(), ye.grad(), out_e);
+  } catch (const std::exception& e) {
+    FAIL_CHECK(e.what());
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("issue 16 item 2: the reproducers (0-d mean, 0-d sum, keepdim sum over [1], compiled autograd of sin(max))") {
+  ca_off guard;
+  {
+    auto f = fg::jit([](const D& x0, const D& x1) { return 2.0 - (x1 + fg::mean(x0)); });
+    D a = fg::full<double>({}, 0.3).requires_grad(true), b = fg::full<double>({}, 0.7).requires_grad(true);
+    (f(a, b) * 3.0).backward();
+    D ae = fg::full<double>({}, 0.3).requires_grad(true), be = fg::full<double>({}, 0.7).requires_grad(true);
+    ((2.0 - (be + fg::mean(ae))) * 3.0).backward();
+    CHECK(a.grad().item() == ae.grad().item());
+    CHECK(b.grad().item() == be.grad().item());
+  }
+  {
+    auto f = fg::jit([](const D& x) { return fg::sum(x) * 2.0; });
+    D a = fg::full<double>({}, 0.3).requires_grad(true);
+    f(a).backward();
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().item() == 2.0);
+  }
+  {
+    auto f = fg::jit([](const D& x) { return fg::sum(x, {0}, true) * 2.0; });
+    D a = fg::full<double>({1}, 0.3).requires_grad(true);
+    fg::sum(f(a)).backward();
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().to_vector() == std::vector<double>{2.0});
+  }
+  {
+    D a = fg::full<double>({}, 0.3).requires_grad(true);
+    const D out = fg::sin(fg::max(a));
+    {
+      fg::compiled_autograd::enable on;
+      out.backward();
+    }
+    REQUIRE(a.grad().defined());
+    CHECK(a.grad().item() == doctest::Approx(std::cos(0.3)).epsilon(1e-14));
+  }
+}
+
+TEST_CASE("issue 16 item 2: every reduction of 0-d, [1], [1,1], [1,3], [3,1] inputs: jit (static, dynamic) and compiled autograd equal eager") {
+  ca_off guard;
+  const std::vector<fg::shape> shapes{{}, {1}, {1, 1}, {1, 3}, {3, 1}, {3}};
+  int checked = 0;
+  for (const auto& s : shapes)
+    for (const auto& R : reductions_for(s.size()))
+      for (const auto& named : forms()) {  // (no structured bindings: clang 14 cannot capture them)
+        const std::string& name = named.first;
+        const auto& form = named.second;
+        CAPTURE(fg::to_string(s));
+        CAPTURE(R.str());
+        CAPTURE(name);
+        auto fn = [R, form](const D& x, const D& y) { return form(x, y, R); };
+        auto jf = fg::jit(fn);
+        std::uint64_t seed = 100;
+        for (const auto& sh : shape_run(s)) {
+          CAPTURE(fg::to_string(sh));
+          checked += check_paths(jf, fn, sh, seed += 10) ? 1 : 0;
+        }
+        if (std::find(s.begin(), s.end(), 3) != s.end() && jf.compiles() > 0) {
+          bool dynamic = false;  // the [..5..] call compiled a shape-generic entry, which [..7..] hit
+          for (const auto& e : jf.entries()) dynamic = dynamic || e.dynamic;
+          CHECK(dynamic);
+          CHECK(jf.compiles() == 2);
+        }
+      }
+  CHECK(checked > 600);
+}
+
+TEST_CASE("issue 16 item 2: jitted reductions over size-1 and 0-d inputs pass gradcheck") {
+  ca_off guard;
+  const std::vector<fg::shape> shapes{{}, {1}, {1, 1}, {1, 3}, {3, 1}};
+  for (const auto& s : shapes)
+    for (const auto& R : reductions_for(s.size()))
+      for (const auto& named : forms()) {  // (no structured bindings: clang 14 cannot capture them)
+        const std::string& name = named.first;
+        const auto& form = named.second;
+        CAPTURE(fg::to_string(s));
+        CAPTURE(R.str());
+        CAPTURE(name);
+        auto jf = fg::jit([R, form](const D& x, const D& y) { return form(x, y, R); });
+        const D x = input(s, 7), y = input(s, 8);
+        bool eager_ok = true;
+        try {
+          (void)form(x, y, R);
+        } catch (const fg::error&) {
+          eager_ok = false;
+        }
+        if (!eager_ok) continue;
+        try {
+          const auto r = fg::gradcheck([&](const D& a, const D& b) { return jf(a, b); }, x, y);
+          CHECK_MESSAGE(r.ok, r.message);
+        } catch (const std::exception& e) {
+          FAIL_CHECK(e.what());
+        }
+      }
+}
+
+TEST_CASE("issue 16 item 2: one gradient feeding both sum's and mean's backward (shared one-element operand)") {
+  ca_off guard;
+  const std::vector<fg::shape> shapes{{}, {1}, {3}, {1, 3}, {3, 1}, {4, 5}};
+  auto fn = [](const D& x, const D& y) { return fg::sum(x) + fg::mean(x) + fg::max(y) * fg::mean(y); };
+  auto jf = fg::jit(fn);
+  std::uint64_t seed = 300;
+  for (const auto& s : shapes) {
+    CAPTURE(fg::to_string(s));
+    CHECK(check_paths(jf, fn, s, seed += 10));
+  }
+}
+
+// --- item 3: hooks and retain_grad on intermediates of jitted functions ------------------------
+
+namespace {
+
+/// What a test function's hooks saw, in order (each a gradient's values).
+using seen_t = std::vector<std::vector<double>>;
+
+/// Runs `fn(x, seen)` (returning a scalar loss) eagerly and jitted (`jf`, which wraps the same
+/// function) on copies of `x0`, backward from each; the gradients of x and what the hooks saw
+/// must be equal. Returns the jitted x.grad().
+template <class JF, class F>
+D same_hooks_as_eager(const JF& jf, const F& fn, const D& x0) {
+  seen_t seen_e, seen_j;
+  D xe = x0.clone().requires_grad(true), xj = x0.clone().requires_grad(true);
+  fn(xe, seen_e).backward();
+  D out_j = jf(xj, seen_j);
+  REQUIRE(!out_j.is_lazy());
+  out_j.backward();
+  REQUIRE(xe.grad().defined() == xj.grad().defined());
+  if (xe.grad().defined()) CHECK(max_normwise(xe.grad(), xj.grad()) < 1e-12);
+  REQUIRE(seen_e.size() == seen_j.size());
+  for (std::size_t i = 0; i < seen_e.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(seen_e[i].size() == seen_j[i].size());
+    for (std::size_t k = 0; k < seen_e[i].size(); ++k) CHECK(seen_j[i][k] == doctest::Approx(seen_e[i][k]).epsilon(1e-12));
+  }
+  return xj.grad();
+}
+
+}  // namespace
+
+TEST_CASE("issue 16 item 3: the reproducer: a hook g * 10 on an intermediate of a jitted function runs") {
+  ca_off guard;
+  auto fn = [](const D& x) {
+    D y = fg::sin(x) * 2.0;
+    y.register_hook([](const D& g) { return g * 10.0; });
+    return fg::sum(y * y);
+  };
+  auto jf = fg::jit(fn);
+  const D x0 = fg::full<double>({}, 0.7);
+  D xe = x0.clone().requires_grad(true), xj = x0.clone().requires_grad(true);
+  fn(xe).backward();
+  jf(xj).backward();
+  CHECK(xe.grad().item() == doctest::Approx(10 * 8 * std::sin(0.7) * std::cos(0.7)).epsilon(1e-14));
+  CHECK(xj.grad().item() == doctest::Approx(xe.grad().item()).epsilon(1e-14));
+}
+
+TEST_CASE("issue 16 item 3: hooks on jitted intermediates: generic or not, replacing the gradient or not") {
+  ca_off guard;
+  const D x0 = input({4, 3}, 11);
+  using hook_fn = std::function<D(const D&, seen_t&)>;
+  const std::vector<std::pair<std::string, hook_fn>> cases{
+      {"opaque hook replacing the gradient",
+       [](const D& x, seen_t&) {
+         D y = fg::sin(x) * 2.0;
+         y.register_hook([](const D& g) { return g * 10.0; });
+         return fg::sum(y * y);
+       }},
+      {"generic hook replacing the gradient",
+       [](const D& x, seen_t&) {
+         D y = fg::exp(x * 0.5);
+         y.register_hook([](auto g) { return g * 10.0 - 1.0; });
+         return fg::sum(fg::cos(y) * x);
+       }},
+      {"opaque hook reading the gradient",
+       [](const D& x, seen_t& seen) {
+         D y = fg::tanh(x) + x;
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); });
+         return fg::sum(y * y * x);
+       }},
+      {"generic hook reading the gradient",
+       [](const D& x, seen_t& seen) {
+         D y = fg::tanh(x) * fg::sum(x, {1}, true);
+         y.register_hook([&seen](auto g) { seen.push_back(g.to_vector()); });
+         return fg::sum(fg::sigmoid(y));
+       }},
+      {"two hooks on one tensor run in order",
+       [](const D& x, seen_t& seen) {
+         D y = fg::sin(x);
+         y.register_hook([](const D& g) { return g * 2.0; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g + 1.0;
+         });
+         return fg::sum(y * x);
+       }},
+      {"hooks on a chain of intermediates",
+       [](const D& x, seen_t& seen) {
+         D a = fg::sin(x);
+         a.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 3.0; });
+         D b = a * a + x;
+         b.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g - 0.5; });
+         return fg::mean(b * b);
+       }},
+      {"a hooked temporary (its handle is reassigned)",
+       [](const D& x, seen_t& seen) {
+         D y = fg::cos(x);
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 4.0; });
+         y = y * y + 1.0;
+         return fg::sum(y);
+       }},
+      {"a hooked value also used by another value alive at a graph break (the hook sees the whole gradient)",
+       [](const D& x, seen_t& seen) {
+         D y = fg::sin(x);
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         D w = y * 3.0;
+         fg::graph_break();  // y and w are both outputs of the first graph
+         return fg::sum(w * y + y);
+       }},
+      {"a hook registered after a graph break (on a computed value)",
+       [](const D& x, seen_t& seen) {
+         D y = fg::sin(x);
+         fg::graph_break();
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         return fg::sum(y * y);
+       }},
+      {"a hook on the returned value",
+       [](const D& x, seen_t& seen) {
+         D y = fg::sum(fg::sin(x) * x);
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 3.0; });
+         return y;
+       }},
+  };
+  for (const auto& named : cases) {
+    const std::string& name = named.first;
+    const hook_fn& fn = named.second;
+    CAPTURE(name);
+    for (auto backend : {fg::jit_backend::fused, fg::jit_backend::eager}) {
+      CAPTURE(static_cast<int>(backend));
+      auto jf = fg::jit(fn, {.backend = backend});
+      for (int call = 0; call < 3; ++call) {  // a compile, then cache hits
+        CAPTURE(call);
+        (void)same_hooks_as_eager(jf, fn, x0);
+      }
+      // Dynamic shapes: the second size compiles shape-generic, the third hits it.
+      for (fg::index_t n : {5, 7, 9}) (void)same_hooks_as_eager(jf, fn, input({4, n}, 12));
+    }
+    auto strict = fg::jit(fn, {.fullgraph = true});  // a hook is no graph break
+    if (name.find("graph break") == std::string::npos) (void)same_hooks_as_eager(strict, fn, x0);
+  }
+}
+
+TEST_CASE("issue 16 item 3: retain_grad on jitted intermediates and outputs") {
+  ca_off guard;
+  const D x0 = input({3, 4}, 21);
+  auto fn = [](const D& x, D& mid, D& out) {
+    mid = fg::sin(x) * x;
+    mid.retain_grad();
+    D u = mid * mid + fg::mean(mid, {0}, true);
+    u.retain_grad();
+    out = fg::sum(fg::exp(u * 0.1));
+    out.retain_grad();
+    return out;
+  };
+  auto jf = fg::jit(fn);
+  for (int call = 0; call < 3; ++call) {
+    CAPTURE(call);
+    D xe = x0.clone().requires_grad(true), xj = x0.clone().requires_grad(true);
+    D mid_e, out_e, mid_j, out_j;
+    fn(xe, mid_e, out_e).backward();
+    jf(xj, mid_j, out_j).backward();
+    REQUIRE(mid_e.grad().defined());
+    REQUIRE(mid_j.grad().defined());
+    CHECK(max_normwise(mid_e.grad(), mid_j.grad()) < 1e-12);
+    REQUIRE(out_j.grad().defined());
+    CHECK(out_j.grad().item() == 1.0);
+    CHECK(max_normwise(xe.grad(), xj.grad()) < 1e-12);
+  }
+  // A second backward through a retained graph accumulates into the retained gradient.
+  D xj = x0.clone().requires_grad(true), mid_j, out_j;
+  D xe = x0.clone().requires_grad(true), mid_e, out_e;
+  jf(xj, mid_j, out_j).backward({.retain_graph = true});
+  out_j.backward();
+  fn(xe, mid_e, out_e).backward({.retain_graph = true});
+  out_e.backward();
+  CHECK(max_normwise(mid_e.grad(), mid_j.grad()) < 1e-12);
+}
+
+TEST_CASE("issue 16 item 3: a hook removed between calls is not replayed; each call runs its own hook") {
+  ca_off guard;
+  bool use_hook = true;
+  double scale = 10.0;
+  bool removed = false;
+  auto fn = [&](const D& x, seen_t&) {
+    D y = fg::sin(x) * 2.0;
+    const auto id = y.register_hook([s = scale](const D& g) { return g * s; });
+    if (!use_hook) removed = y.remove_hook(id);
+    return fg::sum(y * y);
+  };
+  auto jf = fg::jit(fn);
+  const D x0 = input({5}, 31);
+  const D with10 = same_hooks_as_eager(jf, fn, x0);
+  use_hook = false;
+  const D without = same_hooks_as_eager(jf, fn, x0);
+  CHECK(removed);
+  CHECK(max_normwise(with10, without * 10.0) < 1e-12);
+  use_hook = true;
+  scale = 5.0;
+  const D with5 = same_hooks_as_eager(jf, fn, x0);  // the first entry, with this call's hook
+  CHECK(max_normwise(with5, without * 5.0) < 1e-12);
+  CHECK(jf.compiles() == 2);
+}
+
+TEST_CASE("issue 16 item 3: hooks of a jitted forward under compiled autograd, and in a backward inside the jitted call") {
+  ca_off guard;
+  const D x0 = input({4, 3}, 41);
+  auto fn = [](const D& x, seen_t& seen) {
+    D y = fg::exp(x * 0.3);
+    y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+    D z = fg::sin(y) * x;
+    z.register_hook([](auto g) { return g + 1.0; });
+    return fg::sum(z * z);
+  };
+  auto jf = fg::jit(fn);
+  for (int call = 0; call < 3; ++call) {
+    seen_t seen_e, seen_j;
+    D xe = x0.clone().requires_grad(true), xj = x0.clone().requires_grad(true);
+    fn(xe, seen_e).backward();
+    const D out = jf(xj, seen_j);
+    fg::compiled_autograd::reset();
+    const auto fallbacks = fg::counters().fallbacks;
+    {
+      fg::compiled_autograd::enable on;
+      out.backward();
+    }
+    CHECK(fg::counters().fallbacks == fallbacks);
+    CHECK(max_normwise(xe.grad(), xj.grad()) < 1e-12);
+    REQUIRE(seen_j.size() == 1);
+    CHECK(max_normwise(fg::from_vector<double>(seen_e[0], {12}), fg::from_vector<double>(seen_j[0], {12})) < 1e-12);
+  }
+  // The backward run inside the jitted call (traced into its next graph).
+  auto inside = fg::jit([&fn](const D& x, seen_t& seen) {
+    D loss = fn(x, seen);
+    loss.backward();
+    return x.grad() * 1.0;
+  });
+  seen_t seen_e, seen_j;
+  D xe = x0.clone().requires_grad(true), xj = x0.clone().requires_grad(true);
+  fn(xe, seen_e).backward();
+  const D gj = inside(xj, seen_j);
+  CHECK(max_normwise(xe.grad(), gj) < 1e-12);
+  REQUIRE(seen_j.size() == 1);
+  CHECK(max_normwise(fg::from_vector<double>(seen_e[0], {12}), fg::from_vector<double>(seen_j[0], {12})) < 1e-12);
+}
