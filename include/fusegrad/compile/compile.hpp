@@ -210,8 +210,21 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
                 values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
               const std::vector<tensor<T>> no_inputs;
               std::vector<tensor<T>> grads;
-              for (const auto& x : gs) grads.push_back(x.is_contiguous() ? x : contiguous_copy(x));
-              if (auto* rec = active_recorder<T>()) [[unlikely]] {
+              bool all_given = true;
+              for (const auto& x : gs) {
+                all_given = all_given && x.defined();
+                grads.push_back(!x.defined() || x.is_contiguous() ? x : contiguous_copy(x));
+              }
+              if (!all_given) [[unlikely]] {
+                // Outputs nothing used: node by node, leaving their gradients' terms out.
+                for (std::size_t c = 0; c < G.m; ++c)
+                  if (const node_desc& d = G.desc[c]; d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
+                    sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
+                auto* rec = active_recorder<T>();
+                const std::size_t from = rec ? rec->inline_begin() : 0;
+                node_eval<T>{G.desc, G.children, G.kernels, state, values, sh, no_inputs, grads}.run_given(G.backward_active, G.m);
+                if (rec) rec->inline_end(from);
+              } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
                 // A traced backward (compiled autograd): node by node into the captured graph;
                 // the nodes print as aot<id>_<k>.
                 const std::size_t from = rec->inline_begin();
@@ -224,12 +237,14 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
               for (std::size_t i = 0; i < G.n_in; ++i) {
                 if (!wants[i] || G.grad_node[i] < 0) continue;
                 const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
+                if (!gi.defined()) continue;  // only absent gradients reach it
                 result[i] = gi.shape() == in_shapes[i] ? gi : sum_to(gi, in_shapes[i]);
-                if (!result[i].is_lazy() && (!result[i].is_contiguous() || result[i].is_same(gs[0])))
+                if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
                   result[i] = contiguous_copy(result[i]);
               }
               return result;
-            });
+            })
+      ->set_materialize_grads(false);  // an unused output's gradient stays absent (run_given)
   return outs;
 }
 }  // namespace detail

@@ -223,6 +223,13 @@ struct node_eval {
   /// records, this records them (element-wise nodes of the IR's op table straight into the
   /// graph, no eager kernel involved).
   void run(const bool* active, std::size_t m);
+  /// `run` of a backward pass where some output gradients are absent (undefined in `grads`;
+  /// the caller sets the shapes of their `grad_input` nodes): a node whose operands include
+  /// an absent one is absent too, uncomputed (the backward is linear in the gradients, so it
+  /// would be zero), except a sum or difference with a present operand, where the absent
+  /// term counts as zero. Nothing multiplies a zero by a local derivative that may be inf or
+  /// NaN, as eager mode never visits a node whose gradient is absent.
+  void run_given(const bool* active, std::size_t m);
 };
 
 template <Element T>
@@ -302,6 +309,42 @@ void node_eval<T>::run(const bool* active, std::size_t m) {
       values[c] = eval(static_cast<int>(c));
       shapes[c] = values[c].shape();
     }
+}
+
+template <Element T>
+void node_eval<T>::run_given(const bool* active, std::size_t m) {
+  constexpr int add = ir::op_index<ops::add_op, T>, sub = ir::op_index<ops::sub_op, T>;
+  for (std::size_t c = 0; c < m; ++c) {
+    if (!active[c]) continue;
+    const node_desc& d = desc[c];
+    if (d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined()) {
+      values[c] = tensor<T>{};
+      continue;
+    }
+    int operands = 0, absent = 0;
+    for (const int o : children[c])
+      if (o >= 0) ++operands, absent += values[static_cast<std::size_t>(o)].defined() ? 0 : 1;
+    if (absent == 0) {
+      values[c] = eval(static_cast<int>(c));
+    } else if (d.kind == gkind::pointwise && (d.op == add || d.op == sub) && absent < operands) {
+      std::array<int, 3> zeroed{-1, -1, -1};  // the absent term as zeros, for this node only
+      for (std::size_t k = 0; k < 3; ++k)
+        if (const int o = children[c][k]; o >= 0 && !values[static_cast<std::size_t>(o)].defined()) {
+          tensor<T> z = empty<T>(shapes[static_cast<std::size_t>(o)]);
+          fill(z, T(0));
+          values[static_cast<std::size_t>(o)] = std::move(z);
+          zeroed[k] = o;
+        }
+      values[c] = eval(static_cast<int>(c));
+      for (const int o : zeroed)
+        if (o >= 0) values[static_cast<std::size_t>(o)] = tensor<T>{};
+    } else {
+      values[c] = tensor<T>{};
+      infer_shape(static_cast<int>(c));
+      continue;
+    }
+    shapes[c] = values[c].shape();
+  }
 }
 
 /// The node evaluation of an instance of analysis `A` (its tables and state).
