@@ -544,7 +544,9 @@ std::vector<std::pair<std::string, nondiff_fn>> nondiff_ops() {
 TEST_CASE("fuzz F1: results of comparisons, step and sign do not require grad inside or after fg::jit") {
   ca_off guard;
   const D x0 = fg::randn<double>({3}, 3);
-  for (const auto& [name, op] : nondiff_ops()) {
+  for (const auto& named_op : nondiff_ops()) {
+    const std::string name = named_op.first;
+    const auto op = named_op.second;  // a copy: clang 14 does not capture structured bindings
     CAPTURE(name);
     D xe = x0.clone().requires_grad(true);
     const bool eager_rg = op(xe).requires_grad();
@@ -766,6 +768,101 @@ TEST_CASE_TEMPLATE("fuzz F2: fg::compile with several outputs, one unused: no Na
       CHECK(same_values(ye.grad(), yc.grad()));
       if (use == 0) {
         for (double g : xc.grad().to_vector()) CHECK(std::isfinite(g));
+      }
+    }
+  }
+}
+
+// --- fuzz seed 6: hooks registered on outputs of an fg::jit graph after it ran -----------------
+// A hook (or retain_grad) registered after a graph break on a value the broken-off graph also
+// used inside itself must see that value's whole gradient (the part from inside the graph
+// too), and run in registration order with the graph's own hooks on it, as in eager mode.
+
+TEST_CASE("fuzz seed 6: hooks registered after a graph break on an output also used inside its graph") {
+  ca_off guard;
+  const D x0 = input({3, 4}, 61);
+  using hook_fn = std::function<D(const D&, seen_t&)>;
+  const std::vector<std::pair<std::string, hook_fn>> cases{
+      {"graph 55: a replacing hook after an implicit break (reshape), the value only used inside",
+       [](const D& x, seen_t& seen) {
+         D y = fg::abs(x);
+         D w = y + 0.1;
+         D r = w.reshape({-1});  // a sync point: y and w are outputs of the first graph
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 0.5; });
+         return fg::sum(r * r);
+       }},
+      {"graph 660: an observing hook on a value that gets gradient only from inside its graph",
+       [](const D& x, seen_t& seen) {
+         D y = x + 0.1;
+         D w = y + 0.1;
+         fg::graph_break();
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); });
+         return fg::sum(w * w);
+       }},
+      {"a hook after the break on a value used inside and outside its graph",
+       [](const D& x, seen_t& seen) {
+         D y = fg::sin(x);
+         D w = y * 3.0;
+         fg::graph_break();
+         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         return fg::sum(w * y + y);
+       }},
+      {"graph 591: a hook inside the graph, then one after the break on the same value, run in that order",
+       [](const D& x, seen_t& seen) {
+         D y = fg::mean(x, {1}, true);
+         D s = fg::sum(y);
+         s.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); });
+         fg::graph_break();
+         s.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         return fg::sum(y / s);
+       }},
+  };
+  for (const auto& named : cases) {
+    const std::string& name = named.first;
+    const hook_fn& fn = named.second;
+    CAPTURE(name);
+    for (auto backend : {fg::jit_backend::fused, fg::jit_backend::eager}) {
+      CAPTURE(static_cast<int>(backend));
+      auto jf = fg::jit(fn, {.backend = backend});
+      for (int call = 0; call < 3; ++call) {  // a compile, then cache hits
+        CAPTURE(call);
+        (void)same_hooks_as_eager(jf, fn, x0);
+      }
+      for (fg::index_t n : {5, 7, 9}) (void)same_hooks_as_eager(jf, fn, input({3, n}, 62));  // dynamic shapes
+    }
+  }
+}
+
+TEST_CASE("fuzz seed 6 (graph 195): retain_grad's hook runs after the tensor's other hooks, as in PyTorch") {
+  ca_off guard;
+  const D x0 = input({2, 3}, 63);
+  const D c = input({2, 3}, 64);  // d loss / d y
+  const std::vector<double> want = (c * 10.0).to_vector();
+  // retain_grad before or after the hook, with or without a graph break between them.
+  for (int variant = 0; variant < 4; ++variant) {
+    CAPTURE(variant);
+    auto fn = [variant, c](const D& x, D& y) {
+      y = fg::sigmoid(x) * 1.0;
+      if (variant < 2) y.retain_grad();
+      if (variant % 2 == 1) fg::graph_break();
+      y.register_hook([](const D& g) { return g * 10.0; });
+      if (variant >= 2) y.retain_grad();
+      return fg::sum(y * c);
+    };
+    D xe = x0.clone().requires_grad(true), ye;
+    fn(xe, ye).backward();
+    REQUIRE(ye.grad().defined());
+    const std::vector<double> got_e = ye.grad().to_vector();
+    for (std::size_t k = 0; k < want.size(); ++k) CHECK(got_e[k] == doctest::Approx(want[k]).epsilon(1e-14));
+    for (auto backend : {fg::jit_backend::fused, fg::jit_backend::eager}) {
+      CAPTURE(static_cast<int>(backend));
+      auto jf = fg::jit(fn, {.backend = backend});
+      for (int call = 0; call < 2; ++call) {
+        D xj = x0.clone().requires_grad(true), yj;
+        jf(xj, yj).backward();
+        REQUIRE(yj.grad().defined());
+        CHECK(max_normwise(ye.grad(), yj.grad()) < 1e-12);
+        CHECK(max_normwise(xe.grad(), xj.grad()) < 1e-12);
       }
     }
   }

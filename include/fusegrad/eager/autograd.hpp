@@ -66,6 +66,12 @@ class node {
   /// e.g. a compiled graph's backward, which must not multiply its zero by a derivative.
   [[nodiscard]] bool materialize_grads() const noexcept { return materialize_grads_; }
   void set_materialize_grads(bool m) noexcept { materialize_grads_ = m; }
+  /// Whether `apply` runs the hooks of its outputs (`pre_hooks`) itself rather than the engine
+  /// before it: a compiled graph's backward, where an output also used inside the graph gets
+  /// part of its gradient from within, which its hooks must see (and run in order with the
+  /// graph's own hooks on it).
+  [[nodiscard]] bool applies_hooks() const noexcept { return applies_hooks_; }
+  void set_applies_hooks(bool a) noexcept { applies_hooks_ = a; }
 
   void set_next_edges(std::vector<edge<T>> e) { edges_ = std::move(e); }
   void add_output(shape s) {
@@ -79,6 +85,7 @@ class node {
   std::vector<std::vector<hook<T>>> pre_hooks_;
   std::uint64_t sequence_nr_;
   bool materialize_grads_ = true;
+  bool applies_hooks_ = false;
 };
 
 namespace detail {
@@ -118,13 +125,24 @@ tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
   return apply_hook(h, std::move(g));
 }
 
-/// Runs the hooks `hs` on `g` in order, over a snapshot of the list: a hook that registers or
-/// removes hooks (itself included) changes the list for the next backward, not the running
-/// one, as in PyTorch; the copies share each hook's callable, which stays alive while it runs.
+/// Puts the hooks of one tensor in the order they run, as PyTorch (>= 2.0) does: registration
+/// order, except that `retain_grad`'s hook runs last, after every other hook. `hook_of(x)`:
+/// the hook of element `x` (the one place of the rule; the eager engine and fg::jit's
+/// captured backwards both order with it).
+template <class It, class HookOf>
+void order_hooks(It first, It last, HookOf hook_of) {
+  std::stable_partition(first, last, [&](const auto& x) { return !hook_of(x).retains_grad; });
+}
+
+/// Runs the hooks `hs` on `g` in order (`order_hooks`), over a snapshot of the list: a hook
+/// that registers or removes hooks (itself included) changes the list for the next backward,
+/// not the running one, as in PyTorch; the copies share each hook's callable, which stays
+/// alive while it runs.
 template <Element T>
 tensor<T> run_hooks(const std::vector<hook<T>>& hs, tensor<T> g) {
   if (hs.empty()) return g;
-  const std::vector<hook<T>> snapshot = hs;
+  std::vector<hook<T>> snapshot = hs;
+  order_hooks(snapshot.begin(), snapshot.end(), [](const hook<T>& h) -> const hook<T>& { return h; });
   for (const auto& h : snapshot) g = run_hook(h, std::move(g));
   return g;
 }
@@ -458,7 +476,7 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
         in[i] = empty<T>(n->output_shape(i));
         fill(in[i], T(0));
       }
-      in[i] = run_hooks(n->pre_hooks(i), std::move(in[i]));
+      if (!n->applies_hooks()) in[i] = run_hooks(n->pre_hooks(i), std::move(in[i]));
     }
     std::vector<tensor<T>> out = n->apply(in);
     if (!retain_graph) n->release_saved();
@@ -513,6 +531,23 @@ void backward(std::initializer_list<tensor<T>> outputs, std::initializer_list<te
   backward(std::vector<tensor<T>>(outputs), std::vector<tensor<T>>(grads), opts);
 }
 
+namespace detail {
+
+/// Puts hook `h` on tensor `t` (which requires grad): into the captured graph of the fg::jit
+/// trace that `t` is pending in, else onto the tape (its grad_fn's output slot, or the leaf).
+template <Element T>
+void install_hook(const tensor<T>& t, hook<T> h) {
+  auto& i = *t.raw_impl();  // defined: the callers checked
+  if (i.lazy) [[unlikely]] {  // traced by fg::jit: the hook joins the captured graph's backward
+    if (auto* r = active_recorder<T>(); r && r->add_hook(t, h)) return;
+    i.lazy->realize("register_hook");  // another trace's tensor: computed, then hooked as usual
+  }
+  if (i.grad_fn) i.grad_fn->pre_hooks(i.output_nr).push_back(std::move(h));
+  else i.leaf_hooks.push_back(std::move(h));
+}
+
+}  // namespace detail
+
 template <Element T>
 template <TensorHook<T> F>
 std::uint64_t tensor<T>::register_hook(F&& f) {
@@ -533,12 +568,7 @@ std::uint64_t tensor<T>::register_hook(F&& f) {
     h.fn = [g](const tensor<T>& t) -> std::optional<tensor<T>> { return std::optional<tensor<T>>((*g)(t)); };
   }
   const auto id = h.id;
-  if (i.lazy) [[unlikely]] {  // traced by fg::jit: the hook joins the captured graph's backward
-    if (auto* r = detail::active_recorder<T>(); r && r->add_hook(*this, h)) return id;
-    i.lazy->realize("register_hook");  // another trace's tensor: computed, then hooked as usual
-  }
-  if (i.grad_fn) i.grad_fn->pre_hooks(i.output_nr).push_back(std::move(h));
-  else i.leaf_hooks.push_back(std::move(h));
+  detail::install_hook(*this, std::move(h));
   return id;
 }
 
@@ -564,13 +594,16 @@ void tensor<T>::retain_grad() {
   if (i.retains_grad) return;
   i.retains_grad = true;
   std::weak_ptr<detail::tensor_impl<T>> self = impl_;
-  register_hook([self](const tensor<T>& g) {
-    if (auto s = self.lock()) {
-      std::lock_guard lock(s->mutex);  // concurrent backwards through this tensor
-      s->grad = s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
-                                  : detail::contiguous_copy(g);
-    }
-  });
+  hook<T> h{detail::next_id(), [self](const tensor<T>& g) -> std::optional<tensor<T>> {
+              if (auto s = self.lock()) {
+                std::lock_guard lock(s->mutex);  // concurrent backwards through this tensor
+                s->grad = s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
+                                            : detail::contiguous_copy(g);
+              }
+              return std::nullopt;
+            }};
+  h.retains_grad = true;  // runs after the tensor's other hooks, whenever they were registered
+  detail::install_hook(*this, std::move(h));
 }
 
 }  // namespace fusegrad

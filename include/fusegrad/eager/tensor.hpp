@@ -62,6 +62,7 @@ struct hook {
   std::uint64_t id;
   std::function<std::optional<tensor<T>>(const tensor<T>&)> fn;
   bool traced = false;  ///< a generic callable: compiled autograd traces it instead of calling it
+  bool retains_grad = false;  ///< `retain_grad`'s hook: runs after the tensor's other hooks (`order_hooks`)
 };
 
 /// A callable whose call operator is a template (a generic lambda): it can be called on the

@@ -88,6 +88,7 @@ struct input_guard {
 template <Element T>
 struct backward_code {
   std::vector<char> given;             ///< per grad output (`entry::grad_outputs`): its gradient is an input
+  std::vector<int> hooks;              ///< per `call_hook` slot: the forward node whose gradient it hooks
   ir::graph<T> joint;                  ///< forward + backward of the given outputs (shapes of dynamic entries)
   std::optional<ir::program<T>> prog;  ///< inputs: the entry's saved values, then the given gradients
   std::vector<int> origin;             ///< backward node -> joint node
@@ -233,22 +234,24 @@ split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, 
 }
 
 /// The backward of entry `e`'s grad outputs whose flag in `given` is set, derived on forward
-/// graph `g` (the entry's, or the same with other sizes) and lowered to a program whose
-/// inputs are the saved values `saved`, then the given gradients. `choose_saved`: `saved` is
+/// graph `g` (the entry's, or the same with other sizes) with `call_hook` slot `s` on node
+/// `hooks[s]`, and lowered to a program whose inputs are the saved values `saved`, then the
+/// given gradients. `choose_saved`: `saved` is
 /// chosen here by the partitioner (the entry's first backward, all gradients given; null
 /// when the joint graph is too large to partition); otherwise it is the entry's set, which
 /// suffices for any subset of the gradients (their backward reads a subset of what the
 /// whole backward reads).
 template <Element T>
 std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
-                                                  std::vector<int>& saved, bool choose_saved) {
+                                                  const std::vector<int>& hooks, std::vector<int>& saved, bool choose_saved) {
   auto b = std::make_shared<backward_code<T>>();
   b->given = std::move(given);
+  b->hooks = hooks;
   b->joint = g;
   std::vector<int> gouts;
   for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
     if (b->given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
-  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, e.hooks);
+  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks);
   const ir::graph<T>& J = b->joint;
   if (choose_saved) {
     if (J.size() > max_joint_nodes) return nullptr;
@@ -333,7 +336,7 @@ std::shared_ptr<entry<T>> compile(const ir::graph<T>& g, const std::vector<int>&
   std::vector<int> fwd_outs = outs;
   if (gm && !e->wrt.empty() && !e->grad_outputs.empty()) {
     for (int i : e->wrt) e->wrt_nodes.push_back(input_node[static_cast<std::size_t>(i)]);
-    auto b = derive_backward(*e, g, std::vector<char>(e->grad_outputs.size(), 1), e->saved, /*choose_saved=*/true);
+    auto b = derive_backward(*e, g, std::vector<char>(e->grad_outputs.size(), 1), e->hooks, e->saved, /*choose_saved=*/true);
     if (!b) {
       e->eager = true;
       return e;
@@ -376,15 +379,17 @@ std::vector<shape> backward_shapes(const backward_code<T>& b, const std::vector<
 }
 
 /// The backward of entry `e` when only the grad outputs flagged in `given` received
-/// gradients: derived on first use and kept with the entry. `fwd`: the forward's node shapes
+/// gradients, with `call_hook` slot `s` on node `hooks[s]` (the entry's hooks, then hooks
+/// registered on its outputs after it ran): derived on first use and kept with the entry. `fwd`: the forward's node shapes
 /// of a call of a dynamic entry (null: the entry's own sizes); `bs` receives the program's
 /// node shapes for it.
 template <Element T>
 std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const std::vector<char>& given,
-                                                     const std::vector<shape>* fwd, std::vector<shape>& bs) {
+                                                     const std::vector<int>& hooks, const std::vector<shape>* fwd,
+                                                     std::vector<shape>& bs) {
   std::lock_guard lock(e.variants_mu);
   for (const auto& v : e.variants) {
-    if (v->given != given) continue;
+    if (v->given != given || v->hooks != hooks) continue;
     if (!fwd) return v;
     std::vector<shape> s = backward_shapes(*v, joint_shapes(e, *v, *fwd));
     if (!v->prog->fits(s)) continue;
@@ -400,7 +405,7 @@ std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const st
     }
   }
   std::vector<int> saved = e.saved;
-  std::shared_ptr<const backward_code<T>> v = derive_backward(e, fwd ? g : e.fwd_graph, given, saved, /*choose_saved=*/false);
+  std::shared_ptr<const backward_code<T>> v = derive_backward(e, fwd ? g : e.fwd_graph, given, hooks, saved, /*choose_saved=*/false);
   if (fwd) bs = backward_shapes(*v, joint_shapes(e, *v, *fwd));
   e.variants.push_back(v);
   return v;
@@ -781,6 +786,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   for (int o : outs) h = (h ^ static_cast<std::uint64_t>(o)) * 1099511628211ULL;
   std::vector<int>& hooked = hook_nodes_;  // the node of each hook: part of the key
   hooked.clear();
+  order_hooks(hooks_.begin(), hooks_.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
   for (const auto& hk : hooks_) {
     hooked.push_back(hk.first);
     h = (h ^ (0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(hk.first))) * 1099511628211ULL;
@@ -904,36 +910,46 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     for (auto& t : grad_outs) out_ptrs.push_back(&t);
     auto jshapes = dyn ? std::make_shared<const std::vector<shape>>(std::move(shapes)) : nullptr;
     const std::size_t n_in = inputs_.size();
-    std::shared_ptr<std::vector<ir::call_fn<T>>> hook_fns;  // this call's hooks, by slot
-    if (!hooks_.empty()) {
-      hook_fns = std::make_shared<std::vector<ir::call_fn<T>>>();
-      for (const auto& hk : hooks_)
-        hook_fns->push_back([h = hk.second](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
-    }
+    // This call's hooks (the graph's, by slot); hooks registered later on its outputs join
+    // them in the backward, on each output's whole gradient (`set_applies_hooks`).
+    auto graph_hooks = hooks_.empty() ? nullptr : std::make_shared<const std::vector<std::pair<int, hook<T>>>>(hooks_);
+    auto self = std::make_shared<node<T>*>(nullptr);  // the node: the rule lives in it
     // The engine leaves the gradient of an output nothing used undefined (no zeros): the
     // backward of the outputs that received one runs instead (`backward_for`).
-    record<T>("CompiledFunctionBackward", inputs_, out_ptrs, std::move(saved),
-              [e, jshapes, n_in, hook_fns](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
+    const auto n = record<T>("CompiledFunctionBackward", inputs_, out_ptrs, std::move(saved),
+              [e, jshapes, n_in, graph_hooks, self](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
                 std::vector<tensor<T>> bin(s.begin(), s.end());
                 std::vector<char> given(grads.size());
                 for (std::size_t j = 0; j < grads.size(); ++j) {
                   given[j] = grads[j].defined();
                   if (given[j]) bin.push_back(grads[j]);
                 }
+                std::vector<std::pair<int, hook<T>>> hs;  // snapshot, as the engine's `run_hooks`
+                if (graph_hooks) hs = *graph_hooks;
+                for (std::size_t j = 0; j < grads.size(); ++j)
+                  for (const auto& h : (*self)->pre_hooks(j))
+                    hs.emplace_back(e->outputs[static_cast<std::size_t>(e->grad_outputs[j])], h);
+                order_hooks(hs.begin(), hs.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
+                std::vector<int> hooked;
+                std::vector<ir::call_fn<T>> hook_fns;
+                for (const auto& [k, h] : hs) {
+                  hooked.push_back(k);
+                  hook_fns.push_back([h = h](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
+                }
                 std::vector<shape> bs;
                 std::shared_ptr<const backward_code<T>> b = e->bwd;
-                if (given != b->given) {
+                if (given != b->given || hooked != b->hooks) {
                   std::vector<shape> fwd;
                   if (jshapes) fwd.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
-                  b = backward_for(*e, given, jshapes ? &fwd : nullptr, bs);
+                  b = backward_for(*e, given, hooked, jshapes ? &fwd : nullptr, bs);
                 } else if (jshapes) {
                   bs = backward_shapes(*b, *jshapes);
                 }
                 std::vector<tensor<T>> r;
                 if (auto* rec = active_recorder<T>())  // a traced backward: inline this one
-                  r = rec->replay(b->prog->source(), b->prog->outputs(), bin, jshapes ? &bs : nullptr, hook_fns.get());
+                  r = rec->replay(b->prog->source(), b->prog->outputs(), bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
                 else
-                  r = b->prog->run(bin, jshapes ? &bs : nullptr, hook_fns.get());
+                  r = b->prog->run(bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
                 std::vector<tensor<T>> out(n_in);
                 for (std::size_t j = 0; j < e->wrt.size(); ++j) {
                   const int o = b->grad_of[j];
@@ -941,8 +957,10 @@ void trace<T>::flush(std::string_view why, bool is_break) {
                   out[i] = o >= 0 ? r[static_cast<std::size_t>(o)] : tensor<T>{};
                 }
                 return out;
-              })
-        ->set_materialize_grads(false);
+              });
+    *self = n.get();
+    n->set_materialize_grads(false);
+    n->set_applies_hooks(true);
   }
   reset();
 }
