@@ -1,0 +1,92 @@
+// The fuzzer's shared parts (see fuzz.hpp).
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "fuzz.hpp"
+
+namespace fuzz {
+
+std::string format_double(double x) {
+  if (std::isnan(x)) return "NAN";
+  if (std::isinf(x)) return x > 0 ? "INFINITY" : "-INFINITY";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", x);
+  std::string s = b;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string tagged(char c, long long i) {
+  std::string s(1, c);
+  s += std::to_string(i);
+  return s;
+}
+
+std::string format_shape(const fg::shape& s) {
+  std::string t = "{";
+  for (std::size_t k = 0; k < s.size(); ++k) t += (k ? ", " : "") + std::to_string(s[k]);
+  return t + "}";
+}
+
+namespace {
+bool same_bits(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  std::uint64_t x, y;
+  std::memcpy(&x, &a, 8);
+  std::memcpy(&y, &b, 8);
+  return x == y;
+}
+}  // namespace
+
+std::string compare(const snap& want, const snap& got, tolerance tol) {
+  if (want.defined != got.defined)
+    return std::string("defined ") + (want.defined ? "eagerly" : "on the path") + ", undefined " +
+           (want.defined ? "on the path" : "eagerly");
+  if (!want.defined) return "";
+  if (want.sizes != got.sizes) return "shape " + format_shape(want.sizes) + " eagerly, " + format_shape(got.sizes) + " on the path";
+  double scale = 0;
+  for (double x : want.v)
+    if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
+  for (std::size_t i = 0; i < want.v.size(); ++i) {
+    const double a = want.v[i], b = got.v[i];
+    bool ok;
+    if (tol.nonfinite_equal && !std::isfinite(a) && !std::isfinite(b)) ok = true;
+    else if (tol.bitwise) ok = same_bits(a, b);
+    else if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b)) ok = same_bits(a, b) || (std::isnan(a) && std::isnan(b));
+    else ok = std::abs(a - b) <= tol.rtol * (std::max(std::abs(a), std::abs(b)) + scale) || a == b;
+    if (!ok)
+      return "element " + std::to_string(i) + " of " + std::to_string(want.v.size()) + " (shape " + format_shape(want.sizes) +
+             "): expected " + format_double(a) + ", got " + format_double(b) + (tol.bitwise ? " (must be bitwise equal)" : "");
+  }
+  return "";
+}
+
+std::vector<known_issue>& known_issues() {
+  static std::vector<known_issue> k{
+  };
+  return k;
+}
+bool masked(const char* name) {
+  for (const auto& k : known_issues())
+    if (std::strcmp(k.name, name) == 0) return k.on;
+  return false;
+}
+void count_masked(const char* name) {
+  for (auto& k : known_issues())
+    if (std::strcmp(k.name, name) == 0) ++k.hits;
+}
+bool unmask(const std::string& name) {
+  bool found = false;
+  for (auto& k : known_issues())
+    if (name == "all" || name == k.name) k.on = false, found = true;
+  return found || name == "all";
+}
+
+double elapsed_s() {
+  static const auto t0 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace fuzz

@@ -1,0 +1,413 @@
+// The run-time program fuzzer: every generated program runs eagerly (the reference) and
+// through each path (fg::jit with either backend on three shape sets, compiled autograd over
+// eager and jitted forwards); values, gradients, retained gradients and what hooks saw are
+// compared. A mismatch is shrunk and printed as a self-contained reproducer.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <optional>
+
+#include "program.hpp"
+
+namespace fuzz {
+
+namespace {
+
+/// What one run of a program on one shape set gave.
+struct outcome {
+  bool threw = false, fg_error = false;
+  std::string what;
+  std::vector<snap> outs, grads, retained_grads;
+  std::vector<std::vector<double>> observed;
+  std::uint32_t features = 0;
+};
+
+/// The jitted function's body: the interpreter.
+struct jit_body {
+  const program* p;
+  std::shared_ptr<hook_log>* log;
+  std::vector<D> operator()(const std::vector<D>& in) const { return interpret(*p, in, *log); }
+};
+using jitted = fg::jit_function<jit_body>;
+
+/// Runs `p` on shape set `ss` through `path`. The loss sums the outputs that require grad
+/// in the reference run `ref` (the path's own flags where there is none), as a user's code
+/// written against eager would.
+outcome execute(const program& p, const shape_set& ss, int set_index, const path_desc& path, jitted* jf,
+                std::shared_ptr<hook_log>* jf_log, const outcome* ref) {
+  auto log = std::make_shared<hook_log>();
+  log->observed.resize(static_cast<std::size_t>(p.slots));
+  outcome r;
+  try {
+    std::vector<D> in = make_inputs(p, ss, set_index);
+    std::vector<D> out;
+    if (path.jit) {
+      *jf_log = log;
+      out = (*jf)(in);
+    } else {
+      out = interpret(p, in, log);
+    }
+    D loss;
+    for (std::size_t k = 0; k < p.outputs.size(); ++k) {
+      r.outs.push_back(snapshot(out[k]));
+      const bool in_loss = ref && !ref->threw && k < ref->outs.size() ? ref->outs[k].requires_grad : out[k].requires_grad();
+      if (!in_loss) continue;
+      D l = fg::sum(out[k] * loss_weight(p, k, out[k].shape()));
+      loss = loss.defined() ? D(loss + l) : l;
+    }
+    if (loss.defined()) {
+      if (path.ca == 1) {
+        fg::compiled_autograd::enable on;
+        loss.backward();
+      } else if (path.ca == 2) {
+        fg::compiled_autograd::enable on(fg::backend::aot_eager{});
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+    }
+    for (const D& t : in) r.grads.push_back(snapshot(t.grad()));
+    for (std::size_t k = p.outputs.size(); k < out.size(); ++k)
+      r.retained_grads.push_back(out[k].defined() ? snapshot(out[k].grad()) : snap{});
+    r.observed = log->observed;
+    r.features = log->features;
+  } catch (const fg::error& e) {
+    r.threw = r.fg_error = true;
+    r.what = e.what();
+    r.features = log->features;
+  } catch (const std::exception& e) {
+    r.threw = true;
+    r.what = std::string("a non-fusegrad exception: ") + e.what();
+    r.features = log->features;
+  }
+  if (path.jit) *jf_log = nullptr;
+  return r;
+}
+
+/// The first difference between the reference and a path's outcome, as "<class>: <details>"
+/// (the class is what shrinking keeps), or empty.
+std::string differ(const program& p, const outcome& want, const outcome& got) {
+  if (want.threw != got.threw)
+    return want.threw ? "throw: eager threw \"" + want.what + "\"; the path did not"
+                      : "throw: the path threw \"" + got.what + "\"; eager did not";
+  if (want.threw) return got.fg_error ? "" : "throw: eager threw fusegrad::error; the path threw " + got.what;
+  for (std::size_t k = 0; k < want.outs.size(); ++k) {
+    const bool exact = p.exact_of(p.outputs[k]);
+    if (want.outs[k].requires_grad != got.outs[k].requires_grad)
+      return "requires_grad: output " + std::to_string(k) + " (v" + std::to_string(p.outputs[k]) + ") requires_grad " +
+             (want.outs[k].requires_grad ? "true" : "false") + " eagerly, " + (got.outs[k].requires_grad ? "true" : "false") +
+             " on the path";
+    if (const std::string d = compare(want.outs[k], got.outs[k], {exact, 1e-9}); !d.empty())
+      return std::string(exact ? "value (bitwise)" : "value") + ": output " + std::to_string(k) + " (v" +
+             std::to_string(p.outputs[k]) + "): " + d;
+  }
+  // A gradient that is undefined on one side and zeros on the other counts as equal: a jitted
+  // graph's backward gives every input of the graph a gradient (zeros when no output used
+  // reaches it), as AOTAutograd does.
+  auto zeros_or_undefined = [](const snap& a, const snap& b) {
+    const snap& def = a.defined ? a : b;
+    return a.defined != b.defined && std::all_of(def.v.begin(), def.v.end(), [](double x) { return x == 0; });
+  };
+  for (std::size_t k = 0; k < want.grads.size(); ++k)
+    if (zeros_or_undefined(want.grads[k], got.grads[k])) continue;
+    else if (auto d = compare(want.grads[k], got.grads[k], {false, 1e-8, true}); !d.empty())
+      return std::string(want.grads[k].defined != got.grads[k].defined ? "grad defined" : "grad") + ": input " + std::to_string(k) + ": " + d;
+  for (std::size_t k = 0; k < want.retained_grads.size(); ++k)
+    if (zeros_or_undefined(want.retained_grads[k], got.retained_grads[k])) continue;
+    else if (auto d = compare(want.retained_grads[k], got.retained_grads[k], {false, 1e-8, true}); !d.empty())
+      return "retained grad: retained tensor " + std::to_string(k) + ": " + d;
+  for (std::size_t k = 0; k < want.observed.size(); ++k) {
+    // a hook given a gradient of zeros (see zeros_or_undefined) is as good as not run
+    auto nonzero = [](const std::vector<double>& o) {
+      std::vector<double> r;
+      for (double x : o)
+        if (x != 0) r.push_back(x);
+      return r;
+    };
+    const auto a = nonzero(want.observed[k]);
+    const auto b = nonzero(got.observed[k]);
+    if (a.size() != b.size())
+      return "hook: observing hook " + std::to_string(k) + " ran " + std::to_string(a.size()) + " times eagerly, " +
+             std::to_string(b.size()) + " times on the path";
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      snap x, y;
+      x.defined = y.defined = true;
+      x.v = {a[i]};
+      y.v = {b[i]};
+      if (auto d = compare(x, y, {false, 1e-8, true}); !d.empty()) return "hook: observing hook " + std::to_string(k) + " saw " + d;
+    }
+  }
+  return "";
+}
+
+std::string mismatch_class(const std::string& d) { return d.substr(0, d.find(':')); }
+
+/// A path and the shape sets it is called on, in order (one jitted function for all calls).
+struct plan {
+  path_desc path;
+  std::vector<int> calls;
+};
+/// Eager itself, as the "path" of a reference run that threw something else than fusegrad::error.
+const plan eager_plan{{"eager", false, false, 0}, {0}};
+
+const std::vector<plan>& plans() {
+  static const std::vector<plan> ps{
+      {{"fg::jit (fused)", true, false, 0}, {0, 1, 2, 0}},
+      {{"fg::jit (eager backend)", true, true, 0}, {0, 1}},
+      {{"compiled autograd (fused) over an eager forward", false, false, 1}, {0, 1}},
+      {{"compiled autograd (eager backend) over an eager forward", false, false, 2}, {2}},
+      {{"fg::jit forward + compiled autograd (fused)", true, false, 1}, {0, 2}},
+  };
+  return ps;
+}
+
+/// Known issues that mask a whole call of a path (see known_issues()), keyed on what the
+/// reference run saw: the name of the first that applies, or null. The path still runs (a
+/// crash or a sanitizer report still counts); only the comparison is skipped.
+const char* masked_by(const program& p, const plan& pl, const outcome& ref) {
+  (void)ref;  // ref.features: what the interpreter saw on real tensors, for switches that need it
+  (void)p;
+  (void)pl;
+  return nullptr;
+}
+
+struct checker {
+  const std::vector<shape_set>& sets;
+  long* executions = nullptr;
+  long* masked_count = nullptr;
+
+  /// Runs every call of plan `pl` on `p`; the first mismatch ("" if none) and the call's index.
+  std::string check(const program& p, const plan& pl, const std::vector<outcome>& refs, int* failing_call) {
+    std::shared_ptr<hook_log> log;
+    std::optional<jitted> jf;
+    if (pl.path.jit)
+      jf.emplace(jit_body{&p, &log}, fg::jit_options{.recompile_limit = 8,
+                                                      .name = "fuzz",
+                                                      .backend = pl.path.jit_eager_backend ? fg::jit_backend::eager
+                                                                                           : fg::jit_backend::fused});
+    for (std::size_t c = 0; c < pl.calls.size(); ++c) {
+      const int s = pl.calls[c];
+      const outcome& ref = refs[static_cast<std::size_t>(s)];
+      const outcome got = execute(p, sets[static_cast<std::size_t>(s)], s, pl.path, jf ? &*jf : nullptr, &log, &ref);
+      if (const char* m = masked_by(p, pl, ref)) {
+        count_masked(m);
+        if (masked_count) ++*masked_count;
+        continue;
+      }
+      if (executions) ++*executions;
+      std::string d = differ(p, ref, got);
+      if (!d.empty()) {
+        if (failing_call) *failing_call = static_cast<int>(c);
+        return d;
+      }
+    }
+    return "";
+  }
+
+  std::vector<outcome> references(const program& p) {
+    std::vector<outcome> refs;
+    for (std::size_t s = 0; s < sets.size(); ++s)
+      refs.push_back(execute(p, sets[s], static_cast<int>(s), {"eager"}, nullptr, nullptr, nullptr));
+    return refs;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Shrinking: drop outputs, dead code, and instructions whose operand can stand in for them,
+// while the same path still fails with the same class of mismatch.
+// ---------------------------------------------------------------------------------------
+
+/// `p` without the values not flagged in `keep` (which must not be used by kept ones),
+/// renumbering values, inputs, hook slots and retained slots.
+program kept(const program& p, const std::vector<char>& keep) {
+  program q;
+  q.seed = p.seed;
+  q.syms = p.syms;
+  std::vector<int> map(p.code.size(), -1);
+  for (std::size_t v = 0; v < p.code.size(); ++v) {
+    if (!keep[v]) continue;
+    instr i = p.code[v];
+    for (int* o : {&i.a, &i.b, &i.c})
+      if (*o >= 0) *o = map[static_cast<std::size_t>(*o)];
+    if (i.k == op::input) {
+      q.inputs.push_back(p.inputs[static_cast<std::size_t>(i.slot)]);
+      i.slot = static_cast<int>(q.inputs.size()) - 1;
+    } else if (i.k == op::hook && (i.hk == hook_kind::observe || i.hk == hook_kind::removed)) {
+      i.slot = q.slots++;
+    } else if (i.k == op::retain_grad) {
+      i.slot = q.retained++;
+    }
+    map[v] = q.n_values();
+    q.code.push_back(i);
+  }
+  for (int o : p.outputs) q.outputs.push_back(map[static_cast<std::size_t>(o)]);
+  return q;
+}
+
+/// Removes every instruction not needed by the outputs (hooks, retain_grad and graph breaks
+/// on needed values stay).
+program dead_code_eliminated(const program& p) {
+  const int n = p.n_values();
+  std::vector<char> live(static_cast<std::size_t>(n), 0);
+  for (int o : p.outputs) live[static_cast<std::size_t>(o)] = 1;
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (int v = n - 1; v >= 0; --v) {
+      const instr& i = p.code[static_cast<std::size_t>(v)];
+      const bool effect = (i.k == op::hook || i.k == op::retain_grad || i.k == op::graph_break) && i.a >= 0 &&
+                          live[static_cast<std::size_t>(i.a)];
+      if (!live[static_cast<std::size_t>(v)] && !effect) continue;
+      if (!live[static_cast<std::size_t>(v)]) live[static_cast<std::size_t>(v)] = 1, changed = true;
+      for (int o : {i.a, i.b, i.c})
+        if (o >= 0 && !live[static_cast<std::size_t>(o)]) live[static_cast<std::size_t>(o)] = 1, changed = true;
+    }
+  }
+  return kept(p, live);
+}
+
+/// `p` with value `v`'s uses replaced by value `by` (or none: `v` must be unused), and `v`
+/// removed. Other unused values stay (they may matter: a value alive at a graph break is
+/// an output of the flushed graph).
+program bypassed(const program& p, int v, int by) {
+  program q = p;
+  if (by >= 0) {
+    for (std::size_t k = static_cast<std::size_t>(v) + 1; k < q.code.size(); ++k)
+      for (int* o : {&q.code[k].a, &q.code[k].b, &q.code[k].c})
+        if (*o == v) *o = by;
+    for (int& o : q.outputs)
+      if (o == v) o = by;
+  }
+  std::vector<int> outs;
+  for (int o : q.outputs)
+    if (std::find(outs.begin(), outs.end(), o) == outs.end()) outs.push_back(o);
+  q.outputs = outs;
+  std::vector<char> keep(q.code.size(), 1);
+  keep[static_cast<std::size_t>(v)] = 0;
+  return kept(q, keep);
+}
+
+bool used(const program& p, int v) {
+  for (const instr& i : p.code)
+    if (i.a == v || i.b == v || i.c == v) return true;
+  return std::find(p.outputs.begin(), p.outputs.end(), v) != p.outputs.end();
+}
+
+program shrink(const program& p0, checker& ck, const plan& pl, const std::string& cls, int budget) {
+  program best = p0;
+  auto fails = [&](const program& q) {
+    if (budget-- <= 0) return false;
+    const auto refs = ck.references(q);
+    for (const auto& r : refs)
+      if (r.threw && !r.fg_error) return cls == "eager";
+    std::string d = ck.check(q, pl, refs, nullptr);
+    return !d.empty() && mismatch_class(d) == cls;
+  };
+  if (program q = dead_code_eliminated(p0); q.n_values() < best.n_values() && fails(q)) best = q;
+  bool progress = true;
+  while (progress && budget > 0) {
+    progress = false;
+    if (best.outputs.size() > 1)
+      for (int o : best.outputs) {
+        program q = best;
+        q.outputs = {o};
+        if (fails(q)) {
+          best = q;
+          progress = true;
+          break;
+        }
+      }
+    for (int v = best.n_values() - 1; v >= 0 && budget > 0; --v) {
+      const instr& i = best.code[static_cast<std::size_t>(v)];
+      if (i.k == op::input) continue;
+      bool done = false;
+      if (!used(best, v)) {  // an unused value: drop it
+        program q = bypassed(best, v, -1);
+        if (fails(q)) {
+          best = q;
+          progress = true;
+          break;
+        }
+      }
+      for (int by : {i.a, i.b, i.c}) {
+        if (by < 0 || best.shape_of(by) != i.shape) continue;
+        program q = bypassed(best, v, by);
+        if (q.n_values() < best.n_values() && fails(q)) {
+          best = q;
+          progress = done = true;
+          break;
+        }
+      }
+      if (done) break;
+    }
+    for (std::size_t k = 0; k < best.inputs.size() && budget > 0; ++k) {
+      if (best.inputs[k].specials.empty()) continue;
+      program q = best;
+      q.inputs[k].specials.clear();
+      if (fails(q)) {
+        best = q;
+        progress = true;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+bool run_runtime_fuzz(const options& o, stats& st, double deadline_s) {
+  bool ok = true;
+  for (long g = o.first; o.graphs <= 0 || g < o.first + o.graphs; ++g) {
+    if (deadline_s > 0 && elapsed_s() > deadline_s) break;
+    // Bound the key cache of a long run well below compiled autograd's recompile limit (64
+    // keys; a graph adds up to ~6), so that no graph falls back to the eager engine.
+    if (g % 8 == 7) fg::compiled_autograd::reset();
+    const program p = generate(o.seed, static_cast<std::uint64_t>(g));
+    const std::vector<shape_set> sets = make_shape_sets(p);
+    checker ck{sets, &st.executions, &st.masked};
+    const std::vector<outcome> refs = ck.references(p);
+    ++st.graphs;
+    const bool invalid = std::all_of(refs.begin(), refs.end(), [](const outcome& r) { return r.threw; });
+    st.invalid += invalid;
+    if (o.verbose)
+      std::printf("graph %ld (seed %llu): %zu instructions, %zu inputs%s\n", g, static_cast<unsigned long long>(p.seed),
+                  p.code.size(), p.inputs.size(), invalid ? ", invalid" : "");
+    std::string failure;
+    const plan* failing = nullptr;
+    int call = -1;
+    for (std::size_t s = 0; s < refs.size() && failure.empty(); ++s)
+      if (refs[s].threw && !refs[s].fg_error) {
+        failure = "eager: " + refs[s].what;
+        failing = &eager_plan;
+        call = static_cast<int>(s);
+      }
+    for (const plan& pl : plans()) {
+      if (!failure.empty()) break;
+      failure = ck.check(p, pl, refs, &call);
+      if (!failure.empty()) failing = &pl;
+    }
+    if (failure.empty()) continue;
+    ++st.mismatches;
+    ok = false;
+    std::printf("\n=== MISMATCH in graph %ld of seed %llu, path %s, call %d\n%s\n", g,
+                static_cast<unsigned long long>(o.seed), failing->path.name, call, failure.c_str());
+    program small = p;
+    if (o.shrink && failing != &eager_plan) {
+      checker quiet{sets};
+      small = shrink(p, quiet, *failing, mismatch_class(failure), 400);
+      const auto refs2 = quiet.references(small);
+      int call2 = -1;
+      const std::string d2 = quiet.check(small, *failing, refs2, &call2);
+      if (!d2.empty()) failure = d2, call = call2;
+      std::printf("shrunk from %zu to %zu instructions: %s\n", p.code.size(), small.code.size(), failure.c_str());
+    }
+    std::vector<int> calls(failing->calls.begin(), failing->calls.begin() + std::max(call, 0) + 1);
+    if (failing == &eager_plan) calls = {call};
+    std::printf("--- reproducer ---\n%s--- end ---\n",
+                print_reproducer(small, sets, calls, failing->path, failure).c_str());
+    if (!o.keep_going) break;
+  }
+  return ok;
+}
+
+}  // namespace fuzz
