@@ -22,7 +22,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "fusegrad/fusegrad.hpp"
-#include "fusegrad/ir/program.hpp"
+#include "fusegrad/jit/program.hpp"
 #include "hand_loops.hpp"
 
 #if defined(FUSEGRAD_HAVE_EIGEN)

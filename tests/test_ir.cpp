@@ -9,7 +9,8 @@
 #include <fusegrad/fusegrad.hpp>
 
 #include "compare.hpp"
-#include <fusegrad/ir/program.hpp>
+#include <fusegrad/ir/backward.hpp>
+#include <fusegrad/jit/program.hpp>
 
 namespace fg = fusegrad;
 using fusegrad_test::max_rel;

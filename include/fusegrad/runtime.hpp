@@ -17,16 +17,19 @@
 #include <type_traits>
 
 #include "fusegrad/compile/compile.hpp"
-#include "fusegrad/compile/eval_eager.hpp"
+#include "fusegrad/compile/node_eval.hpp"
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/gradcheck.hpp"
 #include "fusegrad/eager/kernels.hpp"
 #include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/tensor.hpp"
-#include "fusegrad/ir/op_table.hpp"
+#include "fusegrad/eager/matmul.hpp"
+#include "fusegrad/eager/recorder.hpp"
+#include "fusegrad/eager/reduce.hpp"
+#include "fusegrad/eager/views.hpp"
 #include "fusegrad/kernel/fused.hpp"
-#include "fusegrad/kernel/tile.hpp"
+#include "fusegrad/loops/tile.hpp"
 #include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
@@ -34,25 +37,22 @@
 #include "fusegrad/ops/div.hpp"
 #include "fusegrad/ops/exp.hpp"
 #include "fusegrad/ops/log.hpp"
-#include "fusegrad/ops/matmul.hpp"
 #include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/maximum.hpp"
-#include "fusegrad/ops/mean.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/neg.hpp"
 #include "fusegrad/ops/pow.hpp"
-#include "fusegrad/ops/reduce_common.hpp"
+#include "fusegrad/ops/reduce.hpp"
 #include "fusegrad/ops/relu.hpp"
 #include "fusegrad/ops/sigmoid.hpp"
 #include "fusegrad/ops/sin.hpp"
 #include "fusegrad/ops/sqrt.hpp"
 #include "fusegrad/ops/step.hpp"
 #include "fusegrad/ops/sub.hpp"
-#include "fusegrad/ops/sum.hpp"
 #include "fusegrad/ops/tanh.hpp"
-#include "fusegrad/ops/views.hpp"
+#include "fusegrad/ops/table.hpp"
 
-/// The IR's op table (`ir::op_table<T>`), in its order: `U(T, Op)` for an op with one
+/// The IR's op table (`ops::table<T>`), in its order: `U(T, Op)` for an op with one
 /// operand, `B(T, Op)` for one with two. `runtime_ops_match` below checks it against the table.
 #define FUSEGRAD_IR_OPS(U, B, T)                                                                         \
   U(T, ops::neg_op) U(T, ops::exp_op) U(T, ops::log_op) U(T, ops::sin_op) U(T, ops::cos_op)              \
@@ -84,7 +84,7 @@
   FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T)                                                 \
   FUSEGRAD_RT_EXTERN template void detail::run_engine<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&);                  \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&, detail::reduce_kind); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&, detail::reduce_op); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_values<T>(detail::reduce_op, const tensor<T>&, const std::vector<bool>&, bool); \
   FUSEGRAD_RT_EXTERN template tensor<T> expand<T>(const tensor<T>&, const shape&);                          \
   FUSEGRAD_RT_EXTERN template tensor<T> view<T>(const tensor<T>&, const shape&);                            \
@@ -122,10 +122,10 @@ template <Element T>
 inline constexpr bool runtime_ops_match =
     std::is_same_v<runtime_op_list<FUSEGRAD_IR_OPS(FUSEGRAD_RT_TYPE, FUSEGRAD_RT_TYPE, T) void>,
                    decltype([]<class... Ops>(type_list<Ops...>) { return runtime_op_list<Ops..., void>{}; }(
-                       ir::op_table<T>{}))>;
+                       ops::table<T>{}))>;
 #undef FUSEGRAD_RT_TYPE
 static_assert(runtime_ops_match<float> && runtime_ops_match<double>,
-              "fusegrad: FUSEGRAD_IR_OPS (fusegrad/runtime.hpp) must list the ops of ir::op_table in its order");
+              "fusegrad: FUSEGRAD_IR_OPS (fusegrad/runtime.hpp) must list the ops of ops::table in its order");
 }  // namespace fusegrad::detail
 
 #if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)

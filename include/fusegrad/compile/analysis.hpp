@@ -25,7 +25,7 @@ struct memory_budget {};
 
 namespace detail {
 
-template <class A> struct node_tables;  // fusegrad/compile/eval_eager.hpp
+template <class A> struct node_tables;  // fusegrad/compile/node_eval.hpp
 
 template <class P> struct policy_value;
 template <> struct policy_value<policy::min_cut> { static constexpr partition::policy value{partition::policy_kind::min_cut, 0}; };

@@ -99,6 +99,16 @@ inline shape broadcast_shapes(std::string_view op, const shape& a, const shape& 
   return r;
 }
 
+/// Whether shape `s` broadcasts to `to` (NumPy rules).
+inline bool broadcasts_to(const shape& s, const shape& to) {
+  if (s.size() > to.size()) return false;
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    const index_t a = s[s.size() - 1 - k], b = to[to.size() - 1 - k];
+    if (a != b && a != 1) return false;
+  }
+  return true;
+}
+
 /// Maps a possibly negative dim into [0, rank); throws naming `op` when out of range.
 inline std::size_t normalize_dim(std::string_view op, index_t dim, std::size_t rank) {
   const auto r = static_cast<index_t>(rank);

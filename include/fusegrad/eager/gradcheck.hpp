@@ -8,7 +8,7 @@
 
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/factories.hpp"
-#include "fusegrad/ops/views.hpp"
+#include "fusegrad/eager/views.hpp"
 
 namespace fusegrad {
 

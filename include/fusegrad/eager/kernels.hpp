@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/eager/kernels.hpp
-/// The loops of the eager runtime: strided iteration, vectorised element-wise maps,
-/// broadcasting, reductions and copies. No autograd here: these only move numbers.
+/// The loops of the eager runtime on tensors: vectorised element-wise maps (the ops' tile
+/// kernels, loops/tile.hpp), broadcasting, reductions and copies. No autograd here: these only
+/// move numbers.
 
 #include <algorithm>
 #include <array>
@@ -11,47 +12,11 @@
 #include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/eager/tensor.hpp"
-#include "fusegrad/kernel/tile.hpp"
+#include "fusegrad/ops/reduce.hpp"
+#include "fusegrad/loops/rows.hpp"
+#include "fusegrad/loops/tile.hpp"
 
 namespace fusegrad::detail {
-
-/// Calls `f(bases, n, inner_strides)` once per innermost row of `s`, for `N` operands laid out
-/// with strides `*st[k]` from offsets `off[k]` (all over the same iteration shape `s`); `off`
-/// is advanced in place, `inner` (N entries) receives each operand's innermost stride.
-template <class F>
-void for_each_row_n(const shape& s, std::size_t N, const strides* const* st, index_t* off, index_t* inner, F&& f) {
-  if (fusegrad::numel(s) == 0) return;
-  const std::size_t r = s.size();
-  if (r == 0) {
-    std::fill_n(inner, N, index_t{0});
-    f(static_cast<const index_t*>(off), index_t{1}, static_cast<const index_t*>(inner));
-    return;
-  }
-  for (std::size_t k = 0; k < N; ++k) inner[k] = (*st[k])[r - 1];
-  const index_t rows = fusegrad::numel(s) / s[r - 1];
-  std::vector<index_t> idx(r, 0);
-  for (index_t row = 0; row < rows; ++row) {
-    f(static_cast<const index_t*>(off), s[r - 1], static_cast<const index_t*>(inner));
-    for (std::size_t d = r - 1; d-- > 0;) {
-      for (std::size_t k = 0; k < N; ++k) off[k] += (*st[k])[d];
-      if (++idx[d] < s[d]) break;
-      for (std::size_t k = 0; k < N; ++k) off[k] -= (*st[k])[d] * s[d];
-      idx[d] = 0;
-    }
-  }
-}
-
-/// `for_each_row_n` for a fixed number of operands, with rows handed over as arrays.
-template <std::size_t N, class F>
-void for_each_row(const shape& s, const std::array<const strides*, N>& st, std::array<index_t, N> off, F&& f) {
-  std::array<index_t, N> inner{};
-  for_each_row_n(s, N, st.data(), off.data(), inner.data(), [&](const index_t* b, index_t n, const index_t* in) {
-    std::array<index_t, N> base{}, step{};
-    std::copy_n(b, N, base.begin());
-    std::copy_n(in, N, step.begin());
-    f(base, n, step);
-  });
-}
 
 /// Strides of `t` seen through the broadcast shape `to` (0 on broadcast dims).
 template <Element T>
@@ -170,9 +135,6 @@ void fill(const tensor<T>& t, T v) {
   std::fill_n(t.data_ptr(), t.numel(), v);
 }
 
-/// How a reduction combines elements.
-enum class reduce_kind { sum, max };
-
 /// Sums `x` over the dims flagged in `mask` into `out` (contiguous: `x`'s shape with those dims
 /// 1), each output's values in row-major order, with the one definition of a sum
 /// (core/accumulate.hpp): the row form when the innermost dim of size > 1 is reduced, the
@@ -248,19 +210,20 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
   *cur = acc.total();
 }
 
-/// Reduces `x` over the dims flagged in `mask` (one flag per dim). The result keeps the
-/// reduced dims with size 1 (callers squeeze them when keepdim is false).
+/// Reduces `x` over the dims flagged in `mask` (one flag per dim): its max, or its sum (for
+/// `reduce_op::sum` and `mean`: a mean's caller divides). The result keeps the reduced dims
+/// with size 1 (callers squeeze them when keepdim is false).
 template <Element T>
-tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, reduce_kind kind) {
+tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, reduce_op kind) {
   shape out_shape = x.shape();
   for (std::size_t d = 0; d < mask.size(); ++d)
     if (mask[d]) out_shape[d] = 1;
-  tensor<T> out = empty<T>(out_shape, kind == reduce_kind::sum ? "sum" : "max");
+  tensor<T> out = empty<T>(out_shape, kind == reduce_op::max ? "max" : "sum");
   T* o = out.data_ptr();
-  const T init = kind == reduce_kind::sum ? T(0) : -std::numeric_limits<T>::infinity();
+  const T init = kind == reduce_op::max ? -std::numeric_limits<T>::infinity() : T(0);
   std::fill_n(o, out.numel(), init);
   if (x.numel() == 0) return out;
-  if (kind == reduce_kind::sum) {
+  if (kind != reduce_op::max) {
     sum_values(x, mask, out);
     return out;
   }

@@ -1,15 +1,7 @@
 #pragma once
 /// \file fusegrad/eager/pointwise.hpp
-/// How an op definition (value, SIMD value, derivative rule) runs on eager tensors.
-///
-/// An element-wise op is a struct with
-///   - `name` and `grad_fn` (PyTorch's node name, e.g. "CosBackward0"),
-///   - `value(v)` (or `value(a, b)`) written once for scalars and `fusegrad::simd<T>` batches,
-///   - optionally `derivative(x, y, g)` (or `da(a, b, y, g)` and `db(...)`): the backward rule
-///     written over any algebra of values (eager tensors today; expression types and IR
-///     values reuse the very same rule), and `uses_input` / `uses_output` flags saying
-///     which forward values the rule reads (so eager mode saves only those).
-/// Users write their own element-wise ops the same way and call them with `fusegrad::apply_op`.
+/// How an op definition (value, SIMD value, derivative rule: see fusegrad/ops/op.hpp) runs on
+/// eager tensors: `apply_op` computes with the op's tile kernel and records its rule on the tape.
 
 #include <concepts>
 #include <string_view>
@@ -17,61 +9,13 @@
 #include <bit>
 
 #include "fusegrad/eager/autograd.hpp"
-#include "fusegrad/ir/op_table.hpp"
+#include "fusegrad/eager/recorder.hpp"
+#include "fusegrad/ops/op.hpp"
+#include "fusegrad/ops/table.hpp"
 
 namespace fusegrad {
 
-/// An element-wise op with one operand for element type `T` (see this header's comment).
-template <class Op, class T>
-concept UnaryOp = Element<T> && requires(const Op& op, T x, simd<T> b) {
-  { Op::name } -> std::convertible_to<std::string_view>;
-  { op.value(x) } -> std::convertible_to<T>;
-  { op.value(b) } -> std::convertible_to<simd<T>>;
-};
-
-/// An element-wise op with two operands for element type `T` (see this header's comment).
-template <class Op, class T>
-concept BinaryOp = Element<T> && requires(const Op& op, T x, simd<T> b) {
-  { Op::name } -> std::convertible_to<std::string_view>;
-  { op.value(x, x) } -> std::convertible_to<T>;
-  { op.value(b, b) } -> std::convertible_to<simd<T>>;
-};
-
 namespace detail {
-template <class Op, class V>
-concept has_unary_derivative = requires(const Op& op, const V& v) { op.derivative(v, v, v); };
-template <class Op, class V>
-concept has_binary_derivative = requires(const Op& op, const V& v) {
-  op.da(v, v, v, v);
-  op.db(v, v, v, v);
-};
-/// Whether `Op` has a derivative rule over values `V`. Results of ops without one
-/// (comparisons, `step`, `sign`) never require grad: on the tape, in the tracer.
-template <class Op, class V>
-concept has_derivative = has_unary_derivative<Op, V> || has_binary_derivative<Op, V>;
-template <class Op>
-constexpr bool uses_input() {
-  if constexpr (requires { Op::uses_input; }) return Op::uses_input;
-  else return true;
-}
-template <class Op>
-constexpr bool uses_output() {
-  if constexpr (requires { Op::uses_output; }) return Op::uses_output;
-  else return true;
-}
-
-/// The constant an op with state holds (its one scalar), or zero.
-template <Element T, class Op>
-T op_scalar(const Op& op) {
-  if constexpr (std::is_empty_v<Op>) return T{};
-  else {
-    static_assert(sizeof(Op) == sizeof(T) && std::is_trivially_copyable_v<Op>,
-                  "fusegrad: an op in the IR's op table with state must hold exactly one scalar of the "
-                  "element type");
-    return std::bit_cast<T>(op);
-  }
-}
-
 /// Sums `g` down to `target` (the inverse of broadcasting), without recording.
 template <Element T>
 tensor<T> sum_to(const tensor<T>& g, const shape& target) {
@@ -83,7 +27,7 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
   std::vector<bool> mask(s.size(), false);
   for (std::size_t d = 0; d < s.size(); ++d)
     mask[d] = d < lead || (target[d - lead] == 1 && s[d] != 1);
-  tensor<T> r = reduce_keepdim(g, mask, reduce_kind::sum);
+  tensor<T> r = reduce_keepdim(g, mask, reduce_op::sum);
   return alias(r, target, contiguous_strides(target), 0);
 }
 }  // namespace detail
@@ -91,9 +35,9 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
 /// Applies an element-wise op to an eager tensor, recording its backward rule on the tape.
 template <Element T, UnaryOp<T> Op>
 tensor<T> apply_op(const Op& op, const tensor<T>& x) {
-  if constexpr (ir::KnownOp<Op, T>)
+  if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
-      return r->pointwise(ir::op_index<Op, T>, detail::op_scalar<T>(op), x, nullptr);
+      return r->pointwise(ops::table_index<Op, T>, detail::op_scalar<T>(op), x, nullptr);
   tensor<T> y = detail::map(op, x);
   if constexpr (detail::has_unary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(x)) {
@@ -111,9 +55,9 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
 /// Applies a broadcasting element-wise op to two eager tensors, recording its backward.
 template <Element T, BinaryOp<T> Op>
 tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
-  if constexpr (ir::KnownOp<Op, T>)
+  if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
-      return r->pointwise(ir::op_index<Op, T>, detail::op_scalar<T>(op), a, &b);
+      return r->pointwise(ops::table_index<Op, T>, detail::op_scalar<T>(op), a, &b);
   tensor<T> y = detail::zip(Op::name, op, a, b);
   if constexpr (detail::has_binary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(a, b)) {

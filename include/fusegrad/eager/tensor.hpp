@@ -20,6 +20,7 @@
 
 #include "fusegrad/core/element.hpp"
 #include "fusegrad/core/error.hpp"
+#include "fusegrad/core/operand.hpp"
 #include "fusegrad/core/grad_mode.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/storage.hpp"
@@ -93,27 +94,11 @@ inline constexpr bool is_tensor_v<tensor<T>> = true;
 template <class X>
 concept Tensor = is_tensor_v<std::remove_cvref_t<X>>;
 
-/// Customisation point: a value type the op functions (`cos`, `+`, `sum`, ...) accept.
-/// Eager tensors are operands; the compile-time expression layer and the run-time tracer
-/// add their own value types by specialising this trait.
-template <class X>
-struct operand_traits {
-  static constexpr bool value = false;
-};
 template <Element T>
 struct operand_traits<tensor<T>> {
   static constexpr bool value = true;
   using element_type = T;
 };
-
-/// Something fusegrad's op functions accept: an eager tensor (or, with the other layers,
-/// an expression or a traced value).
-template <class X>
-concept Operand = operand_traits<std::remove_cvref_t<X>>::value;
-
-/// The element type (`float` or `double`) of an operand.
-template <Operand X>
-using element_of = typename operand_traits<std::remove_cvref_t<X>>::element_type;
 
 template <Element T>
 class tensor {

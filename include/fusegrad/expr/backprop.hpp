@@ -60,19 +60,19 @@ auto contribution(const E& e) {
       return zero_t{};
     }
   } else if constexpr (is_reduce_v<E>) {
-    return []<reduce_kind_t Kind, reduce_axis Axis, class A>(const reduce_expr<Kind, Axis, A>& r, const G& gg) {
+    return []<detail::reduce_op Kind, reduce_axis Axis, class A>(const reduce_expr<Kind, Axis, A>& r, const G& gg) {
       constexpr auto ia = static_cast<std::size_t>(C0);
       using GR = sumto_expr<P, G>;
       const GR gr{{}, gg};
-      if constexpr (Kind == reduce_kind_t::sum || Kind == reduce_kind_t::mean) {
+      if constexpr (Kind == detail::reduce_op::sum || Kind == detail::reduce_op::mean) {
         return unreduce_expr<Kind, Axis, ia, GR>{{}, gr, r.keepdim};
       } else {
         const fwd_ref<ia, T> xa{};
         const fwd_ref<P, T> yr{};
-        auto mask = max_hits(xa, unreduce_expr<reduce_kind_t::sum, Axis, ia, fwd_ref<P, T>>{{}, yr, r.keepdim});
-        auto count = max_count(reduce_expr<reduce_kind_t::sum, Axis, decltype(mask)>{{}, mask, true});
-        return unreduce_expr<reduce_kind_t::sum, Axis, ia, GR>{{}, gr, r.keepdim} * mask /
-               unreduce_expr<reduce_kind_t::sum, Axis, ia, decltype(count)>{{}, count, true};
+        auto mask = max_hits(xa, unreduce_expr<detail::reduce_op::sum, Axis, ia, fwd_ref<P, T>>{{}, yr, r.keepdim});
+        auto count = max_count(reduce_expr<detail::reduce_op::sum, Axis, decltype(mask)>{{}, mask, true});
+        return unreduce_expr<detail::reduce_op::sum, Axis, ia, GR>{{}, gr, r.keepdim} * mask /
+               unreduce_expr<detail::reduce_op::sum, Axis, ia, decltype(count)>{{}, count, true};
       }
     }(e, g);
   } else if constexpr (is_matmul_v<E>) {

@@ -13,15 +13,15 @@
 #include <tuple>
 #include <type_traits>
 
-#include "fusegrad/eager/pointwise.hpp"
+#include "fusegrad/core/error.hpp"
+#include "fusegrad/core/operand.hpp"
+#include "fusegrad/core/shape.hpp"
+#include "fusegrad/ops/function.hpp"
+#include "fusegrad/ops/op.hpp"
+#include "fusegrad/ops/reduce.hpp"
 #include "fusegrad/ops/step.hpp"
 
 namespace fusegrad {
-
-namespace detail {
-template <class...>
-inline constexpr bool dependent_false = false;
-}
 
 /// What every symbolic value shares: the operations that would need a concrete value.
 /// A symbolic value has no `bool` and no `item()`: data-dependent control flow cannot be
@@ -101,12 +101,11 @@ struct expr_node : symbolic {
   operands<Args...> args;
 };
 
-/// Reduction kinds and the dims they reduce.
-enum class reduce_kind_t : unsigned char { sum, mean, max };
+/// The dims a reduction reduces (its kind: `detail::reduce_op`, ops/reduce.hpp).
 enum class reduce_axis : unsigned char { all, last };
 
 /// sum/mean/max over all dims or the last dim (`keepdim` is a run-time flag).
-template <reduce_kind_t Kind, reduce_axis Axis, class Arg>
+template <detail::reduce_op Kind, reduce_axis Axis, class Arg>
 struct reduce_expr : symbolic {
   using element_type = typename Arg::element_type;
   Arg arg;
@@ -123,7 +122,7 @@ struct sumto_expr : symbolic {
 
 /// Broadcasts the gradient of a reduction back over the reduction's input (canonical forward
 /// node `K`); for `mean` it also divides by the reduced count. A backward-only node.
-template <reduce_kind_t Kind, reduce_axis Axis, std::size_t K, class Arg>
+template <detail::reduce_op Kind, reduce_axis Axis, std::size_t K, class Arg>
 struct unreduce_expr : symbolic {
   using element_type = typename Arg::element_type;
   Arg arg;
@@ -156,9 +155,9 @@ template <class X> inline constexpr bool is_expr_v = false;
 template <class F, class Fwd, class... A> inline constexpr bool is_expr_v<custom_expr<F, Fwd, A...>> = true;
 template <leaf_kind L, std::size_t I, class T> inline constexpr bool is_expr_v<leaf_expr<L, I, T>> = true;
 template <class Op, class... A> inline constexpr bool is_expr_v<expr_node<Op, A...>> = true;
-template <reduce_kind_t R, reduce_axis X, class A> inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
+template <detail::reduce_op R, reduce_axis X, class A> inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
 template <std::size_t K, class A> inline constexpr bool is_expr_v<sumto_expr<K, A>> = true;
-template <reduce_kind_t R, reduce_axis X, std::size_t K, class A>
+template <detail::reduce_op R, reduce_axis X, std::size_t K, class A>
 inline constexpr bool is_expr_v<unreduce_expr<R, X, K, A>> = true;
 template <class A, class B, bool TA, bool TB> inline constexpr bool is_expr_v<matmul_expr<A, B, TA, TB>> = true;
 }  // namespace detail
@@ -190,19 +189,32 @@ constexpr expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
   return {{}, op, {a, b}};
 }
 
-template <Expr X, Element T, class Op>
-X apply_op(const Op&, const X& x, const tensor<T>&) {
+template <Expr X, Operand Y, class Op>
+  requires(!Expr<Y>)
+X apply_op(const Op&, const X& x, const Y&) {
   static_assert(detail::dependent_false<X>,
                 "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
                 "with symbolic inputs; pass it as an argument of the compiled function instead");
   return x;
 }
-template <Expr X, Element T, class Op>
-X apply_op(const Op&, const tensor<T>&, const X& x) {
+template <Expr X, Operand Y, class Op>
+  requires(!Expr<Y>)
+X apply_op(const Op&, const Y&, const X& x) {
   static_assert(detail::dependent_false<X>,
                 "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
                 "with symbolic inputs; pass it as an argument of the compiled function instead");
   return x;
+}
+
+// ---- custom ops (fusegrad/ops/function.hpp) --------------------------------------
+
+/// Inside `fg::compile`: an expression whose value is `F::forward(args...)` (fused like any
+/// other op) and whose derivative is `F::backward`.
+template <class F, Expr X0, class... Xs>
+requires requires(const X0& x0, const Xs&... xs) { F::forward(x0, xs...); }
+constexpr auto apply_function(function_tag<F>, const X0& x0, const Xs&... xs) {
+  auto y = F::forward(x0, xs...);
+  return custom_expr<F, decltype(y), X0, Xs...>{{}, {x0, xs...}, y};
 }
 
 namespace detail {
@@ -212,21 +224,21 @@ namespace detail {
 }
 }  // namespace detail
 
-template <Expr E> constexpr reduce_expr<reduce_kind_t::sum, reduce_axis::all, E> sum(const E& e) { return {{}, e, false}; }
-template <Expr E> constexpr reduce_expr<reduce_kind_t::mean, reduce_axis::all, E> mean(const E& e) { return {{}, e, false}; }
-template <Expr E> constexpr reduce_expr<reduce_kind_t::max, reduce_axis::all, E> max(const E& e) { return {{}, e, false}; }
+template <Expr E> constexpr reduce_expr<detail::reduce_op::sum, reduce_axis::all, E> sum(const E& e) { return {{}, e, false}; }
+template <Expr E> constexpr reduce_expr<detail::reduce_op::mean, reduce_axis::all, E> mean(const E& e) { return {{}, e, false}; }
+template <Expr E> constexpr reduce_expr<detail::reduce_op::max, reduce_axis::all, E> max(const E& e) { return {{}, e, false}; }
 template <Expr E>
-constexpr reduce_expr<reduce_kind_t::sum, reduce_axis::last, E> sum(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<detail::reduce_op::sum, reduce_axis::last, E> sum(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("sum", dim);
   return {{}, e, keepdim};
 }
 template <Expr E>
-constexpr reduce_expr<reduce_kind_t::mean, reduce_axis::last, E> mean(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<detail::reduce_op::mean, reduce_axis::last, E> mean(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("mean", dim);
   return {{}, e, keepdim};
 }
 template <Expr E>
-constexpr reduce_expr<reduce_kind_t::max, reduce_axis::last, E> max(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<detail::reduce_op::max, reduce_axis::last, E> max(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("max", dim);
   return {{}, e, keepdim};
 }

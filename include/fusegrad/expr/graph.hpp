@@ -47,13 +47,13 @@ constexpr std::uint64_t local_key() {
   } else if constexpr (is_matmul_v<E>) {
     return mix(mix(4, E::ta), E::tb);
   } else if constexpr (is_reduce_v<E>) {
-    return []<reduce_kind_t K, reduce_axis X, class A>(std::type_identity<reduce_expr<K, X, A>>) {
+    return []<detail::reduce_op K, reduce_axis X, class A>(std::type_identity<reduce_expr<K, X, A>>) {
       return mix(mix(5, static_cast<std::uint64_t>(K)), static_cast<std::uint64_t>(X));
     }(std::type_identity<E>{});
   } else if constexpr (is_sumto_v<E>) {
     return []<std::size_t K, class A>(std::type_identity<sumto_expr<K, A>>) { return mix(6, K); }(std::type_identity<E>{});
   } else {
-    return []<reduce_kind_t K, reduce_axis X, std::size_t KK, class A>(std::type_identity<unreduce_expr<K, X, KK, A>>) {
+    return []<detail::reduce_op K, reduce_axis X, std::size_t KK, class A>(std::type_identity<unreduce_expr<K, X, KK, A>>) {
       return mix(mix(mix(7, static_cast<std::uint64_t>(K)), static_cast<std::uint64_t>(X)), KK);
     }(std::type_identity<E>{});
   }

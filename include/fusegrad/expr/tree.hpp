@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "fusegrad/expr/expr.hpp"
-#include "fusegrad/ir/op_table.hpp"  // type_list, type_index
+#include "fusegrad/core/type_list.hpp"
 
 namespace fusegrad::detail {
 
@@ -46,9 +46,9 @@ constexpr const X& root(const joint_root<I, X>& r) {
 
 template <class E> struct children_of { using type = std::tuple<>; };
 template <class Op, class... A> struct children_of<expr_node<Op, A...>> { using type = std::tuple<A...>; };
-template <reduce_kind_t R, reduce_axis X, class A> struct children_of<reduce_expr<R, X, A>> { using type = std::tuple<A>; };
+template <detail::reduce_op R, reduce_axis X, class A> struct children_of<reduce_expr<R, X, A>> { using type = std::tuple<A>; };
 template <std::size_t K, class A> struct children_of<sumto_expr<K, A>> { using type = std::tuple<A>; };
-template <reduce_kind_t R, reduce_axis X, std::size_t K, class A>
+template <detail::reduce_op R, reduce_axis X, std::size_t K, class A>
 struct children_of<unreduce_expr<R, X, K, A>> { using type = std::tuple<A>; };
 template <class A, class B, bool TA, bool TB> struct children_of<matmul_expr<A, B, TA, TB>> { using type = std::tuple<A, B>; };
 
@@ -57,11 +57,11 @@ template <leaf_kind L, std::size_t I, class T> inline constexpr bool is_leaf_v<l
 template <class E> inline constexpr bool is_pointwise_v = false;
 template <class Op, class... A> inline constexpr bool is_pointwise_v<expr_node<Op, A...>> = true;
 template <class E> inline constexpr bool is_reduce_v = false;
-template <reduce_kind_t R, reduce_axis X, class A> inline constexpr bool is_reduce_v<reduce_expr<R, X, A>> = true;
+template <detail::reduce_op R, reduce_axis X, class A> inline constexpr bool is_reduce_v<reduce_expr<R, X, A>> = true;
 template <class E> inline constexpr bool is_sumto_v = false;
 template <std::size_t K, class A> inline constexpr bool is_sumto_v<sumto_expr<K, A>> = true;
 template <class E> inline constexpr bool is_unreduce_v = false;
-template <reduce_kind_t R, reduce_axis X, std::size_t K, class A>
+template <detail::reduce_op R, reduce_axis X, std::size_t K, class A>
 inline constexpr bool is_unreduce_v<unreduce_expr<R, X, K, A>> = true;
 template <class E> inline constexpr bool is_matmul_v = false;
 template <class A, class B, bool TA, bool TB> inline constexpr bool is_matmul_v<matmul_expr<A, B, TA, TB>> = true;

@@ -3,7 +3,7 @@
 /// The run-time graph IR (the counterpart of an FX graph): what the run-time tracer records
 /// and compiled autograd captures, when the C++ compiler cannot see the graph.
 ///
-/// A node is an op of `ops/` named by its index in one op table (ir/op_table.hpp), its
+/// A node is an op of `ops/` named by its index in one op table (ops/table.hpp), its
 /// operands, its scalar constant (for `x * s` and friends) and its shape. Nothing about an op
 /// is redefined here: programs run the op struct's own `value` on SIMD tiles, the eager
 /// fallback calls the eager op, and `ir::backward` derives the backward graph by calling the
@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "fusegrad/ir/op_table.hpp"
+#include "fusegrad/ops/reduce.hpp"
+#include "fusegrad/ops/table.hpp"
 #include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
@@ -27,7 +28,6 @@
 #include "fusegrad/ops/log.hpp"
 #include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/maximum.hpp"
-#include "fusegrad/ops/mean.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/neg.hpp"
 #include "fusegrad/ops/pow.hpp"
@@ -37,7 +37,6 @@
 #include "fusegrad/ops/sqrt.hpp"
 #include "fusegrad/ops/step.hpp"
 #include "fusegrad/ops/sub.hpp"
-#include "fusegrad/ops/sum.hpp"
 #include "fusegrad/ops/tanh.hpp"
 
 namespace fusegrad {
@@ -76,7 +75,7 @@ struct node {
   node_kind kind = node_kind::input;
   bool keepdim = false;  ///< reductions: reduced dims kept with size 1
   bool average = false;  ///< expand: divide by the number of reduced elements
-  int op = -1;           ///< index in op_table<T> (pointwise)
+  int op = -1;           ///< index in ops::table<T> (pointwise)
   int a = -1, b = -1;    ///< operands
   int index = -1;        ///< input index (input)
   int ref = -1;          ///< expand, sum_to: the node whose shape is the target
@@ -105,6 +104,9 @@ inline std::vector<bool> dims_mask(std::uint64_t dims, std::size_t rank) {
   return m;
 }
 
+template <Element T>
+struct value;
+
 /// A graph of nodes in topological order (operands before users).
 template <Element T>
 class graph {
@@ -129,7 +131,7 @@ class graph {
     return push(std::move(n));
   }
 
-  /// Appends op `op` (index into op_table<T>, constant `scalar`) on `a` or `a`, `b`.
+  /// Appends op `op` (index into ops::table<T>, constant `scalar`) on `a` or `a`, `b`.
   int add_pointwise(int op, T scalar, int a, int b = -1) {
     node<T> n;
     n.kind = node_kind::pointwise;
@@ -143,10 +145,10 @@ class graph {
   }
   template <class Op>
   int add_pointwise(const Op& op, int a, int b = -1) {
-    static_assert(KnownOp<Op, T>,
-                  "fusegrad::ir: this op is not in the IR's op table (ir::op_table); custom element-wise "
+    static_assert(ops::TableOp<Op, T>,
+                  "fusegrad::ir: this op is not in the IR's op table (ops::table); custom element-wise "
                   "ops run eagerly, or inside fg::compile");
-    return add_pointwise(op_index<Op, T>, fusegrad::detail::op_scalar<T>(op), a, b);
+    return add_pointwise(ops::table_index<Op, T>, fusegrad::detail::op_scalar<T>(op), a, b);
   }
 
   /// A reduction of `a` over the dims set in `dims` (all dims: pass `all_dims`).
@@ -358,14 +360,14 @@ class graph {
       int i = 0;
       ((r = i++ == k ? Ops::name : r), ...);
       return r;
-    }(op_table<T>{});
+    }(ops::table<T>{});
   }
-  /// Whether op `k` of the op table has a derivative rule (on eager tensors, as the tape
-  /// decides): a node of an op without one never requires grad.
+  /// Whether op `k` of the op table has a derivative rule (as the tape decides for eager
+  /// tensors): a node of an op without one never requires grad.
   static bool op_has_derivative(int k) {
     static constexpr auto table = []<class... Ops>(fusegrad::detail::type_list<Ops...>) {
-      return std::array<bool, sizeof...(Ops)>{fusegrad::detail::has_derivative<Ops, tensor<T>>...};
-    }(op_table<T>{});
+      return std::array<bool, sizeof...(Ops)>{fusegrad::detail::has_derivative<Ops, value<T>>...};
+    }(ops::table<T>{});
     return k >= 0 && static_cast<std::size_t>(k) < table.size() && table[static_cast<std::size_t>(k)];
   }
   static bool op_has_scalar(int k) {
@@ -374,7 +376,7 @@ class graph {
       int i = 0;
       ((r = i++ == k ? !std::is_empty_v<Ops> : r), ...);
       return r;
-    }(op_table<T>{});
+    }(ops::table<T>{});
   }
 
  private:
@@ -419,7 +421,7 @@ decltype(auto) visit_op(const node<T>& n, F&& f) {
              ((i++ == n.op ? (r = f(make(std::type_identity<Ops>{})), true) : false) || ...));
       return r;
     }
-  }(op_table<T>{});
+  }(ops::table<T>{});
 }
 
 /// A node of a graph under construction, as a value fusegrad's ops accept: `fg::cos(v)`,
@@ -433,68 +435,6 @@ struct value : ir_value_base {
   int id = -1;
   [[nodiscard]] const fusegrad::shape& sizes() const { return g->at(id).sizes; }
 };
-
-/// The function behind a `call_hook` or `call` node, given to each run of a graph (its
-/// second argument is undefined for one-operand calls).
-template <Element T>
-using call_fn = std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>;
-
-/// The value of `call_hook` or `call` node `n` (of shape `out`): its function, from the run's
-/// `fns`, on `a`, `b`.
-template <Element T>
-tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const std::vector<call_fn<T>>* fns, const shape& out) {
-  if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
-    fusegrad::detail::fail("ir::program", "a call node needs function ", n.index, " but the run was given ",
-                           fns ? fns->size() : 0, "; expected one function per call slot");
-  tensor<T> r = (*fns)[static_cast<std::size_t>(n.index)](a, b);
-  if (!r.defined() || r.shape() != out)
-    fusegrad::detail::fail("ir::program", "function ", n.index, " of a call node returned shape ",
-                           r.defined() ? fusegrad::to_string(r.shape()) : std::string("<undefined>"), "; expected ",
-                           fusegrad::to_string(out));
-  return r;
-}
-
-/// Runs node `n` eagerly on its operands' values (`a`, `b`; `ref` holds the shape target):
-/// with grad mode on, the eager ops record on the tape, which is how a graph runs when the
-/// kernel cache falls back to eager mode.
-template <Element T>
-tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const shape& ref) {
-  auto dims_of = [&](std::size_t rank) {
-    std::vector<index_t> d;
-    for (std::size_t i = 0; i < rank; ++i)
-      if ((n.dims >> i) & 1U) d.push_back(static_cast<index_t>(i));
-    return d;
-  };
-  switch (n.kind) {
-    case node_kind::pointwise:
-      return visit_op(n, [&](const auto& op) -> tensor<T> {
-        using Op = std::remove_cvref_t<decltype(op)>;
-        if constexpr (BinaryOp<Op, T>) return apply_op(op, a, b);
-        else return apply_op(op, a);
-      });
-    case node_kind::sum:
-    case node_kind::mean:
-    case node_kind::max: {
-      const auto d = dims_of(a.dim());
-      if (a.dim() > 0 && d.empty()) return a;  // reduces nothing
-      if (n.kind == node_kind::sum) return fusegrad::sum(a, d, n.keepdim);
-      if (n.kind == node_kind::mean) return fusegrad::mean(a, d, n.keepdim);
-      return fusegrad::max(a, d, n.keepdim);
-    }
-    case node_kind::expand: {
-      const auto mask = dims_mask(n.dims, ref.size());
-      tensor<T> r = a.reshape(fusegrad::detail::reduced_shape(ref, mask, true)).expand(ref);
-      if (n.average) r = r / static_cast<T>(fusegrad::detail::reduced_count(ref, mask));
-      return r;
-    }
-    case node_kind::sum_to: return fusegrad::detail::sum_to(a, ref);
-    case node_kind::input:
-    case node_kind::call_hook:
-    case node_kind::call: break;
-  }
-  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input ? "an input node has no value to compute"
-                                                                       : "a call node needs the run's functions (ir::run_call)");
-}
 
 }  // namespace fusegrad::ir
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "fusegrad/eager/factories.hpp"
-#include "fusegrad/ops/matmul.hpp"
-#include "fusegrad/ops/mean.hpp"
+#include "fusegrad/eager/matmul.hpp"
+#include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/sub.hpp"
 

@@ -2,7 +2,7 @@
 /// \file fusegrad/ops/compare.hpp
 /// Element-wise comparisons giving 1 or 0 in the operands' element type. They carry no
 /// gradient; derivative rules use them as masks.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/ops/cos.hpp
 /// cos(x); d/dx = -sin(x).
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
+#include "fusegrad/ops/sin.hpp"  // the derivative
 
 namespace fusegrad {
 namespace ops {

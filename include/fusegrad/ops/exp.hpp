@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/exp.hpp
 /// exp(x); d/dx = exp(x), read from the saved output.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

@@ -1,37 +1,13 @@
 #pragma once
 /// \file fusegrad/ops/matmul.hpp
-/// Matrix products: `mm` (2-D), `bmm` (3-D batches), `matmul` (NumPy semantics: 1-D
-/// vectors, broadcast batch dims) and `linear(x, w, b) = x wᵀ + b`. These are "extern"
-/// nodes for the fused paths: fusion groups stop at them.
-#include "fusegrad/ops/add.hpp"
-#include "fusegrad/ops/views.hpp"
+/// Matrix products as ops: the rules on shapes every representation shares (eager
+/// `matmul`/`linear` in eager/matmul.hpp, and `fg::compile`'s matrix products: one definition,
+/// so all accept the same shapes with the same errors).
 
-namespace fusegrad {
-namespace detail {
+#include "fusegrad/core/error.hpp"
+#include "fusegrad/core/shape.hpp"
 
-/// c[n×m] = a[n×k] · b[k×m], all contiguous row-major; the inner loop runs over m.
-template <Element T>
-void gemm(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t n, index_t k, index_t m) {
-  std::fill_n(c, n * m, T(0));
-  for (index_t i = 0; i < n; ++i) {
-    T* __restrict ci = c + i * m;
-    for (index_t p = 0; p < k; ++p) {
-      const T aip = a[i * k + p];
-      const T* __restrict bp = b + p * m;
-      for (index_t j = 0; j < m; ++j) ci[j] += aip * bp[j];
-    }
-  }
-}
-
-template <Element T>
-tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {  // [B,n,k] x [B,k,m]
-  const tensor<T> ac = detail::contiguous_copy(a), bc = detail::contiguous_copy(b);
-  const index_t B = a.shape()[0], n = a.shape()[1], k = a.shape()[2], m = b.shape()[2];
-  tensor<T> c = empty<T>({B, n, m}, "matmul");
-  for (index_t i = 0; i < B; ++i)
-    gemm(ac.data_ptr() + i * n * k, bc.data_ptr() + i * k * m, c.data_ptr() + i * n * m, n, k, m);
-  return c;
-}
+namespace fusegrad::detail {
 
 /// The checks of `matmul(a, b)` on the operands' shapes (eager `matmul`, and `fg::compile`'s
 /// matrix products: one definition, so both accept the same shapes with the same errors).
@@ -51,96 +27,4 @@ inline void check_linear(const shape& x, const shape& w) {
          " do not fit; expected input [..., in] and weight [out, in]");
 }
 
-}  // namespace detail
-
-/// Batched matrix product of [B, n, k] and [B, k, m] tensors.
-template <Element T>
-tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
-  if (a.dim() != 3 || b.dim() != 3 || a.shape()[0] != b.shape()[0] || a.shape()[2] != b.shape()[1])
-    detail::fail("bmm", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
-                 " cannot be multiplied; expected [B, n, k] and [B, k, m]");
-  tensor<T> y = detail::bmm_values(a, b);
-  if (detail::needs_grad(a, b)) {
-    const bool ga = a.requires_grad(), gb = b.requires_grad();
-    detail::record<T>("BmmBackward0", {a, b}, {&y}, {a, b},
-                      [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        std::vector<tensor<T>> r(2);
-                        // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
-                        if (ga)
-                          r[0] = detail::call_opaque<T>("bmm", s[0].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& b) { return detail::bmm_values(gy, b.transpose(1, 2)); },
-                                                        g[0], s[1]);
-                        if (gb)
-                          r[1] = detail::call_opaque<T>("bmm", s[1].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& a) { return detail::bmm_values(a.transpose(1, 2), gy); },
-                                                        g[0], s[0]);
-                        return r;
-                      });
-  }
-  return y;
-}
-
-/// Matrix product of [n, k] and [k, m] tensors.
-template <Element T>
-tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
-  if (a.dim() != 2 || b.dim() != 2 || a.shape()[1] != b.shape()[0])
-    detail::fail("mm", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
-                 " cannot be multiplied; expected [n, k] and [k, m]");
-  auto as3 = [](const tensor<T>& t) { return detail::alias(t, {1, t.shape()[0], t.shape()[1]}, {0, t.strides()[0], t.strides()[1]}, t.offset()); };
-  tensor<T> c3 = detail::bmm_values(as3(a), as3(b));
-  tensor<T> y = detail::alias(c3, {a.shape()[0], b.shape()[1]}, contiguous_strides({a.shape()[0], b.shape()[1]}), 0);
-  if (detail::needs_grad(a, b)) {
-    const bool ga = a.requires_grad(), gb = b.requires_grad();
-    detail::record<T>("MmBackward0", {a, b}, {&y}, {a, b},
-                      [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        std::vector<tensor<T>> r(2);
-                        if (ga)
-                          r[0] = detail::call_opaque<T>("mm", s[0].shape(), [](const tensor<T>& gy, const tensor<T>& b) { return mm(gy, b.t()); },
-                                                        g[0], s[1]);
-                        if (gb)
-                          r[1] = detail::call_opaque<T>("mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); },
-                                                        g[0], s[0]);
-                        return r;
-                      });
-  }
-  return y;
-}
-
-/// NumPy/PyTorch `matmul`: vector·vector, matrix·vector, vector·matrix, matrix·matrix, and
-/// batched products whose batch dims broadcast.
-template <Element T>
-tensor<T> matmul(const tensor<T>& a, const tensor<T>& b) {
-  detail::check_matmul(a.shape(), b.shape());
-  const std::size_t ra = a.dim(), rb = b.dim();
-  const index_t ka = a.shape()[ra - 1];
-  if (ra == 1 && rb == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
-  if (ra == 2 && rb == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
-  if (ra == 1 && rb == 2) return mm(a.unsqueeze(0), b).squeeze(0);
-  if (ra == 2 && rb == 2) return mm(a, b);
-  // Batched: promote vectors, broadcast batch dims, flatten them into one.
-  const tensor<T> A = ra == 1 ? a.unsqueeze(0) : a, Bt = rb == 1 ? b.unsqueeze(1) : b;
-  const shape sa(A.shape().begin(), A.shape().end() - 2), sb(Bt.shape().begin(), Bt.shape().end() - 2);
-  const shape batch = broadcast_shapes("matmul", sa, sb);
-  const index_t n = A.shape()[A.dim() - 2], k = ka, m = Bt.shape()[Bt.dim() - 1], nb = numel(batch);
-  shape ea = batch, eb = batch, out = batch;
-  ea.insert(ea.end(), {n, k});
-  eb.insert(eb.end(), {k, m});
-  out.insert(out.end(), {n, m});
-  tensor<T> y = bmm(A.expand(ea).reshape({nb, n, k}), Bt.expand(eb).reshape({nb, k, m})).reshape(out);
-  if (ra == 1) y = y.squeeze(-2);
-  if (rb == 1) y = y.squeeze(-1);
-  return y;
-}
-
-/// `x wᵀ + b` with x [..., in], w [out, in] and an optional bias b [out].
-template <Element T>
-tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}) {
-  detail::check_linear(x.shape(), w.shape());
-  if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))
-    detail::fail("linear", "bias of shape ", to_string(b.shape()), " does not fit weight ", to_string(w.shape()),
-                 "; expected bias [", w.shape()[0], "]");
-  tensor<T> y = matmul(x, w.t());
-  return b.defined() ? tensor<T>(y + b) : y;
-}
-
-}  // namespace fusegrad
+}  // namespace fusegrad::detail

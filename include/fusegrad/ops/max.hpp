@@ -1,16 +1,15 @@
 #pragma once
 /// \file fusegrad/ops/max.hpp
-/// Max over all elements or over one dim (values only). The gradient flows to the maximal
+/// The max reduction's backward rule (the reduction itself: eager/reduce.hpp and each
+/// representation). Max over all elements or over dims (values only). The gradient flows to the maximal
 /// elements, split evenly between ties (PyTorch's `amax` rule); a NaN max (any NaN element:
 /// the max propagates NaN) sends it to the NaN elements, as PyTorch does. An empty reduction
 /// throws.
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
-#include "fusegrad/ops/div.hpp"
-#include "fusegrad/ops/mul.hpp"
+#include "fusegrad/ops/reduce.hpp"
 #include "fusegrad/ops/step.hpp"
 #include "fusegrad/ops/sub.hpp"
-#include "fusegrad/ops/sum.hpp"
 
 namespace fusegrad {
 
@@ -33,31 +32,5 @@ auto max_count(const S& s) {
   return s + (1.0 - sign(s));
 }
 }  // namespace detail
-
-template <Element T>
-tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
-  const auto mask = detail::reduce_mask("max", x.shape(), dims);
-  tensor<T> y = detail::reduce_values(detail::reduce_op::max, x, mask, keepdim);
-  if (detail::active_recorder<T>()) [[unlikely]]
-    return y;  // traced: the tracer derives the backward
-  if (detail::needs_grad(x)) {
-    detail::record<T>(dims.empty() ? "MaxBackward1" : "MaxBackward0", {x}, {&y}, {x, y},
-                      [mask](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        const shape& from = s[0].shape();
-                        tensor<T> hit = detail::max_hits(s[0], detail::unreduce(s[1], from, mask));
-                        auto* rec = detail::active_recorder<T>();  // a traced backward (compiled autograd)
-                        tensor<T> count = detail::max_count(
-                            rec ? rec->reduce(detail::reduce_op::sum, hit, mask, true)
-                                : detail::reduce_keepdim(hit, mask, detail::reduce_kind::sum));
-                        return std::vector<tensor<T>>{
-                            tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
-                      });
-  }
-  return y;
-}
-template <Element T> tensor<T> max(const tensor<T>& x) { return max(x, std::vector<index_t>{}); }
-template <Element T, std::integral D> tensor<T> max(const tensor<T>& x, D dim, bool keepdim = false) {
-  return max(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
-}
 
 }  // namespace fusegrad

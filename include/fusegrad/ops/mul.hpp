@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/mul.hpp
 /// a * b (broadcasting) and x * s.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

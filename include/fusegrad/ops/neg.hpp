@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/neg.hpp
 /// -x.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/sigmoid.hpp
 /// 1 / (1 + exp(-x)); d/dx = y (1 - y), read from the saved output.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/ops/sin.hpp
 /// sin(x); d/dx = cos(x).
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/cos.hpp"  // the derivative
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/sqrt.hpp
 /// sqrt(x); d/dx = 1 / (2 sqrt(x)), read from the saved output.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

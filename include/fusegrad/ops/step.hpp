@@ -2,7 +2,7 @@
 /// \file fusegrad/ops/step.hpp
 /// step(x) = 1 where x > 0, else 0; sign(x) = -1, 0 or +1. Piecewise constant, so they carry
 /// no gradient (like PyTorch's comparison results); derivative rules use them as masks.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

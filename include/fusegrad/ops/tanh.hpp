@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/tanh.hpp
 /// tanh(x); d/dx = 1 - tanh(x)^2, read from the saved output.
-#include "fusegrad/ops/unary_common.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
 namespace ops {

@@ -1,11 +1,20 @@
 #pragma once
-/// \file fusegrad/ops/reduce_common.hpp
-/// Dim handling shared by the reductions `sum`, `mean` and `max`.
+/// \file fusegrad/ops/reduce.hpp
+/// The reductions `sum`, `mean` and `max` as ops: their kinds and the rules on dims and
+/// shapes every representation shares (which dims a call reduces, the result's shape, when a
+/// reduction is undefined).
 
-#include "fusegrad/ops/div.hpp"
-#include "fusegrad/ops/views.hpp"
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "fusegrad/core/error.hpp"
+#include "fusegrad/core/shape.hpp"
 
 namespace fusegrad::detail {
+
+/// A reduction's kind.
+enum class reduce_op : std::uint8_t { sum, mean, max };
 
 /// One flag per dim of `s`: true where `dims` reduces (all dims when `dims` is empty).
 inline std::vector<bool> reduce_mask(std::string_view op, const shape& s, const std::vector<index_t>& dims) {
@@ -43,29 +52,6 @@ inline index_t reduced_count(const shape& s, const std::vector<bool>& mask) {
 inline void check_reduction(reduce_op op, const shape& s, const std::vector<bool>& mask) {
   if (op == reduce_op::max && reduced_count(s, mask) == 0)
     fail("max", "cannot reduce a tensor of shape ", to_string(s), " over an empty dim; expected a non-empty reduction");
-}
-
-/// Broadcasts a reduced gradient `g` (shaped `reduced_shape(.., keepdim)`) back to `from`.
-template <Element T>
-tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool>& mask) {
-  if (auto* r = active_recorder<T>()) [[unlikely]]
-    return r->expand(g, from, mask);
-  return g.reshape(reduced_shape(from, mask, true)).expand(from);
-}
-
-/// The values of `op` (sum, mean or max) of `x` over `mask`'s dims, without recording a
-/// backward (a tracer on this thread records the reduction instead): the one body of the
-/// eager reductions and of compiled graphs' reduction nodes. An empty max throws.
-template <Element T>
-tensor<T> reduce_values(reduce_op op, const tensor<T>& x, const std::vector<bool>& mask, bool keepdim) {
-  check_reduction(op, x.shape(), mask);
-  const index_t n = reduced_count(x.shape(), mask);
-  if (auto* rec = active_recorder<T>()) [[unlikely]]
-    return rec->reduce(op, x, mask, keepdim);
-  tensor<T> r = reduce_keepdim(x, mask, op == reduce_op::max ? reduce_kind::max : reduce_kind::sum);
-  if (op == reduce_op::mean) r = map(ops::div_scalar_op<T>{static_cast<T>(n)}, r);
-  const shape out = reduced_shape(x.shape(), mask, keepdim);
-  return alias(r, out, contiguous_strides(out), 0);
 }
 
 }  // namespace fusegrad::detail

@@ -1,5 +1,5 @@
 #pragma once
-/// \file fusegrad/jit/compiled_autograd.hpp
+/// \file fusegrad/compiled_autograd/compiled_autograd.hpp
 /// Compiled autograd: `backward()` captures the whole backward pass into the run-time IR
 /// and runs it as compiled programs (the seed's compiled autograd).
 ///
@@ -34,7 +34,10 @@
 #include <vector>
 
 #include "fusegrad/compile/compile.hpp"
-#include "fusegrad/jit/jit.hpp"
+#include "fusegrad/jit/entry.hpp"
+#include "fusegrad/jit/log.hpp"
+#include "fusegrad/jit/options.hpp"
+#include "fusegrad/jit/tracing_scope.hpp"
 #include "fusegrad/kernel/fused.hpp"
 
 namespace fusegrad {
@@ -366,15 +369,15 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   std::lock_guard one_at_a_time(global_state().capture_mu);
   const bool hit = lookup(make_key(roots));
   fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits : fusegrad::detail::counter_cells().ca_captures);
-  fusegrad::detail::jit::basic_frame<fusegrad::detail::jit::dependent<void, T>> fr(global_state().programs_for(*o));
+  fusegrad::detail::jit::tracing_scope<fusegrad::detail::jit::deferred_t<void, T>> fr(global_state().programs_for(*o));
   fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
   fr.finish();
 }
 
 template <class Tag>
 void install() noexcept {
-  using F = fusegrad::detail::jit::dependent<float, Tag>;  // instantiated on use only
-  using D = fusegrad::detail::jit::dependent<double, Tag>;
+  using F = fusegrad::detail::jit::deferred_t<float, Tag>;  // instantiated on use only
+  using D = fusegrad::detail::jit::deferred_t<double, Tag>;
   fusegrad::detail::compiled_backward_runner<F>().store(&run<F>, std::memory_order_release);
   fusegrad::detail::compiled_backward_runner<D>().store(&run<D>, std::memory_order_release);
 }

@@ -1,5 +1,5 @@
 #pragma once
-/// \file fusegrad/ops/views.hpp
+/// \file fusegrad/eager/views.hpp
 /// Layout ops: reshape/view, expand, permute, transpose, select, slice, unsqueeze, squeeze
 /// (views sharing storage), contiguous/clone (copies) and cat. Each records its backward.
 

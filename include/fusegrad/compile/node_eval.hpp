@@ -1,5 +1,5 @@
 #pragma once
-/// \file fusegrad/compile/eval_eager.hpp
+/// \file fusegrad/compile/node_eval.hpp
 /// Evaluates one canonical node of the joint graph on eager tensors (no tape recording): the
 /// node-by-node interpreter behind the `aot_eager` backend, and the reference the fused
 /// kernels are checked against.
@@ -7,8 +7,9 @@
 #include <cstring>
 
 #include "fusegrad/compile/analysis.hpp"
-#include "fusegrad/ops/matmul.hpp"
-#include "fusegrad/ops/reduce_common.hpp"
+#include "fusegrad/eager/matmul.hpp"
+#include "fusegrad/eager/reduce.hpp"
+#include "fusegrad/ops/table.hpp"
 
 namespace fusegrad::detail {
 
@@ -86,10 +87,10 @@ struct node_desc {
   gkind kind = gkind::pointwise;
   int arity = 0;
   int index = -1;               ///< an input or output gradient: which one
-  int op = -1;                  ///< element-wise: the op's index in ir::op_table (-1: a user's op)
+  int op = -1;                  ///< element-wise: the op's index in ops::table (-1: a user's op)
   bool scalar = false;          ///< element-wise: the op holds one scalar of the element type
   std::string_view name;        ///< element-wise: the op's name (for error messages)
-  reduce_kind_t rkind = reduce_kind_t::sum;  ///< reduction, sumto (sum), unreduce: which
+  detail::reduce_op rkind = detail::reduce_op::sum;  ///< reduction, sumto (sum), unreduce: which
   reduce_axis raxis = reduce_axis::all;
   int source = -1;              ///< sumto/unreduce: the forward node whose shape it takes
   bool ta = false, tb = false;  ///< matmul: transposed operands
@@ -104,11 +105,11 @@ constexpr node_desc describe() {
     d.index = static_cast<int>(E::index);
   } else if constexpr (is_pointwise_v<E>) {
     using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-    d.op = ir::op_index<Op, T>;
+    d.op = ops::table_index<Op, T>;
     d.scalar = !std::is_empty_v<Op>;
     d.name = Op::name;
   } else if constexpr (is_reduce_v<E>) {
-    []<reduce_kind_t K, reduce_axis X, class U>(node_desc& r, std::type_identity<reduce_expr<K, X, U>>) {
+    []<detail::reduce_op K, reduce_axis X, class U>(node_desc& r, std::type_identity<reduce_expr<K, X, U>>) {
       r.rkind = K, r.raxis = X;
     }(d, std::type_identity<E>{});
   } else if constexpr (is_sumto_v<E>) {
@@ -116,7 +117,7 @@ constexpr node_desc describe() {
       r.source = static_cast<int>(K);
     }(d, std::type_identity<E>{});
   } else if constexpr (is_unreduce_v<E>) {
-    []<reduce_kind_t K, reduce_axis X, std::size_t KK, class U>(node_desc& r,
+    []<detail::reduce_op K, reduce_axis X, std::size_t KK, class U>(node_desc& r,
                                                                 std::type_identity<unreduce_expr<K, X, KK, U>>) {
       r.rkind = K, r.raxis = X, r.source = static_cast<int>(KK);
     }(d, std::type_identity<E>{});
@@ -202,7 +203,7 @@ struct node_eval {
   }
   /// The reduction of a reduction node.
   static reduce_op reduction_op(const node_desc& d) {
-    return d.rkind == reduce_kind_t::sum ? reduce_op::sum : d.rkind == reduce_kind_t::mean ? reduce_op::mean : reduce_op::max;
+    return d.rkind == detail::reduce_op::sum ? reduce_op::sum : d.rkind == detail::reduce_op::mean ? reduce_op::mean : reduce_op::max;
   }
 
   /// Element-wise node c (an op of the IR's op table) recorded into tracer `r`.
@@ -292,13 +293,13 @@ tensor<T> node_eval<T>::unreduce_values(const node_desc& d, const tensor<T>& g, 
   const index_t n = numel(to) / std::max<index_t>(numel(ks), 1);
   if (auto* r = active_recorder<T>()) [[unlikely]] {
     tensor<T> e = r->expand(g, to, reduction_mask(d, to));
-    if (d.rkind != reduce_kind_t::mean) return e;
+    if (d.rkind != detail::reduce_op::mean) return e;
     const ops::div_scalar_op<T> div{static_cast<T>(n)};
-    return r->pointwise(ir::op_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), e, nullptr);
+    return r->pointwise(ops::table_index<ops::div_scalar_op<T>, T>, op_scalar<T>(div), e, nullptr);
   }
   no_grad guard;
   tensor<T> e = g.reshape(ks).expand(to);
-  if (d.rkind == reduce_kind_t::mean) return map(ops::div_scalar_op<T>{static_cast<T>(n)}, e);
+  if (d.rkind == detail::reduce_op::mean) return map(ops::div_scalar_op<T>{static_cast<T>(n)}, e);
   return contiguous_copy(e);
 }
 
@@ -313,7 +314,7 @@ void node_eval<T>::run(const bool* active, std::size_t m) {
 
 template <Element T>
 void node_eval<T>::run_given(const bool* active, std::size_t m) {
-  constexpr int add = ir::op_index<ops::add_op, T>, sub = ir::op_index<ops::sub_op, T>;
+  constexpr int add = ops::table_index<ops::add_op, T>, sub = ops::table_index<ops::sub_op, T>;
   for (std::size_t c = 0; c < m; ++c) {
     if (!active[c]) continue;
     const node_desc& d = desc[c];

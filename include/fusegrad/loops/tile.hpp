@@ -1,5 +1,5 @@
 #pragma once
-/// \file fusegrad/kernel/tile.hpp
+/// \file fusegrad/loops/tile.hpp
 /// Tile kernels: one op over a short run of elements that stays in L1 (a "tile").
 ///
 /// Fused loops (the compile-time `fused` backend and the run-time IR's programs) walk their

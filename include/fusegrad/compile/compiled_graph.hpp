@@ -1,0 +1,177 @@
+#pragma once
+/// \file fusegrad/compile/compiled_graph.hpp
+/// A compiled function's graph as run-time tables (`compiled_graph`, built per analysis and
+/// backend by `compiled_graph_of`), and `run_compiled`, which runs its forward and puts its
+/// one `CompiledFunctionBackward` node on the tape: the run-time side of `fg::compile`,
+/// compiled once per element type.
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "fusegrad/compile/backend.hpp"
+#include "fusegrad/compile/node_eval.hpp"
+#include "fusegrad/eager/autograd.hpp"
+#include "fusegrad/eager/recorder.hpp"
+#include "fusegrad/eager/tensor.hpp"
+
+namespace fusegrad::detail {
+
+template <std::size_t M>
+constexpr std::array<bool, M> to_array(const bool (&a)[M]) {
+  std::array<bool, M> r{};
+  for (std::size_t i = 0; i < M; ++i) r[i] = a[i];
+  return r;
+}
+
+/// What running a compiled function needs of its graph at run time: constant tables (pointers
+/// into constexpr arrays) and the backend's evaluation of the forward and of the backward. The
+/// code that runs a compiled function and its `CompiledFunctionBackward` node (`run_compiled`)
+/// reads only this, so it is compiled once per element type, not once per graph.
+template <Element T>
+struct compiled_graph {
+  /// Evaluates the nodes of one pass on an instance (`A::instance`).
+  using eval_fn = void (*)(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
+                           const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads);
+  std::size_t m, n_in, n_out;
+  const int* out_node;         ///< per output, its canonical node
+  const int* saved_nodes;      ///< the plan's saved nodes
+  int saved_count;
+  const int* grad_node;        ///< per input, the canonical node of its gradient (-1: none)
+  const bool* backward_active;  ///< the nodes the backward evaluates (recomputed or backward)
+  const node_desc* desc;
+  const std::array<int, 3>* children;
+  const tile_fn<T>* kernels;
+  eval_fn forward, backward;
+};
+
+/// Pass `Active` of analysis `A` on an instance, with backend `B`.
+///
+/// The passes' masks (`Active`, `Keep`, and every template of the schedule and the fused
+/// loops keyed on them) are template arguments BY REFERENCE to the named arrays of
+/// `compiled_graph_of`, never by value: GCC 12 mangles a class-type template argument such as
+/// `std::array<bool, M>{false, false, true}` without the positions of its zero elements (as
+/// `{true}`, like `{true, false, false}`), and it finds template parameter objects by their
+/// mangled name, so two different masks of one length were ONE template argument: the
+/// schedule of one pass (of any graph in the program) was used for another, which read
+/// values it never computed. A reference is mangled by the name of the array, which is unique.
+template <class B, class A, const auto& Active, const auto& Keep, Element T>
+void evaluate_pass(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
+                   const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
+  const auto& inst = *static_cast<const typename A::instance*>(instance);
+  eval_context<A, T> ctx{inst, inst.nodes.data(), values, shapes, inputs, grads};
+  B::template evaluate<A, Active, Keep, T>(ctx);
+}
+
+/// The `compiled_graph` of analysis `A` under backend `B` and policy `Policy`.
+template <class B, class Policy, class A>
+struct compiled_graph_of {
+  using T = typename A::element_type;
+  static constexpr std::size_t M = A::M;
+  static constexpr auto& P = A::template plan<Policy>;
+  static constexpr std::array<bool, M> forward = to_array(P.forward);
+  /// What the caller reads after the forward: the outputs and the saved values.
+  static constexpr std::array<bool, M> keep = [] {
+    std::array<bool, M> k{};
+    for (int o : A::out_node) k[static_cast<std::size_t>(o)] = true;
+    for (std::size_t s = 0; s < M; ++s) k[s] = k[s] || P.saved[s];
+    return k;
+  }();
+  static constexpr std::array<bool, M> backward = [] {
+    std::array<bool, M> a{};
+    for (std::size_t c = 0; c < M; ++c) a[c] = P.recompute[c] || P.backward[c];
+    return a;
+  }();
+  static constexpr std::array<bool, M> grad_roots = [] {
+    std::array<bool, M> r{};
+    for (int gi : A::grad_node)
+      if (gi >= 0) r[static_cast<std::size_t>(gi)] = true;
+    return r;
+  }();
+  static constexpr compiled_graph<T> value{
+      M, A::n_in, A::n_out, A::out_node.data(), P.saved_nodes, P.saved_count, A::grad_node.data(),
+      backward.data(), node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(),
+      &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>};
+};
+
+/// Runs a compiled function's forward on `in` and, when a gradient is needed, puts its one
+/// `CompiledFunctionBackward` node on the tape (holding the instance, the saved values and the
+/// forward's shapes). `state`: the instance's node states.
+template <Element T>
+std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<const void> inst,
+                                    const void* const* state, const std::vector<tensor<T>>& in) {
+  std::vector<tensor<T>> inputs;
+  inputs.reserve(in.size());
+  for (const auto& t : in) inputs.push_back(t.is_contiguous() ? t : contiguous_copy(t));
+  const bool grad = needs_grad(in);
+  std::vector<tensor<T>> values(G.m);
+  std::vector<shape> shapes(G.m);
+  const std::vector<tensor<T>> no_grads;
+  G.forward(inst.get(), values, shapes, inputs, no_grads);
+  std::vector<tensor<T>> outs(G.n_out);
+  for (std::size_t k = 0; k < G.n_out; ++k) {
+    const auto node = static_cast<std::size_t>(G.out_node[k]);
+    bool alias = G.desc[node].kind == gkind::input;
+    for (std::size_t q = 0; q < k; ++q) alias = alias || G.out_node[q] == G.out_node[k];
+    outs[k] = alias ? contiguous_copy(values[node]) : values[node];
+  }
+  if (!grad) return outs;
+
+  std::vector<tensor<T>> saved;
+  for (int s = 0; s < G.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(G.saved_nodes[s])]);
+  std::vector<shape> in_shapes;
+  std::vector<bool> wants;
+  for (const auto& t : in) {
+    in_shapes.push_back(t.shape());
+    wants.push_back(t.requires_grad());
+  }
+  std::vector<tensor<T>*> out_ptrs;
+  for (auto& o : outs) out_ptrs.push_back(&o);
+  record<T>("CompiledFunctionBackward", in, out_ptrs, std::move(saved),
+            [g = &G, inst = std::move(inst), state, shapes = std::move(shapes), in_shapes = std::move(in_shapes),
+             wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
+              const compiled_graph<T>& G = *g;
+              std::vector<tensor<T>> values(G.m);
+              std::vector<shape> sh = shapes;
+              for (int s = 0; s < G.saved_count; ++s)
+                values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
+              const std::vector<tensor<T>> no_inputs;
+              std::vector<tensor<T>> grads;
+              bool all_given = true;
+              for (const auto& x : gs) {
+                all_given = all_given && x.defined();
+                grads.push_back(!x.defined() || x.is_contiguous() ? x : contiguous_copy(x));
+              }
+              if (!all_given) [[unlikely]] {
+                // Outputs nothing used: node by node, leaving their gradients' terms out.
+                for (std::size_t c = 0; c < G.m; ++c)
+                  if (const node_desc& d = G.desc[c]; d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
+                    sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
+                auto* rec = active_recorder<T>();
+                const std::size_t from = rec ? rec->inline_begin() : 0;
+                node_eval<T>{G.desc, G.children, G.kernels, state, values, sh, no_inputs, grads}.run_given(G.backward_active, G.m);
+                if (rec) rec->inline_end(from);
+              } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
+                // A traced backward (compiled autograd): node by node into the captured graph;
+                // the nodes print as aot<id>_<k>.
+                const std::size_t from = rec->inline_begin();
+                node_eval<T>{G.desc, G.children, G.kernels, state, values, sh, no_inputs, grads}.run(G.backward_active, G.m);
+                rec->inline_end(from);
+              } else {
+                G.backward(inst.get(), values, sh, no_inputs, grads);
+              }
+              std::vector<tensor<T>> result(G.n_in);
+              for (std::size_t i = 0; i < G.n_in; ++i) {
+                if (!wants[i] || G.grad_node[i] < 0) continue;
+                const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
+                if (!gi.defined()) continue;  // only absent gradients reach it
+                result[i] = gi.shape() == in_shapes[i] ? gi : sum_to(gi, in_shapes[i]);
+                if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
+                  result[i] = contiguous_copy(result[i]);
+              }
+              return result;
+            })
+      ->set_materialize_grads(false);  // an unused output's gradient stays absent (run_given)
+  return outs;
+}
+}  // namespace fusegrad::detail

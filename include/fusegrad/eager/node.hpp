@@ -1,0 +1,201 @@
+#pragma once
+/// \file fusegrad/eager/node.hpp
+/// The tape's node classes: `node` (a backward function with its gradient edges and hooks),
+/// `saving_node` (saved tensors and their versions) and `rule_node` (an op's backward rule).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusegrad/eager/tensor.hpp"
+
+namespace fusegrad {
+
+/// A node of the backward graph (PyTorch's `torch::autograd::Node`). It receives one
+/// gradient per output of the forward op and returns one per input (`next_edges()`).
+template <Element T>
+class node {
+ public:
+  node() : sequence_nr_(detail::next_id()) {}
+  /// Frees the graph below this node without recursing on its depth (PyTorch's `deleteNode`):
+  /// a producer that only this node keeps alive is taken over and its own edges taken in
+  /// turn, so that each node dies holding no last reference to another. Dropping a chain of
+  /// 200,000 ops would otherwise nest 200,000 destructor calls and overflow the stack.
+  virtual ~node() {
+    std::vector<std::shared_ptr<node>> dying;
+    auto take = [&dying](std::vector<edge<T>>& edges) {
+      for (auto& e : edges)
+        if (e.fn && e.fn.use_count() == 1) dying.push_back(std::move(e.fn));
+    };
+    take(edges_);
+    while (!dying.empty()) {
+      const std::shared_ptr<node> n = std::move(dying.back());
+      dying.pop_back();
+      take(n->edges_);
+    }  // `n` is freed here, with no edge left that it alone keeps alive
+  }
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+
+  /// PyTorch's name for this node kind: "MulBackward0", "AccumulateGrad", ...
+  [[nodiscard]] virtual std::string_view name() const = 0;
+  /// Computes input gradients from output gradients (`grads[i]` has `output_shape(i)`).
+  /// An undefined entry in the result means "no gradient for that input".
+  virtual std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) = 0;
+  /// Frees saved tensors after a backward without retain_graph.
+  virtual void release_saved() {}
+  /// The tensors this node saved for backward (empty once released).
+  [[nodiscard]] virtual std::vector<tensor<T>> saved_tensors() const { return {}; }
+
+  [[nodiscard]] const std::vector<edge<T>>& next_edges() const noexcept { return edges_; }
+  [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
+  [[nodiscard]] const shape& output_shape(std::size_t i) const { return output_shapes_.at(i); }
+  /// Creation order; the engine runs later nodes first.
+  [[nodiscard]] std::uint64_t sequence_nr() const noexcept { return sequence_nr_; }
+  /// Hooks run on the gradient of output `i` before `apply` (non-leaf tensor hooks).
+  [[nodiscard]] std::vector<hook<T>>& pre_hooks(std::size_t i) { return pre_hooks_.at(i); }
+
+  /// Whether the engine hands `apply` zeros for an output whose gradient nothing produced
+  /// (the default), or leaves it undefined and runs none of its hooks (PyTorch's
+  /// `ctx.set_materialize_grads(False)`): a node that can skip the work for an unused output,
+  /// e.g. a compiled graph's backward, which must not multiply its zero by a derivative.
+  [[nodiscard]] bool materialize_grads() const noexcept { return materialize_grads_; }
+  void set_materialize_grads(bool m) noexcept { materialize_grads_ = m; }
+  /// Whether `apply` runs the hooks of its outputs (`pre_hooks`) itself rather than the engine
+  /// before it: a compiled graph's backward, where an output also used inside the graph gets
+  /// part of its gradient from within, which its hooks must see (and run in order with the
+  /// graph's own hooks on it).
+  [[nodiscard]] bool applies_hooks() const noexcept { return applies_hooks_; }
+  void set_applies_hooks(bool a) noexcept { applies_hooks_ = a; }
+
+  void set_next_edges(std::vector<edge<T>> e) { edges_ = std::move(e); }
+  void add_output(shape s) {
+    output_shapes_.push_back(std::move(s));
+    pre_hooks_.emplace_back();
+  }
+
+ private:
+  std::vector<edge<T>> edges_;
+  std::vector<shape> output_shapes_;
+  std::vector<std::vector<hook<T>>> pre_hooks_;
+  std::uint64_t sequence_nr_;
+  bool materialize_grads_ = true;
+  bool applies_hooks_ = false;
+};
+
+namespace detail {
+
+/// What every op's tape node does besides calling its rule: it keeps the saved tensors and
+/// their versions, refuses a second backward after they were freed and saved tensors that
+/// were modified in place. One class per element type, whatever the op.
+template <Element T>
+class saving_node : public node<T> {
+ public:
+  saving_node(std::string_view name, std::vector<tensor<T>> saved) : name_(name), saved_(std::move(saved)) {
+    for (const auto& t : saved_) {
+      versions_.push_back(t.defined() && t.impl()->store ? t.impl()->store->version() : 0);
+      had_saved_ = had_saved_ || t.defined();
+    }
+  }
+  [[nodiscard]] std::string_view name() const override { return name_; }
+  /// Locked, like `release_saved`: concurrent backwards through a shared node (retain_graph)
+  /// run it in turn, and one that frees it makes the other's a clean error.
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
+    std::lock_guard lock(mutex_);
+    if (released_ && had_saved_)
+      fail("backward", "trying to backward through ", name_,
+           " a second time, but its saved tensors were freed by the first backward; "
+           "expected backward(..., {.retain_graph = true}) on the first call");
+    for (std::size_t i = 0; i < saved_.size(); ++i) {
+      const auto& t = saved_[i];
+      if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
+        fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
+             ") was modified in place after it was saved (version ", t.impl()->store->version(),
+             "); expected version ", versions_[i], " - run backward before updating it");
+    }
+    return run_rule(saved_, grads);
+  }
+  /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
+  /// nothing and may run again.
+  void release_saved() override {
+    std::vector<tensor<T>> freed;  // freed after the lock is released
+    std::lock_guard lock(mutex_);
+    released_ = true;
+    freed.reserve(saved_.size());
+    for (auto& t : saved_)
+      if (t.defined()) freed.push_back(std::move(t));
+  }
+  [[nodiscard]] std::vector<tensor<T>> saved_tensors() const override {
+    std::lock_guard lock(mutex_);
+    return released_ ? std::vector<tensor<T>>{} : saved_;
+  }
+
+ protected:
+  virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
+
+ private:
+  std::string_view name_;
+  mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
+  std::vector<tensor<T>> saved_;
+  std::vector<std::uint64_t> versions_;
+  bool had_saved_ = false;
+  bool released_ = false;
+};
+
+/// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every
+/// built-in op and custom function takes on the eager tape. One class per element type: the
+/// rule is held type-erased (in the node when it is small, as op rules are), so an op costs
+/// the compiler two small functions (call and destroy its rule) instead of a node class with
+/// its vtable, destructors and shared_ptr control block.
+template <Element T>
+class rule_node final : public saving_node<T> {
+ public:
+  template <class Rule>
+  rule_node(std::string_view name, std::vector<tensor<T>> saved, Rule rule)
+      : saving_node<T>(name, std::move(saved)), call_(&call<Rule>), drop_(&drop<Rule>) {
+    if constexpr (inline_rule<Rule>) rule_ = ::new (static_cast<void*>(buf_)) Rule(std::move(rule));
+    else rule_ = new Rule(std::move(rule));
+  }
+  rule_node(const rule_node&) = delete;
+  rule_node& operator=(const rule_node&) = delete;
+  ~rule_node() override { drop_(rule_); }
+
+ private:
+  static constexpr std::size_t buffer = 80;
+  template <class Rule>
+  static constexpr bool inline_rule = sizeof(Rule) <= buffer && alignof(Rule) <= alignof(std::max_align_t);
+  using call_fn = std::vector<tensor<T>> (*)(void*, const std::vector<tensor<T>>&, std::vector<tensor<T>>&);
+
+  template <class Rule>
+  static std::vector<tensor<T>> call(void* r, const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) {
+    return (*static_cast<Rule*>(r))(saved, grads);
+  }
+  template <class Rule>
+  static void drop(void* r) noexcept {
+    if constexpr (inline_rule<Rule>) static_cast<Rule*>(r)->~Rule();
+    else delete static_cast<Rule*>(r);
+  }
+  std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) override {
+    return call_(rule_, saved, grads);
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[buffer];
+  void* rule_ = nullptr;
+  call_fn call_;
+  void (*drop_)(void*) noexcept;
+};
+
+}  // namespace detail
+
+template <Element T>
+std::string tensor<T>::grad_fn_name() const {
+  const auto& f = grad_fn();
+  return f ? std::string(f->name()) : std::string();
+}
+
+}  // namespace fusegrad

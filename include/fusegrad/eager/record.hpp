@@ -1,0 +1,150 @@
+#pragma once
+/// \file fusegrad/eager/record.hpp
+/// Putting ops on the tape: gradient edges, the AccumulateGrad node of a leaf, `attach` and
+/// `record` (and `call_opaque` for backward rules that a traced backward keeps opaque).
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "fusegrad/eager/grad_sum.hpp"
+#include "fusegrad/eager/hooks.hpp"
+#include "fusegrad/eager/kernels.hpp"
+#include "fusegrad/eager/node.hpp"
+#include "fusegrad/eager/recorder.hpp"
+#include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/ops/table.hpp"
+
+namespace fusegrad {
+
+namespace detail {
+
+/// `f(a, b)` (`b` may be undefined): computed now, or, in a traced backward where an operand
+/// is lazy, recorded as an opaque `call` node of shape `out` that runs `f` on the values (how
+/// the backwards of matmul and views stay inside one captured graph).
+template <Element T, class F>
+tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor<T>& a, const tensor<T>& b = {}) {
+  if (auto* r = active_recorder<T>()) [[unlikely]]
+    if (a.is_lazy() || b.is_lazy())
+      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr);
+  return f(a, b);
+}
+
+/// Whether nothing but `g` refers to its values: a fresh, dense, owned buffer that a leaf's
+/// `.grad()` can take over instead of copying (PyTorch's AccumulateGrad steals such grads).
+template <Element T>
+bool owned_alone(const tensor<T>& g) {
+  const auto& i = g.impl();
+  return i && i.use_count() == 1 && !i->grad_fn && i->store && i->store.use_count() == 1 && i->store->owned() &&
+         i->offset == 0 && static_cast<std::size_t>(g.numel()) == i->store->size() && g.is_contiguous();
+}
+
+/// The node that accumulates into a leaf's `.grad()`; runs the leaf's hooks first.
+template <Element T>
+class accumulate_grad final : public node<T> {
+ public:
+  explicit accumulate_grad(const std::shared_ptr<tensor_impl<T>>& leaf) : leaf_(leaf) {
+    this->add_output(leaf->sizes);
+  }
+  [[nodiscard]] std::string_view name() const override { return "AccumulateGrad"; }
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
+    auto leaf = leaf_.lock();
+    if (!leaf) return {};
+    tensor<T> g = run_hooks(leaf->leaf_hooks, std::move(grads.at(0)));
+    // Concurrent backwards into one leaf take turns (the hooks above ran unlocked).
+    std::lock_guard lock(leaf->mutex);
+    if (g.is_lazy()) {  // a traced backward: the gradient is a value of the captured graph
+      auto* r = active_recorder<T>();
+      if (leaf->grad.defined()) leaf->grad = add_grads(leaf->grad, g);
+      else if (g.raw_impl().use_count() == 1 || !r) leaf->grad = std::move(g);
+      else leaf->grad = r->pointwise(ops::table_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr);  // its own copy
+      if (r) r->accumulate_grad(leaf->grad);
+    } else if (!leaf->grad.defined()) {
+      leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
+    } else {
+      leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
+    }
+    return {};
+  }
+  /// The leaf this node accumulates into (null if it has been destroyed).
+  [[nodiscard]] tensor<T> variable() const {
+    auto l = leaf_.lock();
+    return l ? tensor<T>(l) : tensor<T>{};
+  }
+
+ private:
+  std::weak_ptr<tensor_impl<T>> leaf_;
+};
+
+/// The AccumulateGrad node of a leaf that requires grad (made on first use, then reused).
+template <Element T>
+std::shared_ptr<node<T>> grad_accumulator(const tensor<T>& leaf) {
+  auto& impl = *leaf.impl();
+  std::lock_guard lock(impl.mutex);  // two threads' forwards may use one leaf
+  if (!impl.grad_accumulator) impl.grad_accumulator = std::make_shared<accumulate_grad<T>>(leaf.impl());
+  return impl.grad_accumulator;
+}
+
+/// Where the gradient of `t` must flow: its producer, its AccumulateGrad, or nowhere.
+template <Element T>
+edge<T> gradient_edge(const tensor<T>& t) {
+  if (!t.defined()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  if (t.requires_grad()) return {grad_accumulator(t), 0};
+  return {};
+}
+
+/// True when an op on these inputs must record a node.
+template <Element T, class... Ts>
+bool needs_grad(const tensor<T>& first, const Ts&... rest) {
+  if (!is_grad_enabled()) return false;
+  return (first.defined() && first.requires_grad()) || ((rest.defined() && rest.requires_grad()) || ...);
+}
+template <Element T>
+bool needs_grad(const std::vector<tensor<T>>& ts) {
+  if (!is_grad_enabled()) return false;
+  return std::any_of(ts.begin(), ts.end(), [](const auto& t) { return t.defined() && t.requires_grad(); });
+}
+
+/// Puts node `n` on the tape: one edge per input, producing `outputs` (one function per
+/// element type, whatever the node).
+template <Element T>
+std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, const std::vector<tensor<T>>& inputs,
+                                const std::vector<tensor<T>*>& outputs) {
+  std::vector<edge<T>> e;
+  e.reserve(inputs.size());
+  for (const auto& in : inputs) e.push_back(gradient_edge(in));
+  n->set_next_edges(std::move(e));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    auto& impl = *outputs[i]->impl();
+    impl.grad_fn = n;
+    impl.output_nr = i;
+    impl.requires_grad = true;
+    n->add_output(impl.sizes);
+  }
+  return n;
+}
+
+/// Saved tensors as detached aliases (saving an output makes no reference cycle).
+template <Element T>
+std::vector<tensor<T>> detached(std::vector<tensor<T>> saved) {
+  for (auto& s : saved)
+    if (s.defined()) s = s.detach();
+  return saved;
+}
+
+/// Records `name` on the tape: a node with one edge per input, saving `saved` (held as
+/// detached aliases so saving an output makes no reference cycle), producing `outputs`.
+template <Element T, class Rule>
+std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
+                                const std::vector<tensor<T>*>& outputs,
+                                std::vector<tensor<T>> saved, Rule rule) {
+  return attach<T>(std::make_shared<rule_node<T>>(name, detached(std::move(saved)), std::move(rule)), inputs,
+                   outputs);
+}
+
+}  // namespace detail
+
+}  // namespace fusegrad

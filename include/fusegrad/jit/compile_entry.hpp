@@ -1,0 +1,216 @@
+#pragma once
+/// \file fusegrad/jit/compile_entry.hpp
+/// Compiling a cache entry of `fg::jit`: the save/recompute split of a joint graph from the
+/// compile-time partitioner (run at run time), deriving and lowering a backward program, the
+/// entry's forward and backward programs, and the backwards derived on first use for calls
+/// where some outputs received no gradient.
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "fusegrad/ir/backward.hpp"
+#include "fusegrad/jit/program.hpp"
+#include "fusegrad/jit/entry.hpp"
+#include "fusegrad/partition/plan.hpp"
+
+namespace fusegrad::detail::jit {
+
+/// The save/recompute split of a joint graph, from the compile-time partitioner's `make_plan`.
+struct split {
+  std::vector<int> saved;
+  std::vector<bool> keep;  ///< node the backward computes (recomputed or backward region)
+};
+
+template <std::size_t N, Element T>
+split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots, const std::vector<int>& bwd_roots) {
+  auto jg = std::make_unique<partition::joint_graph<N>>();
+  for (std::size_t k = 0; k < N; ++k) {
+    auto& pn = jg->nodes[k];
+    if (k >= J.size()) {
+      pn.kind = partition::node_kind::constant;
+      continue;
+    }
+    const auto& n = J.nodes()[k];
+    switch (n.kind) {
+      case ir::node_kind::input:
+        pn.kind = n.index < n_inputs ? partition::node_kind::input : partition::node_kind::grad_input;
+        break;
+      case ir::node_kind::pointwise:
+      case ir::node_kind::expand: pn.kind = partition::node_kind::pointwise; break;
+      default: pn.kind = partition::node_kind::reduction; break;
+    }
+    pn.children[0] = n.a;
+    pn.children[1] = n.b;
+  }
+  for (int r : fwd_roots) jg->nodes[static_cast<std::size_t>(r)].forward_root = true;
+  for (int r : bwd_roots)
+    if (r >= 0) jg->nodes[static_cast<std::size_t>(r)].backward_root = true;
+  const auto p = std::make_unique<partition::plan<N>>(partition::make_plan(*jg, partition::policy{}));
+  split s;
+  for (int i = 0; i < p->saved_count; ++i) s.saved.push_back(p->saved_nodes[i]);
+  s.keep.assign(J.size(), false);
+  for (std::size_t k = 0; k < J.size(); ++k) s.keep[k] = p->recompute[k] || p->backward[k];
+  return s;
+}
+
+/// Largest joint graph partitioned (the partitioner works on fixed-size tables).
+inline constexpr std::size_t max_joint_nodes = 1024;
+
+template <Element T>
+split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, const std::vector<int>& br) {
+  if (J.size() <= 64) return plan_split<64>(J, n_inputs, fr, br);
+  if (J.size() <= 256) return plan_split<256>(J, n_inputs, fr, br);
+  return plan_split<max_joint_nodes>(J, n_inputs, fr, br);
+}
+
+/// The backward of entry `e`'s grad outputs whose flag in `given` is set, derived on forward
+/// graph `g` (the entry's, or the same with other sizes) with `call_hook` slot `s` on node
+/// `hooks[s]`, and lowered to a program whose inputs are the saved values `saved`, then the
+/// given gradients. `choose_saved`: `saved` is
+/// chosen here by the partitioner (the entry's first backward, all gradients given; null
+/// when the joint graph is too large to partition); otherwise it is the entry's set, which
+/// suffices for any subset of the gradients (their backward reads a subset of what the
+/// whole backward reads).
+template <Element T>
+std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
+                                                  const std::vector<int>& hooks, std::vector<int>& saved, bool choose_saved) {
+  auto b = std::make_shared<backward_code<T>>();
+  b->given = std::move(given);
+  b->hooks = hooks;
+  b->joint = g;
+  std::vector<int> gouts;
+  for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
+    if (b->given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
+  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks);
+  const ir::graph<T>& J = b->joint;
+  if (choose_saved) {
+    if (J.size() > max_joint_nodes) return nullptr;
+    saved = plan_any(J, g.num_inputs(), e.outputs, grads).saved;
+  }
+  // The backward graph: saved values and the given gradients become its inputs; it holds
+  // the nodes the input gradients need from them.
+  ir::graph<T> B;
+  std::vector<int> map(J.size(), -1);
+  for (int s : saved) {
+    map[static_cast<std::size_t>(s)] = B.add_input(J.at(s).sizes);
+    b->origin.push_back(s);
+  }
+  for (std::size_t k = g.size(); k < J.size(); ++k) {
+    const auto& n = J.nodes()[k];
+    if (n.kind == ir::node_kind::input) {  // a given gradient (always an input, even if unused)
+      map[k] = B.add_input(n.sizes);
+      b->origin.push_back(static_cast<int>(k));
+    }
+  }
+  std::vector<char> need(J.size(), 0);
+  for (int gnode : grads)
+    if (gnode >= 0) need[static_cast<std::size_t>(gnode)] = 1;
+  for (std::size_t k = J.size(); k-- > 0;) {
+    if (!need[k] || map[k] >= 0) continue;
+    const auto& n = J.nodes()[k];
+    if (n.kind == ir::node_kind::input)
+      fusegrad::detail::fail("jit", "internal error: the partition left input ", n.index, " unsaved");
+    for (int c : {n.a, n.b})  // (a shape reference `ref` is kept only when present anyway)
+      if (c >= 0) need[static_cast<std::size_t>(c)] = 1;
+  }
+  for (std::size_t k = 0; k < J.size(); ++k) {
+    if (map[k] >= 0 || !need[k]) continue;
+    ir::node<T> n = J.nodes()[k];
+    for (int* c : {&n.a, &n.b, &n.ref})
+      if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
+    map[k] = B.add_copy(std::move(n));
+    b->origin.push_back(static_cast<int>(k));
+  }
+  std::vector<int> bouts;
+  for (int gnode : grads) {
+    if (gnode < 0) {
+      b->grad_of.push_back(-1);
+      continue;
+    }
+    b->grad_of.push_back(static_cast<int>(bouts.size()));
+    bouts.push_back(map[static_cast<std::size_t>(gnode)]);
+  }
+  b->prog.emplace(std::move(B), std::move(bouts));
+  return b;
+}
+
+/// Compiles an entry for graph `g` (outputs `outs`, `rg`: node needs grad) and these inputs.
+template <Element T>
+std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector<int>& outs, const std::vector<char>& rg,
+                                  const std::vector<tensor<T>>& ins, bool gm, const std::vector<int>& alias,
+                                  const std::vector<std::uint64_t>& marks, std::vector<std::string> names, std::uint64_t hash,
+                                  const std::vector<int>& hooks) {
+  auto e = std::make_shared<entry<T>>();
+  e->hash = hash;
+  e->hooks = hooks;
+  e->fwd_graph = g;
+  e->outputs = outs;
+  e->grad_mode = gm;
+  e->alias_of = alias;
+  e->names = std::move(names);
+  const bool fixed = g.has_fixed_shapes();  // shapes written into nodes: stay specialised
+  for (std::size_t i = 0; i < ins.size(); ++i) {
+    input_guard ig{ins[i].shape(), 0, gm && ins[i].requires_grad()};
+    for (std::size_t d = 0; d < ig.sizes.size(); ++d)
+      if (!fixed && i < marks.size() && ((marks[i] >> d) & 1U) && ig.sizes[d] >= 2) ig.dynamic |= std::uint64_t{1} << d;
+    e->dynamic = e->dynamic || ig.dynamic != 0;
+    e->inputs.push_back(std::move(ig));
+  }
+  std::vector<int> input_node(ins.size(), -1);
+  for (std::size_t k = 0; k < g.size(); ++k)
+    if (g.nodes()[k].kind == ir::node_kind::input) input_node[static_cast<std::size_t>(g.nodes()[k].index)] = static_cast<int>(k);
+  for (std::size_t p = 0; p < outs.size(); ++p)
+    if (rg[static_cast<std::size_t>(outs[p])]) e->grad_outputs.push_back(static_cast<int>(p));
+  for (std::size_t i = 0; i < ins.size(); ++i)
+    if (e->inputs[i].requires_grad) e->wrt.push_back(static_cast<int>(i));
+  std::vector<int> fwd_outs = outs;
+  if (gm && !e->wrt.empty() && !e->grad_outputs.empty()) {
+    for (int i : e->wrt) e->wrt_nodes.push_back(input_node[static_cast<std::size_t>(i)]);
+    auto b = derive_backward(*e, g, std::vector<char>(e->grad_outputs.size(), 1), e->hooks, e->saved, /*choose_saved=*/true);
+    if (!b) {
+      e->eager = true;
+      return e;
+    }
+    e->bwd = std::move(b);
+    fwd_outs.insert(fwd_outs.end(), e->saved.begin(), e->saved.end());
+  }
+  e->fwd.emplace(g, std::move(fwd_outs));
+  return e;
+}
+
+/// The backward of entry `e` when only the grad outputs flagged in `given` received
+/// gradients, with `call_hook` slot `s` on node `hooks[s]` (the entry's hooks, then hooks
+/// registered on its outputs after it ran): derived on first use and kept with the entry. `fwd`: the forward's node shapes
+/// of a call of a dynamic entry (null: the entry's own sizes); `bs` receives the program's
+/// node shapes for it.
+template <Element T>
+std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const std::vector<char>& given,
+                                                     const std::vector<int>& hooks, const std::vector<shape>* fwd,
+                                                     std::vector<shape>& bs) {
+  std::lock_guard lock(e.variants_mu);
+  for (const auto& v : e.variants) {
+    if (v->given != given || v->hooks != hooks) continue;
+    if (!fwd) return v;
+    std::vector<shape> s = backward_shapes(*v, joint_shapes(e, *v, *fwd));
+    if (!v->prog->fits(s)) continue;
+    bs = std::move(s);
+    return v;
+  }
+  ir::graph<T> g;  // the forward graph, with this call's sizes
+  if (fwd) {
+    for (std::size_t k = 0; k < e.fwd_graph.size(); ++k) {
+      ir::node<T> n = e.fwd_graph.nodes()[k];
+      n.sizes = (*fwd)[k];
+      g.add_copy(std::move(n));
+    }
+  }
+  std::vector<int> saved = e.saved;
+  std::shared_ptr<const backward_code<T>> v = derive_backward(e, fwd ? g : e.fwd_graph, given, hooks, saved, /*choose_saved=*/false);
+  if (fwd) bs = backward_shapes(*v, joint_shapes(e, *v, *fwd));
+  e.variants.push_back(v);
+  return v;
+}
+
+}  // namespace fusegrad::detail::jit

@@ -1,0 +1,280 @@
+#pragma once
+/// \file fusegrad/jit/flush.hpp
+/// A trace's flush (`trace<T>::flush`): the pending graph's cache lookup (or compile, or the
+/// eager fallback), its run, giving the lazy tensors still alive their values, and the
+/// `CompiledFunctionBackward` node recorded for its backward.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fusegrad/eager/autograd.hpp"
+#include "fusegrad/eager/views.hpp"
+#include "fusegrad/ir/backward.hpp"
+#include "fusegrad/jit/program.hpp"
+#include "fusegrad/jit/compile_entry.hpp"
+#include "fusegrad/jit/entry.hpp"
+#include "fusegrad/jit/log.hpp"
+#include "fusegrad/jit/trace.hpp"
+
+namespace fusegrad::detail::jit {
+
+/// Turns the recorders of this thread off while a graph is compiled and run.
+struct pause_recording {
+  recorder<float>* f = std::exchange(active_recorder<float>(), nullptr);
+  recorder<double>* d = std::exchange(active_recorder<double>(), nullptr);
+  pause_recording() = default;
+  pause_recording(const pause_recording&) = delete;
+  pause_recording& operator=(const pause_recording&) = delete;
+  ~pause_recording() {
+    active_recorder<float>() = f;
+    active_recorder<double>() = d;
+  }
+};
+
+/// Gives lazy tensor `dst` the value (and history) of tensor `computed`. A lazy tensor claims contiguous strides from the start, so a value computed as a view
+/// (node by node, eagerly) is copied to keep that promise.
+template <Element T>
+void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
+  const tensor<T> src = fusegrad::contiguous(computed);  // (a clone on the tape when it needs grad)
+  const auto& s = *src.impl();
+  dst.store = s.store;
+  dst.offset = s.offset;
+  dst.st = s.st;
+  dst.sizes = s.sizes;
+  dst.grad_fn = s.grad_fn;
+  dst.output_nr = s.output_nr;
+  dst.requires_grad = s.requires_grad;
+  dst.lazy = nullptr;
+  dst.lazy_node = -1;
+}
+
+template <Element T>
+void trace<T>::flush(std::string_view why, bool is_break) {
+  if (g_.empty()) return;
+  function_state& st = *st_;
+  if (is_break) {
+    if (st.opts.fullgraph)
+      fail("jit", "fullgraph=true, but ", why, " needs the value of a traced tensor, which would break the graph in '",
+           st.opts.name, "'; remove the data-dependent code, or call fg::jit without fullgraph");
+    bump(counter_cells().graph_breaks);
+    if (logs::enabled(logs::graph_breaks)) {
+      std::lock_guard lock(st.mu);
+      if (st.breaks_logged.insert(std::string(why)).second)
+        logs::emit(logs::graph_breaks, "graph break in '" + st.opts.name + "': " + std::string(why) +
+                                           " needs the value of a traced tensor; the graph so far (" + std::to_string(g_.size()) +
+                                           " nodes) is compiled and run, and tracing resumes after it");
+    }
+  }
+  pause_recording paused;
+  // Outputs: the lazy tensors still alive.
+  std::vector<int>& outs = outs_;
+  std::vector<std::shared_ptr<tensor_impl<T>>>& targets = targets_;
+  outs.clear();
+  targets.clear();
+  for (auto& [id, w] : lazies_)
+    if (auto p = w.lock(); p && p->lazy == this) {
+      outs.push_back(id);
+      targets.push_back(std::move(p));
+    }
+  if (outs.empty()) {
+    reset();
+    return;
+  }
+  const bool gm = grad_mode_;
+  std::vector<int>& alias = alias_;
+  alias.assign(inputs_.size(), -1);
+  for (std::size_t i = 0; i < inputs_.size(); ++i)
+    for (std::size_t j = 0; j < i && alias[i] < 0; ++j)
+      if (inputs_[i].raw_impl()->store && inputs_[i].raw_impl()->store == inputs_[j].raw_impl()->store) alias[i] = static_cast<int>(j);
+  std::uint64_t h = g_.structure_hash();
+  for (int o : outs) h = (h ^ static_cast<std::uint64_t>(o)) * 1099511628211ULL;
+  std::vector<int>& hooked = hook_nodes_;  // the node of each hook: part of the key
+  hooked.clear();
+  order_hooks(hooks_.begin(), hooks_.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
+  for (const auto& hk : hooks_) {
+    hooked.push_back(hk.first);
+    h = (h ^ (0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(hk.first))) * 1099511628211ULL;
+  }
+
+  // Lookup, most recently used first; compile on a miss.
+  std::shared_ptr<const entry<T>> e;
+  std::vector<shape> shapes;
+  bool run_eagerly = false;
+  {
+    std::lock_guard lock(st.mu);
+    auto& c = st.cache_of<T>();
+    const entry<T>* same = nullptr;  // most recent entry of this graph
+    for (std::size_t q = 0; q < c.entries.size(); ++q) {
+      const auto& cand = *c.entries[q];
+      if (cand.hash != h || cand.outputs != outs || cand.hooks != hooked || !cand.fwd_graph.same_structure(g_)) continue;
+      if (!same) same = &cand;
+      if (!cand.accepts(inputs_, gm, alias)) continue;
+      if (cand.dynamic) {
+        std::vector<shape> s;
+        try {
+          s = entry_shapes(cand, inputs_);
+        } catch (const error&) {
+          continue;
+        }
+        if (!cand.fwd->fits(s) || (cand.bwd && !cand.bwd->prog->fits(backward_shapes(*cand.bwd, s)))) continue;
+        shapes = std::move(s);
+      }
+      e = c.entries[q];
+      std::rotate(c.entries.begin(), c.entries.begin() + static_cast<std::ptrdiff_t>(q), c.entries.begin() + static_cast<std::ptrdiff_t>(q) + 1);
+      break;
+    }
+    if (e) {
+      bump(counter_cells().cache_hits);
+    } else {
+      bump(counter_cells().cache_misses);
+      std::vector<std::uint64_t> changed;
+      std::string reason;
+      dynamic_dim_marks* marks = nullptr;
+      for (auto& m : c.marks)
+        if (m.hash == h) marks = &m;
+      if (!marks) {
+        c.marks.push_back({h, std::vector<std::uint64_t>(inputs_.size(), 0)});
+        marks = &c.marks.back();
+      }
+      if (same) {
+        reason = first_guard_failure(*same, inputs_, gm, alias, changed);
+        if (marks->dims.size() == changed.size())
+          for (std::size_t i = 0; i < changed.size(); ++i) marks->dims[i] |= changed[i];
+      }
+      if (st.compiles >= st.opts.recompile_limit) {
+        run_eagerly = true;
+        bump(counter_cells().fallbacks);
+        if (!st.limit_logged) {
+          st.limit_logged = true;
+          logs::channel ch = logs::enabled(logs::recompiles) ? logs::recompiles : logs::graph_breaks;
+          const std::string line = "'" + st.opts.name + "' hit the recompile limit (" + std::to_string(st.opts.recompile_limit) +
+                                   "); graphs that miss the cache run eagerly from now on. Last miss: " +
+                                   (reason.empty() ? std::string("a new graph") : reason);
+          if (logs::enabled(ch)) logs::emit(ch, line);
+          else std::fprintf(stderr, "[fusegrad] %s\n", line.c_str());
+        }
+      } else {
+        ++st.compiles;
+        if (same) {
+          bump(counter_cells().recompiles);
+          logs::emit(logs::recompiles, "recompiling '" + st.opts.name + "': " + reason);
+        }
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < inputs_.size(); ++i) names.push_back(input_name(inputs_[i], i));
+        auto made = compile_entry<T>(g_, outs, rg_, inputs_, gm, alias, marks->dims, std::move(names), h, hooked);
+        bump(counter_cells().unique_graphs);
+        if (st.opts.backend == jit_backend::eager) made->eager = true;
+        if (logs::enabled(st.opts.graph_log))
+          logs::emit(st.opts.graph_log, "graph of '" + st.opts.name + "':\n" + graph_text(made->names));
+        if (logs::enabled(logs::guards)) logs::emit(logs::guards, "guards of a new entry of '" + st.opts.name + "':\n" + made->guards_text());
+        if (logs::enabled(logs::output_code)) logs::emit(logs::output_code, "program of '" + st.opts.name + "':\n" + made->code_text());
+        if (made->dynamic) shapes = entry_shapes(*made, inputs_);
+        c.entries.insert(c.entries.begin(), made);
+        e = std::move(made);
+      }
+    }
+  }
+
+  if (run_eagerly || e->eager) {
+    // Node by node through the eager ops, which record on the tape themselves.
+    if (e && e->eager && st.opts.backend != jit_backend::eager) bump(counter_cells().fallbacks);
+    std::optional<no_grad> off;
+    if (!gm) off.emplace();
+    std::vector<tensor<T>> vals(g_.size());
+    const tensor<T> none;
+    for (std::size_t k = 0; k < g_.size(); ++k) {
+      const auto& n = g_.nodes()[k];
+      if (n.kind == ir::node_kind::input) {
+        vals[k] = inputs_[static_cast<std::size_t>(n.index)];
+        continue;
+      }
+      const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
+      const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+      vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call ? ir::run_call(n, a, b, &calls_, n.sizes)
+                                                                                    : ir::eval_eager(n, a, b, n.sizes);
+    }
+    for (const auto& [k, hk] : hooks_)  // on the tape, as eager register_hook would put them
+      if (const auto& impl = vals[static_cast<std::size_t>(k)].raw_impl(); impl && impl->grad_fn)
+        impl->grad_fn->pre_hooks(impl->output_nr).push_back(hk);
+    for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], vals[static_cast<std::size_t>(outs[p])]);
+    reset();
+    return;
+  }
+
+  const bool dyn = e->dynamic;
+  std::vector<shape> fwd_shapes;
+  if (dyn) fwd_shapes.assign(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
+  std::vector<tensor<T>> res = e->fwd->run(inputs_, dyn ? &fwd_shapes : nullptr, &calls_);
+  for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], res[p]);
+  if (e->bwd) {
+    std::vector<tensor<T>> saved(res.begin() + static_cast<std::ptrdiff_t>(outs.size()), res.end());
+    std::vector<tensor<T>> grad_outs;
+    std::vector<tensor<T>*> out_ptrs;
+    for (int p : e->grad_outputs) grad_outs.emplace_back(targets[static_cast<std::size_t>(p)]);
+    for (auto& t : grad_outs) out_ptrs.push_back(&t);
+    auto jshapes = dyn ? std::make_shared<const std::vector<shape>>(std::move(shapes)) : nullptr;
+    const std::size_t n_in = inputs_.size();
+    // This call's hooks (the graph's, by slot); hooks registered later on its outputs join
+    // them in the backward, on each output's whole gradient (`set_applies_hooks`).
+    auto graph_hooks = hooks_.empty() ? nullptr : std::make_shared<const std::vector<std::pair<int, hook<T>>>>(hooks_);
+    auto self = std::make_shared<node<T>*>(nullptr);  // the node: the rule lives in it
+    // The engine leaves the gradient of an output nothing used undefined (no zeros): the
+    // backward of the outputs that received one runs instead (`backward_for`).
+    const auto n = record<T>("CompiledFunctionBackward", inputs_, out_ptrs, std::move(saved),
+              [e, jshapes, n_in, graph_hooks, self](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
+                std::vector<tensor<T>> bin(s.begin(), s.end());
+                std::vector<char> given(grads.size());
+                for (std::size_t j = 0; j < grads.size(); ++j) {
+                  given[j] = grads[j].defined();
+                  if (given[j]) bin.push_back(grads[j]);
+                }
+                std::vector<std::pair<int, hook<T>>> hs;  // snapshot, as the engine's `run_hooks`
+                if (graph_hooks) hs = *graph_hooks;
+                for (std::size_t j = 0; j < grads.size(); ++j)
+                  for (const auto& h : (*self)->pre_hooks(j))
+                    hs.emplace_back(e->outputs[static_cast<std::size_t>(e->grad_outputs[j])], h);
+                order_hooks(hs.begin(), hs.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
+                std::vector<int> hooked;
+                std::vector<ir::call_fn<T>> hook_fns;
+                for (const auto& [k, h] : hs) {
+                  hooked.push_back(k);
+                  hook_fns.push_back([h = h](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
+                }
+                std::vector<shape> bs;
+                std::shared_ptr<const backward_code<T>> b = e->bwd;
+                if (given != b->given || hooked != b->hooks) {
+                  std::vector<shape> fwd;
+                  if (jshapes) fwd.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
+                  b = backward_for(*e, given, hooked, jshapes ? &fwd : nullptr, bs);
+                } else if (jshapes) {
+                  bs = backward_shapes(*b, *jshapes);
+                }
+                std::vector<tensor<T>> r;
+                if (auto* rec = active_recorder<T>())  // a traced backward: inline this one
+                  r = rec->replay(b->prog->source(), b->prog->outputs(), bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
+                else
+                  r = b->prog->run(bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
+                std::vector<tensor<T>> out(n_in);
+                for (std::size_t j = 0; j < e->wrt.size(); ++j) {
+                  const int o = b->grad_of[j];
+                  const auto i = static_cast<std::size_t>(e->wrt[j]);
+                  out[i] = o >= 0 ? r[static_cast<std::size_t>(o)] : tensor<T>{};
+                }
+                return out;
+              });
+    *self = n.get();
+    n->set_materialize_grads(false);
+    n->set_applies_hooks(true);
+  }
+  reset();
+}
+
+}  // namespace fusegrad::detail::jit

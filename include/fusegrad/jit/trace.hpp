@@ -1,0 +1,289 @@
+#pragma once
+/// \file fusegrad/jit/trace.hpp
+/// The run-time tracer of `fg::jit` (`trace<T>`): the recorder the eager ops of a thread
+/// append to during a jitted call, building the pending IR graph and handing out lazy
+/// tensors. Its `flush()` (compile or fetch, run) is defined in fusegrad/jit/flush.hpp,
+/// included at the end of this file.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fusegrad/eager/recorder.hpp"
+#include "fusegrad/ir/backward.hpp"
+#include "fusegrad/jit/program.hpp"
+#include "fusegrad/jit/entry.hpp"
+
+namespace fusegrad::detail::jit {
+
+/// The tracer of one element type on one thread, during one call of a jitted function.
+template <Element T>
+class trace final : public recorder<T>, public lazy_source {
+ public:
+  trace() = default;
+  trace(const trace&) = delete;
+  trace& operator=(const trace&) = delete;
+
+  /// Starts tracing a call of the function with state `st` (a trace is reused by the calls
+  /// of its thread, keeping its buffers).
+  void begin(function_state& st) {
+    st_ = &st;
+    names_.clear();
+  }
+  /// Names an argument's tensor: `key` for a map entry, else "arg<arg>" or "arg<arg>[<elem>]".
+  void name(const void* impl, int arg, int elem, const std::string* key) { names_.push_back({impl, arg, elem, key}); }
+
+  tensor<T> pointwise(int op, T scalar, const tensor<T>& a, const tensor<T>* b) override {
+    split_on_grad_mode();
+    const int ia = node_of(a), ib = b ? node_of(*b) : -1;
+    const int id = g_.add_pointwise(op, scalar, ia, ib);
+    rg_.push_back(needs_grad(g_.at(id)));
+    return make_lazy(id);
+  }
+  tensor<T> reduce(reduce_op k, const tensor<T>& x, const std::vector<bool>& mask, bool keepdim) override {
+    split_on_grad_mode();
+    if (mask.size() > ir::max_rank)
+      fail("jit", "a traced tensor has ", mask.size(), " dims; expected at most ", ir::max_rank);
+    const int ix = node_of(x);
+    std::uint64_t dims = 0;
+    for (std::size_t d = 0; d < mask.size(); ++d)
+      if (mask[d]) dims |= std::uint64_t{1} << d;
+    const auto kind = k == reduce_op::sum ? ir::node_kind::sum : k == reduce_op::mean ? ir::node_kind::mean : ir::node_kind::max;
+    const int id = g_.add_reduction(kind, ix, mask.empty() ? 0 : dims, keepdim);
+    rg_.push_back(needs_grad(g_.at(id)));
+    return make_lazy(id);
+  }
+  tensor<T> sum_to(const tensor<T>& g, const shape& target) override {
+    split_on_grad_mode();
+    const int ig = node_of(g);
+    const int id = g_.add_sum_to_shape(ig, target);
+    rg_.push_back(needs_grad(g_.at(id)));
+    return make_lazy(id);
+  }
+  tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) override {
+    split_on_grad_mode();
+    if (mask.size() > ir::max_rank) fail("jit", "a traced tensor has ", mask.size(), " dims; expected at most ", ir::max_rank);
+    std::uint64_t dims = 0;
+    for (std::size_t d = 0; d < mask.size(); ++d)
+      if (mask[d]) dims |= std::uint64_t{1} << d;
+    const int ig = node_of(g);
+    const int id = g_.add_expand_shape(ig, target, dims);
+    rg_.push_back(needs_grad(g_.at(id)));
+    return make_lazy(id);
+  }
+  std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs, const std::vector<tensor<T>>& inputs,
+                                const std::vector<shape>* sizes, const std::vector<ir::call_fn<T>>* fns) override {
+    split_on_grad_mode();
+    const int aot = next_aot_++;  // the inlined nodes print as %aot<id>_<node of b>
+    std::vector<int> map(b.size(), -1);
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      ir::node<T> n = b.nodes()[k];
+      if (n.kind == ir::node_kind::input) {
+        map[k] = node_of(inputs.at(static_cast<std::size_t>(n.index)));
+        continue;
+      }
+      for (int* c : {&n.a, &n.b})
+        if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
+      if (n.ref >= 0) n.ref = map[static_cast<std::size_t>(n.ref)];
+      const bool rg = needs_grad(n);
+      if (sizes) n.sizes = (*sizes)[k];
+      if (n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call) {  // its function joins this graph's
+        if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
+          fail("jit", "a replayed call node needs function ", n.index, " but ", fns ? fns->size() : 0,
+               " were given; expected one function per call slot");
+        calls_.push_back((*fns)[static_cast<std::size_t>(n.index)]);
+        call_names_.emplace_back(n.kind == ir::node_kind::call_hook ? "hook" : "call");
+        n.index = static_cast<int>(calls_.size()) - 1;
+      }
+      map[k] = g_.add_copy(std::move(n));
+      rg_.push_back(rg);
+      aot_.push_back({map[k], aot, static_cast<int>(k)});
+    }
+    std::vector<tensor<T>> out;
+    for (int o : outputs) {
+      const int id = map[static_cast<std::size_t>(o)];
+      if (g_.at(id).kind == ir::node_kind::input) out.push_back(inputs_[static_cast<std::size_t>(g_.at(id).index)]);
+      else out.push_back(make_lazy(id));
+    }
+    return out;
+  }
+  tensor<T> call(bool hook, std::string_view name, const shape& out, ir::call_fn<T> fn, const tensor<T>& a,
+                 const tensor<T>* b) override {
+    split_on_grad_mode();
+    const int ia = node_of(a), ib = b ? node_of(*b) : -1;
+    const int slot = static_cast<int>(calls_.size());
+    const int id = hook ? g_.add_call_hook(ia, slot) : g_.add_call(ia, ib, slot, out);
+    calls_.push_back(std::move(fn));
+    call_names_.emplace_back(name);
+    rg_.push_back(needs_grad(g_.at(id)));
+    return make_lazy(id);
+  }
+  std::size_t inline_begin() override { return g_.size(); }
+  void inline_end(std::size_t from) override {
+    if (from > g_.size()) from = 0;  // the graph broke in between: the nodes since
+    const int aot = next_aot_++;
+    for (std::size_t k = from; k < g_.size(); ++k)
+      if (g_.nodes()[k].kind != ir::node_kind::input) aot_.push_back({static_cast<int>(k), aot, static_cast<int>(k - from)});
+  }
+  void accumulate_grad(const tensor<T>& g) override {
+    if (const auto& impl = g.raw_impl(); impl && impl->lazy == this) accumulated_.push_back(impl->lazy_node);
+  }
+  bool add_hook(const tensor<T>& t, const hook<T>& h) override {
+    const auto& impl = t.raw_impl();
+    if (!impl || impl->lazy != this) return false;
+    hooks_.emplace_back(impl->lazy_node, h);
+    return true;
+  }
+  bool remove_hook(const tensor<T>& t, std::uint64_t id, bool& removed) override {
+    const auto& impl = t.raw_impl();
+    if (!impl || impl->lazy != this) return false;
+    const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const auto& h) { return h.first == impl->lazy_node && h.second.id == id; });
+    removed = it != hooks_.end();
+    if (removed) hooks_.erase(it);
+    return true;
+  }
+  void realize(std::string_view why) override { flush(why, true); }
+  void sync(std::string_view why) override { flush(why, true); }
+
+  /// Compiles (or fetches) and runs the pending graph; `is_break`: a sync point asked.
+  void flush(std::string_view why, bool is_break);
+
+  /// After an exception: the tensors still lazy can never be computed.
+  void abandon() noexcept {
+    for (auto& [id, w] : lazies_)
+      if (auto p = w.lock()) p->lazy = &dead_source();
+    reset();
+  }
+
+ private:
+  struct dead final : lazy_source {
+    void realize(std::string_view) override {
+      fail("jit", "this tensor was recorded by a jitted call that threw before computing it; it has no value");
+    }
+  };
+  static dead& dead_source() {
+    static dead d;
+    return d;
+  }
+
+  void split_on_grad_mode() {
+    const bool gm = is_grad_enabled();
+    if (!g_.empty() && gm != grad_mode_) flush("grad mode changed", false);
+    if (g_.empty()) grad_mode_ = gm;
+  }
+  /// Whether node `n` (its operands already in the graph) requires grad, as the tape decides:
+  /// an operand requires grad and the op has a derivative rule.
+  bool needs_grad(const ir::node<T>& n) const {
+    if (n.kind == ir::node_kind::pointwise && !ir::graph<T>::op_has_derivative(n.op)) return false;
+    return (n.a >= 0 && rg_[static_cast<std::size_t>(n.a)]) || (n.b >= 0 && rg_[static_cast<std::size_t>(n.b)]);
+  }
+  int node_of(const tensor<T>& t) {
+    const auto& impl = t.raw_impl();
+    if (!impl) fail("jit", "an op got an undefined tensor; expected a defined tensor");
+    if (impl->lazy == this) return impl->lazy_node;
+    if (impl->lazy) impl->lazy->realize("a lazy tensor of another trace");
+    for (std::size_t i = 0; i < inputs_.size(); ++i)
+      if (inputs_[i].raw_impl() == impl) return input_nodes_[i];
+    const int id = g_.add_input(t.shape());
+    inputs_.push_back(t);
+    input_nodes_.push_back(id);
+    rg_.push_back(grad_mode_ && t.requires_grad());
+    return id;
+  }
+  tensor<T> make_lazy(int id) {
+    auto impl = std::make_shared<tensor_impl<T>>();
+    impl->sizes = g_.at(id).sizes;
+    impl->st = contiguous_strides(impl->sizes);
+    impl->requires_grad = rg_[static_cast<std::size_t>(id)];
+    impl->lazy = this;
+    impl->lazy_node = id;
+    lazies_.emplace_back(id, impl);
+    return tensor<T>(std::move(impl));
+  }
+  void reset() {
+    targets_.clear();
+    calls_.clear();
+    call_names_.clear();
+    aot_.clear();
+    accumulated_.clear();
+    hooks_.clear();
+    next_aot_ = 0;
+    g_.clear();
+    inputs_.clear();
+    input_nodes_.clear();
+    rg_.clear();
+    lazies_.clear();
+  }
+  std::string input_name(const tensor<T>& t, std::size_t i) const {
+    for (const auto& n : names_)
+      if (n.impl == t.raw_impl().get()) {
+        if (n.key) return *n.key;
+        std::string r = "arg" + std::to_string(n.arg);
+        if (n.elem >= 0) r += "[" + std::to_string(n.elem) + "]";
+        return r;
+      }
+    return "input " + std::to_string(i);
+  }
+
+  struct arg_name {
+    const void* impl;
+    int arg, elem;
+    const std::string* key;
+  };
+  function_state* st_ = nullptr;
+  ir::graph<T> g_;
+  std::vector<tensor<T>> inputs_;
+  std::vector<int> input_nodes_;
+  std::vector<char> rg_;  ///< node needs grad
+  bool grad_mode_ = true;
+  std::vector<std::pair<int, std::weak_ptr<tensor_impl<T>>>> lazies_;
+  std::vector<arg_name> names_;
+  std::vector<ir::call_fn<T>> calls_;     ///< the functions of the graph's call nodes, by slot
+  std::vector<std::string> call_names_;  ///< their names, for the printed graph
+  // For the printed graph: inlined backwards (node, aot id, node in its backward graph) and
+  // the values AccumulateGrad hands to leaves.
+  struct aot_node {
+    int node, aot, local;
+  };
+  std::vector<aot_node> aot_;
+  std::vector<int> accumulated_;
+  /// Tensor hooks registered on lazy tensors, in order: the node, the hook. Each flush hands
+  /// them to the graph's backward as `call_hook` slots; the entry keys on the nodes only,
+  /// and every call passes its own hooks (a cached program never runs a stale one).
+  std::vector<std::pair<int, hook<T>>> hooks_;
+  int next_aot_ = 0;
+  /// The graph as code, inlined nodes named `%aot<id>_<k>`, AccumulateGrad's values listed.
+  std::string graph_text(const std::vector<std::string>& input_names) const {
+    std::vector<std::string> labels;
+    if (!aot_.empty()) {
+      labels.resize(g_.size());
+      for (const auto& a : aot_) labels[static_cast<std::size_t>(a.node)] = "aot" + std::to_string(a.aot) + "_" + std::to_string(a.local);
+    }
+    std::string s = g_.to_string(input_names, labels, call_names_);
+    for (std::size_t h = 0; h < hooks_.size(); ++h) {
+      const auto k = static_cast<std::size_t>(hooks_[h].first);
+      s += "register_hook(%";
+      s += k < labels.size() && !labels[k].empty() ? labels[k] : std::to_string(k);
+      s += ", hooks[" + std::to_string(h) + "])\n";
+    }
+    for (int k : accumulated_) {
+      s += "accumulate_grad(%";
+      s += static_cast<std::size_t>(k) < labels.size() && !labels[static_cast<std::size_t>(k)].empty() ? labels[static_cast<std::size_t>(k)]
+                                                                                                       : std::to_string(k);
+      s += ")\n";
+    }
+    return s;
+  }
+  // Scratch of flush(), kept between calls.
+  std::vector<int> outs_, alias_, hook_nodes_;
+  std::vector<std::shared_ptr<tensor_impl<T>>> targets_;
+};
+
+}  // namespace fusegrad::detail::jit
+
+// The definition of `trace<T>::flush`, which every instantiation of `trace` needs.
+#include "fusegrad/jit/flush.hpp"

@@ -1,0 +1,424 @@
+#pragma once
+/// \file fusegrad/kernel/fused_runner.hpp
+/// The fused loops' run-time code, one per element type (`fused_runner`): it runs the stages
+/// of a `fused_view` (rows, tiles, loads, stores, reductions, broadcasting), calling each
+/// stage's row body (fusegrad/kernel/row_body.hpp) per row.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "fusegrad/compile/node_eval.hpp"
+#include "fusegrad/core/accumulate.hpp"
+#include "fusegrad/core/shape.hpp"
+#include "fusegrad/core/simd.hpp"
+#include "fusegrad/eager/kernels.hpp"
+#include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/kernel/layout.hpp"
+#include "fusegrad/kernel/row_body.hpp"
+#include "fusegrad/loops/rows.hpp"
+#include "fusegrad/loops/tile.hpp"
+
+namespace fusegrad::detail {
+
+/// Whether a sum of a value of shape `space` to `out` (aligned on the right, 1 where reduced)
+/// reaches each output's values one after another when `space` is walked in rows along its
+/// innermost dim of size > 1: always when that dim is kept (the column form of a sum,
+/// core/accumulate.hpp: outputs side by side), else when no kept dim lies inside a reduced one
+/// (the row form: each output's rows in a run).
+inline bool sum_rows_in_order(const shape& space, const shape& out) {
+  bool reduced_seen = false, kept_inside = false, inner_kept = false;
+  for (std::size_t d = 0; d < space.size(); ++d) {
+    if (space[d] == 1) continue;
+    const std::size_t back = space.size() - d;
+    const bool kept = back <= out.size() && out[out.size() - back] != 1;
+    kept_inside = kept_inside || (kept && reduced_seen);
+    reduced_seen = reduced_seen || !kept;
+    inner_kept = kept;
+  }
+  return inner_kept || !kept_inside;
+}
+// ---- the loops: run-time code, one per element type ----------------------------------------
+
+/// Runs the stages of a `fused_view` over the values of one evaluation.
+template <Element T>
+class fused_runner {
+ public:
+  fused_runner(const fused_view& L, const row_body_fn<T>* bodies, node_eval<T>& g) : L_(L), bodies_(bodies), g_(g) {}
+
+  // The entry points are defined out of the class (not inline), so that the precompiled
+  // runtime's extern declaration (fusegrad/runtime.hpp) keeps the loops out of user TUs.
+  /// Stage `S`: its matrix products, then its loop.
+  void stage(int S);
+  /// Evaluates node `c` on whole tensors.
+  void eval(int c);
+
+ private:
+  const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
+  const node_desc& d(int c) const { return g_.desc[c]; }
+  tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
+  const shape& shp(int c) const { return g_.shapes[static_cast<std::size_t>(c)]; }
+
+  /// An element-wise node on whole tensors, its operands broadcast to its shape (the eager
+  /// path's `map_strided` with the node's tile kernel).
+  void eval_pointwise(int c) {
+    tensor<T> r = empty<T>(shp(c));
+    const int b = ch(c)[1];
+    if (r.numel() > 0) map_strided<T>(g_.kernels[c], g_.state[c], val(ch(c)[0]), b >= 0 ? &val(b) : nullptr, r);
+    val(c) = std::move(r);
+  }
+
+  void loop(int S) {
+    const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
+    if (w0 == w1 && r0 == r1) return;
+    // The iteration space: what the reductions read, else the largest store (a reference
+    // into the shapes, which a loop does not change: no copy per call).
+    const shape& space = [&]() -> const shape& {
+      if (r0 < r1) return shp(ch(L_.reduce_nodes[r0])[0]);
+      const shape* best = &shp(L_.store_nodes[w0]);
+      for (int j = w0; j < w1; ++j) {
+        const shape& s = shp(L_.store_nodes[j]);
+        if (s.size() > best->size() || (s.size() == best->size() && numel(s) > numel(*best))) best = &s;
+      }
+      return *best;
+    }();
+    bool one_space = true;
+    for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.reduce_nodes[j])[0]) == space;
+    // A store is written by visiting the space's elements: a store with elements over an
+    // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
+    // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
+    const bool empty_space = numel(space) == 0;
+    for (int j = w0; j < w1; ++j)
+      one_space = one_space && broadcasts_to(shp(L_.store_nodes[j]), space) &&
+                  !(empty_space && numel(shp(L_.store_nodes[j])) > 0);
+    // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
+    // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
+    for (int j = r0; j < r1 && one_space; ++j)
+      one_space = d(L_.reduce_nodes[j]).rkind == detail::reduce_op::max ||
+                  sum_rows_in_order(space, sum_view(L_.reduce_nodes[j], space));
+    if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
+      for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j)
+        if (d(L_.load_nodes[j]).kind == gkind::unreduce && !val(L_.load_nodes[j]).defined()) eval(L_.load_nodes[j]);
+      for (int q = L_.first_compute[S]; q < L_.first_compute[S + 1]; ++q) {
+        const int c = L_.compute_nodes[q];
+        if (L_.tile_register[q] < 0) val(c) = val(L_.value_child[c]);
+        else eval_pointwise(c);
+      }
+      for (int j = r0; j < r1; ++j) eval(L_.reduce_nodes[j]);
+      return;
+    }
+    scratch& sc = scratch_();
+    for (int j = w0; j < w1; ++j) val(L_.store_nodes[j]) = empty<T>(shp(L_.store_nodes[j]));
+    grow(static_cast<std::size_t>(r1 - r0), sc.direct);
+    for (int j = r0; j < r1; ++j) {
+      const int c = L_.reduce_nodes[j];
+      val(c) = empty<T>(shp(c));
+      // A reduction to the shape of its own input (sumto of a gradient that was not
+      // broadcast) sees each element once: it is written directly, without a fill.
+      const bool direct = shp(c) == space && numel(space) > 1;
+      sc.direct[static_cast<std::size_t>(j - r0)] = direct;
+      if (!direct) fill(val(c), d(c).rkind == detail::reduce_op::max ? -std::numeric_limits<T>::infinity() : T(0));
+    }
+    if (!empty_space) pass(S, space);  // an empty space: its stores are empty, the fills are the sums
+    for (int j = r0; j < r1; ++j) {
+      const int c = L_.reduce_nodes[j];
+      if (d(c).rkind != detail::reduce_op::mean) continue;
+      const index_t cnt = numel(space) / std::max<index_t>(val(c).numel(), 1);
+      T* p = val(c).data_ptr();
+      for (index_t e = 0; e < val(c).numel(); ++e) p[e] /= static_cast<T>(cnt);
+    }
+  }
+
+  /// Reduction `c` of a value of shape `it`, seen with `it`'s rank (1 on the reduced dims).
+  shape sum_view(int c, const shape& it) const {
+    return d(c).kind == gkind::reduction ? keepdim_shape(it, d(c).raxis) : shp(c);
+  }
+
+  /// One pass of loop `S` over the space `it`: every sink of the stage, walked in rows, each
+  /// row in tiles; the stage's tile body runs every node over the whole tile.
+  void pass(int S, const shape& it) {
+    const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
+    const int* Rn = L_.reduce_nodes + r0;
+    const int* Ln = L_.load_nodes + l0;
+    const int* Wn = L_.store_nodes + w0;
+    const int* tile_register = L_.tile_register + c0;
+    const int* store_index = L_.store_index + c0;
+    const int* store_slot = L_.store_slot + w0;
+    const int* reduce_slot = L_.reduce_slot + r0;
+    const auto NC = static_cast<std::size_t>(L_.first_compute[S + 1] - c0);
+    const auto NR = static_cast<std::size_t>(L_.first_reduce[S + 1] - r0);
+    const auto NL = static_cast<std::size_t>(L_.first_load[S + 1] - l0);
+    const auto NW = static_cast<std::size_t>(L_.first_store[S + 1] - w0);
+    const std::size_t N = NL + NW + NR;
+    using V = simd<T>;
+    constexpr index_t tile = tile_elems;
+    scratch& sc = scratch_();
+    const int nregs = L_.register_count[S];
+    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile);
+    if (sc.regs.size() < need) sc.regs.resize(need);
+    T* const regs = sc.regs.data();
+    T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
+    // Buffers only grow; every entry a pass reads is written first.
+    grow(NL + NC + 1, sc.slot);
+    sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
+    grow(NC, sc.dst, sc.step);
+    grow(NL, sc.lrow, sc.lstep, sc.lp, sc.divisor);
+    std::fill_n(sc.divisor.begin(), NL, T(1));
+    grow(NW + NR, sc.wp);
+    grow(NR, sc.acc, sc.tail, sc.rmax, sc.rsum, sc.cols, sc.cur, sc.colf);
+    grow(N, sc.st, sc.is, sc.base);
+    for (std::size_t j = 0; j < NR; ++j) {
+      sc.rmax[j] = d(Rn[j]).rkind == detail::reduce_op::max;
+      sc.cur[j] = nullptr;  // a row-form sum's current output
+      sc.colf[j] = 0;       // a column-form sum (set up below)
+    }
+    const row_body_fn<T> body = bodies_[S];
+    const T** const slot = sc.slot.data();
+    T** const dst = sc.dst.data();
+    index_t* const step = sc.step.data();
+    const T** const lrow = sc.lrow.data();
+    index_t* const lstep = sc.lstep.data();
+    const T* const* const lp = sc.lp.data();
+    const T* const divisor = sc.divisor.data();
+    T* const* const wp = sc.wp.data();
+    const char* const direct = sc.direct.data();
+
+    // The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
+    // back), stores of one element, reductions.
+    struct hooks {
+      const T** slot;
+      const T* const* lrow;
+      const index_t* lstep;
+      const T* divisor;
+      T* loadbuf;
+      std::size_t NL, NW, NR;
+      const index_t* base;
+      const index_t* is;
+      T* const* wp;
+      const int* store_slot;
+      const int* reduce_slot;
+      const char* direct;
+      scratch* sc;
+      static void before(void* p, index_t, index_t m) {
+        auto& h = *static_cast<hooks*>(p);
+        for (std::size_t j = 0; j < h.NL; ++j)
+          if (h.lstep[j] != 0 && h.divisor[j] != T(1)) {
+            T* const buf = h.loadbuf + j * tile_elems;
+            tile_div(h.slot[j], h.divisor[j], buf, m);
+            h.slot[j] = buf;
+          }
+      }
+      static void after(void* p, index_t i, index_t m) {
+        auto& h = *static_cast<hooks*>(p);
+        const std::size_t NL = h.NL, NW = h.NW;
+        for (std::size_t j = 0; j < NW; ++j)
+          if (h.is[NL + j] == 0) h.wp[j][h.base[NL + j]] = h.slot[h.store_slot[j]][0];
+        for (std::size_t j = 0; j < h.NR; ++j) {
+          const std::size_t q = NL + NW + j;
+          const T* src = h.slot[h.reduce_slot[j]];
+          T* out = h.wp[NW + j] + h.base[q];
+          const bool mx = h.sc->rmax[j];
+          if (h.is[q] == 0) {
+            if (mx) tile_max(src, m, h.sc->acc[j], h.sc->tail[j]);
+            else h.sc->rsum[j].add(src, m);
+          } else if (h.direct[j]) {
+            std::copy(src, src + m, out + i);
+          } else if (mx) {
+            tile_reduce_into<true>(src, out + i, m);
+          } else {
+            tile_reduce_into<false>(src, out + i, m);
+          }
+        }
+      }
+    };
+
+    // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
+    // broadcast, 1: contiguous). What is fixed along the row is resolved here; the stage's
+    // row body walks the tiles.
+    auto row_fn = [&](const index_t* base, index_t n, const index_t* is) {
+      bool scaled = false;
+      for (std::size_t j = 0; j < NL; ++j) {
+        T* const buf = loadbuf + j * tile;
+        if (is[j] == 0) {
+          std::fill(buf, buf + tile, lp[j][base[j]] / divisor[j]);
+          lrow[j] = buf;
+          lstep[j] = 0;
+        } else {
+          lrow[j] = lp[j] + base[j];
+          lstep[j] = 1;
+          scaled = scaled || divisor[j] != T(1);
+        }
+      }
+      bool one_element_store = false;
+      for (std::size_t q = 0; q < NC; ++q) {
+        const int w = store_index[q];
+        const bool to_store = w >= 0 && is[NL + static_cast<std::size_t>(w)] != 0;
+        one_element_store = one_element_store || (w >= 0 && !to_store);
+        dst[q] = to_store ? wp[w] + base[NL + static_cast<std::size_t>(w)]
+                          : (tile_register[q] >= 0 ? regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile
+                                                   : nullptr);
+        step[q] = to_store ? 1 : 0;
+      }
+      for (std::size_t j = 0; j < NR; ++j) {
+        const std::size_t q = NL + NW + j;
+        if (sc.rmax[j]) {
+          sc.acc[j] = V(-std::numeric_limits<T>::infinity());
+          sc.tail[j] = -std::numeric_limits<T>::infinity();
+        } else if (is[q] == 0 && wp[NW + j] + base[q] != sc.cur[j]) {  // a row-form sum's next output
+          if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
+          sc.rsum[j].reset();
+          sc.cur[j] = wp[NW + j] + base[q];
+        }
+      }
+      hooks h{slot, lrow, lstep, divisor, loadbuf, NL, NW, NR, base, is, wp, store_slot, reduce_slot, direct, &sc};
+      const row_args<T> args{g_.state, slot, lrow, lstep, dst, step, scaled ? &hooks::before : nullptr,
+                             NR > 0 || one_element_store ? &hooks::after : nullptr, &h};
+      body(args, n);
+      for (std::size_t j = 0; j < NR; ++j) {
+        const std::size_t q = NL + NW + j;
+        if (is[q] != 0) {
+          if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
+        } else if (sc.rmax[j]) {
+          T* p = wp[NW + j] + base[q];
+          *p = lanes::max(*p, lanes::max(lanes_max(sc.acc[j]), sc.tail[j]));
+        }
+      }
+    };
+    // The sums' totals, once every row has passed.
+    auto finish_sums = [&] {
+      for (std::size_t j = 0; j < NR; ++j) {
+        if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
+        if (sc.colf[j]) sc.cols[j].finish();
+      }
+    };
+
+    // Fast path: every operand has the iteration shape (or is a full reduction): one flat row,
+    // no strides to compute.
+    {
+      bool fast = true;
+      for (std::size_t j = 0; j < NL && fast; ++j) fast = d(Ln[j]).kind != gkind::unreduce && shp(Ln[j]) == it;
+      for (std::size_t j = 0; j < NW && fast; ++j) fast = shp(Wn[j]) == it;
+      for (std::size_t j = 0; j < NR && fast; ++j) fast = val(Rn[j]).numel() == 1 || shp(Rn[j]) == it;
+      if (fast) {
+        const index_t total = numel(it);
+        std::fill_n(sc.is.begin(), N, total == 1 ? 0 : 1);
+        std::fill_n(sc.base.begin(), N, 0);
+        for (std::size_t j = 0; j < NL; ++j) sc.lp[j] = val(Ln[j]).data_ptr();
+        for (std::size_t j = 0; j < NW; ++j) sc.wp[j] = val(Wn[j]).data_ptr();
+        for (std::size_t j = 0; j < NR; ++j) {
+          sc.wp[NW + j] = val(Rn[j]).data_ptr();
+          if (val(Rn[j]).numel() == 1) sc.is[NL + NW + j] = 0;
+        }
+        if (total > 0) row_fn(sc.base.data(), total, sc.is.data());
+        finish_sums();
+        return;
+      }
+    }
+    auto& st = sc.st;
+    for (std::size_t j = 0; j < NL; ++j) {
+      const int c = Ln[j];
+      if (d(c).kind == gkind::unreduce) {
+        const tensor<T>& src = val(ch(c)[0]);
+        const shape& to = shp(c);
+        const shape ks = keepdim_shape(to, d(c).raxis);
+        st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
+        sc.lp[j] = src.data_ptr();
+        if (d(c).rkind == detail::reduce_op::mean)
+          sc.divisor[j] = static_cast<T>(numel(to) / std::max<index_t>(numel(ks), 1));  // eager: g / n
+      } else {
+        st[j] = broadcast_strides(val(c), it);
+        sc.lp[j] = val(c).data_ptr();
+      }
+    }
+    for (std::size_t j = 0; j < NW; ++j) {
+      st[NL + j] = broadcast_strides(val(Wn[j]), it);  // a smaller store rides along (same value rewritten)
+      sc.wp[j] = val(Wn[j]).data_ptr();
+    }
+    for (std::size_t j = 0; j < NR; ++j) {
+      const int c = Rn[j];
+      sc.wp[NW + j] = val(c).data_ptr();
+      const shape view_shape = sum_view(c, it);
+      st[NL + NW + j] = broadcast_strides(alias(val(c), view_shape, contiguous_strides(view_shape), 0), it);
+    }
+    // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
+    const strides full = contiguous_strides(it);
+    auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
+    bool flat = true;
+    for (std::size_t q = 0; q < N && flat; ++q) flat = st[q] == full || (q >= NL + NW && is_zero(st[q]));
+    shape space = it;
+    if (flat) {
+      space = shape{numel(it)};
+      for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+    } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
+      // Dims of size 1 play no part: rows run along the innermost dim of size > 1, which
+      // decides the form of a sum (core/accumulate.hpp) as it does in eager mode.
+      space.clear();
+      for (std::size_t k = 0; k < it.size(); ++k)
+        if (it[k] != 1) space.push_back(it[k]);
+      for (std::size_t q = 0; q < N; ++q) {
+        strides t;
+        for (std::size_t k = 0; k < it.size(); ++k)
+          if (it[k] != 1) t.push_back(st[q][k]);
+        st[q] = std::move(t);
+      }
+    }
+    // A sum whose output runs along the rows (the innermost dim kept) is in the column form:
+    // its partial sums are the output, the chunks and the tree are kept by `column_sums`.
+    for (std::size_t j = 0; j < NR; ++j) {
+      const std::size_t q = NL + NW + j;
+      if (sc.rmax[j] || direct[j] || numel(space) == 0 || space.empty() || st[q].back() == 0) continue;
+      tensor<T>& out = val(Rn[j]);
+      const index_t m = space.back();
+      sc.cols[j].start(out.data_ptr(), out.numel() / m, m, numel(it) / out.numel());
+      sc.colf[j] = 1;
+    }
+    std::vector<const strides*> sp(N);
+    for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
+    std::vector<index_t> off(N, 0), inner(N, 0);
+    for_each_row_n(space, N, sp.data(), off.data(), inner.data(), row_fn);
+    finish_sums();
+  }
+
+  /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
+  struct scratch {
+    std::vector<const T*> slot, lrow, lp;
+    std::vector<T*> dst, wp;
+    std::vector<index_t> step, lstep, is, base;
+    std::vector<char> rmax, direct;
+    std::vector<T> divisor, tail, regs;
+    std::vector<strides> st;
+    std::vector<simd<T>> acc;
+    std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
+    std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
+    std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
+    std::vector<char> colf;             ///< per reduction: in the column form
+  };
+  /// Makes each of `vs` at least `n` long (buffers only grow).
+  template <class... X>
+  static void grow(std::size_t n, std::vector<X>&... vs) {
+    ((vs.size() < n ? vs.resize(n) : void()), ...);
+  }
+  static scratch& scratch_() {
+    thread_local scratch s;
+    return s;
+  }
+
+  const fused_view& L_;
+  const row_body_fn<T>* bodies_;
+  node_eval<T>& g_;
+};
+
+template <Element T>
+void fused_runner<T>::stage(int S) {
+  for (int j = L_.first_matmul[S]; j < L_.first_matmul[S + 1]; ++j) eval(L_.matmul_nodes[j]);
+  loop(S);
+}
+
+template <Element T>
+void fused_runner<T>::eval(int c) {
+  g_.values[static_cast<std::size_t>(c)] = g_.eval(c);
+}
+
+}  // namespace fusegrad::detail

@@ -1,0 +1,79 @@
+#pragma once
+/// \file fusegrad/ops/op.hpp
+/// What an op is. Each op header of `ops/` holds one op: a struct with
+///   - `name` and `grad_fn` (PyTorch's node name, e.g. "CosBackward0"),
+///   - `value(v)` (or `value(a, b)`) written once for scalars and `fusegrad::simd<T>` batches,
+///   - optionally `derivative(x, y, g)` (or `da(a, b, y, g)` and `db(...)`): the backward rule
+///     written over any algebra of values (eager tensors, expression types and IR values all
+///     run the very same rule), and `uses_input` / `uses_output` flags saying which forward
+///     values the rule reads (so eager mode saves only those),
+/// and its public functions (`fg::cos(x)`), written once over the `Operand` concept: they call
+/// `apply_op(op, x...)`, which each representation overloads for its values. Op headers include
+/// only `core/` and other op headers: no tensors, no tape. Users write their own element-wise
+/// ops the same way and call them with `fusegrad::apply_op`.
+
+#include <bit>
+#include <cmath>
+#include <concepts>
+#include <string_view>
+#include <type_traits>
+
+#include "fusegrad/core/operand.hpp"
+#include "fusegrad/core/simd.hpp"
+
+namespace fusegrad {
+
+/// An element-wise op with one operand for element type `T` (see this header's comment).
+template <class Op, class T>
+concept UnaryOp = Element<T> && requires(const Op& op, T x, simd<T> b) {
+  { Op::name } -> std::convertible_to<std::string_view>;
+  { op.value(x) } -> std::convertible_to<T>;
+  { op.value(b) } -> std::convertible_to<simd<T>>;
+};
+
+/// An element-wise op with two operands for element type `T` (see this header's comment).
+template <class Op, class T>
+concept BinaryOp = Element<T> && requires(const Op& op, T x, simd<T> b) {
+  { Op::name } -> std::convertible_to<std::string_view>;
+  { op.value(x, x) } -> std::convertible_to<T>;
+  { op.value(b, b) } -> std::convertible_to<simd<T>>;
+};
+
+namespace detail {
+template <class Op, class V>
+concept has_unary_derivative = requires(const Op& op, const V& v) { op.derivative(v, v, v); };
+template <class Op, class V>
+concept has_binary_derivative = requires(const Op& op, const V& v) {
+  op.da(v, v, v, v);
+  op.db(v, v, v, v);
+};
+/// Whether `Op` has a derivative rule over values `V`. Results of ops without one
+/// (comparisons, `step`, `sign`) never require grad: on the tape, in the tracer.
+template <class Op, class V>
+concept has_derivative = has_unary_derivative<Op, V> || has_binary_derivative<Op, V>;
+template <class Op>
+constexpr bool uses_input() {
+  if constexpr (requires { Op::uses_input; }) return Op::uses_input;
+  else return true;
+}
+template <class Op>
+constexpr bool uses_output() {
+  if constexpr (requires { Op::uses_output; }) return Op::uses_output;
+  else return true;
+}
+
+/// The constant an op with state holds (its one scalar), or zero.
+template <Element T, class Op>
+T op_scalar(const Op& op) {
+  if constexpr (std::is_empty_v<Op>) return T{};
+  else {
+    static_assert(sizeof(Op) == sizeof(T) && std::is_trivially_copyable_v<Op>,
+                  "fusegrad: an op in the IR's op table with state must hold exactly one scalar of the "
+                  "element type");
+    return std::bit_cast<T>(op);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace fusegrad

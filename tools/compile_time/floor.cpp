@@ -1,0 +1,40 @@
+// The floor of compile time: only what fusegrad's headers include from outside fusegrad (the
+// standard library and xsimd). tools/compile_ratios.sh measures TUs against it. Keep the list
+// equal to `grep -rh '#include <' include | sort -u`.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <numbers>
+#include <numeric>
+#include <optional>
+#include <ostream>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+#include <xsimd/xsimd.hpp>
+
+int main() {}
