@@ -127,3 +127,28 @@ TEST_CASE("IR graphs with general broadcasting (eager steps, summed-to gradients
   same_as_eager([](auto a, auto b) { return fg::sin(a) * b + b; }, fg::randn<double>({4, 5}, 12), fg::randn<double>({5}, 13));
   same_as_eager([](auto a, auto b) { return a / b; }, fg::randn<double>({4, 5}, 14), fg::abs(fg::randn<double>({4, 1}, 15)) + 1.0);
 }
+
+// Regression (found by the fuzzer's slowdown over long runs): `clear()` kept the shape buffer
+// of every node for reuse, also of nodes added without taking one (`add_copy`), so a long-lived
+// graph (the tracer's, compiled autograd's) grew by those nodes on every graph and each copy of
+// it (an entry's forward graph, a backward's joint graph) copied the whole pile.
+TEST_CASE("IR graphs: the shape buffers kept for reuse stay bounded and are not copied") {
+  fg::ir::graph<double> g;
+  for (int round = 0; round < 1000; ++round) {
+    const int x = g.add_input({3, 4});
+    fg::ir::node<double> n = g.at(x);
+    n.kind = fg::ir::node_kind::pointwise;
+    for (int k = 0; k < 8; ++k) g.add_copy(n);
+    g.clear();
+  }
+  CHECK(g.spare_shapes() <= 9);  // at most the largest graph's nodes
+  const int x = g.add_input({3, 4});
+  g.add_copy(g.at(x));
+  const fg::ir::graph<double> copy = g;
+  CHECK(copy.spare_shapes() == 0);
+  CHECK(copy.size() == g.size());
+  fg::ir::graph<double> assigned;
+  assigned = g;
+  CHECK(assigned.spare_shapes() == 0);
+  CHECK(assigned.at(0).sizes == fg::shape{3, 4});
+}

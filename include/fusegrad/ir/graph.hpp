@@ -116,12 +116,29 @@ class graph {
   [[nodiscard]] std::size_t size() const noexcept { return nodes_.size(); }
   [[nodiscard]] int num_inputs() const noexcept { return inputs_; }
   [[nodiscard]] bool empty() const noexcept { return nodes_.empty(); }
+  /// How many shape buffers `clear()` left for the next graph to reuse (a diagnostic).
+  [[nodiscard]] std::size_t spare_shapes() const noexcept { return spare_.size(); }
   /// Empties the graph, keeping its memory for the next one (the tracer reuses its graph).
-  void clear() noexcept {
-    for (auto& n : nodes_) spare_.push_back(std::move(n.sizes));
+  /// It keeps at most as many shape buffers as the graph had nodes: a long-lived graph (the
+  /// tracer's) does not grow with the graphs it has held.
+  void clear() {
+    for (auto& n : nodes_) {
+      if (spare_.size() >= nodes_.size()) break;
+      spare_.push_back(std::move(n.sizes));
+    }
     nodes_.clear();
     inputs_ = 0;
   }
+
+  graph() = default;
+  /// A copy holds the nodes, not the spare shape buffers (they serve the original's next graph).
+  graph(const graph& o) : nodes_(o.nodes_), inputs_(o.inputs_) {}
+  graph& operator=(const graph& o) {
+    if (this != &o) nodes_ = o.nodes_, inputs_ = o.inputs_;
+    return *this;
+  }
+  graph(graph&&) noexcept = default;
+  graph& operator=(graph&&) noexcept = default;
 
   int add_input(const shape& s) {
     node<T> n;
