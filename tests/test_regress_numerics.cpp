@@ -211,6 +211,54 @@ TEST_CASE("regression: pow is C's pow, in SIMD lanes too") {
   CHECK(fg::pow(fg::full<double>({8}, tiny), fg::ones<double>({8})).to_vector() == std::vector<double>(8, tiny));
 }
 
+// Found by the differential fuzzer (seed 402, graph 33244): sin of an expanded value gave
+// another last bit under fg::jit than eagerly, because xsimd reduces a batch's arguments by
+// one method picked by the batch's largest |x|, so an element's sin depended on its
+// neighbours (here a huge pow result sharing its batch).
+template <class T>
+void check_trig_neighbours(const std::vector<T>& xs) {
+  using t = fg::tensor<T>;
+  const T nbs[] = {T(1000), T(1e30), std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN(), T(60)};
+  for (T x : xs)
+    for (T nb : nbs)
+      for (index_t pos = 0; pos < 8; ++pos) {
+        std::vector<T> v(8, nb);
+        v[static_cast<std::size_t>(pos)] = x;
+        const t batch = fg::from_vector<T>(v, {8}), alone = fg::from_vector<T>({x}, {1});
+        CAPTURE(x);
+        CAPTURE(nb);
+        CAPTURE(pos);
+        const T s = fg::sin(batch).to_vector()[static_cast<std::size_t>(pos)], s1 = fg::sin(alone).item();
+        const T c = fg::cos(batch).to_vector()[static_cast<std::size_t>(pos)], c1 = fg::cos(alone).item();
+        CHECK(std::memcmp(&s, &s1, sizeof(T)) == 0);
+        CHECK(std::memcmp(&c, &c1, sizeof(T)) == 0);
+      }
+}
+
+TEST_CASE("regression: sin and cos of an element do not depend on its neighbours in a SIMD batch") {
+  // Values where xsimd's reduction methods round differently (near multiples of pi/2).
+  check_trig_neighbours<double>({1.5707963267948966, 1.5707963267948968, 1.570796326794897, 0.5, -3.0});
+  check_trig_neighbours<float>({58.1194649f, 1.57079637f, 0.5f, -3.0f, 100.0f});
+}
+
+TEST_CASE("regression: fg::jit's sin of an expanded value has eager's bits (fuzz seed 402, graph 33244)") {
+  auto program = [](const std::vector<td>& in) {
+    const td v3 = fg::pow(fg::pow(in[0], -2.0) + 0.10000000000000001, 2.5);
+    return std::vector<td>{fg::sin(v3.expand(in[1].shape()))};
+  };
+  auto jitted = fg::jit(program);
+  for (index_t s : {5, 6}) {  // the second call compiles the dynamic-shape graph
+    std::vector<td> in{fg::randn<double>({s, 1, 2, s}, s == 5 ? 244099501 : 244204230), fg::randn<double>({s, s, 2, s}, 3)};
+    in[0].requires_grad(true);
+    const auto want = program(in)[0].contiguous().to_vector(), got = jitted(in)[0].contiguous().to_vector();
+    REQUIRE(want.size() == got.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(&want[i], &got[i], sizeof(double)) == 0);
+    }
+  }
+}
+
 TEST_CASE("regression: max's gradient never divides 0 / 0, when no element equals the max") {
   // Values that no longer reach the saved max (as when the max and its input were rounded
   // differently): the gradient goes nowhere instead of being NaN everywhere.

@@ -87,5 +87,42 @@ template <class V> V pow(const V& a, const V& b) {
   }
 }
 
+namespace detail_trig {
+/// xsimd's sin/cos reduce their argument by one method per batch, picked by the batch's
+/// largest |x|: up to 20π three Cody-Waite steps (and cheaper forms for |x| <= π/2, which
+/// give the same bits), up to `mediumpi` a longer form with correction terms, beyond (and
+/// for inf, NaN) Payne-Hanek lane by lane. The methods round differently near multiples of
+/// π/2, so an element's result would depend on the other elements of its batch. Evaluating
+/// each of those three classes on its own (the other lanes filled with a member of the
+/// class) and selecting gives every element its own class's result, wherever it sits; a
+/// batch of one class (the usual case) costs one evaluation and two compares.
+template <class V, class F>
+V by_reduction_class(const V& x, F f) {
+  using T = typename V::value_type;
+  const V ax = xsimd::abs(x);
+  const auto small = ax <= xsimd::constants::twentypi<V>();
+  const auto medium = ax <= xsimd::constants::mediumpi<V>();  // false for NaN
+  const bool all_small = xsimd::all(small), any_medium = xsimd::any(medium);
+  if (all_small || !any_medium) return f(x);                      // one class
+  if (xsimd::all(medium) && xsimd::none(small)) return f(x);      // one class
+  V r = f(xsimd::select(medium, V(std::numeric_limits<T>::infinity()), x));          // large lanes
+  const V mid = V(T(64));  // in (20π, mediumpi] for float and double
+  r = xsimd::select(medium, f(xsimd::select(medium && !small, x, mid)), r);          // medium lanes
+  return xsimd::select(small, f(xsimd::select(small, x, V(T(0)))), r);               // small lanes
+}
+}  // namespace detail_trig
+
+/// `sin`, on scalars (`std::sin`) and batches (xsimd's, with each element's value independent
+/// of its neighbours: see `detail_trig::by_reduction_class`).
+template <class V> V sin(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::sin(x);
+  else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::sin(v); });
+}
+/// `cos`, as `sin`.
+template <class V> V cos(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::cos(x);
+  else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::cos(v); });
+}
+
 }  // namespace lanes
 }  // namespace fusegrad
