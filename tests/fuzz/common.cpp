@@ -63,8 +63,34 @@ std::string compare(const snap& want, const snap& got, tolerance tol) {
   return "";
 }
 
+bool zero_vs_nonfinite(const snap& want, const snap& got) {
+  if (want.defined != got.defined || want.sizes != got.sizes) return false;
+  bool any = false;
+  for (std::size_t i = 0; i < want.v.size(); ++i) {
+    const double a = want.v[i], b = got.v[i];
+    if (same_bits(a, b) || a == b) continue;
+    if (!((a == 0 && !std::isfinite(b)) || (b == 0 && !std::isfinite(a)))) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::vector<known_issue>& known_issues() {
   static std::vector<known_issue> k{
+      {"cancellation",
+       "not a bug, a limit of comparing in floating point: a gradient mismatch in a program whose "
+       "values include a tiny one (0 < |v| < 1e-150). Reciprocal-like derivatives (div, log, pow, "
+       "sqrt) then add terms beyond 1e150 that cancel, and the result depends on the order in which "
+       "the tape and a compiled backward accumulate (e.g. v / v at 1e-300: (3 + 2e300) - 2e300 = 0 "
+       "eagerly, 3 compiled). Counted, not reported.",
+       true},
+      {"empty_regrouping",
+       "not a bug, two groupings of one chain rule: a gradient element that is 0 on one side and "
+       "NaN or inf on the other, in a program with an empty value. The gradient flowing back from an "
+       "empty tensor is a sum over nothing; eagerly it is summed first and then multiplied by the "
+       "next local derivative (0 * inf = NaN), a compiled backward multiplies first and sums nothing "
+       "(0), as with x [0, 1] * pow(|y - inf| + 0.1, 1.5). Counted, not reported.",
+       true},
   };
   return k;
 }

@@ -76,6 +76,9 @@ struct tolerance {
 
 /// Empty when `got` matches `want`, else a one-line description of the first difference.
 std::string compare(const snap& want, const snap& got, tolerance tol);
+/// Whether `want` and `got` differ, and only where one is 0 and the other NaN or inf (the
+/// `empty_regrouping` switch).
+bool zero_vs_nonfinite(const snap& want, const snap& got);
 
 std::string format_double(double x);
 /// `c` followed by the digits of `i` (appended: GCC 12 warns falsely, -Wrestrict, on

@@ -115,12 +115,16 @@ enum feature : std::uint32_t {
   f_empty_value = 1u << 2,     ///< some value has no elements
   f_hook_nonleaf = 1u << 3,    ///< a hook or retain_grad on a non-leaf tensor
   f_hook_leaf = 1u << 4,       ///< a hook on an input
+  f_tiny_value = 1u << 5,      ///< some value has an element with 0 < |v| < 1e-150 (see `cancellation`)
 };
 
 /// What one run saw: per observing hook, the sum of each gradient it was given; features.
 struct run_log {
   std::vector<std::vector<double>> observed;
   std::uint32_t features = 0;
+  /// Whether the interpreter may read values (the eager reference run: reading a lazy
+  /// tensor's values under fg::jit would be a sync point, changing the path under test).
+  bool read_values = false;
 };
 using hook_log = run_log;
 

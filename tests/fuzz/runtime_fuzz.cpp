@@ -37,6 +37,7 @@ outcome execute(const program& p, const shape_set& ss, int set_index, const path
                 std::shared_ptr<hook_log>* jf_log, const outcome* ref) {
   auto log = std::make_shared<hook_log>();
   log->observed.resize(static_cast<std::size_t>(p.slots));
+  log->read_values = !ref && !path.jit && path.ca == 0;
   outcome r;
   try {
     std::vector<D> in = make_inputs(p, ss, set_index);
@@ -108,12 +109,20 @@ std::string differ(const program& p, const outcome& want, const outcome& got) {
     const snap& def = a.defined ? a : b;
     return a.defined != b.defined && std::all_of(def.v.begin(), def.v.end(), [](double x) { return x == 0; });
   };
+  // A 0 against NaN or inf where the program has an empty value (see known_issues()).
+  auto regrouped = [&](const snap& a, const snap& b) {
+    if (!(want.features & f_empty_value) || !masked("empty_regrouping") || !zero_vs_nonfinite(a, b)) return false;
+    count_masked("empty_regrouping");
+    return true;
+  };
   for (std::size_t k = 0; k < want.grads.size(); ++k)
-    if (zeros_or_undefined(want.grads[k], got.grads[k])) continue;
+    if (zeros_or_undefined(want.grads[k], got.grads[k]) || regrouped(want.grads[k], got.grads[k])) continue;
     else if (auto d = compare(want.grads[k], got.grads[k], {false, 1e-8, true}); !d.empty())
       return std::string(want.grads[k].defined != got.grads[k].defined ? "grad defined" : "grad") + ": input " + std::to_string(k) + ": " + d;
   for (std::size_t k = 0; k < want.retained_grads.size(); ++k)
-    if (zeros_or_undefined(want.retained_grads[k], got.retained_grads[k])) continue;
+    if (zeros_or_undefined(want.retained_grads[k], got.retained_grads[k]) ||
+        regrouped(want.retained_grads[k], got.retained_grads[k]))
+      continue;
     else if (auto d = compare(want.retained_grads[k], got.retained_grads[k], {false, 1e-8, true}); !d.empty())
       return "retained grad: retained tensor " + std::to_string(k) + ": " + d;
   for (std::size_t k = 0; k < want.observed.size(); ++k) {
@@ -171,6 +180,14 @@ const char* masked_by(const program& p, const plan& pl, const outcome& ref) {
   return nullptr;
 }
 
+/// Whether mismatch `d` is a gradient's of a program whose reference run saw a tiny value
+/// (the `cancellation` switch, see known_issues()).
+bool ill_conditioned(const outcome& ref, const std::string& d) {
+  const std::string cls = mismatch_class(d);
+  return masked("cancellation") && (ref.features & f_tiny_value) &&
+         (cls == "grad" || cls == "retained grad" || cls == "hook");
+}
+
 struct checker {
   const std::vector<shape_set>& sets;
   long* executions = nullptr;
@@ -196,6 +213,11 @@ struct checker {
       }
       if (executions) ++*executions;
       std::string d = differ(p, ref, got);
+      if (!d.empty() && ill_conditioned(ref, d)) {
+        count_masked("cancellation");
+        if (masked_count) ++*masked_count;
+        continue;
+      }
       if (!d.empty()) {
         if (failing_call) *failing_call = static_cast<int>(c);
         return d;
