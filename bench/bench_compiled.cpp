@@ -78,6 +78,36 @@ void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
   set_bytes(state, n, 8);
 }
 
+/// fg::compile with a fixed policy (the default picks its plan by size).
+template <class Policy>
+void BM_coscos_fwd_bwd_policy(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  auto f = fg::compile<fg::backend::fused, Policy>(coscos);
+  fg::tensor<float> x = in.x.detach().requires_grad(true), y = in.y.detach().requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    y.zero_grad();
+    fg::tensor<float> out = f(x, y);
+    out.backward(in.g);
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  set_bytes(state, n, 8);
+}
+
+void BM_coscos_fwd_bwd_hand_save(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size()), c1(out.size()), c2(out.size());
+  for (auto _ : state) {
+    hand_forward_save(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
+    hand_backward_save(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 12);
+}
+
 void BM_coscos_fwd_bwd_eager(benchmark::State& state) {
   const long n = state.range(0);
   inputs in(n);
@@ -222,6 +252,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_coscos_fwd_bwd_fused)->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand_save)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_policy<fg::policy::min_cut>)->Name("BM_coscos_fwd_bwd_fused_min_cut")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_eager)->Apply(sizes);
 #if defined(FUSEGRAD_HAVE_EIGEN)
 BENCHMARK(BM_coscos_fwd_bwd_eigen)->Apply(sizes);

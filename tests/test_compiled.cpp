@@ -88,6 +88,15 @@ static_assert(plan_sum4::cg.kind[plan_sum4::plan<fg::policy::min_cut>.saved_node
               "the saved tensor is the sum, not an input");
 static_assert(plan_sum4::plan<fg::policy::recompute_all>.saved_count == 4, "recompute_all saves the four inputs");
 static_assert(plan_sum4::plan<fg::policy::memory_budget<1>>.saved_count == 1, "a budget of one picks min-cut");
+// The cost-based plans (issue 18): a cos costs more than saving its result, in cache or not;
+// an exp (2 streamed loads) costs more than an L2 store and load, less than a streamed pair.
+static_assert(plan_coscos::plan<fg::policy::cost_cached>.saved_count == 2, "in cache, cos(x) is saved");
+static_assert(plan_coscos::plan<fg::policy::cost_streamed>.saved_count == 2, "streaming, cos(x) is saved too");
+auto expexp_mul = [](auto x, auto y) { return fg::exp(fg::exp(x)) * y; };
+using plan_expexp = decltype(fg::compile(expexp_mul))::analysis<float, 2>;
+static_assert(plan_expexp::plan<fg::policy::cost_cached>.saved_count == 3, "in cache, exp(x) and exp(exp(x)) are saved (with y)");
+static_assert(plan_expexp::plan<fg::policy::cost_streamed>.saved_count == 2, "streaming, only x and y are saved");
+static_assert(decltype(fg::compile(expexp_mul))::plans_differ<float, 2>(), "so the two size classes plan differently");
 
 }  // namespace
 
@@ -145,6 +154,30 @@ TEST_CASE("fused float results agree with eager within 1e-5") {
     CHECK(u[i] == doctest::Approx(v[i]).epsilon(1e-5));
     CHECK(std::abs(gu[i] - gv[i]) <= 1e-5f * gmax);
   }
+}
+
+TEST_CASE("the cost-based plan of each size class equals eager; a call picks its class by size") {
+  const auto x = fg::randn<double>({4, 37}, 1), y = fg::randn<double>({4, 37}, 2);
+  using F = decltype(fg::compile(expexp_mul));
+  const std::vector<fg::tensor<double>> small{x, y};
+  CHECK(F::size_class_for<double, 2>(small) == fg::partition::size_class::cached);
+  const std::vector<fg::tensor<double>> big{fg::zeros<double>({1 << 20}), fg::zeros<double>({1 << 20})};
+  CHECK(F::size_class_for<double, 2>(big) == fg::partition::size_class::streamed);
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}}) {  // the queried cache; a cache of 1 byte
+    fg::set_cache_bytes(bytes);
+    CAPTURE(bytes);
+    CHECK(F::size_class_for<double, 2>(small) ==
+          (bytes == 1 ? fg::partition::size_class::streamed : fg::partition::size_class::cached));
+    same_as_eager<fg::backend::fused>(expexp_mul, x, y);
+    same_as_eager<fg::backend::aot_eager>(expexp_mul, x, y);
+    same_as_eager<fg::backend::fused>(coscos_mul, x, y);
+    same_as_eager<fg::backend::fused>(softmax, x);
+    const auto f = fg::compile(expexp_mul);
+    const auto r = fg::gradcheck([&](auto... xs) { return f(xs...); }, fg::randn<double>({3, 1}, 3) * 0.3,
+                                 fg::randn<double>({4}, 4));
+    CHECK_MESSAGE(r, r.message);
+  }
+  fg::set_cache_bytes(0);
 }
 
 TEST_CASE("gradcheck of fused compiled functions") {

@@ -142,6 +142,27 @@ static_assert(make_plan(coscos, min_cut).forward[2] && !make_plan(coscos, min_cu
 static_assert(make_plan(coscos, policy{}).saved_count == 1,
               "The default policy is min_cut.");
 
+// The cost policy on cos(cos(x)), cos costing 1.5 streamed loads (24 units): streaming, saving
+// x (a load: 16) and recomputing cos(x) (24) costs 40 against 16 + 32 for saving cos(x) as well;
+// in cache (a load or store costs 2) recomputing is the expensive choice: 2 + 24 against 2 + 4.
+constexpr joint_graph<10> coscos_costed = [] {
+  joint_graph<10> g = coscos;
+  for (int k : {1, 2}) g.nodes[k].cost = 24;      // cos
+  for (int k : {4, 7}) g.nodes[k].cost = 24;      // sin
+  for (int k : {5, 6, 8, 9}) g.nodes[k].cost = 1;  // neg, mul
+  return g;
+}();
+constexpr policy streaming{policy_kind::cost, 0, {16, 16}};
+constexpr policy in_cache{policy_kind::cost, 0, {2, 2}};
+static_assert(saves(make_plan(coscos_costed, streaming), {0}) && recomputes(make_plan(coscos_costed, streaming), {1}),
+              "Streaming from memory, the cost policy saves x and recomputes cos(x) (as min_cut does).");
+static_assert(saves(make_plan(coscos_costed, in_cache), {0, 1}) && recomputes_nothing(make_plan(coscos_costed, in_cache)),
+              "In cache, the cost policy saves cos(x) too: recomputing a cos costs more than a store and a load.");
+/// Every save costing one load (no store), recomputation free: the cost policy is min_cut.
+constexpr policy uniform{policy_kind::cost, 0, {1, 0}};
+static_assert(same_plan(make_plan(coscos, uniform), make_plan(coscos, min_cut)),
+              "With uniform costs the cost policy is min_cut.");
+
 // ---------------------------------------------------------------------------------------------
 // cos(cos(a+b+c+d)): every gradient ga..gd is gs (one backward root).
 //   needed = {s (child of sin(s)), c1 (child of sin(c1))}; all flow passes through s.
@@ -548,6 +569,36 @@ int brute_force_min(const rt_graph& g, const regions_rt& r) {
   return best;
 }
 
+/// What a saved set costs under the `cost` policy's model: a store (not for inputs) and a load
+/// per saved node, each recomputed node's own cost; -1 for an invalid set.
+long plan_cost(const rt_graph& g, const regions_rt& r, const std::vector<bool>& saved,
+               fusegrad::partition::memory_costs mem) {
+  std::vector<bool> recompute;
+  if (!walk(g, r, saved, recompute)) return -1;
+  long c = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (saved[i]) c += (g[i].kind == node_kind::input ? 0 : mem.store) + mem.load;
+    if (recompute[i]) c += g[i].cost;
+  }
+  return c;
+}
+
+/// The least cost of any valid saved set, by trying every subset of the non-constant F nodes.
+long brute_force_min_cost(const rt_graph& g, const regions_rt& r, fusegrad::partition::memory_costs mem) {
+  std::vector<int> cand;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (r.forward[i] && g[i].kind != node_kind::constant) cand.push_back(static_cast<int>(i));
+  REQUIRE(cand.size() <= 16);
+  long best = -1;
+  std::vector<bool> saved(g.size());
+  for (std::uint32_t mask = 0; mask < (1u << cand.size()); ++mask) {
+    for (std::size_t k = 0; k < cand.size(); ++k) saved[cand[k]] = ((mask >> k) & 1u) != 0;
+    const long c = plan_cost(g, r, saved, mem);
+    if (c >= 0 && (best < 0 || c < best)) best = c;
+  }
+  return best;
+}
+
 /// Checks the structural invariants of one plan against the independent regions.
 void check_plan(const rt_graph& g, const regions_rt& r, const rt_plan& p) {
   const std::size_t n = g.size();
@@ -689,6 +740,45 @@ TEST_CASE("partition: min_cut matches brute force on 300 random DAGs") {
   MESSAGE("random graphs: " << with_needed << " need saved values; min_cut saves strictly less "
                             << "than save_all on " << beats_save_all << ", than recompute_all on "
                             << beats_recompute_all << ", than both on " << beats_both);
+}
+
+TEST_CASE("partition: the cost policy is the least-cost plan (brute force on 300 random DAGs with random costs)") {
+  constexpr std::size_t N = 24;
+  lcg seeds{20261125};
+  int differs_from_min_cut = 0, recomputes_less = 0;
+  for (int t = 0; t < 300; ++t) {
+    const bool local = t >= 200;
+    const int inputs = 1 + seeds.below(3);
+    const int fwd = 1 + seeds.below(13 - inputs + 1);
+    const int bwd = 1 + seeds.below(static_cast<int>(N) - inputs - fwd - 1);
+    auto g = random_graph<N>(seeds.next(), inputs, fwd, bwd, local);
+    for (auto& n : g.nodes)
+      if (n.kind == node_kind::pointwise) n.cost = seeds.below(4) == 0 ? 1 : seeds.below(48);
+    const fusegrad::partition::memory_costs mem{1 + seeds.below(24), seeds.below(24)};
+    INFO("graph " << t << " load " << mem.load << " store " << mem.store);
+    const rt_graph rg = to_rt(g);
+    const regions_rt r = regions_of(rg);
+    const rt_plan p = to_rt(make_plan(g, policy{policy_kind::cost, 0, mem}));
+    check_plan(rg, r, p);
+    CHECK(plan_cost(rg, r, p.saved, mem) == brute_force_min_cost(rg, r, mem));
+    // With uniform costs it is min_cut, plan for plan.
+    auto u = g;
+    for (auto& n : u.nodes) n.cost = 0;
+    CHECK(same_plan(make_plan(u, uniform), make_plan(u, min_cut)));
+    const rt_plan cut = to_rt(make_plan(g, min_cut));
+    differs_from_min_cut += !same_rt_plan(cut, p);
+    recomputes_less += plan_cost(rg, r, p.saved, mem) < plan_cost(rg, r, cut.saved, mem);
+  }
+  CHECK(differs_from_min_cut > 50);  // the generator exercises the costs
+  MESSAGE("cost policy: differs from min_cut on " << differs_from_min_cut << " graphs, cheaper on " << recomputes_less);
+}
+
+TEST_CASE("partition: the cost policy agrees with min_cut on the hand-built graphs when costs are uniform") {
+  CHECK(same_plan(make_plan(coscos4, uniform), make_plan(coscos4, min_cut)));
+  CHECK(same_plan(make_plan(softmax, uniform), make_plan(softmax, min_cut)));
+  CHECK(same_plan(make_plan(linear_tanh, uniform), make_plan(linear_tanh, min_cut)));
+  CHECK(same_plan(make_plan(diamond, uniform), make_plan(diamond, min_cut)));
+  CHECK(same_plan(make_plan(big, uniform), make_plan(big, min_cut)));
 }
 
 TEST_CASE("partition: malformed graphs are rejected") {

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+#include <unistd.h>
 #include <xsimd/xsimd.hpp>
 
 int main() {}

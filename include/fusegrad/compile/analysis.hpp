@@ -8,13 +8,21 @@
 #include <tuple>
 
 #include "fusegrad/expr/graph.hpp"
+#include "fusegrad/partition/costs.hpp"
 #include "fusegrad/partition/plan.hpp"
 
 namespace fusegrad {
 
 /// Save/recompute policies (AOTAutograd's partitioners).
 namespace policy {
-struct min_cut {};        ///< min-cut: save the fewest tensors, recompute cheap pointwise ops
+/// The default: the plan of least estimated time, by what each op and each load and store
+/// costs (partition/plan.hpp, `policy_kind::cost`), chosen per call by size: a compiled
+/// function holds the plan for values that fit in cache and the one for values that stream
+/// from memory (when they differ) and picks one from its inputs' sizes (`fg::cache_bytes()`).
+struct cost {};
+struct cost_cached {};    ///< the cost-based plan for values that fit in cache (every call)
+struct cost_streamed {};  ///< the cost-based plan for values that stream from memory (every call)
+struct min_cut {};        ///< AOTAutograd's min-cut: save the fewest tensors, recompute pointwise ops
 struct save_all {};       ///< save what eager mode saves
 struct recompute_all {};  ///< save only inputs (and reductions/matmuls), recompute the rest
 /// Save at most `K` tensors: the least recomputation among save_all, min_cut, recompute_all
@@ -32,6 +40,8 @@ template <> struct policy_value<policy::min_cut> { static constexpr partition::p
 template <> struct policy_value<policy::save_all> { static constexpr partition::policy value{partition::policy_kind::save_all, 0}; };
 template <> struct policy_value<policy::recompute_all> { static constexpr partition::policy value{partition::policy_kind::recompute_all, 0}; };
 template <int K> struct policy_value<policy::memory_budget<K>> { static constexpr partition::policy value{partition::policy_kind::memory_budget, K}; };
+template <> struct policy_value<policy::cost_cached> { static constexpr partition::policy value = partition::cost_policy(partition::size_class::cached); };
+template <> struct policy_value<policy::cost_streamed> { static constexpr partition::policy value = partition::cost_policy(partition::size_class::streamed); };
 
 template <class X> inline constexpr bool is_std_tuple_v = false;
 template <class... X> inline constexpr bool is_std_tuple_v<std::tuple<X...>> = true;
@@ -318,6 +328,7 @@ struct analysis {
       n.children[0] = cg.children[c][0];
       n.children[1] = cg.children[c][1];
       n.children[2] = cg.children[c][2];
+      n.cost = cg.cost[c];
     }
     for (int o : out_node) g.nodes[static_cast<std::size_t>(o)].forward_root = true;
     for (int gi : grad_node)

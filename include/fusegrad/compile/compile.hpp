@@ -15,6 +15,7 @@
 /// (fusegrad/compile/backend.hpp; the fused backend: fusegrad/kernel/fused.hpp). What runs a
 /// compiled graph at run time is fusegrad/compile/compiled_graph.hpp.
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -26,6 +27,7 @@
 #include "fusegrad/compile/backend.hpp"
 #include "fusegrad/compile/compiled_graph.hpp"
 #include "fusegrad/compile/node_eval.hpp"
+#include "fusegrad/core/machine.hpp"
 #include "fusegrad/kernel/fused.hpp"  // backend::fused, the default
 
 namespace fusegrad {
@@ -96,7 +98,48 @@ class compiled_function {
     using A = detail::analysis<T, Fn, N>;
     auto inst = cache_->template get<A>(fn_);
     const void* const* state = inst->state.data();
-    return detail::run_compiled<T>(detail::compiled_graph_of<B, Policy, A>::value, std::move(inst), state, in);
+    return detail::run_compiled<T>(graph_for<A>(in), std::move(inst), state, in);
+  }
+
+ public:
+  /// The size class whose plan a call on `in` runs (`policy::cost`): cached when its inputs,
+  /// outputs and what the cached plan saves fit in `fg::cache_bytes()`.
+  template <Element T, std::size_t N>
+  static partition::size_class size_class_for(const std::vector<tensor<T>>& in) {
+    using A = detail::analysis<T, Fn, N>;
+    std::size_t bytes = 0, largest = 0;
+    for (const auto& t : in) {
+      bytes += static_cast<std::size_t>(t.numel()) * sizeof(T);
+      largest = std::max(largest, static_cast<std::size_t>(t.numel()) * sizeof(T));
+    }
+    bytes += largest * (A::n_out + static_cast<std::size_t>(A::template plan<policy::cost_cached>.saved_count));
+    return bytes <= cache_bytes() ? partition::size_class::cached : partition::size_class::streamed;
+  }
+  /// Whether the cost-based plans of the two size classes differ for `N` inputs of type `T`.
+  template <Element T, std::size_t N>
+  static constexpr bool plans_differ() {
+    using A = detail::analysis<T, Fn, N>;
+    constexpr auto& c = A::template plan<policy::cost_cached>;
+    constexpr auto& s = A::template plan<policy::cost_streamed>;
+    for (std::size_t k = 0; k < A::M; ++k)
+      if (c.saved[k] != s.saved[k]) return true;
+    return false;
+  }
+
+ private:
+  /// The compiled graph a call on `in` runs: the policy's, or under `policy::cost` the one of
+  /// the call's size class (one graph when both classes plan alike).
+  template <class A, Element T>
+  static const detail::compiled_graph<T>& graph_for(const std::vector<tensor<T>>& in) {
+    if constexpr (std::same_as<Policy, policy::cost>) {
+      constexpr std::size_t N = A::n_in;
+      if constexpr (plans_differ<T, N>())
+        if (size_class_for<T, N>(in) == partition::size_class::streamed)
+          return detail::compiled_graph_of<B, policy::cost_streamed, A>::value;
+      return detail::compiled_graph_of<B, policy::cost_cached, A>::value;
+    } else {
+      return detail::compiled_graph_of<B, Policy, A>::value;
+    }
   }
 
   /// Whether, inside fg::jit, the function runs as written on the lazy tensors instead of
@@ -134,7 +177,7 @@ class compiled_function {
 /// Compiles `fn` (a generic function of fusegrad ops) with backend `B` and save/recompute
 /// policy `Policy`: `fg::compile(fn)`, `fg::compile<fg::backend::aot_eager>(fn)`,
 /// `fg::compile<fg::backend::fused, fg::policy::save_all>(fn)`.
-template <Backend B = backend::fused, class Policy = policy::min_cut, class Fn>
+template <Backend B = backend::fused, class Policy = policy::cost, class Fn>
 auto compile(Fn fn) {  // returns compiled_function<B, Policy, Fn>; `auto` so that clang names
                        // the unmet Backend concept instead of failing on the return type
   return compiled_function<B, Policy, Fn>(std::move(fn));

@@ -117,7 +117,27 @@ struct raw_entry {
   int alias = -1;             ///< for fwd_ref<K>: K (a canonical forward node)
   int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
   int children[3] = {-1, -1, -1};  ///< tree positions of the operands
+  int cost = 0;               ///< computing one element (`op_cost_units`; the cost-based plan)
 };
+
+/// What computing one element of node type `E` costs (`op_cost_units`): its op's declared
+/// cost, a custom function's (`F::cost`, else an arithmetic op's), a broadcast's.
+template <class E>
+struct node_cost {
+  static constexpr int value = op_cost_units<void>();
+};
+template <class Op, class... A>
+struct node_cost<expr_node<Op, A...>> {
+  static constexpr int value = op_cost_units<Op>();
+};
+template <class F, class Fwd, class... A>
+struct node_cost<custom_expr<F, Fwd, A...>> {
+  static constexpr int value = op_cost_units<F>();
+};
+template <class E>
+constexpr int node_cost_units() {
+  return node_cost<E>::value;
+}
 
 /// Fills `raw` in post-order (children first, left to right) and returns the position of `E`.
 /// One instantiation per node *type*: positions are values, not template arguments. When
@@ -152,6 +172,7 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
     } else {
       r.kind = kind_of<E>();
       r.key = local_key<E>();
+      r.cost = node_cost_units<E>();
       r.mergeable = true;
       if constexpr (has_state<E>()) {
         if constexpr (state_keyable<E>()) {
@@ -177,6 +198,7 @@ struct canonical_graph {
   std::array<int, N> rep{};
   std::array<gkind, N> kind{};
   std::array<std::array<int, 3>, N> children{};
+  std::array<int, N> cost{};  ///< per canonical node: `raw_entry::cost`
 };
 
 /// Hash-consing over post-order positions: a node is a new canonical node unless an earlier
@@ -228,6 +250,7 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, c
     g.rep[id] = static_cast<int>(t);
     g.kind[id] = r.kind;
     g.children[id] = ch;
+    g.cost[id] = r.cost;
   }
   return g;
 }

@@ -13,6 +13,9 @@
 #include "fusegrad/ir/backward.hpp"
 #include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/entry.hpp"
+#include "fusegrad/core/machine.hpp"
+#include "fusegrad/ops/table.hpp"
+#include "fusegrad/partition/costs.hpp"
 #include "fusegrad/partition/plan.hpp"
 
 namespace fusegrad::detail::jit {
@@ -21,10 +24,29 @@ namespace fusegrad::detail::jit {
 struct split {
   std::vector<int> saved;
   std::vector<bool> keep;  ///< node the backward computes (recomputed or backward region)
+  partition::size_class cls = partition::size_class::cached;  ///< whose cost-based plan this is
 };
+
+/// The size class of a joint graph's call: cached when its forward's values (inputs and
+/// every pointwise value, as if all were saved) fit in `fg::cache_bytes()`.
+template <Element T>
+partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int>& fwd_roots) {
+  std::vector<char> fwd(J.size(), 0);
+  for (int r : fwd_roots) fwd[static_cast<std::size_t>(r)] = 1;
+  std::size_t bytes = 0;
+  for (std::size_t k = J.size(); k-- > 0;) {
+    if (!fwd[k]) continue;
+    const auto& n = J.nodes()[k];
+    bytes += static_cast<std::size_t>(numel(n.sizes)) * sizeof(T);
+    for (int c : {n.a, n.b})
+      if (c >= 0) fwd[static_cast<std::size_t>(c)] = 1;
+  }
+  return bytes <= cache_bytes() ? partition::size_class::cached : partition::size_class::streamed;
+}
 
 template <std::size_t N, Element T>
 split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots, const std::vector<int>& bwd_roots) {
+  static constexpr auto costs = ir::detail::cost_table(ops::table<T>{});
   auto jg = std::make_unique<partition::joint_graph<N>>();
   for (std::size_t k = 0; k < N; ++k) {
     auto& pn = jg->nodes[k];
@@ -38,7 +60,13 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
         pn.kind = n.index < n_inputs ? partition::node_kind::input : partition::node_kind::grad_input;
         break;
       case ir::node_kind::pointwise:
-      case ir::node_kind::expand: pn.kind = partition::node_kind::pointwise; break;
+        pn.kind = partition::node_kind::pointwise;
+        pn.cost = costs[static_cast<std::size_t>(n.op)];
+        break;
+      case ir::node_kind::expand:
+        pn.kind = partition::node_kind::pointwise;
+        pn.cost = fusegrad::detail::op_cost_units<void>();
+        break;
       default: pn.kind = partition::node_kind::reduction; break;
     }
     pn.children[0] = n.a;
@@ -47,8 +75,9 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
   for (int r : fwd_roots) jg->nodes[static_cast<std::size_t>(r)].forward_root = true;
   for (int r : bwd_roots)
     if (r >= 0) jg->nodes[static_cast<std::size_t>(r)].backward_root = true;
-  const auto p = std::make_unique<partition::plan<N>>(partition::make_plan(*jg, partition::policy{}));
   split s;
+  s.cls = size_class_of(J, fwd_roots);
+  const auto p = std::make_unique<partition::plan<N>>(partition::make_plan(*jg, partition::cost_policy(s.cls)));
   for (int i = 0; i < p->saved_count; ++i) s.saved.push_back(p->saved_nodes[i]);
   s.keep.assign(J.size(), false);
   for (std::size_t k = 0; k < J.size(); ++k) s.keep[k] = p->recompute[k] || p->backward[k];
@@ -87,7 +116,9 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
   const ir::graph<T>& J = b->joint;
   if (choose_saved) {
     if (J.size() > max_joint_nodes) return nullptr;
-    saved = plan_any(J, g.num_inputs(), e.outputs, grads).saved;
+    split sp = plan_any(J, g.num_inputs(), e.outputs, grads);
+    saved = std::move(sp.saved);
+    b->plan_class = sp.cls;
   }
   // The backward graph: saved values and the given gradients become its inputs; it holds
   // the nodes the input gradients need from them.

@@ -16,8 +16,9 @@
 #include <vector>
 
 #include "fusegrad/ir/backward.hpp"
-#include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/options.hpp"
+#include "fusegrad/jit/program.hpp"
+#include "fusegrad/partition/costs.hpp"
 
 namespace fusegrad::detail::jit {
 
@@ -40,6 +41,8 @@ struct backward_code {
   std::optional<ir::program<T>> prog;  ///< inputs: the entry's saved values, then the given gradients
   std::vector<int> origin;             ///< backward node -> joint node
   std::vector<int> grad_of;            ///< per wrt input: its output in `prog` (-1: zero gradient)
+  /// The size class whose cost-based plan chose the saved values (the entry's first backward).
+  partition::size_class plan_class = partition::size_class::cached;
 };
 
 template <Element T>
@@ -98,7 +101,10 @@ struct entry {
   [[nodiscard]] std::string code_text() const {
     if (eager) return "(runs eagerly, node by node)\n";
     std::string s = "forward:\n" + fwd->to_string();
-    if (bwd) s += "backward (saves " + std::to_string(saved.size()) + "):\n" + bwd->prog->to_string();
+    if (bwd)
+      s += "backward (saves " + std::to_string(saved.size()) + ", the cost-based plan for values that " +
+           (bwd->plan_class == partition::size_class::cached ? "fit in cache" : "stream from memory") + "):\n" +
+           bwd->prog->to_string();
     return s;
   }
 };

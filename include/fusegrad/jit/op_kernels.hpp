@@ -10,6 +10,7 @@
 
 #include "fusegrad/core/type_list.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad::ir {
 
@@ -30,6 +31,12 @@ using kernel_fn = void (*)(T, const T*, const T*, T*, index_t);
 template <Element T, class... Ops>
 constexpr std::array<kernel_fn<T>, sizeof...(Ops)> kernel_table(type_list<Ops...>) {
   return {&op_kernel<Ops, T>...};
+}
+
+/// Every op's cost per element (`op_cost_units`), by its index: the cost-based plan's weights.
+template <class... Ops>
+constexpr std::array<int, sizeof...(Ops)> cost_table(type_list<Ops...>) {
+  return {fusegrad::detail::op_cost_units<Ops>()...};
 }
 }  // namespace detail
 

@@ -62,6 +62,23 @@ constexpr bool uses_output() {
   else return true;
 }
 
+/// What computing one element of `Op` costs, in loads of one element streamed from memory:
+/// `Op::cost` where the op declares it, else an arithmetic op's quarter of a load. The
+/// cost-based save/recompute plan (partition/plan.hpp) weighs recomputing a value against
+/// saving it with these; `bench/bench_op_costs.cpp` measures them (docs/performance.md).
+template <class Op>
+constexpr double op_cost() {
+  if constexpr (requires { Op::cost; }) return Op::cost;
+  else return 0.25;
+}
+/// The integer unit of costs in plans: 1/16 of a streamed load (two bits below the point).
+inline constexpr int cost_units_per_load = 16;
+/// `op_cost<Op>()` in `cost_units_per_load` units.
+template <class Op>
+constexpr int op_cost_units() {
+  return static_cast<int>(op_cost<Op>() * cost_units_per_load + 0.5);
+}
+
 /// The constant an op with state holds (its one scalar), or zero.
 template <Element T, class Op>
 T op_scalar(const Op& op) {

@@ -50,6 +50,22 @@
 ///    the plan is deterministic.
 ///  - `memory_budget`: the first of save_all, min_cut, recompute_all (least recomputation
 ///    first) whose saved_count <= budget; recompute_all when none fits.
+///  - `cost` (the default): the plan of least estimated time. AOTAutograd's min-cut counts
+///    tensors, the right measure on a GPU where pointwise ops are memory-bound; on a CPU a
+///    `cos` costs more than streaming its result out and back in, while out of cache a load
+///    costs more than most ops. So each node carries `cost`, what recomputing one element
+///    of it costs, and the policy carries what a load and a store of one element cost in the
+///    memory regime of the call (`memory_costs`: in cache or streaming). Saving a node costs
+///    a store in the forward (none for an input: it is already in memory) and a load in the
+///    backward; recomputing it costs its `cost`. The plan minimises the sum over the saved
+///    and the recomputed nodes, exactly, as a min cut of the same node-split network with
+///    these capacities:
+///      * v_in -> v_out: the save cost of v (cut: v saved);
+///      * source -> v_in: the recompute cost of v, infinite for inputs, reductions and
+///        extern ops (cut: v_in on the sink side, i.e. v recomputed, which by the infinite
+///        child edges makes its operands available to the backward too);
+///    the other edges as for `min_cut`. With every save costing the same and recomputation
+///    free it is `min_cut` (same network, same tie-break).
 ///
 /// **Recompute set** (all policies): walk down from every needed node through children,
 /// stopping at saved nodes and `constant`s; every F node visited that is not saved is
@@ -93,6 +109,15 @@ struct node_info {
   int children[max_children] = {-1, -1, -1};  ///< indices of operands (-1: none), each < this node's index
   bool forward_root = false;                  ///< an output of the forward
   bool backward_root = false;                 ///< an output of the backward (a gradient of an input)
+  int cost = 0;  ///< `cost` policy: recomputing one element of this (pointwise) node
+};
+
+/// What a load and a store of one element cost (`cost` policy), in the unit of the nodes'
+/// costs (fusegrad's graphs use `ops::cost_units_per_load`; partition/costs.hpp has the
+/// memory regimes).
+struct memory_costs {
+  int load = 0;
+  int store = 0;
 };
 
 /// Forward and backward as one DAG, nodes in topological order: children always have smaller
@@ -104,12 +129,13 @@ struct joint_graph {
 };
 
 /// Which plan to compute; see the file comment.
-enum class policy_kind : unsigned char { min_cut, save_all, recompute_all, memory_budget };
+enum class policy_kind : unsigned char { min_cut, save_all, recompute_all, memory_budget, cost };
 
-/// A policy and, for `memory_budget`, its budget.
+/// A policy and, for `memory_budget`, its budget; for `cost`, the memory regime's costs.
 struct policy {
   policy_kind kind = policy_kind::min_cut;
-  int budget = 0;  ///< memory_budget only: most tensors that may be saved
+  int budget = 0;        ///< memory_budget only: most tensors that may be saved
+  memory_costs mem = {};  ///< cost only
 };
 
 /// What the forward saves and what the backward recomputes.
@@ -327,16 +353,26 @@ constexpr saved_set<N> recompute_all(const joint_graph<N>& g, const regions<N>& 
   return s;
 }
 
+/// The min cut of the node-split network (see the file comment): `min_cut` when `costed` is
+/// false (every save costs 1, recomputation is free), the `cost` policy's network otherwise.
 template <std::size_t N>
-constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r) {
+constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r, bool costed = false,
+                               memory_costs mem = {}) {
   using net_t = flow_network<N>;
   net_t net;
+  auto save_cost = [&](const node_info& n) {
+    if (!costed) return 1;
+    return (n.kind == node_kind::input ? 0 : mem.store) + mem.load;
+  };
   for (std::size_t i = 0; i < N; ++i) {
     const node_info& n = g.nodes[i];
     if (!r.forward[i] || n.kind == node_kind::constant) continue;
+    if (n.cost < 0 || mem.load < 0 || mem.store < 0)
+      throw fusegrad::error(op_name, "a cost must not be negative");
     const int vin = 2 * static_cast<int>(i), vout = vin + 1;
-    net.add_edge(vin, vout, 1);
+    net.add_edge(vin, vout, save_cost(n));
     if (is_source_kind(n.kind)) net.add_edge(net_t::source, vin, net_t::infinite);
+    else if (costed && n.cost > 0) net.add_edge(net_t::source, vin, n.cost);
     for (int c : n.children)
       if (c >= 0 && g.nodes[c].kind != node_kind::constant)
         net.add_edge(2 * c + 1, vin, net_t::infinite);
@@ -346,15 +382,18 @@ constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r) {
   bool to_sink[net_t::vertices] = {};
   net.reaches_sink(to_sink);
   saved_set<N> s;
-  int count = 0;
+  int cut = 0;
   for (std::size_t i = 0; i < N; ++i) {
-    if (!r.forward[i] || g.nodes[i].kind == node_kind::constant) continue;
+    const node_info& n = g.nodes[i];
+    if (!r.forward[i] || n.kind == node_kind::constant) continue;
     if (!to_sink[2 * i] && to_sink[2 * i + 1]) {
       s.saved[i] = true;
-      ++count;
+      cut += save_cost(n);
+    } else if (costed && to_sink[2 * i] && !is_source_kind(n.kind)) {
+      cut += n.cost;  // recomputed
     }
   }
-  if (count != flow)
+  if (cut != flow)
     throw fusegrad::error(op_name, "internal error: the min cut does not match the max flow");
   return s;
 }
@@ -400,6 +439,8 @@ constexpr plan<N> make_plan(const joint_graph<N>& g, policy p) {
       return detail::finish(g, r, detail::recompute_all(g, r));
     case policy_kind::min_cut:
       return detail::finish(g, r, detail::min_cut(g, r));
+    case policy_kind::cost:
+      return detail::finish(g, r, detail::min_cut(g, r, true, p.mem));
     case policy_kind::memory_budget: {
       const plan<N> all = detail::finish(g, r, detail::save_all(g, r));
       if (all.saved_count <= p.budget) return all;

@@ -1,0 +1,43 @@
+#pragma once
+/// \file fusegrad/core/machine.hpp
+/// Facts about the machine that plans depend on: the size of the cache a call's values must
+/// fit in for the "cached" save/recompute plan (partition/costs.hpp) to be the faster one.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+namespace fusegrad {
+
+namespace detail {
+/// The L2 cache of one core, as the C library reports it (512 KiB when it does not).
+inline std::size_t query_cache_bytes() noexcept {
+  if (const char* e = std::getenv("FUSEGRAD_CACHE_BYTES")) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(e, &end, 10);
+    if (end != e && v > 0) return static_cast<std::size_t>(v);
+  }
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  if (const long v = ::sysconf(_SC_LEVEL2_CACHE_SIZE); v > 0) return static_cast<std::size_t>(v);
+#endif
+  return std::size_t{512} << 10;
+}
+inline std::atomic<std::size_t>& cache_bytes_setting() noexcept {
+  static std::atomic<std::size_t> bytes{query_cache_bytes()};
+  return bytes;
+}
+}  // namespace detail
+
+/// The cache size (bytes) below which a compiled function's values count as cache-resident:
+/// the L2 cache of one core, queried once at start-up; `FUSEGRAD_CACHE_BYTES` overrides it.
+inline std::size_t cache_bytes() noexcept { return detail::cache_bytes_setting().load(std::memory_order_relaxed); }
+/// Sets `cache_bytes()` (0 restores the queried value).
+inline void set_cache_bytes(std::size_t bytes) noexcept {
+  detail::cache_bytes_setting().store(bytes ? bytes : detail::query_cache_bytes(), std::memory_order_relaxed);
+}
+
+}  // namespace fusegrad
