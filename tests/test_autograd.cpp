@@ -1300,7 +1300,7 @@ TEST_CASE("the per-thread buffer cache makes room for new sizes") {
   // Fill the cache past its byte budget with sizes a loop no longer uses...
   {
     std::vector<fg::tensor<float>> old;
-    for (fg::index_t k = 0; k < 8; ++k) old.push_back(fg::zeros<float>({(40 << 20) / 4 + 1024 * k}));
+    for (fg::index_t k = 0; k < 14; ++k) old.push_back(fg::zeros<float>({(40 << 20) / 4 + 1024 * k}));
   }
   CHECK(cache::cached_bytes() <= cache::max_cached_bytes);
   CHECK(cache::cached_bytes() + (64u << 20) > cache::max_cached_bytes);  // no room for 64 MiB without evicting
@@ -1315,4 +1315,22 @@ TEST_CASE("the per-thread buffer cache makes room for new sizes") {
     CHECK(again.data()[(16 << 20) - 1] == 2.0f);
   }
   CHECK(cache::cached_buffers() <= cache::max_entries);
+}
+
+TEST_CASE("small buffers come back from the per-thread cache, in their size class") {
+  using cache = fg::detail::buffer_cache;
+  CHECK(cache::rounded(1) == 64);
+  CHECK(cache::rounded(40) == 64);
+  CHECK(cache::rounded(65) == 128);
+  CHECK(cache::rounded((32u << 10) + 1) == (64u << 10));
+  CHECK(cache::rounded(100u << 10) == (100u << 10));
+  const float* first = nullptr;
+  {
+    auto a = fg::full<float>({10}, 1.0f);
+    first = a.data();
+  }
+  auto b = fg::full<float>({12}, 2.0f);  // the same class (64 bytes): the same buffer, when small ones are kept
+  if (cache::small_per_class > 0) CHECK(b.data() == first);
+  CHECK(b.to_vector() == std::vector<float>(12, 2.0f));
+  CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % fg::storage_alignment == 0);
 }
