@@ -9,7 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <queue>
-#include <unordered_map>
+#include <cstdint>
 #include <vector>
 
 #include "fusegrad/eager/grad_sum.hpp"
@@ -58,6 +58,92 @@ void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gr
   run_engine(roots, std::move(grads), retain_graph);
 }
 
+/// Per-node bookkeeping of one backward pass (dependency counts, the gradient buffers), in an
+/// open-addressing table keyed by node that a thread reuses from pass to pass: no hash-map
+/// nodes allocated per node and pass. A hook that runs a backward of its own (nested passes
+/// on one thread) gets the next table of the thread's stack.
+template <Element T>
+class engine_table {
+ public:
+  struct slot {
+    node<T>* key = nullptr;
+    std::size_t deps = 0;
+    std::vector<tensor<T>> buffer;
+  };
+  /// Empties the slots the last pass used (their gradients released), keeping the capacity;
+  /// a table grown by one huge pass shrinks back, so that later small passes stay cheap.
+  void clear() {
+    if (slots_.size() > 4096 && used_.size() * 8 < slots_.size()) {
+      std::vector<slot>(64).swap(slots_);
+      used_.clear();
+      used_.shrink_to_fit();
+    } else {
+      if (slots_.empty()) slots_.resize(64);
+      for (std::size_t i : used_) {
+        slot& s = slots_[i];
+        s.key = nullptr;
+        s.deps = 0;
+        s.buffer.clear();  // keeps its capacity
+      }
+      used_.clear();
+    }
+  }
+  /// The slot of `n`, made on first use; `fresh` tells which.
+  slot& at(node<T>* n, bool* fresh = nullptr) {
+    if (2 * (used_.size() + 1) > slots_.size()) grow();
+    const std::size_t i = probe(slots_, n);
+    slot& s = slots_[i];
+    if (fresh) *fresh = !s.key;
+    if (!s.key) {
+      s.key = n;
+      used_.push_back(i);
+    }
+    return s;
+  }
+
+ private:
+  static std::size_t probe(const std::vector<slot>& v, const node<T>* p) {
+    const std::size_t mask = v.size() - 1;
+    std::size_t i = static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    while (v[i].key && v[i].key != p) i = (i + 1) & mask;
+    return i;
+  }
+  void grow() {
+    std::vector<slot> bigger(std::max<std::size_t>(64, slots_.size() * 2));
+    std::vector<std::size_t> used;
+    used.reserve(used_.size() * 2);
+    for (std::size_t i : used_) {
+      const std::size_t j = probe(bigger, slots_[i].key);
+      bigger[j] = std::move(slots_[i]);
+      used.push_back(j);
+    }
+    slots_.swap(bigger);
+    used_.swap(used);
+  }
+  std::vector<slot> slots_;      ///< size a power of two
+  std::vector<std::size_t> used_;  ///< indices of the slots in use
+};
+
+/// This thread's engine tables: one per nested backward pass.
+template <Element T>
+struct engine_tables {
+  std::vector<std::unique_ptr<engine_table<T>>> stack;
+  std::size_t depth = 0;
+  /// The table of a new pass (released by `done`).
+  engine_table<T>& acquire() {
+    if (depth == stack.size()) stack.push_back(std::make_unique<engine_table<T>>());
+    return *stack[depth++];
+  }
+  /// Ends the innermost pass: its slots are emptied (no gradient outlives its pass).
+  void release() noexcept {
+    stack[--depth]->clear();
+  }
+  static engine_tables& local() {
+    thread_local engine_tables t;
+    return t;
+  }
+};
+
 /// PyTorch's engine, one thread: runs ready nodes latest-first.
 template <Element T>
 void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads,
@@ -85,21 +171,29 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
   auto root = std::make_shared<graph_root<T>>(std::move(root_edges), std::move(grads));
 
   // Count, for every reachable node, how many edges lead into it.
-  std::unordered_map<node<T>*, std::size_t> deps;
-  std::vector<node<T>*> stack{root.get()};
-  std::unordered_map<node<T>*, bool> seen{{root.get(), true}};
+  auto& tables = engine_tables<T>::local();
+  engine_table<T>& table = tables.acquire();
+  struct release_table {
+    engine_tables<T>& t;
+    ~release_table() { t.release(); }
+  } release{tables};
+  thread_local std::vector<node<T>*> stack_buffer;
+  std::vector<node<T>*> stack;
+  stack.swap(stack_buffer);  // reused capacity; a nested pass gets an empty one
+  stack.clear();
+  stack.push_back(root.get());
+  table.at(root.get());
   while (!stack.empty()) {
     node<T>* n = stack.back();
     stack.pop_back();
     for (const auto& e : n->next_edges()) {
       if (!e.valid()) continue;
-      ++deps[e.fn.get()];
-      if (!seen[e.fn.get()]) {
-        seen[e.fn.get()] = true;
-        stack.push_back(e.fn.get());
-      }
+      bool fresh = false;
+      ++table.at(e.fn.get(), &fresh).deps;
+      if (fresh) stack.push_back(e.fn.get());
     }
   }
+  stack.swap(stack_buffer);
 
   struct later_first {
     bool operator()(const std::shared_ptr<node<T>>& a, const std::shared_ptr<node<T>>& b) const {
@@ -107,19 +201,17 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
     }
   };
   std::priority_queue<std::shared_ptr<node<T>>, std::vector<std::shared_ptr<node<T>>>, later_first> ready;
-  std::unordered_map<node<T>*, std::vector<tensor<T>>> buffers;
   ready.push(root);
   while (!ready.empty()) {
     std::shared_ptr<node<T>> n = ready.top();
     ready.pop();
-    std::vector<tensor<T>> in = std::move(buffers[n.get()]);
-    buffers.erase(n.get());
+    std::vector<tensor<T>> in = std::move(table.at(n.get()).buffer);
     in.resize(n->num_outputs());
     const bool any = n->num_outputs() == 0 ||
                      std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
     if (!any) {  // nothing flows into this node: nothing flows out of it either
       for (const auto& e : n->next_edges())
-        if (e.valid() && --deps[e.fn.get()] == 0) ready.push(e.fn);
+        if (e.valid() && --table.at(e.fn.get()).deps == 0) ready.push(e.fn);
       continue;
     }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
@@ -140,13 +232,13 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
         if (out[j].shape() != e.fn->output_shape(e.input_nr))
           fail("backward", n->name(), " returned a gradient of shape ", to_string(out[j].shape()),
                " for its input ", j, "; expected ", to_string(e.fn->output_shape(e.input_nr)));
-        auto& buf = buffers[e.fn.get()];
+        auto& buf = table.at(e.fn.get()).buffer;
         buf.resize(e.fn->num_outputs());
         auto& slot = buf[e.input_nr];
         if (!slot.defined()) slot = out[j];
         else slot = add_grads(slot, out[j]);
       }
-      if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+      if (--table.at(e.fn.get()).deps == 0) ready.push(e.fn);
     }
   }
 }
