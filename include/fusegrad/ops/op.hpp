@@ -63,13 +63,13 @@ constexpr bool uses_output() {
 }
 
 /// What computing one element of `Op` costs, in loads of one element streamed from memory:
-/// `Op::cost` where the op declares it, else an arithmetic op's quarter of a load. The
+/// `Op::cost` where the op declares it, else an arithmetic op's 0.3 of a load. The
 /// cost-based save/recompute plan (partition/plan.hpp) weighs recomputing a value against
 /// saving it with these; `bench/bench_op_costs.cpp` measures them (docs/performance.md).
 template <class Op>
 constexpr double op_cost() {
   if constexpr (requires { Op::cost; }) return Op::cost;
-  else return 0.25;
+  else return 0.3;
 }
 /// The integer unit of costs in plans: 1/16 of a streamed load (two bits below the point).
 inline constexpr int cost_units_per_load = 16;

@@ -3,9 +3,9 @@
 /// The memory side of the cost-based save/recompute plan (`policy_kind::cost`, plan.hpp): what
 /// a load and a store of one element cost, in the unit of the ops' declared costs
 /// (`cost_units_per_load`: 1/16 of a load streamed from memory), for the two size classes a
-/// compiled function plans for. The numbers are ratios measured by `bench/bench_op_costs.cpp`
-/// on a Zen 3 core (docs/performance.md, "Costs of the cost-based plan"); what matters is their
-/// order against the ops' costs, not their last digit.
+/// compiled function plans for. The numbers are ratios measured on a Zen 3 core
+/// (docs/performance.md, "The cost-based plan"); what matters is their order against the ops'
+/// costs, not their last digit.
 
 #include <cstddef>
 
@@ -18,11 +18,15 @@ namespace fusegrad::partition {
 /// read back at cache speed), or they stream from memory.
 enum class size_class : unsigned char { cached, streamed };
 
-/// A load or a store of an L2-resident element: about a third of a streamed load.
-inline constexpr memory_costs cached_costs{6, 5};
-/// A streamed load (the unit), and a streamed store of a fresh buffer (its write and, for a
-/// buffer the allocator hands back from the OS, a share of its page faults).
-inline constexpr memory_costs streamed_costs{fusegrad::detail::cost_units_per_load, 24};
+/// A load or a store of an element inside a fused loop (8 to 12 streams, the loop computing
+/// too), from the hand loops of `cos(cos(x)) * y` that save or recompute `cos(x)` and
+/// `cos(cos(x))` (bench/bench_plans.cpp): four more streams cost what 0.9 of a `cos` costs in
+/// cache (half a streamed load each) and what 2.3 of them cost at 2^24 floats (1.9 streamed
+/// loads each: memory overlaps with computation, so an access costs less than a lone stream's
+/// latency-bound load in a loop that computes, more than a single-stream bench says once the
+/// streams compete for bandwidth).
+inline constexpr memory_costs cached_costs{8, 8};
+inline constexpr memory_costs streamed_costs{30, 30};
 
 /// The costs of size class `c`.
 constexpr memory_costs costs_of(size_class c) { return c == size_class::cached ? cached_costs : streamed_costs; }
