@@ -180,6 +180,24 @@ TEST_CASE("the cost-based plan of each size class equals eager; a call picks its
   fg::set_cache_bytes(0);
 }
 
+TEST_CASE("FUSEGRAD_LOGS=output_code names the plan a compiled function runs, per size class") {
+  std::vector<std::string> lines;
+  fg::logs::set("output_code");
+  fg::logs::set_sink([&](fg::logs::channel, std::string_view s) { lines.emplace_back(s); });
+  auto f = fg::compile([](auto x, auto y) { return fg::exp(fg::exp(x)) * y + 1.0; });  // its own plans
+  const auto x = fg::randn<double>({5}, 1).requires_grad(true), y = fg::randn<double>({5}, 2);
+  (void)f(x, y);
+  fg::set_cache_bytes(1);
+  (void)f(x, y);
+  (void)f(x, y);  // logged once per plan
+  fg::set_cache_bytes(0);
+  fg::logs::set("");
+  fg::logs::set_sink({});
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].find("values that fit in cache): saves 3 of") != std::string::npos);
+  CHECK(lines[1].find("values that stream from memory): saves 2 of") != std::string::npos);
+}
+
 TEST_CASE("gradcheck of fused compiled functions") {
   const auto f = fg::compile(coscos_mul);
   auto r = fg::gradcheck([&](auto... xs) { return f(xs...); }, fg::randn<double>({3, 1}, 3), fg::randn<double>({4}, 4));

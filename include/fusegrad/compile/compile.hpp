@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "fusegrad/compile/compiled_graph.hpp"
 #include "fusegrad/compile/node_eval.hpp"
 #include "fusegrad/core/machine.hpp"
+#include "fusegrad/jit/log.hpp"
 #include "fusegrad/kernel/fused.hpp"  // backend::fused, the default
 
 namespace fusegrad {
@@ -135,11 +137,29 @@ class compiled_function {
       constexpr std::size_t N = A::n_in;
       if constexpr (plans_differ<T, N>())
         if (size_class_for<T, N>(in) == partition::size_class::streamed)
-          return detail::compiled_graph_of<B, policy::cost_streamed, A>::value;
-      return detail::compiled_graph_of<B, policy::cost_cached, A>::value;
+          return logged<A, policy::cost_streamed>(" (the cost-based plan for values that stream from memory)");
+      return logged<A, policy::cost_cached>(plans_differ<T, N>() ? " (the cost-based plan for values that fit in cache)"
+                                                                  : " (the cost-based plan, the same for every size)");
     } else {
-      return detail::compiled_graph_of<B, Policy, A>::value;
+      return logged<A, Policy>("");
     }
+  }
+  /// The compiled graph of plan `P`; its first use logs the plan (`FUSEGRAD_LOGS=output_code`).
+  template <class A, class P>
+  static const auto& logged(std::string_view which) {
+    const auto& g = detail::compiled_graph_of<B, P, A>::value;
+    static std::once_flag once;
+    if (logs::enabled(logs::output_code))
+      std::call_once(once, [&] {
+        std::string text = "fg::compile plan" + std::string(which) + ": saves " + std::to_string(g.saved_count) +
+                           " of " + std::to_string(A::MF) + " forward values:";
+        for (int k = 0; k < g.saved_count; ++k) text += " %" + std::to_string(g.saved_nodes[k]);
+        text += "; the backward computes";
+        for (std::size_t c = 0; c < A::M; ++c)
+          if (g.backward_active[c]) text += " %" + std::to_string(c);
+        logs::emit(logs::output_code, text);
+      });
+    return g;
   }
 
   /// Whether, inside fg::jit, the function runs as written on the lazy tensors instead of
