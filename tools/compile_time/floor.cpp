@@ -7,6 +7,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <compare>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -15,8 +16,8 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -32,10 +33,9 @@
 #include <string_view>
 #include <tuple>
 #include <type_traits>
-#include <unordered_map>
+#include <unistd.h>
 #include <utility>
 #include <vector>
-#include <unistd.h>
 #include <xsimd/xsimd.hpp>
 
 int main() {}

@@ -13,15 +13,17 @@
 #include <vector>
 
 #include "fusegrad/core/error.hpp"
+#include "fusegrad/core/small_vector.hpp"
 
 namespace fusegrad {
 
 using index_t = std::int64_t;
 
-/// A tensor's sizes, outermost first. `shape{}` is a 0-d (scalar) shape.
-using shape = std::vector<index_t>;
+/// A tensor's sizes, outermost first. `shape{}` is a 0-d (scalar) shape. Up to rank 6 held in
+/// place (no allocation); it converts from and to `std::vector<index_t>`.
+using shape = small_vector<index_t, 6>;
 /// Element strides, outermost first; 0 marks a broadcast (expanded) dimension.
-using strides = std::vector<index_t>;
+using strides = small_vector<index_t, 6>;
 
 /// Writes a shape the way PyTorch prints it: `[2, 3]`, `[]` for 0-d.
 inline std::string to_string(const shape& s) {

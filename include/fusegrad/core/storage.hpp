@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 
 #include "fusegrad/core/element.hpp"
 
@@ -129,6 +130,30 @@ class buffer_cache {
     return c;
   }
 };
+
+/// An allocator drawing from this thread's `buffer_cache` (its small size classes): what the
+/// small objects made for every tensor and tape node (tensor impls, storages, nodes, with their
+/// `shared_ptr` control blocks) are allocated with, so that they cost a pop and a push instead
+/// of `malloc` and `free`.
+template <class U>
+struct pooled {
+  using value_type = U;
+  pooled() noexcept = default;
+  template <class V>
+  pooled(const pooled<V>&) noexcept {}  // NOLINT(google-explicit-constructor): rebinding
+  U* allocate(std::size_t n) { return static_cast<U*>(buffer_cache::allocate(n * sizeof(U))); }
+  void deallocate(U* p, std::size_t n) noexcept { buffer_cache::release(p, n * sizeof(U)); }
+  template <class V>
+  bool operator==(const pooled<V>&) const noexcept {
+    return true;
+  }
+};
+
+/// `std::make_shared<U>(args...)`, the object and its control block from `pooled`.
+template <class U, class... A>
+std::shared_ptr<U> make_pooled(A&&... args) {
+  return std::allocate_shared<U>(pooled<U>{}, std::forward<A>(args)...);
+}
 
 }  // namespace detail
 

@@ -168,7 +168,7 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
     root_edges.push_back(std::move(e));
   }
   no_grad guard;
-  auto root = std::make_shared<graph_root<T>>(std::move(root_edges), std::move(grads));
+  auto root = make_pooled<graph_root<T>>(std::move(root_edges), std::move(grads));
 
   // Count, for every reachable node, how many edges lead into it.
   auto& tables = engine_tables<T>::local();

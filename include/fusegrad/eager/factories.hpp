@@ -98,8 +98,8 @@ tensor<T> view_of(T* data, const shape& s) {
   const index_t n = check_shape("view_of", s);
   if (data == nullptr && n != 0)
     detail::fail("view_of", "got a null pointer for shape ", to_string(s), "; expected ", n, " elements of memory");
-  auto impl = std::make_shared<detail::tensor_impl<T>>();
-  impl->store = std::make_shared<storage<T>>(data, static_cast<std::size_t>(n));
+  auto impl = detail::make_pooled<detail::tensor_impl<T>>();
+  impl->store = detail::make_pooled<storage<T>>(data, static_cast<std::size_t>(n));
   impl->sizes = s;
   impl->st = contiguous_strides(s);
   return tensor<T>(std::move(impl));

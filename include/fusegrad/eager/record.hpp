@@ -141,7 +141,7 @@ template <Element T, class Rule>
 std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
                                 const std::vector<tensor<T>*>& outputs,
                                 std::vector<tensor<T>> saved, Rule rule) {
-  return attach<T>(std::make_shared<rule_node<T>>(name, detached(std::move(saved)), std::move(rule)), inputs,
+  return attach<T>(make_pooled<rule_node<T>>(name, detached(std::move(saved)), std::move(rule)), inputs,
                    outputs);
 }
 

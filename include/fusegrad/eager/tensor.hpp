@@ -284,9 +284,9 @@ tensor<T> empty(const shape& s, std::string_view op = "empty") {
   std::size_t bytes = 0;
   if (__builtin_mul_overflow(n, sizeof(T), &bytes))
     fail(op, "a tensor of shape ", to_string(s), " needs more than 2^64 bytes; expected a shape that fits in memory");
-  auto impl = std::make_shared<tensor_impl<T>>();
+  auto impl = make_pooled<tensor_impl<T>>();
   try {
-    impl->store = std::make_shared<storage<T>>(n);
+    impl->store = make_pooled<storage<T>>(n);
   } catch (const std::bad_alloc&) {
     fail(op, "out of memory allocating ", bytes, " bytes for a tensor of shape ", to_string(s),
          "; expected an allocation that fits in memory");
@@ -299,7 +299,7 @@ tensor<T> empty(const shape& s, std::string_view op = "empty") {
 /// A tensor sharing `base`'s storage with new sizes, strides and offset (no history).
 template <Element T>
 tensor<T> alias(const tensor<T>& base, shape s, strides st, index_t offset) {
-  auto impl = std::make_shared<tensor_impl<T>>();
+  auto impl = make_pooled<tensor_impl<T>>();
   impl->store = base.impl()->store;
   impl->offset = offset;
   impl->sizes = std::move(s);
