@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/simd.hpp"
 
@@ -245,5 +246,39 @@ class column_sums {
   std::vector<T> level_;            ///< [levels][rows * m]
   std::vector<std::uint64_t> seen_;  ///< values received, per output row
 };
+
+/// The sum of values handed over in consecutive blocks, from each block's own total (a fresh
+/// `running_sum` fed the block): bitwise what one `running_sum` fed them all gives, when every
+/// block but the last is exactly `2^j` whole chunks (the same j for all; `split_pow2` with
+/// `sum_chunk<T>` cuts so). Such a block is a perfect subtree of the chunk tree, so its total
+/// is the tree's own node; the block totals then climb the same binary counter, and the last
+/// block's total (its partial chunk and smaller groups, folded as `total` does) starts the fold.
+template <Element T>
+T sum_of_blocks(const T* totals, index_t blocks) noexcept {
+  if (blocks <= 0) return T(0);
+  T level[64];
+  for (index_t b = 0; b + 1 < blocks; ++b) {
+    T c = totals[b];
+    sum_tree<T>::push(level, 1, static_cast<std::uint64_t>(b), &c, 1);
+  }
+  T acc = totals[blocks - 1];
+  sum_tree<T>::total(level, 1, static_cast<std::uint64_t>(blocks - 1), true, &acc, 1);
+  return acc;
+}
+
+/// The sum of `n` contiguous values (`running_sum::sum`'s bits) on all threads: blocks of
+/// `2^j` chunks summed on their own, combined by `sum_of_blocks`.
+template <Element T>
+T sum_contiguous(const T* x, index_t n) {
+  const block_split s = split_pow2(n, sum_chunk<T>, parallel_grain());
+  if (s.count <= 1) return running_sum<T>::sum(x, n, 1);
+  std::vector<T> totals(static_cast<std::size_t>(s.count));
+  parallel_blocks(s.count, [&](index_t b) {
+    running_sum<T> r;
+    r.add(x + b * s.size, std::min(s.size, n - b * s.size));
+    totals[static_cast<std::size_t>(b)] = r.total();
+  });
+  return sum_of_blocks(totals.data(), s.count);
+}
 
 }  // namespace fusegrad::detail
