@@ -160,27 +160,32 @@ struct block_split {
   index_t size, count;
 };
 
-/// How `n` items are cut when each block must get at least `grain` of them: one block below
-/// twice the grain (a small call: nothing else is read), else up to 4 blocks per thread (the
-/// spare ones balance threads that other work on the machine slows).
-inline block_split split_items(index_t n, index_t grain) {
+/// How `n` items are cut when each block must get at least `grain` of them, block sizes a
+/// multiple of `align`: one block below twice the grain (a small call: nothing else is read),
+/// else up to 4 blocks per thread (the spare ones balance threads that other work on the
+/// machine slows).
+inline block_split split_items(index_t n, index_t grain, index_t align = 1) {
   if (n < 2 * grain || !parallel_enabled) return {std::max<index_t>(n, 1), n > 0 ? 1 : 0};
   const index_t threads = thread_setting().load(std::memory_order_relaxed);
-  if (threads <= 1) return {n, 1};
+  if (threads <= 1 || in_parallel_block) return {n, 1};
   const index_t count = std::min(n / grain, 4 * threads);
-  const index_t size = (n + count - 1) / count;
+  const index_t size = ((n + count - 1) / count + align - 1) / align * align;
   return {size, (n + size - 1) / size};
 }
 
 /// `f(begin, end)` over [0, n) cut into blocks of at least `grain` items (see `split_items`);
 /// one call `f(0, n)` on the calling thread for a small loop.
 template <class F>
-void parallel_for(index_t n, index_t grain, F&& f) {
+void parallel_for(index_t n, index_t grain, F&& f, index_t align = 1) {
   if (n < 2 * grain || !parallel_enabled) {
     if (n > 0) f(index_t{0}, n);
     return;
   }
-  const block_split s = split_items(n, grain);
+  const block_split s = split_items(n, grain, align);
+  if (s.count <= 1) {
+    f(index_t{0}, n);
+    return;
+  }
   parallel_blocks(s.count, [&](index_t b) { f(b * s.size, std::min(n, (b + 1) * s.size)); });
 }
 
@@ -190,7 +195,7 @@ void parallel_for(index_t n, index_t grain, F&& f) {
 inline block_split split_pow2(index_t n, index_t unit, index_t grain) {
   if (n < 2 * grain || !parallel_enabled) return {std::max<index_t>(n, 1), n > 0 ? 1 : 0};
   const index_t threads = thread_setting().load(std::memory_order_relaxed);
-  if (threads <= 1) return {n, 1};
+  if (threads <= 1 || in_parallel_block) return {n, 1};
   index_t size = unit;
   while (size < grain || (n + size - 1) / size > 4 * threads) size *= 2;
   return {size, (n + size - 1) / size};
