@@ -93,6 +93,12 @@ std::vector<std::vector<T>> run_all() {
     put(a.grad());
     put(b.grad());
   }
+  // A fused stage over broadcast operands (rows of the general path, forward only).
+  {
+    const auto bcast = fg::compile([](auto a, auto b, auto c) { return fg::cos(a) * b + c; });
+    fg::no_grad ng;
+    put(bcast(x, bias, col));
+  }
   // Compiled autograd over an eager tape.
   {
     fg::compiled_autograd::enable on;
@@ -146,16 +152,20 @@ TEST_CASE("with several threads, compiled paths equal eager and pass gradcheck")
     CHECK(max_normwise(ea.grad(), a.grad()) < 1e-12);
     CHECK(max_normwise(eb.grad(), b.grad()) < 1e-12);
   }
-  // gradcheck on inputs large enough to be cut into blocks (grain 64: 256-value sum chunks).
-  auto r = fg::gradcheck([&](auto... v) { return compiled(v...); }, fg::randn<double>({6, 97}, 3), fg::randn<double>({97}, 4));
+  // gradcheck on inputs large enough to be cut into blocks (grain 64: 256-value sum chunks),
+  // through a scalar loss with random weights (every output's gradient counts; one backward).
+  const auto w2 = fg::randn<double>({6, 97}, 10), w1 = fg::randn<double>({700}, 11);
+  auto loss2 = [&w2](const auto& f) { return [&w2, p = &f](auto a, auto b) { return fg::sum((*p)(a, b) * w2); }; };
+  auto r = fg::gradcheck(loss2(compiled), fg::randn<double>({6, 97}, 3), fg::randn<double>({97}, 4));
   CHECK_MESSAGE(r, r.message);
-  r = fg::gradcheck([&](auto... v) { return jitted(v...); }, fg::randn<double>({6, 97}, 3), fg::randn<double>({97}, 4));
+  r = fg::gradcheck(loss2(jitted), fg::randn<double>({6, 97}, 3), fg::randn<double>({97}, 4));
   CHECK_MESSAGE(r, r.message);
-  r = fg::gradcheck([&](auto... v) { return compiled_full(v...); }, fg::randn<double>({700}, 5), fg::randn<double>({700}, 6));
+  r = fg::gradcheck([&](auto a, auto b) { return compiled_full(a, b) * 1.0; }, fg::randn<double>({700}, 5), fg::randn<double>({700}, 6));
   CHECK_MESSAGE(r, r.message);
-  r = fg::gradcheck([&](auto... v) { return jitted_full(v...); }, fg::randn<double>({700}, 5), fg::randn<double>({700}, 6));
+  r = fg::gradcheck([&](auto a, auto b) { return jitted_full(a, b) + fg::sum(a * w1); }, fg::randn<double>({700}, 5),
+                    fg::randn<double>({700}, 6));
   CHECK_MESSAGE(r, r.message);
-  r = fg::gradcheck([](auto a, auto w, auto b) { return fg::sum(fg::linear(a, w, b), 0); }, fg::randn<double>({40, 9}, 7),
-                    fg::randn<double>({5, 9}, 8), fg::randn<double>({5}, 9));
+  r = fg::gradcheck([&](auto a, auto w, auto b) { return fg::sum(fg::linear(a, w, b) * fg::randn<double>({40, 5}, 12)); },
+                    fg::randn<double>({40, 9}, 7), fg::randn<double>({5, 9}, 8), fg::randn<double>({5}, 9));
   CHECK_MESSAGE(r, r.message);
 }

@@ -43,7 +43,8 @@
 #endif
 #endif
 #if defined(FUSEGRAD_TSAN) && defined(FUSEGRAD_OPENMP)
-#include <sanitizer/tsan_interface.h>
+#include <thread>
+#include <vector>
 #endif
 
 namespace fusegrad {
@@ -104,17 +105,25 @@ inline int lease_workers(int want, int threads) {
     if (busy.compare_exchange_weak(cur, cur + got, std::memory_order_acquire, std::memory_order_relaxed)) return got;
   }
 }
-// ThreadSanitizer does not see libgomp's synchronisation (libgomp is not instrumented): the
-// fork and the join of a region are told to it, so that it still checks the blocks against
-// each other.
-inline char tsan_fork_token, tsan_join_token;
+/// Runs `body()` on `team` threads (this one and `team - 1` others) and returns when all
+/// are done: an OpenMP parallel region. Under ThreadSanitizer, std::threads started and joined
+/// here instead: libgomp is not instrumented, so TSan sees neither a region's fork nor its
+/// join, and the compiler writes the region's shared data after any annotation could be
+/// placed; with threads it sees both, and still checks the blocks against each other (the
+/// split, the lease and the blocks are the same code).
+template <class Body>
+void run_team(int team, Body& body) {
 #if defined(FUSEGRAD_TSAN)
-inline void tsan_release(void* p) { __tsan_release(p); }
-inline void tsan_acquire(void* p) { __tsan_acquire(p); }
+  std::vector<std::thread> others;
+  others.reserve(static_cast<std::size_t>(team - 1));
+  for (int t = 1; t < team; ++t) others.emplace_back([&body] { body(); });
+  body();
+  for (auto& t : others) t.join();
 #else
-inline void tsan_release(void*) {}
-inline void tsan_acquire(void*) {}
+#pragma omp parallel num_threads(team)
+  body();
 #endif
+}
 #endif
 
 /// Calls `f(b)` for every block `b` in [0, count), on up to `get_num_threads()` threads
@@ -130,10 +139,7 @@ void parallel_blocks(index_t count, F&& f) {
       std::atomic<index_t> next{0};
       std::atomic<bool> failed{false};
       std::exception_ptr error;
-      tsan_release(&tsan_fork_token);
-#pragma omp parallel num_threads(extra + 1)
-      {
-        tsan_acquire(&tsan_fork_token);
+      auto body = [&] {
         const bool outer = in_parallel_block;
         in_parallel_block = true;
         try {
@@ -143,9 +149,8 @@ void parallel_blocks(index_t count, F&& f) {
           if (!failed.exchange(true)) error = std::current_exception();
         }
         in_parallel_block = outer;
-        tsan_release(&tsan_join_token);
-      }
-      tsan_acquire(&tsan_join_token);
+      };
+      run_team(extra + 1, body);
       workers_busy().fetch_sub(extra, std::memory_order_release);
       if (error) std::rethrow_exception(error);
       return;

@@ -57,6 +57,31 @@ class fused_runner {
   void eval(int c);
 
  private:
+  /// What a thread running rows changes: its tile registers and load buffers, the pointers the
+  /// row body reads, the reductions' running state. `blocks`: a block of a parallel pass,
+  /// whose full maxes stay in `acc`/`tail` (combined once every block is done).
+  struct work {
+    T* regs;
+    T* loadbuf;
+    const T** slot;
+    T** dst;
+    index_t* step;
+    const T** lrow;
+    index_t* lstep;
+    simd<T>* acc;
+    T* tail;
+    running_sum<T>* rsum;
+    T** cur;
+    bool blocks;
+  };
+  /// A thread's own buffers for blocks of a parallel pass.
+  struct block_scratch {
+    std::vector<T> regs;
+    std::vector<const T*> slot, lrow;
+    std::vector<T*> dst;
+    std::vector<index_t> step, lstep, base;
+  };
+
   const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
   const node_desc& d(int c) const { return g_.desc[c]; }
   tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
@@ -382,10 +407,41 @@ class fused_runner {
     }
     std::vector<const strides*> sp(N);
     for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
+    // Rows that write disjoint elements (no reduction, every store covering the space) run in
+    // blocks of rows on all threads; the others in order on this one.
+    const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
+    const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
+    bool apart = NR == 0 && split_items(rows, grain_rows).count > 1;
+    for (std::size_t j = 0; j < NW && apart; ++j) apart = st[NL + j] == contiguous_strides(space);
+    if (apart) {
+      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
+        thread_local block_scratch bs;
+        work w = block_work(bs, N, NL, NC, L_.register_count[S], nullptr, nullptr, nullptr, nullptr);
+        std::vector<index_t> boff(N, 0), binner(N, 0);
+        for_each_row_n(
+            space, N, sp.data(), boff.data(), binner.data(),
+            [&](const index_t* b, index_t n, const index_t* is) { row_fn(w, b, n, is); }, r0, r1);
+      });
+      return;
+    }
     std::vector<index_t> off(N, 0), inner(N, 0);
     for_each_row_n(space, N, sp.data(), off.data(), inner.data(),
                    [&](const index_t* b, index_t n, const index_t* is) { row_fn(main, b, n, is); });
     finish_sums();
+  }
+
+  /// A `work` on a thread's own buffers `bs` (sized here), with the given reduction state.
+  static work block_work(block_scratch& bs, std::size_t N, std::size_t NL, std::size_t NC, int nregs, simd<T>* acc,
+                         T* tail, running_sum<T>* rsum, T** cur) {
+    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
+    if (bs.regs.size() < need) bs.regs.resize(need);
+    grow(NL + NC + 1, bs.slot);
+    bs.slot[NL + NC] = nullptr;  // the second operand of a unary node
+    grow(NC, bs.dst, bs.step);
+    grow(NL, bs.lrow, bs.lstep);
+    grow(N, bs.base);
+    return work{bs.regs.data(), bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
+                bs.slot.data(), bs.dst.data(), bs.step.data(), bs.lrow.data(), bs.lstep.data(), acc, tail, rsum, cur, true};
   }
 
   /// The fast path's one row of `total` elements on all threads: blocks of 2^j sum chunks,
@@ -404,19 +460,10 @@ class fused_runner {
     const index_t* const is = sc.is.data();
     parallel_blocks(split.count, [&](index_t b) {
       thread_local block_scratch bs;  // this thread's registers and row pointers
-      const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
-      if (bs.regs.size() < need) bs.regs.resize(need);
-      grow(NL + NC + 1, bs.slot);
-      bs.slot[NL + NC] = nullptr;
-      grow(NC, bs.dst, bs.step);
-      grow(NL, bs.lrow, bs.lstep);
-      grow(N, bs.base);
+      const auto r = static_cast<std::size_t>(b) * NR;
+      work w = block_work(bs, N, NL, NC, nregs, acc.data() + r, tail.data() + r, rsum.data() + r, cur.data() + r);
       const index_t b0 = b * split.size;
       for (std::size_t q = 0; q < N; ++q) bs.base[q] = is[q] != 0 ? b0 : 0;
-      const auto r = static_cast<std::size_t>(b) * NR;
-      work w{bs.regs.data(), bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
-                                     bs.slot.data(), bs.dst.data(), bs.step.data(), bs.lrow.data(), bs.lstep.data(),
-                                     acc.data() + r, tail.data() + r, rsum.data() + r, cur.data() + r, true};
       row_fn(w, bs.base.data(), std::min(split.size, total - b0), is);
     });
     std::vector<T> totals(static_cast<std::size_t>(split.count));
@@ -439,31 +486,6 @@ class fused_runner {
       }
     }
   }
-  /// What a thread running rows changes: its tile registers and load buffers, the pointers the
-  /// row body reads, the reductions' running state. `blocks`: a block of a parallel pass,
-  /// whose full maxes stay in `acc`/`tail` (combined once every block is done).
-  struct work {
-    T* regs;
-    T* loadbuf;
-    const T** slot;
-    T** dst;
-    index_t* step;
-    const T** lrow;
-    index_t* lstep;
-    simd<T>* acc;
-    T* tail;
-    running_sum<T>* rsum;
-    T** cur;
-    bool blocks;
-  };
-  /// A thread's own buffers for blocks of a parallel pass.
-  struct block_scratch {
-    std::vector<T> regs;
-    std::vector<const T*> slot, lrow;
-    std::vector<T*> dst;
-    std::vector<index_t> step, lstep, base;
-  };
-
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
   struct scratch {
     std::vector<const T*> slot, lrow, lp;
