@@ -3,8 +3,8 @@
 // of docs/performance.md.
 //
 //   cmake --preset bench && cmake --build --preset bench --target bench_parallel
-//   ./build/bench/bench/bench_parallel --benchmark_min_time=0.3 --benchmark_repetitions=3 \
-//       --benchmark_out=parallel.json --benchmark_out_format=json
+//   ./build/bench/bench/bench_parallel --benchmark_min_time=0.2 --benchmark_repetitions=3
+//       (continued) --benchmark_out=parallel.json --benchmark_out_format=json
 //   python3 tools/parallel_scaling.py parallel.json --plot docs/parallel_scaling.png
 //
 // Cases (floats):

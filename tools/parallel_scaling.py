@@ -64,7 +64,7 @@ def table(times):
     return "\n".join(lines)
 
 
-def plot(times, path):
+def plot(times, path, context):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -87,7 +87,8 @@ def plot(times, path):
     ax.set_xticks(threads)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("fusegrad thread scaling (largest size of each case)")
+    load = context.get("load_avg") or [float("nan")]
+    ax.set_title(f"thread scaling, largest size of each case ({context.get('num_cpus', '?')} CPUs, load {load[0]:.1f})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"parallel_scaling: wrote {path}", file=sys.stderr)
@@ -104,7 +105,7 @@ def main():
     print(f"{context.get('num_cpus', '?')} CPUs, load average {context.get('load_avg', '?')}, {context.get('date', '')}\n")
     print(table(times))
     if args.plot:
-        plot(times, args.plot)
+        plot(times, args.plot, context)
 
 
 if __name__ == "__main__":

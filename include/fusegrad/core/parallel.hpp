@@ -6,8 +6,9 @@
 /// The scheduler is OpenMP (GCC's libgomp; docs/architecture.md says why, measured against
 /// oneTBB). It is on where the code is compiled with OpenMP (`-fopenmp`, which CMake's
 /// `fusegrad::parallel` target adds) and `FUSEGRAD_SERIAL` is not defined; otherwise every
-/// loop runs on the calling thread, as before, with the same results. Compile every TU that
-/// includes fusegrad the same way.
+/// loop runs on the calling thread, as before, with the same results. `FUSEGRAD_TBB` (CMake:
+/// `-DFUSEGRAD_PARALLEL_BACKEND=TBB`) uses oneTBB instead. Compile every TU that includes
+/// fusegrad the same way.
 ///
 /// Results never depend on the number of threads: element-wise work is independent per
 /// element, reductions over dims are parallel over their outputs, and a sum of many values is
@@ -15,7 +16,8 @@
 /// as one thread's (core/accumulate.hpp, `sum_of_blocks`).
 ///
 /// Small calls stay on the calling thread: a loop is split only when each block gets at least
-/// its grain of work, and that test comes before anything else (no atomic, no allocation).
+/// its grain of work, and that test comes before anything else (one relaxed load of the
+/// grain; no allocation, no synchronisation).
 /// Several user threads calling at once share one budget of `get_num_threads() - 1` library
 /// workers (a lease that never waits: a call that finds none runs on its own thread), so
 /// 8 user threads calling 4-thread functions use at most 8 + 3 threads. A call made inside a
@@ -30,8 +32,15 @@
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/shape.hpp"
 
-#if defined(_OPENMP) && !defined(FUSEGRAD_SERIAL)
+#if defined(FUSEGRAD_TBB) && !defined(FUSEGRAD_SERIAL)
+// The alternative scheduler, oneTBB (CMake: -DFUSEGRAD_PARALLEL_BACKEND=TBB), kept so that
+// the choice can be re-measured: its caller never waits for a worker that has not joined.
+#define FUSEGRAD_PARALLEL_ON 1
+#include <thread>
+#include <tbb/parallel_for.h>
+#elif defined(_OPENMP) && !defined(FUSEGRAD_SERIAL)
 #define FUSEGRAD_OPENMP 1
+#define FUSEGRAD_PARALLEL_ON 1
 #include <omp.h>
 #endif
 
@@ -42,7 +51,7 @@
 #define FUSEGRAD_TSAN 1
 #endif
 #endif
-#if defined(FUSEGRAD_TSAN) && defined(FUSEGRAD_OPENMP)
+#if defined(FUSEGRAD_TSAN) && defined(FUSEGRAD_PARALLEL_ON)
 #include <thread>
 #include <vector>
 #endif
@@ -50,9 +59,9 @@
 namespace fusegrad {
 namespace detail {
 
-/// Whether this build runs loops on several threads (compiled with OpenMP).
+/// Whether this build runs loops on several threads (OpenMP, or oneTBB under `FUSEGRAD_TBB`).
 inline constexpr bool parallel_enabled =
-#if defined(FUSEGRAD_OPENMP)
+#if defined(FUSEGRAD_PARALLEL_ON)
     true;
 #else
     false;
@@ -78,6 +87,8 @@ inline int threads_from_environment() {
   }
 #if defined(FUSEGRAD_OPENMP)
   return std::max(1, omp_get_max_threads());
+#elif defined(FUSEGRAD_PARALLEL_ON)
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 #else
   return 1;
 #endif
@@ -94,7 +105,7 @@ inline std::atomic<int>& workers_busy() {
 /// True on a thread running a parallel block (a nested call runs serially).
 inline thread_local bool in_parallel_block = false;
 
-#if defined(FUSEGRAD_OPENMP)
+#if defined(FUSEGRAD_PARALLEL_ON)
 /// Up to `want` workers from the shared budget (0 when none is free); never waits.
 inline int lease_workers(int want, int threads) {
   auto& busy = workers_busy();
@@ -119,9 +130,11 @@ void run_team(int team, Body& body) {
   for (int t = 1; t < team; ++t) others.emplace_back([&body] { body(); });
   body();
   for (auto& t : others) t.join();
-#else
+#elif defined(FUSEGRAD_OPENMP)
 #pragma omp parallel num_threads(team)
   body();
+#else
+  tbb::parallel_for(0, team, [&](int) { body(); }, tbb::simple_partitioner());
 #endif
 }
 #endif
@@ -131,8 +144,12 @@ void run_team(int team, Body& body) {
 /// first one thrown).
 template <class F>
 void parallel_blocks(index_t count, F&& f) {
+#if defined(FUSEGRAD_PARALLEL_ON)
 #if defined(FUSEGRAD_OPENMP)
   if (count > 1 && !in_parallel_block && !omp_in_parallel()) {
+#else
+  if (count > 1 && !in_parallel_block) {
+#endif
     const int threads = thread_setting().load(std::memory_order_relaxed);
     const int team = static_cast<int>(std::min<index_t>(count, threads));
     if (const int extra = team > 1 ? lease_workers(team - 1, threads) : 0; extra > 0) {
