@@ -213,3 +213,102 @@ TEST_CASE("concurrent backwards into a shared leaf under compiled autograd") {
   for (auto& th : pool) th.join();
   for (double g : w.grad().to_vector()) CHECK(g == doctest::Approx(threads * rounds * 2.0 * std::cos(1.0)).epsilon(1e-12));
 }
+
+// Issue 22: library threads inside user threads. 8 user threads call jitted and compiled
+// functions whose loops run on 4 library threads: the shared lease keeps the library's
+// workers at 3 in all (no oversubscription), nothing waits on anything (no deadlock), and
+// every result has the bits of a 1-thread run. Run under the `tsan` preset for races.
+
+TEST_CASE("8 user threads x 4 library threads: no oversubscription, no deadlock, 1-thread bits") {
+  const int threads_before = fg::get_num_threads();
+  const fg::index_t grain_before = fg::detail::set_parallel_grain(256);  // modest sizes split
+  const auto jitted = fg::jit(body);
+  const auto compiled = fg::compile([](auto x, auto y) { return fg::sum(fg::cos(x) * y) + fg::cos(x); });
+  constexpr int users = 8, rounds = 6;
+  auto input = [](int t, int r, std::uint64_t k) {
+    return fg::randn<float>({3 + (t + r) % 3, 1500}, static_cast<std::uint64_t>(100 * t + r) + k);
+  };
+  // The 1-thread results first.
+  fg::set_num_threads(1);
+  std::vector<std::vector<float>> ref(users * rounds * 2);
+  for (int t = 0; t < users; ++t)
+    for (int r = 0; r < rounds; ++r) {
+      const auto x = input(t, r, 0), y = input(t, r, 1);
+      ref[static_cast<std::size_t>((t * rounds + r) * 2)] = fg::tensor<float>(jitted(x, y)).to_vector();
+      ref[static_cast<std::size_t>((t * rounds + r) * 2 + 1)] = fg::tensor<float>(compiled(x, y)).to_vector();
+    }
+  fg::set_num_threads(4);
+  std::latch start(users);
+  std::atomic<int> differs{0}, most_busy{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < users; ++t)
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r) {
+        const auto x = input(t, r, 0), y = input(t, r, 1);
+        const auto a = fg::tensor<float>(jitted(x, y)).to_vector();
+        const auto b = fg::tensor<float>(compiled(x, y)).to_vector();
+        if (a != ref[static_cast<std::size_t>((t * rounds + r) * 2)] || b != ref[static_cast<std::size_t>((t * rounds + r) * 2 + 1)])
+          ++differs;
+        int busy = fg::detail::workers_busy().load(), seen = most_busy.load();
+        while (busy > seen && !most_busy.compare_exchange_weak(seen, busy)) {
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(differs == 0);
+  CHECK(most_busy <= 3);                           // 4 threads: at most 3 lent at once, for all users
+  CHECK(fg::detail::workers_busy().load() == 0);  // every lease returned
+  fg::set_num_threads(threads_before);
+  fg::detail::set_parallel_grain(grain_before);
+}
+
+TEST_CASE("a parallel loop inside a parallel block runs on its own thread") {
+  const int before = fg::get_num_threads();
+  fg::set_num_threads(4);
+  std::atomic<int> inner_blocks{0}, outer_blocks{0};
+  fg::detail::parallel_for(64, 8, [&](fg::index_t, fg::index_t) {
+    ++outer_blocks;
+    fg::detail::parallel_for(100000, 10, [&](fg::index_t b, fg::index_t e) {
+      CHECK(b == 0);  // one block: the whole inner loop
+      CHECK(e == 100000);
+      ++inner_blocks;
+    });
+  });
+  CHECK(inner_blocks == outer_blocks);
+  fg::set_num_threads(before);
+}
+
+TEST_CASE("8 user threads' parallel loops run on at most 8 + 3 threads at once (4 library threads)") {
+  const int before = fg::get_num_threads();
+  fg::set_num_threads(4);
+  constexpr int users = 8;
+  std::atomic<int> active{0}, peak{0}, peak_lent{0};
+  std::atomic<long> covered{0};
+  auto raise = [](std::atomic<int>& m, int v) {
+    int seen = m.load();
+    while (v > seen && !m.compare_exchange_weak(seen, v)) {
+    }
+  };
+  std::latch start(users);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < users; ++t)
+    pool.emplace_back([&] {
+      start.arrive_and_wait();
+      for (int r = 0; r < 40; ++r)
+        fg::detail::parallel_for(1 << 14, 1 << 10, [&](fg::index_t b, fg::index_t e) {
+          raise(peak, ++active);
+          raise(peak_lent, fg::detail::workers_busy().load());
+          volatile double s = 0;
+          for (fg::index_t i = b; i < e; ++i) s = s + static_cast<double>(i);
+          covered += e - b;
+          --active;
+        });
+    });
+  for (auto& th : pool) th.join();
+  CHECK(covered == static_cast<long>(users) * 40 * (1 << 14));
+  CHECK(peak <= users + 3);
+  CHECK(peak_lent <= 3);
+  CHECK(fg::detail::workers_busy().load() == 0);
+  fg::set_num_threads(before);
+}

@@ -14,6 +14,7 @@
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/grad_mode.hpp"
 #include "fusegrad/core/operand.hpp"
+#include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/core/storage.hpp"

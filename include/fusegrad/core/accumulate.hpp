@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/simd.hpp"
 
@@ -206,17 +207,19 @@ class running_sum {
   std::uint64_t chunks_;
 };
 
-/// The sums of `rows` x `m` outputs (column form) held in `out` (row-major): each output row
-/// receives a value per output by the caller adding into `out` (e.g. `tile_reduce_into`), then
-/// `row_done(r)`. `finish()` writes the totals over `out`. Values per output row may arrive
-/// interleaved between output rows; each output row receives them in order.
+/// The sums of `rows` x `m` outputs (column form) held in `out` (row-major, output rows `ld`
+/// apart: a block of columns of a wider output): each output row receives a value per output
+/// by the caller adding into `out` (e.g. `tile_reduce_into`), then `row_done(r)`. `finish()`
+/// writes the totals over `out`. Values per output row may arrive interleaved between output
+/// rows; each output row receives them in order. Outputs are independent: any block of
+/// columns summed on its own gives the same bits.
 template <Element T>
 class column_sums {
  public:
   /// `count`: the values each output will receive (sizes the tree). Sets `out` to -0.
-  void start(T* out, index_t rows, index_t m, index_t count) {
-    out_ = out, rows_ = rows, m_ = m;
-    std::fill_n(out, rows * m, T(-0.0));
+  void start(T* out, index_t rows, index_t m, index_t count, index_t ld = -1) {
+    out_ = out, rows_ = rows, m_ = m, ld_ = ld < 0 ? m : ld;
+    for (index_t r = 0; r < rows; ++r) std::fill_n(out + r * ld_, m, T(-0.0));
     const auto chunks = static_cast<std::uint64_t>(count / sum_run);
     levels_ = chunks == 0 ? 0 : std::bit_width(chunks);
     level_.resize(static_cast<std::size_t>(levels_ * rows * m));
@@ -226,7 +229,7 @@ class column_sums {
   void row_done(index_t r) {
     auto& n = seen_[static_cast<std::size_t>(r)];
     if (++n % sum_run != 0) return;
-    T* const row = out_ + r * m_;
+    T* const row = out_ + r * ld_;
     sum_tree<T>::push(level_.data() + r * m_, rows_ * m_, n / sum_run - 1, row, m_);
     std::fill_n(row, m_, T(-0.0));
   }
@@ -235,15 +238,49 @@ class column_sums {
     for (index_t r = 0; r < rows_; ++r) {
       const std::uint64_t n = seen_[static_cast<std::size_t>(r)];
       sum_tree<T>::total(level_.data() + r * m_, rows_ * m_, n / sum_run, n % sum_run != 0,
-                         out_ + r * m_, m_);
+                         out_ + r * ld_, m_);
     }
   }
 
  private:
   T* out_ = nullptr;
-  index_t rows_ = 0, m_ = 0, levels_ = 0;
+  index_t rows_ = 0, m_ = 0, ld_ = 0, levels_ = 0;
   std::vector<T> level_;            ///< [levels][rows * m]
   std::vector<std::uint64_t> seen_;  ///< values received, per output row
 };
+
+/// The sum of values handed over in consecutive blocks, from each block's own total (a fresh
+/// `running_sum` fed the block): bitwise what one `running_sum` fed them all gives, when every
+/// block but the last is exactly `2^j` whole chunks (the same j for all; `split_pow2` with
+/// `sum_chunk<T>` cuts so). Such a block is a perfect subtree of the chunk tree, so its total
+/// is the tree's own node; the block totals then climb the same binary counter, and the last
+/// block's total (its partial chunk and smaller groups, folded as `total` does) starts the fold.
+template <Element T>
+T sum_of_blocks(const T* totals, index_t blocks) noexcept {
+  if (blocks <= 0) return T(0);
+  T level[64];
+  for (index_t b = 0; b + 1 < blocks; ++b) {
+    T c = totals[b];
+    sum_tree<T>::push(level, 1, static_cast<std::uint64_t>(b), &c, 1);
+  }
+  T acc = totals[blocks - 1];
+  sum_tree<T>::total(level, 1, static_cast<std::uint64_t>(blocks - 1), true, &acc, 1);
+  return acc;
+}
+
+/// The sum of `n` contiguous values (`running_sum::sum`'s bits) on all threads: blocks of
+/// `2^j` chunks summed on their own, combined by `sum_of_blocks`.
+template <Element T>
+T sum_contiguous(const T* x, index_t n) {
+  const block_split s = split_pow2(n, sum_chunk<T>, parallel_grain());
+  if (s.count <= 1) return running_sum<T>::sum(x, n, 1);
+  std::vector<T> totals(static_cast<std::size_t>(s.count));
+  parallel_blocks(s.count, [&](index_t b) {
+    running_sum<T> r;
+    r.add(x + b * s.size, std::min(s.size, n - b * s.size));
+    totals[static_cast<std::size_t>(b)] = r.total();
+  });
+  return sum_of_blocks(totals.data(), s.count);
+}
 
 }  // namespace fusegrad::detail

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fusegrad/core/accumulate.hpp"
+#include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/eager/tensor.hpp"
 #include "fusegrad/ops/reduce.hpp"
@@ -58,11 +59,14 @@ bool periodic_row(tile_fn<T> fn, const void* op, const tensor<T>& a, const strid
   for (index_t r = 0; r < chunk; r += period) std::copy(src, src + period, buf + r);
   const T* pf = (a_full ? a : b).impl()->store->data() + (a_full ? a : b).offset();
   T* o = out.data_ptr();
-  for (index_t i = 0; i < n; i += chunk) {
-    const index_t m = std::min(chunk, n - i);
-    if (a_full) fn(op, pf + i, buf, o + i, m);
-    else fn(op, buf, pf + i, o + i, m);
-  }
+  const index_t chunks = (n + chunk - 1) / chunk;
+  parallel_for(chunks, std::max<index_t>(1, parallel_grain() / chunk), [&](index_t c0, index_t c1) {
+    for (index_t i = c0 * chunk; i < std::min(n, c1 * chunk); i += chunk) {
+      const index_t m = std::min(chunk, n - i);
+      if (a_full) fn(op, pf + i, buf, o + i, m);
+      else fn(op, buf, pf + i, o + i, m);
+    }
+  });
   return true;
 }
 
@@ -75,12 +79,17 @@ void map_strided(tile_fn<T> fn, const void* op, const tensor<T>& a, const tensor
   if (b && periodic_row(fn, op, a, sa, *b, sb, out)) return;
   const T* pa = a.impl()->store->data();
   const T* pb = b ? b->impl()->store->data() : nullptr;
-  T* o = out.data_ptr();
-  for_each_row<2>(s, {&sa, &sb}, {a.offset(), b ? b->offset() : 0},
-                  [&](std::array<index_t, 2> base, index_t len, std::array<index_t, 2> st) {
-                    tile_row(fn, op, pa + base[0], st[0], pb ? pb + base[1] : nullptr, st[1], o, len);
-                    o += len;
-                  });
+  const index_t len = s.empty() ? 1 : s.back();
+  parallel_for(row_count(s), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)), [&](index_t r0, index_t r1) {
+    T* o = out.data_ptr() + r0 * len;
+    for_each_row<2>(
+        s, {&sa, &sb}, {a.offset(), b ? b->offset() : 0},
+        [&](std::array<index_t, 2> base, index_t n, std::array<index_t, 2> st) {
+          tile_row(fn, op, pa + base[0], st[0], pb ? pb + base[1] : nullptr, st[1], o, n);
+          o += n;
+        },
+        r0, r1);
+  });
 }
 
 /// A new contiguous tensor holding an element-wise op on `a` (and `*b`, broadcasting), the op
@@ -93,9 +102,14 @@ tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op,
   const std::string_view who = name.empty() ? std::string_view("pointwise") : name;
   tensor<T> out = same ? empty<T>(a.shape(), who) : empty<T>(broadcast_shapes(who, a.shape(), b->shape()), who);  // no shape copy
   if (out.numel() == 0) return out;
-  if (same && a.is_contiguous() && (!b || b->is_contiguous()))
-    fn(op, a.data_ptr(), b ? static_cast<const T*>(b->data_ptr()) : nullptr, out.data_ptr(), out.numel());
-  else
+  if (same && a.is_contiguous() && (!b || b->is_contiguous())) {
+    const T* pa = a.data_ptr();
+    const T* pb = b ? static_cast<const T*>(b->data_ptr()) : nullptr;
+    T* po = out.data_ptr();
+    parallel_for(
+        out.numel(), parallel_grain(),
+        [&](index_t i, index_t e) { fn(op, pa + i, pb ? pb + i : nullptr, po + i, e - i); }, tile_elems);
+  } else
     map_strided<T>(fn, op, a, b, out);
   return out;
 }
@@ -118,14 +132,19 @@ tensor<T> zip(std::string_view name, const Op& op, const tensor<T>& a, const ten
 template <Element T>
 tensor<T> contiguous_copy(const tensor<T>& x) {
   tensor<T> out = empty<T>(x.shape(), "contiguous");
-  T* o = out.data_ptr();
   const T* p = x.impl()->store ? x.impl()->store->data() : nullptr;
-  for_each_row<1>(x.shape(), {&x.strides()}, {x.offset()},
-                  [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
-                    if (s[0] == 1) std::copy(p + b[0], p + b[0] + n, o);
-                    else for (index_t k = 0; k < n; ++k) o[k] = p[b[0] + k * s[0]];
-                    o += n;
-                  });
+  const index_t len = x.shape().empty() ? 1 : x.shape().back();
+  parallel_for(row_count(x.shape()), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)), [&](index_t r0, index_t r1) {
+    T* o = out.data_ptr() + r0 * len;
+    for_each_row<1>(
+        x.shape(), {&x.strides()}, {x.offset()},
+        [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
+          if (s[0] == 1) std::copy(p + b[0], p + b[0] + n, o);
+          else for (index_t k = 0; k < n; ++k) o[k] = p[b[0] + k * s[0]];
+          o += n;
+        },
+        r0, r1);
+  });
   return out;
 }
 
@@ -164,18 +183,25 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
     return;
   }
   if (inner_kept) {  // column form: rows along the kept innermost dim, an output per element
+    // Blocks of columns (independent outputs) on different threads.
     const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
-    column_sums<T> cs;
-    cs.start(o, numel(out.shape()) / m, m, count);
-    for_each_row<2>(it, {&sx, &so}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
-      T* const d = o + b[1];
-      const T* const src = p + b[0];
-      if (st[0] == 1) tile_reduce_into<false>(src, d, n);
-      else
-        for (index_t k = 0; k < n; ++k) d[k] = d[k] + src[k * st[0]];
-      cs.row_done(b[1] / m);
-    });
-    cs.finish();
+    const index_t per_column = numel(x.shape()) / m;
+    parallel_for(
+        m, std::max<index_t>(1, parallel_grain() / std::max<index_t>(per_column, 1)),
+        [&](index_t c0, index_t c1) {
+          column_sums<T> cs;
+          cs.start(o + c0, numel(out.shape()) / m, c1 - c0, count, m);
+          for_each_row<2>(it, {&sx, &so}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t, std::array<index_t, 2> st) {
+            T* const d = o + b[1] + c0;
+            const T* const src = p + b[0] + c0 * st[0];
+            if (st[0] == 1) tile_reduce_into<false>(src, d, c1 - c0);
+            else
+              for (index_t k = 0; k < c1 - c0; ++k) d[k] = d[k] + src[k * st[0]];
+            cs.row_done(b[1] / m);
+          });
+          cs.finish();
+        },
+        static_cast<index_t>(simd<T>::size));
     return;
   }
   // Row form: the kept dims outermost, so each output's rows come one after another, and
@@ -191,23 +217,70 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
           rs.push_back(it[d]), rx.push_back(sx[d]), ro.push_back(so[d]);
         }
       }
-  if (std::count(ro.begin(), ro.end(), index_t{0}) == 1) {  // an output per row
-    for_each_row<2>(rs, {&rx, &ro}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
-      o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]);
+  const index_t rows = row_count(rs), len = rs.back();
+  if (std::count(ro.begin(), ro.end(), index_t{0}) == 1) {  // an output per row: blocks of outputs
+    if (rows == 1 && rx.back() == 1) {  // one contiguous sum: blocks of 2^j chunks
+      o[0] = sum_contiguous(p + x.offset(), len);
+      return;
+    }
+    parallel_for(rows, std::max<index_t>(1, parallel_grain() / len), [&](index_t r0, index_t r1) {
+      for_each_row<2>(
+          rs, {&rx, &ro}, {x.offset(), 0},
+          [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) { o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]); },
+          r0, r1);
     });
     return;
   }
-  running_sum<T> acc;
-  T* cur = nullptr;
-  for_each_row<2>(rs, {&rx, &ro}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
-    if (o + b[1] != cur) {
-      if (cur) *cur = acc.total();
-      acc.reset();
-      cur = o + b[1];
-    }
-    acc.add(p + b[0], n, st[0]);
+  // Several rows per output, each output's rows one after another: blocks of outputs.
+  const index_t outputs = numel(out.shape()), per_output = rows / outputs;
+  parallel_for(outputs, std::max<index_t>(1, parallel_grain() / (per_output * len)), [&](index_t o0, index_t o1) {
+    running_sum<T> acc;
+    T* cur = nullptr;
+    for_each_row<2>(
+        rs, {&rx, &ro}, {x.offset(), 0},
+        [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+          if (o + b[1] != cur) {
+            if (cur) *cur = acc.total();
+            acc.reset();
+            cur = o + b[1];
+          }
+          acc.add(p + b[0], n, st[0]);
+        },
+        o0 * per_output, o1 * per_output);
+    *cur = acc.total();
   });
-  *cur = acc.total();
+}
+
+/// The max of `n` contiguous values (NaN propagating), on all threads: blocks of whole SIMD
+/// batches, each with its own lanes, combined lane by lane in block order (a max keeps the
+/// first NaN and, among equal values, the last one: the same bits as one thread's pass).
+template <Element T>
+T max_contiguous(const T* q, index_t n) {
+  using B = simd<T>;
+  constexpr index_t W = static_cast<index_t>(B::size);
+  const T init = -std::numeric_limits<T>::infinity();
+  const block_split s = split_items(n / W, std::max<index_t>(1, parallel_grain() / W));
+  auto lanes_of = [&](index_t i0, index_t i1) {
+    B acc(init);
+    for (index_t i = i0; i < i1; i += W) acc = lanes::max(acc, B::load_unaligned(q + i));
+    return acc;
+  };
+  B acc(init);
+  if (s.count <= 1) {
+    acc = lanes_of(0, n / W * W);
+  } else {
+    std::vector<B> part(static_cast<std::size_t>(s.count));
+    parallel_blocks(s.count, [&](index_t b) {
+      part[static_cast<std::size_t>(b)] = lanes_of(b * s.size * W, std::min(n / W, (b + 1) * s.size) * W);
+    });
+    for (const B& v : part) acc = lanes::max(acc, v);
+  }
+  alignas(64) T lanes_buf[W];
+  acc.store_aligned(lanes_buf);
+  T r = init;
+  for (index_t k = 0; k < W; ++k) r = lanes::max(r, lanes_buf[k]);
+  for (index_t i = n / W * W; i < n; ++i) r = lanes::max(r, q[i]);
+  return r;
 }
 
 /// Reduces `x` over the dims flagged in `mask` (one flag per dim): its max, or its sum (for
@@ -229,19 +302,7 @@ tensor<T> reduce_keepdim(const tensor<T>& x, const std::vector<bool>& mask, redu
   }
   const T* p = x.impl()->store->data();
   if (x.is_contiguous() && out.numel() == 1) {  // full reduction over contiguous memory
-    using B = simd<T>;
-    constexpr index_t W = static_cast<index_t>(B::size);
-    const T* q = p + x.offset();
-    const index_t n = x.numel();
-    B acc(init);
-    index_t i = 0;
-    for (; i + W <= n; i += W) acc = lanes::max(acc, B::load_unaligned(q + i));
-    alignas(64) T lanes_buf[W];
-    acc.store_aligned(lanes_buf);
-    T r = init;
-    for (index_t k = 0; k < W; ++k) r = lanes::max(r, lanes_buf[k]);
-    for (; i < n; ++i) r = lanes::max(r, q[i]);
-    *o = r;
+    *o = max_contiguous(p + x.offset(), x.numel());
     return out;
   }
   strides ost = out.strides();

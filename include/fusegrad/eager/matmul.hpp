@@ -11,27 +11,47 @@
 namespace fusegrad {
 namespace detail {
 
-/// c[n×m] = a[n×k] · b[k×m], all contiguous row-major; the inner loop runs over m.
+/// Rows [i0, i1) of c[n×m] = a[n×k] · b[k×m], all contiguous row-major: blocks of rows and of
+/// k (a block of b's rows stays in L1/L2 while it serves the block's rows of c); the inner
+/// loop runs over m. An element of c is summed over p in order whatever the blocks, so every
+/// cut (and every thread count) gives the same bits.
 template <Element T>
-void gemm(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t n, index_t k, index_t m) {
-  std::fill_n(c, n * m, T(0));
-  for (index_t i = 0; i < n; ++i) {
-    T* __restrict ci = c + i * m;
-    for (index_t p = 0; p < k; ++p) {
-      const T aip = a[i * k + p];
-      const T* __restrict bp = b + p * m;
-      for (index_t j = 0; j < m; ++j) ci[j] += aip * bp[j];
-    }
-  }
+void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t i0, index_t i1, index_t k,
+               index_t m) {
+  std::fill(c + i0 * m, c + i1 * m, T(0));
+  constexpr index_t rows = 32;
+  const index_t kb = std::max<index_t>(16, (index_t{1} << 15) / static_cast<index_t>(sizeof(T)) / std::max<index_t>(m, 1));
+  for (index_t ib = i0; ib < i1; ib += rows)
+    for (index_t pb = 0; pb < k; pb += kb)
+      for (index_t i = ib; i < std::min(i1, ib + rows); ++i) {
+        T* __restrict ci = c + i * m;
+        for (index_t p = pb; p < std::min(k, pb + kb); ++p) {
+          const T aip = a[i * k + p];
+          const T* __restrict bp = b + p * m;
+          for (index_t j = 0; j < m; ++j) ci[j] += aip * bp[j];
+        }
+      }
 }
 
+/// [B,n,k] x [B,k,m]: blocks of the B·n output rows on all threads.
 template <Element T>
-tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {  // [B,n,k] x [B,k,m]
-  const tensor<T> ac = detail::contiguous_copy(a), bc = detail::contiguous_copy(b);
+tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {
+  const tensor<T> ac = a.is_contiguous() ? a : detail::contiguous_copy(a), bc = b.is_contiguous() ? b : detail::contiguous_copy(b);
   const index_t B = a.shape()[0], n = a.shape()[1], k = a.shape()[2], m = b.shape()[2];
   tensor<T> c = empty<T>({B, n, m}, "matmul");
-  for (index_t i = 0; i < B; ++i)
-    gemm(ac.data_ptr() + i * n * k, bc.data_ptr() + i * k * m, c.data_ptr() + i * n * m, n, k, m);
+  if (c.numel() == 0) return c;
+  const T* pa = ac.data_ptr();
+  const T* pb = bc.data_ptr();
+  T* pc = c.data_ptr();
+  // About 4 multiply-adds per element of the grain (one SIMD madd costs less than a cheap op).
+  const index_t grain_rows = std::max<index_t>(1, 4 * parallel_grain() / std::max<index_t>(k * m, 1));
+  parallel_for(B * n, grain_rows, [&](index_t r0, index_t r1) {
+    for (index_t r = r0; r < r1;) {  // rows of one batch at a time
+      const index_t i = r / n, e = std::min(r1, (i + 1) * n);
+      gemm_rows(pa + i * n * k, pb + i * k * m, pc + i * n * m, r - i * n, e - i * n, k, m);
+      r = e;
+    }
+  });
   return c;
 }
 

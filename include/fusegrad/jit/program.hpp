@@ -330,47 +330,86 @@ class program {
     }
   }
 
+  /// Where an instruction reads and writes: a fixed pointer, one that moves with the tile, or
+  /// a tile register (an index: each thread running a block has its own registers).
+  struct ptrs {
+    const T* src[2] = {nullptr, nullptr};
+    bool adv[2] = {false, false};
+    int src_reg[2] = {-1, -1};
+    T* dst = nullptr;
+    bool dst_adv = false;
+    int dst_reg = -1;
+  };
+  /// A full reduction's state over the tiles one thread runs.
+  struct reduction_state {
+    simd<T> acc;  ///< a max: its lanes and tail
+    T tail;
+    fusegrad::detail::running_sum<T> sum;  ///< a sum (core/accumulate.hpp: eager mode's bits)
+    void reset(bool max) {
+      acc = simd<T>(max ? -std::numeric_limits<T>::infinity() : T(0));
+      tail = max ? -std::numeric_limits<T>::infinity() : T(0);
+      sum.reset();
+    }
+  };
+
+  /// The loop's tiles [lo, hi) with tile registers `regs` and reductions into `red`.
+  void run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const {
+    const auto& ns = g_.nodes();
+    static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
+    for (index_t t0 = lo; t0 < hi; t0 += tile) {
+      const index_t n = std::min(tile, hi - t0);
+      for (std::size_t p = 0; p < st.code.size(); ++p) {
+        const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
+        const ptrs& P = pv[p];
+        auto src = [&](int s) -> const T* {
+          if (P.src_reg[s] >= 0) return regs + P.src_reg[s] * tile;
+          return P.src[s] ? P.src[s] + (P.adv[s] ? t0 : 0) : nullptr;
+        };
+        const T* a = src(0);
+        const T* b = src(1);
+        T* d = P.dst_reg >= 0 ? regs + P.dst_reg * tile : (P.dst ? P.dst + (P.dst_adv ? t0 : 0) : nullptr);
+        switch (nd.kind) {
+          case node_kind::pointwise: kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, b, d, n); break;
+          case node_kind::expand: std::copy(a, a + n, d); break;
+          case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
+          default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
+        }
+      }
+    }
+  }
+
   template <class SizeOf>
   void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const SizeOf& size_of) const {
     const auto& ns = g_.nodes();
-    static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
     const index_t total = numel(space);
     thread_local std::vector<T> regbuf;  // grows only: no allocation per run
     const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
     if (regbuf.size() < need) regbuf.resize(need);
     T* const regs = regbuf.data();
     T* const splats = regs + st.registers * tile;
-    // Where each instruction reads and writes: a fixed pointer, or one that moves with the tile.
-    struct ptrs {
-      const T* src[2] = {nullptr, nullptr};
-      bool adv[2] = {false, false};
-      T* dst = nullptr;
-      bool dst_adv = false;
-      simd<T> acc;  ///< a max: its lanes and tail
-      T tail;
-      fusegrad::detail::running_sum<T> sum;  ///< a sum (core/accumulate.hpp: eager mode's bits)
-    };
     thread_local std::vector<ptrs> pv;
+    thread_local std::vector<reduction_state> red;
     pv.resize(st.code.size());
+    red.resize(st.code.size());
     for (std::size_t p = 0; p < st.code.size(); ++p) {
       const instr& in = st.code[p];
       const auto k = static_cast<std::size_t>(in.node);
       const auto& n = ns[k];
       ptrs& P = pv[p];
       P = ptrs{};
-      const bool red = is_reduction(n.kind) || n.kind == node_kind::sum_to;
-      if (!red && in.reg < 0) {
+      const bool reduces = is_reduction(n.kind) || n.kind == node_kind::sum_to;
+      if (!reduces && in.reg < 0) {
         vals[k] = fusegrad::detail::empty<T>(size_of(k));
         P.dst = vals[k].data_ptr();
         P.dst_adv = true;
-      } else if (!red) {
-        P.dst = regs + in.reg * tile;
+      } else if (!reduces) {
+        P.dst_reg = in.reg;
       }
       for (int s = 0; s < 2; ++s) {
         const source_ref& sr = in.src[s];
         if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
         const auto u = static_cast<std::size_t>(sr.node);
-        if (sr.reg >= 0) P.src[s] = regs + sr.reg * tile;
+        if (sr.reg >= 0) P.src_reg[s] = sr.reg;
         else if (sr.splat) {
           T v = vals[u].data_ptr()[0];
           if (n.kind == node_kind::expand && n.average)
@@ -383,22 +422,38 @@ class program {
           P.adv[s] = true;
         }
       }
-      P.acc = simd<T>(n.kind == node_kind::max ? -std::numeric_limits<T>::infinity() : T(0));
-      P.tail = n.kind == node_kind::max ? -std::numeric_limits<T>::infinity() : T(0);
+      red[p].reset(n.kind == node_kind::max);
     }
-    for (index_t t0 = 0; t0 < total; t0 += tile) {
-      const index_t n = std::min(tile, total - t0);
-      for (std::size_t p = 0; p < st.code.size(); ++p) {
-        const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
-        ptrs& P = pv[p];
-        const T* a = P.src[0] ? P.src[0] + (P.adv[0] ? t0 : 0) : nullptr;
-        const T* b = P.src[1] ? P.src[1] + (P.adv[1] ? t0 : 0) : nullptr;
-        T* d = P.dst ? P.dst + (P.dst_adv ? t0 : 0) : nullptr;
-        switch (nd.kind) {
-          case node_kind::pointwise: kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, b, d, n); break;
-          case node_kind::expand: std::copy(a, a + n, d); break;
-          case node_kind::max: fusegrad::detail::tile_max(a, n, P.acc, P.tail); break;
-          default: P.sum.add(a, n); break;  // sum, mean, sum_to
+    // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
+    // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
+    const auto split = fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
+    if (split.count <= 1) {
+      run_tiles(st, pv.data(), 0, total, regs, red.data());
+    } else {
+      const std::size_t NP = st.code.size();
+      std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);
+      for (std::size_t q = 0; q < part.size(); ++q)
+        part[q].reset(ns[static_cast<std::size_t>(st.code[q % NP].node)].kind == node_kind::max);
+      const ptrs* const shared = pv.data();
+      fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
+        thread_local std::vector<T> block_regs;  // this thread's tile registers
+        const auto nr = static_cast<std::size_t>(st.registers * tile);
+        if (block_regs.size() < nr) block_regs.resize(nr);
+        run_tiles(st, shared, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
+                  part.data() + static_cast<std::size_t>(b) * NP);
+      });
+      std::vector<T> totals(static_cast<std::size_t>(split.count));
+      for (std::size_t p = 0; p < NP; ++p) {
+        const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
+        if (kind == node_kind::max) {
+          for (index_t b = 0; b < split.count; ++b) {
+            const reduction_state& r = part[static_cast<std::size_t>(b) * NP + p];
+            red[p].acc = lanes::max(red[p].acc, r.acc);
+            red[p].tail = lanes::max(red[p].tail, r.tail);
+          }
+        } else if (is_reduction(kind) || kind == node_kind::sum_to) {
+          for (index_t b = 0; b < split.count; ++b) totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
+          red[p].tail = fusegrad::detail::sum_of_blocks(totals.data(), split.count);
         }
       }
     }
@@ -406,9 +461,9 @@ class program {
       const auto k = static_cast<std::size_t>(st.code[p].node);
       const auto kind = ns[k].kind;
       if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
-      const ptrs& P = pv[p];
       if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-      T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(P.acc), P.tail) : P.sum.total();
+      T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(red[p].acc), red[p].tail)
+                                   : (split.count <= 1 ? red[p].sum.total() : red[p].tail);
       if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
       vals[k] = fusegrad::full<T>(size_of(k), r);
     }

@@ -12,6 +12,7 @@
 
 #include "fusegrad/compile/node_eval.hpp"
 #include "fusegrad/core/accumulate.hpp"
+#include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/eager/kernels.hpp"
@@ -56,6 +57,31 @@ class fused_runner {
   void eval(int c);
 
  private:
+  /// What a thread running rows changes: its tile registers and load buffers, the pointers the
+  /// row body reads, the reductions' running state. `blocks`: a block of a parallel pass,
+  /// whose full maxes stay in `acc`/`tail` (combined once every block is done).
+  struct work {
+    T* regs;
+    T* loadbuf;
+    const T** slot;
+    T** dst;
+    index_t* step;
+    const T** lrow;
+    index_t* lstep;
+    simd<T>* acc;
+    T* tail;
+    running_sum<T>* rsum;
+    T** cur;
+    bool blocks;
+  };
+  /// A thread's own buffers for blocks of a parallel pass.
+  struct block_scratch {
+    std::vector<T> regs;
+    std::vector<const T*> slot, lrow;
+    std::vector<T*> dst;
+    std::vector<index_t> step, lstep, base;
+  };
+
   const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
   const node_desc& d(int c) const { return g_.desc[c]; }
   tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
@@ -175,15 +201,13 @@ class fused_runner {
       sc.colf[j] = 0;       // a column-form sum (set up below)
     }
     const row_body_fn<T> body = bodies_[S];
-    const T** const slot = sc.slot.data();
-    T** const dst = sc.dst.data();
-    index_t* const step = sc.step.data();
-    const T** const lrow = sc.lrow.data();
-    index_t* const lstep = sc.lstep.data();
     const T* const* const lp = sc.lp.data();
     const T* const divisor = sc.divisor.data();
     T* const* const wp = sc.wp.data();
     const char* const direct = sc.direct.data();
+
+    work main{regs, loadbuf, sc.slot.data(), sc.dst.data(), sc.step.data(), sc.lrow.data(), sc.lstep.data(),
+              sc.acc.data(), sc.tail.data(), sc.rsum.data(), sc.cur.data(), false};
 
     // The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
     // back), stores of one element, reductions.
@@ -200,7 +224,10 @@ class fused_runner {
       const int* store_slot;
       const int* reduce_slot;
       const char* direct;
-      scratch* sc;
+      const char* rmax;
+      V* acc;
+      T* tail;
+      running_sum<T>* rsum;
       static void before(void* p, index_t, index_t m) {
         auto& h = *static_cast<hooks*>(p);
         for (std::size_t j = 0; j < h.NL; ++j)
@@ -219,10 +246,10 @@ class fused_runner {
           const std::size_t q = NL + NW + j;
           const T* src = h.slot[h.reduce_slot[j]];
           T* out = h.wp[NW + j] + h.base[q];
-          const bool mx = h.sc->rmax[j];
+          const bool mx = h.rmax[j];
           if (h.is[q] == 0) {
-            if (mx) tile_max(src, m, h.sc->acc[j], h.sc->tail[j]);
-            else h.sc->rsum[j].add(src, m);
+            if (mx) tile_max(src, m, h.acc[j], h.tail[j]);
+            else h.rsum[j].add(src, m);
           } else if (h.direct[j]) {
             std::copy(src, src + m, out + i);
           } else if (mx) {
@@ -237,52 +264,52 @@ class fused_runner {
     // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
     // broadcast, 1: contiguous). What is fixed along the row is resolved here; the stage's
     // row body walks the tiles.
-    auto row_fn = [&](const index_t* base, index_t n, const index_t* is) {
+    auto row_fn = [&](work& w, const index_t* base, index_t n, const index_t* is) {
       bool scaled = false;
       for (std::size_t j = 0; j < NL; ++j) {
-        T* const buf = loadbuf + j * tile;
+        T* const buf = w.loadbuf + j * tile;
         if (is[j] == 0) {
           std::fill(buf, buf + tile, lp[j][base[j]] / divisor[j]);
-          lrow[j] = buf;
-          lstep[j] = 0;
+          w.lrow[j] = buf;
+          w.lstep[j] = 0;
         } else {
-          lrow[j] = lp[j] + base[j];
-          lstep[j] = 1;
+          w.lrow[j] = lp[j] + base[j];
+          w.lstep[j] = 1;
           scaled = scaled || divisor[j] != T(1);
         }
       }
       bool one_element_store = false;
       for (std::size_t q = 0; q < NC; ++q) {
-        const int w = store_index[q];
-        const bool to_store = w >= 0 && is[NL + static_cast<std::size_t>(w)] != 0;
-        one_element_store = one_element_store || (w >= 0 && !to_store);
-        dst[q] = to_store ? wp[w] + base[NL + static_cast<std::size_t>(w)]
-                          : (tile_register[q] >= 0 ? regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile
-                                                   : nullptr);
-        step[q] = to_store ? 1 : 0;
+        const int sw = store_index[q];
+        const bool to_store = sw >= 0 && is[NL + static_cast<std::size_t>(sw)] != 0;
+        one_element_store = one_element_store || (sw >= 0 && !to_store);
+        w.dst[q] = to_store ? wp[sw] + base[NL + static_cast<std::size_t>(sw)]
+                            : (tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile
+                                                     : nullptr);
+        w.step[q] = to_store ? 1 : 0;
       }
       for (std::size_t j = 0; j < NR; ++j) {
         const std::size_t q = NL + NW + j;
         if (sc.rmax[j]) {
-          sc.acc[j] = V(-std::numeric_limits<T>::infinity());
-          sc.tail[j] = -std::numeric_limits<T>::infinity();
-        } else if (is[q] == 0 && wp[NW + j] + base[q] != sc.cur[j]) {  // a row-form sum's next output
-          if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
-          sc.rsum[j].reset();
-          sc.cur[j] = wp[NW + j] + base[q];
+          w.acc[j] = V(-std::numeric_limits<T>::infinity());
+          w.tail[j] = -std::numeric_limits<T>::infinity();
+        } else if (is[q] == 0 && wp[NW + j] + base[q] != w.cur[j]) {  // a row-form sum's next output
+          if (w.cur[j]) *w.cur[j] = w.rsum[j].total();
+          w.rsum[j].reset();
+          w.cur[j] = wp[NW + j] + base[q];
         }
       }
-      hooks h{slot, lrow, lstep, divisor, loadbuf, NL, NW, NR, base, is, wp, store_slot, reduce_slot, direct, &sc};
-      const row_args<T> args{g_.state, slot, lrow, lstep, dst, step, scaled ? &hooks::before : nullptr,
+      hooks h{w.slot, w.lrow, w.lstep, divisor, w.loadbuf, NL, NW, NR, base, is, wp, store_slot, reduce_slot, direct, sc.rmax.data(), w.acc, w.tail, w.rsum};
+      const row_args<T> args{g_.state, w.slot, w.lrow, w.lstep, w.dst, w.step, scaled ? &hooks::before : nullptr,
                              NR > 0 || one_element_store ? &hooks::after : nullptr, &h};
       body(args, n);
       for (std::size_t j = 0; j < NR; ++j) {
         const std::size_t q = NL + NW + j;
         if (is[q] != 0) {
           if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
-        } else if (sc.rmax[j]) {
+        } else if (sc.rmax[j] && !w.blocks) {
           T* p = wp[NW + j] + base[q];
-          *p = lanes::max(*p, lanes::max(lanes_max(sc.acc[j]), sc.tail[j]));
+          *p = lanes::max(*p, lanes::max(lanes_max(w.acc[j]), w.tail[j]));
         }
       }
     };
@@ -311,7 +338,11 @@ class fused_runner {
           sc.wp[NW + j] = val(Rn[j]).data_ptr();
           if (val(Rn[j]).numel() == 1) sc.is[NL + NW + j] = 0;
         }
-        if (total > 0) row_fn(sc.base.data(), total, sc.is.data());
+        if (total > 0) {
+          const block_split split = split_pow2(total, sum_chunk<T>, parallel_grain());
+          if (split.count <= 1) row_fn(main, sc.base.data(), total, sc.is.data());
+          else parallel_row(split, total, N, NL, NC, NW, NR, nregs, row_fn);
+        }
         finish_sums();
         return;
       }
@@ -376,11 +407,85 @@ class fused_runner {
     }
     std::vector<const strides*> sp(N);
     for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
+    // Rows that write disjoint elements (no reduction, every store covering the space) run in
+    // blocks of rows on all threads; the others in order on this one.
+    const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
+    const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
+    bool apart = NR == 0 && split_items(rows, grain_rows).count > 1;
+    for (std::size_t j = 0; j < NW && apart; ++j) apart = st[NL + j] == contiguous_strides(space);
+    if (apart) {
+      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
+        thread_local block_scratch bs;
+        work w = block_work(bs, N, NL, NC, L_.register_count[S], nullptr, nullptr, nullptr, nullptr);
+        std::vector<index_t> boff(N, 0), binner(N, 0);
+        for_each_row_n(
+            space, N, sp.data(), boff.data(), binner.data(),
+            [&](const index_t* b, index_t n, const index_t* is) { row_fn(w, b, n, is); }, r0, r1);
+      });
+      return;
+    }
     std::vector<index_t> off(N, 0), inner(N, 0);
-    for_each_row_n(space, N, sp.data(), off.data(), inner.data(), row_fn);
+    for_each_row_n(space, N, sp.data(), off.data(), inner.data(),
+                   [&](const index_t* b, index_t n, const index_t* is) { row_fn(main, b, n, is); });
     finish_sums();
   }
 
+  /// A `work` on a thread's own buffers `bs` (sized here), with the given reduction state.
+  static work block_work(block_scratch& bs, std::size_t N, std::size_t NL, std::size_t NC, int nregs, simd<T>* acc,
+                         T* tail, running_sum<T>* rsum, T** cur) {
+    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
+    if (bs.regs.size() < need) bs.regs.resize(need);
+    grow(NL + NC + 1, bs.slot);
+    bs.slot[NL + NC] = nullptr;  // the second operand of a unary node
+    grow(NC, bs.dst, bs.step);
+    grow(NL, bs.lrow, bs.lstep);
+    grow(N, bs.base);
+    return work{bs.regs.data(), bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
+                bs.slot.data(), bs.dst.data(), bs.step.data(), bs.lrow.data(), bs.lstep.data(), acc, tail, rsum, cur, true};
+  }
+
+  /// The fast path's one row of `total` elements on all threads: blocks of 2^j sum chunks,
+  /// each with its own tile registers and running reductions; full sums are combined by
+  /// `sum_of_blocks` and maxes lane by lane in block order, so the bits are one thread's.
+  template <class RowFn>
+  void parallel_row(block_split split, index_t total, std::size_t N, std::size_t NL, std::size_t NC, std::size_t NW,
+                    std::size_t NR, int nregs, RowFn& row_fn) {
+    using V = simd<T>;
+    scratch& sc = scratch_();
+    const auto parts = static_cast<std::size_t>(split.count) * NR;
+    std::vector<V> acc(parts, V(-std::numeric_limits<T>::infinity()));
+    std::vector<T> tail(parts, -std::numeric_limits<T>::infinity());
+    std::vector<running_sum<T>> rsum(parts);
+    std::vector<T*> cur(parts, nullptr);
+    const index_t* const is = sc.is.data();
+    parallel_blocks(split.count, [&](index_t b) {
+      thread_local block_scratch bs;  // this thread's registers and row pointers
+      const auto r = static_cast<std::size_t>(b) * NR;
+      work w = block_work(bs, N, NL, NC, nregs, acc.data() + r, tail.data() + r, rsum.data() + r, cur.data() + r);
+      const index_t b0 = b * split.size;
+      for (std::size_t q = 0; q < N; ++q) bs.base[q] = is[q] != 0 ? b0 : 0;
+      row_fn(w, bs.base.data(), std::min(split.size, total - b0), is);
+    });
+    std::vector<T> totals(static_cast<std::size_t>(split.count));
+    for (std::size_t j = 0; j < NR; ++j) {
+      const std::size_t q = NL + NW + j;
+      if (is[q] != 0) continue;  // written in place (a reduction to its own shape)
+      T* const out = sc.wp[NW + j];
+      if (sc.rmax[j]) {
+        V a(-std::numeric_limits<T>::infinity());
+        T t = -std::numeric_limits<T>::infinity();
+        for (index_t b = 0; b < split.count; ++b) {
+          a = lanes::max(a, acc[static_cast<std::size_t>(b) * NR + j]);
+          t = lanes::max(t, tail[static_cast<std::size_t>(b) * NR + j]);
+        }
+        *out = lanes::max(*out, lanes::max(lanes_max(a), t));
+      } else {
+        for (index_t b = 0; b < split.count; ++b)
+          totals[static_cast<std::size_t>(b)] = rsum[static_cast<std::size_t>(b) * NR + j].total();
+        *out = sum_of_blocks(totals.data(), split.count);
+      }
+    }
+  }
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
   struct scratch {
     std::vector<const T*> slot, lrow, lp;

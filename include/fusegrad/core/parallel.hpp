@@ -1,0 +1,241 @@
+#pragma once
+/// \file fusegrad/core/parallel.hpp
+/// Every core: the one parallel primitive of fusegrad (eager kernels, the fused loops, the
+/// IR's tile programs, reductions, `sum_to`, matmul all call it), and its controls.
+///
+/// The scheduler is OpenMP (GCC's libgomp; docs/architecture.md says why, measured against
+/// oneTBB). It is on where the code is compiled with OpenMP (`-fopenmp`, which CMake's
+/// `fusegrad::parallel` target adds) and `FUSEGRAD_SERIAL` is not defined; otherwise every
+/// loop runs on the calling thread, as before, with the same results. `FUSEGRAD_TBB` (CMake:
+/// `-DFUSEGRAD_PARALLEL_BACKEND=TBB`) uses oneTBB instead. Compile every TU that includes
+/// fusegrad the same way.
+///
+/// Results never depend on the number of threads: element-wise work is independent per
+/// element, reductions over dims are parallel over their outputs, and a sum of many values is
+/// cut at aligned power-of-two groups of chunks whose block totals go through the same tree
+/// as one thread's (core/accumulate.hpp, `sum_of_blocks`).
+///
+/// Small calls stay on the calling thread: a loop is split only when each block gets at least
+/// its grain of work, and that test comes before anything else (one relaxed load of the
+/// grain; no allocation, no synchronisation).
+/// Several user threads calling at once share one budget of `get_num_threads() - 1` library
+/// workers (a lease that never waits: a call that finds none runs on its own thread), so
+/// 8 user threads calling 4-thread functions use at most 8 + 3 threads. A call made inside a
+/// parallel block (or inside the user's own OpenMP region) runs serially.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <string_view>
+
+#include "fusegrad/core/error.hpp"
+#include "fusegrad/core/shape.hpp"
+
+#if defined(FUSEGRAD_TBB) && !defined(FUSEGRAD_SERIAL)
+// The alternative scheduler, oneTBB (CMake: -DFUSEGRAD_PARALLEL_BACKEND=TBB), kept so that
+// the choice can be re-measured: its caller never waits for a worker that has not joined.
+#define FUSEGRAD_PARALLEL_ON 1
+#include <thread>
+#include <tbb/parallel_for.h>
+#elif defined(_OPENMP) && !defined(FUSEGRAD_SERIAL)
+#define FUSEGRAD_OPENMP 1
+#define FUSEGRAD_PARALLEL_ON 1
+#include <omp.h>
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define FUSEGRAD_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FUSEGRAD_TSAN 1
+#endif
+#endif
+#if defined(FUSEGRAD_TSAN) && defined(FUSEGRAD_PARALLEL_ON)
+#include <thread>
+#include <vector>
+#endif
+
+namespace fusegrad {
+namespace detail {
+
+/// Whether this build runs loops on several threads (OpenMP, or oneTBB under `FUSEGRAD_TBB`).
+inline constexpr bool parallel_enabled =
+#if defined(FUSEGRAD_PARALLEL_ON)
+    true;
+#else
+    false;
+#endif
+
+/// Elements a block of an element-wise loop gets at least (a loop is split only when every
+/// block gets this much): about 5 us of a cheap op, several times a parallel region's cost.
+/// A variable only so that tests can lower it (`set_parallel_grain`) to split small tensors.
+inline std::atomic<index_t> parallel_grain_setting{index_t{1} << 14};
+inline index_t parallel_grain() noexcept { return parallel_grain_setting.load(std::memory_order_relaxed); }
+/// Tests only: the grain of every loop (`parallel_grain`); returns the previous one.
+inline index_t set_parallel_grain(index_t g) noexcept { return parallel_grain_setting.exchange(std::max<index_t>(g, 1)); }
+
+/// The thread count setting: `FUSEGRAD_NUM_THREADS`, else OpenMP's default (OMP_NUM_THREADS
+/// or the cores), read on first use.
+inline int threads_from_environment() {
+  if (const char* e = std::getenv("FUSEGRAD_NUM_THREADS"); e && *e) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end != '\0' || v < 1 || v > 4096)
+      fail("FUSEGRAD_NUM_THREADS", "value '", std::string_view(e), "'; expected a whole number from 1 to 4096");
+    return static_cast<int>(v);
+  }
+#if defined(FUSEGRAD_OPENMP)
+  return std::max(1, omp_get_max_threads());
+#elif defined(FUSEGRAD_PARALLEL_ON)
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+#else
+  return 1;
+#endif
+}
+inline std::atomic<int>& thread_setting() {
+  static std::atomic<int> n{threads_from_environment()};
+  return n;
+}
+/// Library workers lent to calls now (all user threads together).
+inline std::atomic<int>& workers_busy() {
+  static std::atomic<int> n{0};
+  return n;
+}
+/// True on a thread running a parallel block (a nested call runs serially).
+inline thread_local bool in_parallel_block = false;
+
+#if defined(FUSEGRAD_PARALLEL_ON)
+/// Up to `want` workers from the shared budget (0 when none is free); never waits.
+inline int lease_workers(int want, int threads) {
+  auto& busy = workers_busy();
+  int cur = busy.load(std::memory_order_relaxed);
+  for (;;) {
+    const int got = std::min(want, threads - 1 - cur);
+    if (got <= 0) return 0;
+    if (busy.compare_exchange_weak(cur, cur + got, std::memory_order_acquire, std::memory_order_relaxed)) return got;
+  }
+}
+/// Runs `body()` on `team` threads (this one and `team - 1` others) and returns when all
+/// are done: an OpenMP parallel region. Under ThreadSanitizer, std::threads started and joined
+/// here instead: libgomp is not instrumented, so TSan sees neither a region's fork nor its
+/// join, and the compiler writes the region's shared data after any annotation could be
+/// placed; with threads it sees both, and still checks the blocks against each other (the
+/// split, the lease and the blocks are the same code).
+template <class Body>
+void run_team(int team, Body& body) {
+#if defined(FUSEGRAD_TSAN)
+  std::vector<std::thread> others;
+  others.reserve(static_cast<std::size_t>(team - 1));
+  for (int t = 1; t < team; ++t) others.emplace_back([&body] { body(); });
+  body();
+  for (auto& t : others) t.join();
+#elif defined(FUSEGRAD_OPENMP)
+#pragma omp parallel num_threads(team)
+  body();
+#else
+  tbb::parallel_for(0, team, [&](int) { body(); }, tbb::simple_partitioner());
+#endif
+}
+#endif
+
+/// Calls `f(b)` for every block `b` in [0, count), on up to `get_num_threads()` threads
+/// (blocks taken in turn by whichever thread is free). Exceptions reach the caller (the
+/// first one thrown).
+template <class F>
+void parallel_blocks(index_t count, F&& f) {
+#if defined(FUSEGRAD_PARALLEL_ON)
+#if defined(FUSEGRAD_OPENMP)
+  if (count > 1 && !in_parallel_block && !omp_in_parallel()) {
+#else
+  if (count > 1 && !in_parallel_block) {
+#endif
+    const int threads = thread_setting().load(std::memory_order_relaxed);
+    const int team = static_cast<int>(std::min<index_t>(count, threads));
+    if (const int extra = team > 1 ? lease_workers(team - 1, threads) : 0; extra > 0) {
+      std::atomic<index_t> next{0};
+      std::atomic<bool> failed{false};
+      std::exception_ptr error;
+      auto body = [&] {
+        const bool outer = in_parallel_block;
+        in_parallel_block = true;
+        try {
+          for (index_t b; !failed.load(std::memory_order_relaxed) && (b = next.fetch_add(1, std::memory_order_relaxed)) < count;)
+            f(b);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+        in_parallel_block = outer;
+      };
+      run_team(extra + 1, body);
+      workers_busy().fetch_sub(extra, std::memory_order_release);
+      if (error) std::rethrow_exception(error);
+      return;
+    }
+  }
+#endif
+  for (index_t b = 0; b < count; ++b) f(b);
+}
+
+/// Blocks of a loop over `n` items: `size` items each (the last one shorter), `count` of them.
+struct block_split {
+  index_t size, count;
+};
+
+/// How `n` items are cut when each block must get at least `grain` of them, block sizes a
+/// multiple of `align`: one block below twice the grain (a small call: nothing else is read),
+/// else up to 4 blocks per thread (the spare ones balance threads that other work on the
+/// machine slows).
+inline block_split split_items(index_t n, index_t grain, index_t align = 1) {
+  if (n < 2 * grain || !parallel_enabled) return {std::max<index_t>(n, 1), n > 0 ? 1 : 0};
+  const index_t threads = thread_setting().load(std::memory_order_relaxed);
+  if (threads <= 1 || in_parallel_block) return {n, 1};
+  const index_t count = std::min(n / grain, 4 * threads);
+  const index_t size = ((n + count - 1) / count + align - 1) / align * align;
+  return {size, (n + size - 1) / size};
+}
+
+/// `f(begin, end)` over [0, n) cut into blocks of at least `grain` items (see `split_items`);
+/// one call `f(0, n)` on the calling thread for a small loop.
+template <class F>
+void parallel_for(index_t n, index_t grain, F&& f, index_t align = 1) {
+  if (n < 2 * grain || !parallel_enabled) {
+    if (n > 0) f(index_t{0}, n);
+    return;
+  }
+  const block_split s = split_items(n, grain, align);
+  if (s.count <= 1) {
+    f(index_t{0}, n);
+    return;
+  }
+  parallel_blocks(s.count, [&](index_t b) { f(b * s.size, std::min(n, (b + 1) * s.size)); });
+}
+
+/// How a loop over `n` values is cut when its blocks must be `unit << j` values long for some
+/// j (the last block shorter): what a sum's blocks need to equal one thread's sum (`unit`: a
+/// chunk, core/accumulate.hpp). At least `grain` values a block; up to 4 blocks per thread.
+inline block_split split_pow2(index_t n, index_t unit, index_t grain) {
+  if (n < 2 * grain || !parallel_enabled) return {std::max<index_t>(n, 1), n > 0 ? 1 : 0};
+  const index_t threads = thread_setting().load(std::memory_order_relaxed);
+  if (threads <= 1 || in_parallel_block) return {n, 1};
+  index_t size = unit;
+  while (size < grain || (n + size - 1) / size > 4 * threads) size *= 2;
+  return {size, (n + size - 1) / size};
+}
+
+}  // namespace detail
+
+/// The threads a parallel loop of fusegrad may use: `set_num_threads`'s value, else
+/// `FUSEGRAD_NUM_THREADS`, else OpenMP's default (OMP_NUM_THREADS, or the cores). Always 1 in
+/// a build without OpenMP (`-fopenmp`), whose loops run on the calling thread.
+inline int get_num_threads() { return detail::parallel_enabled ? detail::thread_setting().load() : 1; }
+
+/// Sets the threads fusegrad's loops may use, for all user threads at once (1: every loop on
+/// its calling thread). Results do not depend on it. In a build without OpenMP it is recorded
+/// and has no effect.
+inline void set_num_threads(int n) {
+  if (n < 1 || n > 4096) detail::fail("set_num_threads", "n = ", n, "; expected a whole number from 1 to 4096");
+  detail::thread_setting().store(n);
+}
+
+}  // namespace fusegrad
