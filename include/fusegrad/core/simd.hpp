@@ -96,19 +96,25 @@ namespace detail_trig {
 /// each of those three classes on its own (the other lanes filled with a member of the
 /// class) and selecting gives every element its own class's result, wherever it sits; a
 /// batch of one class (the usual case) costs one evaluation and two compares.
+/// The batches `by_reduction_class` does not take in one evaluation (kept out of line, so
+/// that the usual path holds one inlined copy of the function).
 template <class V, class F>
-V by_reduction_class(const V& x, F f) {
+[[gnu::noinline, gnu::cold]] V by_reduction_class_slow(const V& x, F f) {
   using T = typename V::value_type;
   const V ax = xsimd::abs(x);
   const auto small = ax <= xsimd::constants::twentypi<V>();
   const auto medium = ax <= xsimd::constants::mediumpi<V>();  // false for NaN
-  const bool all_small = xsimd::all(small), any_medium = xsimd::any(medium);
-  if (all_small || !any_medium) return f(x);                      // one class
-  if (xsimd::all(medium) && xsimd::none(small)) return f(x);      // one class
+  if (!xsimd::any(medium) || (xsimd::all(medium) && xsimd::none(small))) return f(x);  // one class
   V r = f(xsimd::select(medium, V(std::numeric_limits<T>::infinity()), x));          // large lanes
   const V mid = V(T(64));  // in (20π, mediumpi] for float and double
   r = xsimd::select(medium, f(xsimd::select(medium && !small, x, mid)), r);          // medium lanes
   return xsimd::select(small, f(xsimd::select(small, x, V(T(0)))), r);               // small lanes
+}
+template <class V, class F>
+inline V by_reduction_class(const V& x, F f) {
+  if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
+    return f(x);  // one class: |x| <= 20π
+  return by_reduction_class_slow(x, f);
 }
 }  // namespace detail_trig
 
