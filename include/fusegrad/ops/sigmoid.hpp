@@ -8,11 +8,11 @@ namespace ops {
 struct sigmoid_op {
   static constexpr std::string_view name = "sigmoid", grad_fn = "SigmoidBackward0";
   static constexpr bool uses_input = false, uses_output = true;
-  template <class V> static V value(const V& x) {
+  template <class V> static constexpr V value(const V& x) {
     using std::exp;
     return V(1) / (V(1) + exp(-x));
   }
-  static auto derivative(const auto&, const auto& y, const auto& g) { return g * (y * (1.0 - y)); }
+  static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return g * (y * (1.0 - y)); }
 };
 }  // namespace ops
 

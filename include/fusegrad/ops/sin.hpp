@@ -9,8 +9,8 @@ namespace ops {
 struct sin_op {
   static constexpr std::string_view name = "sin", grad_fn = "SinBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& x) { return lanes::sin(x); }
-  static auto derivative(const auto& x, const auto&, const auto& g) { return g * cos(x); }
+  template <class V> static constexpr V value(const V& x) { return lanes::sin(x); }
+  static constexpr auto derivative(const auto& x, const auto&, const auto& g) { return g * cos(x); }
 };
 }  // namespace ops
 
