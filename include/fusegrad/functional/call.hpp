@@ -140,7 +140,7 @@ struct scalar_ctx {
   template <std::size_t I, class T>
   constexpr decltype(auto) leaf(const scalar_arg<I, T>&) const { return std::get<I>(vals); }
   template <Element T>
-  constexpr V constant(T x) const { return lift<V>(x); }
+  constexpr auto constant(T x) const { return lift<V>(x); }
 };
 
 /// Adjoints of the scalar form, as a tuple whose types may grow (expressions).

@@ -223,6 +223,7 @@ struct pass_io {
   const bool* add = nullptr;    ///< per argument: its gradient is added to (zeroed before)
   T* const* y = nullptr;        ///< an element-wise output's value (`n_comp` pointers)
   const T* const* ybar = nullptr;  ///< an element-wise output's cotangent
+  int only = -1;                ///< the one reduction this pass runs (-1: all)
 };
 
 /// Elements per tile: the unit of the sums' buffers.
@@ -264,6 +265,7 @@ void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tuple_size
     }
   } else {
     each_reduction<0>(e, [&](auto b, const auto& r) {
+      if (io.only >= 0 && b != io.only) return;
       auto v = fwd<0>(c, r.arg);
       store_comps(v.y, qbuf(b).data(), 0);
       if constexpr (Back) {
@@ -308,11 +310,13 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     for (; j + W <= m; j += W)
       run_batch<Back, true, Mask, Vs, E, Slots, NR, NQ>(e, slots, io, t0 + j, W, j, buf, n);
     if (j < m) run_batch<Back, false, Mask, Vs, E, Slots, NR, NQ>(e, slots, io, t0 + j, m - j, j, buf, n);
-    for (int q = 0; q < NQ; ++q) sums[q].add(buf[q], m);
+    for (int q = 0; q < NQ; ++q)
+      if (io.only < 0 || q / nc >= NR || q / nc == io.only) sums[q].add(buf[q], m);
   }
   T tot[NQ > 0 ? NQ : 1];
   for (int q = 0; q < NQ; ++q) tot[q] = sums[q].total();
   each_reduction<0>(e, [&](auto b, const auto& r) {
+    if (io.only >= 0 && b != io.only) return;
     Vs v = from_comps<Vs>(tot + b * nc);
     if constexpr (red_kind_v<std::remove_cvref_t<decltype(r)>> == reduce_op::mean) v = v / static_cast<T>(n);
     io.red_val[b] = v;

@@ -59,8 +59,7 @@ constexpr auto jvp(const F& f, const P& primals, const Tn& tangents) {
                   const Vs y = span_run<false, 0, Vs>("jvp", e, slots, Vs{}, nullptr, nullptr, nullptr, nullptr);
                   return std::pair{y.p.v, y.t.v};
                 } else {
-                  bool add[sizeof...(a)];
-                  const index_t n = check_lengths("jvp", e, slots, add);
+                  const index_t n = part_length("jvp", e);
                   std::pair<std::vector<T>, std::vector<T>> r{std::vector<T>(static_cast<std::size_t>(n)),
                                                               std::vector<T>(static_cast<std::size_t>(n))};
                   T* y[2] = {r.first.data(), r.second.data()};
@@ -130,8 +129,7 @@ auto vjp(const F& f, const A&... a) {
     if constexpr (!info<E>::elementwise) {
       return std::pair{span_run<false, 0, Vs>("vjp", e, slots, Vs{}, nullptr, nullptr, nullptr, nullptr).v, pullback};
     } else {
-      bool add[sizeof...(A)];
-      std::vector<T> y(static_cast<std::size_t>(check_lengths("vjp", e, slots, add)));
+      std::vector<T> y(static_cast<std::size_t>(part_length("vjp", e)));
       T* yo[1] = {y.data()};
       span_run<false, 0, Vs>("vjp", e, slots, Vs{}, nullptr, nullptr, yo, nullptr);
       return std::pair{std::move(y), pullback};
@@ -147,13 +145,15 @@ struct hvp_fn {
   F f;
   /// `H(x) v`: a number for a scalar `x`; for a range, an array or vector.
   template <class X, class Vt, class... R>
-  auto operator()(const X& x, const Vt& v, const R&... rest) const {
+  constexpr auto operator()(const X& x, const Vt& v, const R&... rest) const {
     using namespace detail::fn;
     using T = elem_t<X, R...>;
-    if constexpr (kind_v<X> != arg_kind::range) {
+    if constexpr (!any_range<X, R...>) {
       using V = typename decltype(value_kind<T, X, R...>())::type;
       const auto g = scalar_value_and_grad<1>(f, T(1), dual<V>{arg_value<V>(x), arg_value<V>(v)}, rest...).second;
       return unwrap(std::get<0>(g).t);
+    } else if constexpr (kind_v<X> != arg_kind::range) {
+      return run(x, v, nullptr, rest...);
     } else {
       auto out = grad_holder<T>(x);
       into(out)(x, v, rest...);
@@ -162,23 +162,35 @@ struct hvp_fn {
   }
   /// Writes `H(x) v` to `out` (a `std::span<T>`-like range of x's length); allocates nothing.
   template <class O>
-  auto into(O& out) const {
-    return [this, &out](const auto& x, const auto& v, const auto&... rest) {
+  auto into(O&& out) const {
+    return [self = *this, out = std::tuple<O>(std::forward<O>(out))](const auto& x, const auto& v,
+                                                                      const auto&... rest) mutable {
       using namespace detail::fn;
       using X = std::remove_cvref_t<decltype(x)>;
       using T = elem_t<X, std::remove_cvref_t<decltype(rest)>...>;
-      using Vs = dual<num<T>>;
-      const auto e = expression<T>(f, x, rest...);
-      static_assert(!info<std::remove_cvref_t<decltype(e)>>::elementwise,
-                    "fusegrad::hvp: the function must return one scalar (reduce an element-wise result with "
-                    "fg::sum or fg::mean)");
-      const std::tuple slots{make_slot<Vs>(x, v), make_slot<Vs>(rest, no_tangent{})...};
-      constexpr std::size_t NA = 1 + sizeof...(rest);
-      T* gout[NA * 2] = {};
-      gout[1] = out_span<O, T>("hvp", out, range_source<X>::size(x)).data();
-      Vs sadj[NA]{};
-      span_run<true, 1, Vs>("hvp", e, slots, lift<Vs>(T(1)), gout, sadj, nullptr, nullptr);
+      self.run(x, v, out_span<std::remove_cvref_t<O>, T>("hvp", std::get<0>(out), range_source<X>::size(x)).data(),
+               rest...);
     };
+  }
+
+ private:
+  /// The span engine on duals: `H(x) v` to `hv` for a range `x`, returned for a scalar one.
+  template <class X, class Vt, class... R>
+  auto run(const X& x, const Vt& v, detail::fn::elem_t<X, R...>* hv, const R&... rest) const {
+    using namespace detail::fn;
+    using T = elem_t<X, R...>;
+    using Vs = dual<num<T>>;
+    const auto e = expression<T>(f, x, rest...);
+    static_assert(!info<std::remove_cvref_t<decltype(e)>>::elementwise,
+                  "fusegrad::hvp: the function must return one scalar (reduce an element-wise result with "
+                  "fg::sum or fg::mean)");
+    const std::tuple slots{make_slot<Vs>(x, v), make_slot<Vs>(rest, no_tangent{})...};
+    constexpr std::size_t NA = 1 + sizeof...(rest);
+    T* gout[NA * 2] = {};
+    gout[1] = hv;
+    Vs sadj[NA]{};
+    span_run<true, 1, Vs>("hvp", e, slots, lift<Vs>(T(1)), gout, sadj, nullptr, nullptr);
+    return sadj[0].t.v;
   }
 };
 template <class F>
@@ -193,7 +205,7 @@ template <class F>
 struct hessian_fn {
   F f;
   template <class X, class... R>
-  auto operator()(const X& x, const R&... rest) const {
+  constexpr auto operator()(const X& x, const R&... rest) const {
     using namespace detail::fn;
     using T = elem_t<X, R...>;
     if constexpr (kind_v<X> != arg_kind::range) {
@@ -217,13 +229,13 @@ struct hessian_fn {
   }
   /// Writes the n x n Hessian (row-major) to `out`; allocates a direction of n elements.
   template <class O>
-  auto into(O& out) const {
-    return [this, &out](const auto& x, const auto&... rest) {
+  auto into(O&& out) const {
+    return [f = f, out = std::tuple<O>(std::forward<O>(out))](const auto& x, const auto&... rest) mutable {
       using namespace detail::fn;
       using X = std::remove_cvref_t<decltype(x)>;
       using T = elem_t<X, std::remove_cvref_t<decltype(rest)>...>;
       const index_t n = range_source<X>::size(x);
-      std::span<T> o = out_span<O, T>("hessian", out, n * n);
+      std::span<T> o = out_span<std::remove_cvref_t<O>, T>("hessian", std::get<0>(out), n * n);
       std::vector<T> dir(static_cast<std::size_t>(n));
       for (index_t i = 0; i < n; ++i) {
         dir[static_cast<std::size_t>(i)] = T(1);

@@ -121,7 +121,7 @@ struct value_and_grad_fn {
   /// is allocated.
   template <class... O>
   constexpr auto into(O&&... outs) const {
-    return [this, outs = std::tuple<O&&...>(std::forward<O>(outs)...)](const auto&... a) mutable {
+    return [f = f, outs = std::tuple<O...>(std::forward<O>(outs)...)](const auto&... a) mutable {
       using namespace detail::fn;
       if constexpr (!any_range<std::remove_cvref_t<decltype(a)>...>) {
         constexpr std::uint64_t mask = mask_of(Nums{});

@@ -80,29 +80,43 @@ auto make_slot(const A& a, const Tan& tan) {
   }
 }
 
-/// The length of the element-wise parts of `e` (every range leaf must have it), and, per
-/// argument, whether its gradient is covered by one store per element (its every leaf is the
-/// whole argument) rather than added up.
-template <class E, class Slots>
-index_t check_lengths(std::string_view op, const E& e, const Slots& slots, bool* add) {
+/// The length of the element-wise expression `e` (each of its range leaves must have it; 0
+/// without any).
+template <class E>
+index_t part_length(std::string_view op, const E& e) {
   index_t n = -1;
-  constexpr std::size_t NA = std::tuple_size_v<Slots>;
-  bool seen[NA > 0 ? NA : 1] = {};
-  for (std::size_t i = 0; i < NA; ++i) add[i] = false;
   each_leaf(e, [&](const auto& leaf) {
-    using L = std::remove_cvref_t<decltype(leaf)>;
     if constexpr (requires { leaf.count; }) {
       if (n < 0) n = leaf.count;
       else if (n != leaf.count)
         fail(op, "an element-wise part of the function combines ranges of ", n, " and ", leaf.count,
              " elements; expected equal lengths (fg::slice takes a part of a range)");
-      const auto& sl = std::get<L::index>(slots);
+    }
+  });
+  return n < 0 ? 0 : n;
+}
+
+/// The lengths of `e`'s element-wise parts (`len[j]` for reduction j; `len[0]` for an
+/// element-wise output), and per argument whether its gradient is added up (zeroed first)
+/// rather than stored once per element: unless its every leaf is the whole argument, in one
+/// pass.
+template <class E, class Slots>
+void lengths(std::string_view op, const E& e, const Slots& slots, index_t* len, bool* add, bool& one_pass) {
+  constexpr std::size_t NA = std::tuple_size_v<Slots>;
+  if constexpr (info<E>::elementwise) len[0] = part_length(op, e);
+  else each_reduction<0>(e, [&](auto b, const auto& r) { len[b] = part_length(op, r.arg); });
+  one_pass = true;
+  for (int j = 1; j < info<E>::reds; ++j) one_pass = one_pass && len[j] == len[0];
+  bool seen[NA > 0 ? NA : 1] = {};
+  for (std::size_t i = 0; i < NA; ++i) add[i] = !one_pass;
+  each_leaf(e, [&](const auto& leaf) {
+    using L = std::remove_cvref_t<decltype(leaf)>;
+    if constexpr (requires { leaf.count; }) {
       seen[L::index] = true;
-      if (leaf.offset != 0 || leaf.count != sl.size) add[L::index] = true;
+      if (leaf.offset != 0 || leaf.count != std::get<L::index>(slots).size) add[L::index] = true;
     }
   });
   for (std::size_t i = 0; i < NA; ++i) add[i] = add[i] || !seen[i];
-  return n < 0 ? 0 : n;
 }
 
 /// Runs `e` on the span engine: returns its value (a scalar output), and with `Back` the
@@ -116,8 +130,14 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
   constexpr int NR = info<E>::reds;
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
-  bool add[NA > 0 ? NA : 1];
-  const index_t n = check_lengths(op, e, slots, add);
+  bool add[NA > 0 ? NA : 1], one_pass = true;
+  index_t len[NR > 0 ? NR : 1] = {};
+  lengths(op, e, slots, len, add, one_pass);
+  // one pass over all element-wise parts, or one per reduction when their lengths differ
+  auto pass = [&]<bool B, std::uint64_t M>(std::bool_constant<B>, std::integral_constant<std::uint64_t, M>, pass_io<Vs, NA> io) {
+    if (one_pass) return element_pass<B, M, Vs>(e, slots, len[0], io);
+    for (int j = 0; j < NR; ++j) io.only = j, element_pass<B, M, Vs>(e, slots, len[j], io);
+  };
   if constexpr (Back) {
     for (int i = 0; i < NA; ++i) {
       if (!((spans >> i) & 1) || !add[i]) continue;
@@ -136,7 +156,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   pass_io<Vs, NA> io;
   io.out = gout, io.add = add, io.arg_adj = sadj, io.y = yout, io.ybar = ybar;
   if constexpr (info<E>::elementwise) {
-    element_pass<Back, Mask, Vs>(e, slots, n, io);
+    element_pass<Back, Mask, Vs>(e, slots, len[0], io);
     return Vs{};
   } else {
     Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{};
@@ -156,18 +176,18 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       return v.y;
     };
     if constexpr (!Back) {
-      element_pass<false, 0, Vs>(e, slots, n, io);
+      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
       return upper(std::integral_constant<std::uint64_t, 0>{});
     } else if constexpr (adjoints_free<E>()) {
       upper(std::integral_constant<std::uint64_t, 0>{});  // the reductions' adjoints (their values unused)
-      element_pass<true, Mask, Vs>(e, slots, n, io);
+      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
       return upper(std::integral_constant<std::uint64_t, scal>{});
     } else {
-      element_pass<false, 0, Vs>(e, slots, n, io);
+      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
       const Vs y = upper(std::integral_constant<std::uint64_t, scal>{});
       Vs keep[NR > 0 ? NR : 1];
       io.red_val = keep;
-      element_pass<true, Mask, Vs>(e, slots, n, io);
+      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
       return y;
     }
   }

@@ -14,15 +14,13 @@ namespace fusegrad::detail::fn {
 
 template <class V>
 struct kind;
-template <Element T>
-struct kind<num<T>> {
+template <class V>
+struct kind<num<V>> {
   static constexpr int n = 1;
-  using elem = T;
-  using scalar = num<T>;
-  using batch = num<simd<T>>;
+  using elem = lane_type_t<V>;
+  using scalar = num<elem>;
+  using batch = num<simd<elem>>;
 };
-template <Element T>
-struct kind<num<simd<T>>> : kind<num<T>> {};
 template <class X>
 struct kind<dual<X>> {
   static constexpr int n = 2 * kind<X>::n;

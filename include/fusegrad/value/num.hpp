@@ -33,8 +33,9 @@ using lane_type_t = typename lane_type<V>::type;
 
 /// A `float`, a `double` or a batch `fg::simd<T>` as an operand of fusegrad's ops.
 template <class V>
-  requires Element<detail::lane_type_t<V>>
 struct num {
+  static_assert(Element<detail::lane_type_t<V>>,
+                "fusegrad::num holds a float, a double or a SIMD batch of them");
   using element_type = detail::lane_type_t<V>;
   V v{};
 };
