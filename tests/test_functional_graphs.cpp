@@ -243,3 +243,31 @@ TEST_CASE("the caller-provided-output forms allocate nothing") {
   CHECK(allocations.load() == before);
   CHECK(std::isfinite(v));
 }
+
+TEST_CASE("fg::tensor arguments: gradients as tensors, nothing on the tape, under no_grad too") {
+  auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
+  const auto xs = sample(-2, 2, 12), ys = sample(-1, 1, 12, 0.5);
+  auto x = fg::from_vector<double>(xs).reshape({3, 4}), y = fg::from_vector<double>(ys).reshape({3, 4});
+  auto [v, g] = fg::value_and_grad(f, fg::argnums<0, 1>)(x, y);
+  const auto& [gx, gy] = g;
+  CHECK(gx.shape() == fg::shape{3, 4});
+  CHECK(!gx.requires_grad());
+  auto tx = leaf(xs), ty = leaf(ys);
+  auto ye = f(tx, ty);
+  ye.backward();
+  CHECK(close(v, ye.item()));
+  const auto ex = tx.grad().to_vector(), ey = ty.grad().to_vector(), fx = gx.to_vector(), fy = gy.to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(close(fx[i], ex[i]));
+    CHECK(close(fy[i], ey[i]));
+  }
+  {
+    fg::no_grad ng;
+    auto r = leaf(xs);
+    const auto gr = fg::grad([](const auto& a) { return fg::sum(a * a); })(r);
+    CHECK(!r.grad().defined());  // nothing accumulated, nothing recorded
+    CHECK(close(gr.to_vector()[3], 2 * xs[3]));
+  }
+  auto t = fg::from_vector<double>(xs).reshape({3, 4}).transpose(0, 1);
+  CHECK_THROWS_AS(fg::grad([](const auto& a) { return fg::sum(a); })(t), fg::error);  // not contiguous
+}

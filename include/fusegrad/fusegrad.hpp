@@ -78,6 +78,7 @@
 
 // functional transforms: grad, value_and_grad, vjp, jvp, hvp, hessian, jacobian
 #include "fusegrad/functional.hpp"
+#include "fusegrad/functional/tensor.hpp"
 
 // compiled autograd
 #include "fusegrad/compiled_autograd/compiled_autograd.hpp"

@@ -136,6 +136,7 @@ constexpr auto expression(const F& f, const A&... a) {
 /// The values of the scalar form's arguments (`V`: their kind).
 template <class V, class Vals>
 struct scalar_ctx {
+  static constexpr bool hoisting = false;
   const Vals& vals;
   template <std::size_t I, class T>
   constexpr decltype(auto) leaf(const scalar_arg<I, T>&) const { return std::get<I>(vals); }
@@ -147,7 +148,7 @@ struct scalar_ctx {
 template <std::uint64_t Mask, class Adj>
 struct tuple_sink {
   static constexpr std::uint64_t mask = Mask;
-  static constexpr bool reductions = false;
+  static constexpr bool reductions = false, hoisting = false;
   Adj adj;
   template <std::size_t I, class T, class G>
   constexpr auto leaf(const scalar_arg<I, T>&, const G& g) const {

@@ -97,6 +97,14 @@ template <class E> inline constexpr bool is_real_reduction_v = false;
 template <reduce_op K, reduce_axis X, class A>
 inline constexpr bool is_real_reduction_v<reduce_expr<K, X, A>> = info<reduce_expr<K, X, A>>::real;
 
+/// A subexpression of scalars only (no range, no reduction) that depends on an argument:
+/// inside an element-wise part it has one value for all elements, computed once, and its
+/// adjoint is summed over the elements before its rules run, once (as eager broadcasting
+/// does: the gradient of a broadcast operand is summed to its shape first).
+template <class E>
+inline constexpr bool hoistable_v = !is_arg_v<E> && !is_constant_v<E> && !info<E>::elementwise && info<E>::reds == 0 &&
+                                    info<E>::args != 0;
+
 /// The children of an inner node, as a tuple type.
 template <class E> struct children { using type = std::tuple<>; };
 template <class Op, class... A> struct children<expr_node<Op, A...>> { using type = std::tuple<A...>; };
@@ -111,21 +119,59 @@ constexpr const auto& child(const E& e) {
   if constexpr (requires { e.arg; }) return e.arg;
   else return operand<J>(e.args);
 }
-/// The number of the first reduction in child `J` of `E`, when `E`'s is `B`.
+/// Marks: the nodes whose value comes from elsewhere, numbered in pre-order: each reduction
+/// of an element-wise part (its value is summed over the elements) and each hoistable
+/// subexpression (`hoistable_v`; inside element-wise parts its value is computed once).
+template <class E>
+constexpr int marks() {
+  if constexpr (hoistable_v<E>) return 1;
+  else if constexpr (is_real_reduction_v<E>) return 1 + marks<child_t<E, 0>>();
+  else
+    return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }(
+        std::make_index_sequence<arity_v<E>>{});
+}
+/// The number of the first mark in child `J` of `E`, when `E`'s is `B`.
 template <class E, std::size_t J>
 constexpr int child_base(int b) {
-  return [&]<std::size_t... K>(std::index_sequence<K...>) { return b + (0 + ... + info<child_t<E, K>>::reds); }(
-      std::make_index_sequence<J>{});
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return b + (is_real_reduction_v<E> ? 1 : 0) + (0 + ... + marks<child_t<E, K>>());
+  }(std::make_index_sequence<J>{});
 }
 
 // ---- forward -----------------------------------------------------------------------------
 
-/// A node's value and its children's value trees.
+/// A node's value and its children's value trees: plain aggregates, built in place (a
+/// tuple's constructors copied every subtree at every level: quadratic, and out of line).
 template <class Y, class... K>
-struct vt {
+struct vt;
+template <class Y>
+struct vt<Y> {
   Y y;
-  std::tuple<K...> k;
 };
+template <class Y, class K0>
+struct vt<Y, K0> {
+  Y y;
+  K0 k0;
+};
+template <class Y, class K0, class K1>
+struct vt<Y, K0, K1> {
+  Y y;
+  K0 k0;
+  K1 k1;
+};
+template <class Y, class K0, class K1, class K2>
+struct vt<Y, K0, K1, K2> {
+  Y y;
+  K0 k0;
+  K1 k1;
+  K2 k2;
+};
+template <std::size_t J, class V>
+constexpr const auto& kid(const V& v) {
+  if constexpr (J == 0) return v.k0;
+  else if constexpr (J == 1) return v.k1;
+  else return v.k2;
+}
 
 /// `x` as a value of kind `V` (numbers, batches, duals with a zero tangent; for an
 /// expression kind, a constant expression).
@@ -149,19 +195,23 @@ constexpr auto node_value(const E& e, const Y&... y) {
 
 template <int B, class C, class E, std::size_t... J>
 constexpr auto fwd_node(const C& c, const E& e, std::index_sequence<J...>) {
-  std::tuple kids{fwd<child_base<E, J>(B)>(c, child<J>(e))...};
-  auto y = node_value(e, std::get<J>(kids).y...);
-  return vt<decltype(y), std::tuple_element_t<J, decltype(kids)>...>{y, std::move(kids)};
+  static_assert(sizeof...(J) <= 3, "fusegrad: the functional transforms take custom ops of at most 3 operands");
+  using R0 = vt<int, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...>;
+  using Y = decltype(node_value(e, kid<J>(std::declval<const R0&>()).y...));
+  vt<Y, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...> r{Y{}, fwd<child_base<E, J>(B)>(c, child<J>(e))...};
+  r.y = node_value(e, kid<J>(r).y...);
+  return r;
 }
 
-/// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)` and
-/// `c.reduction<B>(r)` give the leaves' values.
+/// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)`,
+/// `c.reduction<B>(r)` and, in contexts that hoist, `c.hoisted<B>(h)` give the leaves' values.
 template <int B, class C, class E>
 constexpr auto fwd(const C& c, const E& e) {
-  if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value), {}};
-  else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e), {}};
+  if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value)};
+  else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e)};
+  else if constexpr (C::hoisting && hoistable_v<E>) return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
   else if constexpr (is_real_reduction_v<E>)
-    return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e), {}};
+    return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e)};
   else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
 }
 
@@ -174,12 +224,12 @@ inline constexpr bool wanted = (info<E>::args & S::mask) != 0 || (S::reductions 
 template <std::size_t J, class E, class VT, class G>
 constexpr auto child_adjoint(const E& e, const VT& v, const G& g) {
   if constexpr (requires { e.op; }) {
-    const auto& x0 = std::get<0>(v.k).y;
+    const auto& x0 = kid<0>(v).y;
     if constexpr (arity_v<E> == 1) {
       if constexpr (requires { e.op.derivative(x0, v.y, g); }) return e.op.derivative(x0, v.y, g);
       else return zero_t{};
     } else {
-      const auto& x1 = std::get<1>(v.k).y;
+      const auto& x1 = kid<1>(v).y;
       if constexpr (!requires { e.op.da(x0, x1, v.y, g); }) return zero_t{};
       else if constexpr (J == 0) return e.op.da(x0, x1, v.y, g);
       else return e.op.db(x0, x1, v.y, g);
@@ -188,9 +238,9 @@ constexpr auto child_adjoint(const E& e, const VT& v, const G& g) {
     return [&]<class F, class Fwd, class... A>(const custom_expr<F, Fwd, A...>&) {
       return [&]<std::size_t... K>(std::index_sequence<K...>) {
         auto saved = [&] {
-          if constexpr (requires { F::setup_context(std::get<K>(v.k).y..., v.y); })
-            return F::setup_context(std::get<K>(v.k).y..., v.y);
-          else return std::tuple{std::get<K>(v.k).y...};
+          if constexpr (requires { F::setup_context(kid<K>(v).y..., v.y); })
+            return F::setup_context(kid<K>(v).y..., v.y);
+          else return std::tuple{kid<K>(v).y...};
         }();
         auto grads = F::backward(std::as_const(saved), g);
         if constexpr (sizeof...(A) == 1) return grads;
@@ -214,7 +264,7 @@ constexpr auto back_from(S s, const E& e, const VT& v, const G& g) {
   } else {
     auto gj = child_adjoint<J>(e, v, g);
     if constexpr (std::is_same_v<decltype(gj), zero_t>) return back_from<B, J + 1>(s, e, v, g);
-    else return back_from<B, J + 1>(back<child_base<E, J>(B)>(s, child<J>(e), std::get<J>(v.k), gj), e, v, g);
+    else return back_from<B, J + 1>(back<child_base<E, J>(B)>(s, child<J>(e), kid<J>(v), gj), e, v, g);
   }
 }
 
@@ -224,6 +274,7 @@ template <int B, class S, class E, class VT, class G>
 constexpr auto back(S s, const E& e, const VT& v, const G& g) {
   if constexpr (!wanted<S, E> || is_constant_v<E>) return s;
   else if constexpr (is_arg_v<E>) return s.leaf(e, g);
+  else if constexpr (S::hoisting && hoistable_v<E>) return s.template hoisted<B>(e, g);
   else if constexpr (is_real_reduction_v<E>) return s.template reduction<B>(e, g);
   else return back_from<B, 0>(s, e, v, g);
 }

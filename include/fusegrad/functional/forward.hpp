@@ -100,9 +100,14 @@ auto vjp(const F& f, const A&... a) {
             auto holders = std::tuple{grad_holder<T>(x)...};
             T* gout[sizeof...(A)] = {};
             Vs sadj[sizeof...(A)]{};
+            const std::tuple<const A&...> xs{x...};
             [&]<std::size_t... I>(std::index_sequence<I...>) {
               ([&] {
-                if constexpr (requires { std::get<I>(holders).data(); }) gout[I] = std::get<I>(holders).data();
+                using Ai = std::tuple_element_t<I, std::tuple<A...>>;
+                if constexpr (kind_v<Ai> == arg_kind::range)
+                  gout[I] = out_span<std::remove_cvref_t<decltype(std::get<I>(holders))>, T>(
+                                "vjp", std::get<I>(holders), range_source<Ai>::size(std::get<I>(xs)))
+                                .data();
               }(), ...);
             }(std::index_sequence_for<A...>{});
             if constexpr (info<E>::elementwise) {
@@ -113,7 +118,8 @@ auto vjp(const F& f, const A&... a) {
             }
             [&]<std::size_t... I>(std::index_sequence<I...>) {
               ([&] {
-                if constexpr (!requires { std::get<I>(holders).data(); }) std::get<I>(holders) = sadj[I].v;
+                if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> != arg_kind::range)
+                  std::get<I>(holders) = sadj[I].v;
               }(), ...);
             }(std::index_sequence_for<A...>{});
             if constexpr (sizeof...(A) == 1) return std::move(std::get<0>(holders));

@@ -39,17 +39,21 @@ constexpr auto pick(argnums_t<I...>, Tuple&& t) {
 
 template <class O, class T>
 std::span<T> out_span(std::string_view op, O& o, index_t size) {
-  std::span<T> s(o);
+  std::span<T> s = [&] {
+    if constexpr (requires { std::span<T>(o); }) return std::span<T>(o);
+    else return std::span<T>(const_cast<T*>(range_source<O>::data(o)), static_cast<std::size_t>(range_source<O>::size(o)));
+  }();
   if (static_cast<index_t>(s.size()) != size)
     fail(op, "an output of ", s.size(), " elements for an argument of ", size, "; expected as many as the argument");
   return s;
 }
 
 /// A gradient the transform returns for argument `a`: `std::array` for a `std::array`, a
-/// vector for other ranges, a number for a scalar.
+/// tensor for a tensor, a vector for other ranges, a number for a scalar.
 template <class T, class A>
 auto grad_holder(const A& a) {
   if constexpr (kind_v<A> != arg_kind::range) return T{};
+  else if constexpr (requires { range_source<A>::make_like(a); }) return range_source<A>::make_like(a);
   else if constexpr (requires { std::tuple_size<A>::value; }) return std::array<T, std::tuple_size_v<A>>{};
   else return std::vector<T>(static_cast<std::size_t>(range_source<A>::size(a)));
 }

@@ -96,17 +96,21 @@ index_t part_length(std::string_view op, const E& e) {
   return n < 0 ? 0 : n;
 }
 
-/// The lengths of `e`'s element-wise parts (`len[j]` for reduction j; `len[0]` for an
-/// element-wise output), and per argument whether its gradient is added up (zeroed first)
+/// The lengths of `e`'s element-wise parts (`len[b]` for the reduction of mark b; `len[0]` for
+/// an element-wise output; the first is returned), and per argument whether its gradient is added up (zeroed first)
 /// rather than stored once per element: unless its every leaf is the whole argument, in one
 /// pass.
 template <class E, class Slots>
-void lengths(std::string_view op, const E& e, const Slots& slots, index_t* len, bool* add, bool& one_pass) {
+index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* len, bool* add, bool& one_pass) {
   constexpr std::size_t NA = std::tuple_size_v<Slots>;
-  if constexpr (info<E>::elementwise) len[0] = part_length(op, e);
-  else each_reduction<0>(e, [&](auto b, const auto& r) { len[b] = part_length(op, r.arg); });
+  index_t first = -1;
   one_pass = true;
-  for (int j = 1; j < info<E>::reds; ++j) one_pass = one_pass && len[j] == len[0];
+  if constexpr (info<E>::elementwise) first = len[0] = part_length(op, e);
+  else each_reduction<0>(e, [&](auto b, const auto& r) {
+    len[b] = part_length(op, r.arg);
+    if (first < 0) first = len[b];
+    else one_pass = one_pass && len[b] == first;
+  });
   bool seen[NA > 0 ? NA : 1] = {};
   for (std::size_t i = 0; i < NA; ++i) add[i] = !one_pass;
   each_leaf(e, [&](const auto& leaf) {
@@ -117,6 +121,7 @@ void lengths(std::string_view op, const E& e, const Slots& slots, index_t* len, 
     }
   });
   for (std::size_t i = 0; i < NA; ++i) add[i] = add[i] || !seen[i];
+  return first < 0 ? 0 : first;
 }
 
 /// Runs `e` on the span engine: returns its value (a scalar output), and with `Back` the
@@ -128,15 +133,15 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
             Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar) {
   using T = typename kind<Vs>::elem;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
-  constexpr int NR = info<E>::reds;
+  constexpr int NR = marks<E>();  // reductions and hoisted subexpressions, by mark
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
   bool add[NA > 0 ? NA : 1], one_pass = true;
   index_t len[NR > 0 ? NR : 1] = {};
-  lengths(op, e, slots, len, add, one_pass);
+  const index_t n0 = lengths(op, e, slots, len, add, one_pass);
   // one pass over all element-wise parts, or one per reduction when their lengths differ
   auto pass = [&]<bool B, std::uint64_t M>(std::bool_constant<B>, std::integral_constant<std::uint64_t, M>, pass_io<Vs, NA> io) {
-    if (one_pass) return element_pass<B, M, Vs>(e, slots, len[0], io);
-    for (int j = 0; j < NR; ++j) io.only = j, element_pass<B, M, Vs>(e, slots, len[j], io);
+    if (one_pass) return element_pass<B, M, Vs>(e, slots, n0, io);
+    each_reduction<0>(e, [&](auto b, const auto&) { io.only = b, element_pass<B, M, Vs>(e, slots, len[b], io); });
   };
   if constexpr (Back) {
     for (int i = 0; i < NA; ++i) {
@@ -155,14 +160,32 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   }
   pass_io<Vs, NA> io;
   io.out = gout, io.add = add, io.arg_adj = sadj, io.y = yout, io.ybar = ybar;
+  // hoisted subexpressions: their values once, splat; afterwards their summed adjoints pushed
+  // through their rules once
+  Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{}, hadj[NR > 0 ? NR : 1]{};
+  batch_of<Vs> hval[NR > 0 ? NR : 1]{};
+  const upper_ctx<Vs, Slots> uc{slots, red};
+  each_hoist<0, false>(e, [&](auto b, const auto& h) { hval[b] = splat(fwd<b>(uc, h).y); });
+  io.hoisted = hval, io.hoisted_adj = hadj;
+  constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
+  auto push_hoists = [&] {
+    if constexpr (Back) {
+      using St = upper_state<Vs, NR, NA>;
+      St st{};
+      each_hoist<0, false>(e, [&](auto b, const auto& h) {
+        if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
+          back<b>(upper_sink<Mask & scal, St>{&st}, h, fwd<b>(uc, h), hadj[b]);
+      });
+      for (int i = 0; i < NA; ++i)
+        if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
+    }
+  };
   if constexpr (info<E>::elementwise) {
-    element_pass<Back, Mask, Vs>(e, slots, len[0], io);
+    element_pass<Back, Mask, Vs>(e, slots, n0, io);
+    push_hoists();
     return Vs{};
   } else {
-    Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{};
-    const upper_ctx<Vs, Slots> uc{slots, red};
     io.red_val = red, io.red_adj = red_adj;
-    constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
     auto upper = [&]<std::uint64_t M>(std::integral_constant<std::uint64_t, M>) {
       upper_state<Vs, NR, NA> st{};
       const auto v = fwd<0>(uc, e);
@@ -181,6 +204,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
     } else if constexpr (adjoints_free<E>()) {
       upper(std::integral_constant<std::uint64_t, 0>{});  // the reductions' adjoints (their values unused)
       pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
+      push_hoists();
       return upper(std::integral_constant<std::uint64_t, scal>{});
     } else {
       pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
@@ -188,6 +212,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       Vs keep[NR > 0 ? NR : 1];
       io.red_val = keep;
       pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
+      push_hoists();
       return y;
     }
   }
