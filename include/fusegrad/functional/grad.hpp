@@ -130,12 +130,12 @@ struct value_and_grad_fn {
       if constexpr (!any_range<std::remove_cvref_t<decltype(a)>...>) {
         constexpr std::uint64_t mask = mask_of(Nums{});
         check_selected<mask, std::remove_cvref_t<decltype(a)>...>();
-        auto [v, g] = scalar_value_and_grad<mask>(f, elem_t<decltype(a)...>(1), a...);
+        const auto r = scalar_value_and_grad<mask>(f, elem_t<decltype(a)...>(1), a...);
         [&]<std::size_t... I>(argnums_t<I...>) {
-          [&]<std::size_t... J>(std::index_sequence<J...>) { ((std::get<J>(outs) = std::get<I>(g)), ...); }(
+          [&]<std::size_t... J>(std::index_sequence<J...>) { ((std::get<J>(outs) = std::get<I>(r.second)), ...); }(
               std::index_sequence_for<decltype(I)...>{});
         }(Nums{});
-        return v;
+        return r.first;
       } else {
         return value_and_grad_into(Nums{}, "value_and_grad", f, outs, a...);
       }
