@@ -271,3 +271,36 @@ TEST_CASE("fg::tensor arguments: gradients as tensors, nothing on the tape, unde
   auto t = fg::from_vector<double>(xs).reshape({3, 4}).transpose(0, 1);
   CHECK_THROWS_AS(fg::grad([](const auto& a) { return fg::sum(a); })(t), fg::error);  // not contiguous
 }
+
+TEST_CASE("jacobian (element-wise and scalar outputs) and jvp of a reduction, against closed forms") {
+  const auto xs = sample(-1, 1, 7);
+  const auto j = fg::jacobian([](const auto& x) { return fg::exp(x) * fg::sin(x); })(xs);
+  REQUIRE(j.size() == 49);
+  for (std::size_t r = 0; r < 7; ++r)
+    for (std::size_t c = 0; c < 7; ++c)
+      CHECK(close(j[r * 7 + c], r == c ? std::exp(xs[r]) * (std::sin(xs[r]) + std::cos(xs[r])) : 0.0));
+  auto s = [](const auto& x) { return fg::sum(x * x * x); };
+  const auto js = fg::jacobian(s)(xs);  // 1 x 7: the gradient
+  const auto ts = sample(-1, 1, 7, 0.5);
+  double dot = 0;
+  for (std::size_t c = 0; c < 7; ++c) {
+    CHECK(close(js[c], 3 * xs[c] * xs[c]));
+    dot += 3 * xs[c] * xs[c] * ts[c];
+  }
+  const auto [v, t] = fg::jvp(s, std::span<const double>(xs), std::span<const double>(ts));
+  CHECK(close(t, dot));
+  double v3 = 0;
+  for (double x : xs) v3 += x * x * x;
+  CHECK(close(v, v3));
+}
+
+TEST_CASE("regression: a pullback keeps scalar primals by value (it held references to temporaries)") {
+  auto f = [](auto x, auto y) { return fg::cos(x) * y; };
+  auto [y, pb] = fg::vjp(f, 0.5, 2.0);
+  volatile double clobber[64];
+  for (auto& c : clobber) c = -1.0;
+  const auto [gx, gy] = pb(1.0);
+  CHECK(close(y, std::cos(0.5) * 2.0));
+  CHECK(close(gx, -std::sin(0.5) * 2.0));
+  CHECK(close(gy, std::cos(0.5)));
+}
