@@ -1,10 +1,10 @@
 # Fails when a header of include/fusegrad includes a layer above its own.
 #
 # The layers, bottom to top (docs/architecture.md):
-#   core -> ops -> loops -> eager | expr | ir -> partition, compile, kernel, jit
+#   core -> ops -> loops -> eager | expr | ir | value -> partition, compile, kernel, jit, functional
 #        -> compiled_autograd -> nn -> the umbrella headers (fusegrad.hpp, runtime.hpp)
 # A header may include its own folder and the layers below it; eager/, expr/ and ir/ sit side
-# by side and include none of each other; ops/ includes only core/, ops/, the standard library
+# by side and include none of each other (value/ too); ops/ includes only core/, ops/, the standard library
 # and xsimd.
 #
 #   cmake -DINCLUDE_DIR=include -P tools/check_layers.cmake     (CTest: `layers`)
@@ -20,14 +20,16 @@ set(rank_loops 2)
 set(rank_eager 3)
 set(rank_expr 3)
 set(rank_ir 3)
+set(rank_value 3)
 set(rank_partition 4)
 set(rank_compile 4)
 set(rank_kernel 4)
 set(rank_jit 4)
+set(rank_functional 4)
 set(rank_compiled_autograd 5)
 set(rank_nn 6)
 set(rank_ 7)  # fusegrad.hpp, runtime.hpp
-set(side_by_side eager expr ir)
+set(side_by_side eager expr ir value)
 
 file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}/fusegrad" "${INCLUDE_DIR}/fusegrad/*.hpp")
 list(SORT headers)

@@ -49,7 +49,8 @@
 #include "fusegrad/loops/rows.hpp"
 #include "fusegrad/loops/tile.hpp"
 
-// the three representations: eager tensors with a tape, expression types, the run-time IR
+// the representations: eager tensors with a tape, expression types, the run-time IR, plain
+// values (numbers, SIMD batches, duals)
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/function.hpp"
@@ -64,6 +65,8 @@
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/expr/expr.hpp"
 #include "fusegrad/ir/graph.hpp"
+#include "fusegrad/value/dual.hpp"
+#include "fusegrad/value/num.hpp"
 
 // compilers and runners
 #include "fusegrad/compile/analysis.hpp"
@@ -73,6 +76,10 @@
 #include "fusegrad/jit/jit.hpp"
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/kernel/fused.hpp"
+
+// functional transforms: grad, value_and_grad, vjp, jvp, hvp, hessian, jacobian
+#include "fusegrad/functional.hpp"
+#include "fusegrad/functional/tensor.hpp"
 
 // compiled autograd
 #include "fusegrad/compiled_autograd/compiled_autograd.hpp"

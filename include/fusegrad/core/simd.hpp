@@ -27,30 +27,30 @@ inline constexpr bool is_scalar_v = std::is_floating_point_v<V>;
 namespace lanes {
 
 template <class V>
-V select_gt(const V& a, const V& b, const V& if_true, const V& if_false) {
+constexpr V select_gt(const V& a, const V& b, const V& if_true, const V& if_false) {
   if constexpr (detail::is_scalar_v<V>) return a > b ? if_true : if_false;
   else return xsimd::select(a > b, if_true, if_false);
 }
 /// 1 where `a > b`, else 0.
-template <class V> V gt(const V& a, const V& b) { return select_gt(a, b, V(1), V(0)); }
+template <class V> constexpr V gt(const V& a, const V& b) { return select_gt(a, b, V(1), V(0)); }
 /// 1 where `a >= b`, else 0.
-template <class V> V ge(const V& a, const V& b) {
+template <class V> constexpr V ge(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) return a >= b ? V(1) : V(0);
   else return xsimd::select(a >= b, V(1), V(0));
 }
 /// 1 where `a == b`, else 0.
-template <class V> V eq(const V& a, const V& b) {
+template <class V> constexpr V eq(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) return a == b ? V(1) : V(0);
   else return xsimd::select(a == b, V(1), V(0));
 }
 /// 1 where `a != b` (NaN included, as in C), else 0. Not xsimd's batch `!=`: its AVX form
 /// is the ordered compare (_CMP_NEQ_OQ), false for NaN, unlike its SSE2 form and C.
-template <class V> V ne(const V& a, const V& b) {
+template <class V> constexpr V ne(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) return a != b ? V(1) : V(0);
   else return xsimd::select(a == b, V(0), V(1));
 }
 /// The larger of `a` and `b`, propagating NaN from either side like `torch.maximum`.
-template <class V> V max(const V& a, const V& b) {
+template <class V> constexpr V max(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) {
     if (a != a) return a;
     if (b != b) return b;
@@ -60,7 +60,7 @@ template <class V> V max(const V& a, const V& b) {
   }
 }
 /// -1, 0 or +1 by the sign of `a` (0 for 0 and NaN stays NaN).
-template <class V> V sign(const V& a) {
+template <class V> constexpr V sign(const V& a) {
   if constexpr (detail::is_scalar_v<V>) {
     if (a != a) return a;
     return a > 0 ? V(1) : (a < 0 ? V(-1) : V(0));

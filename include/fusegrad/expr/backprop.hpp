@@ -26,7 +26,7 @@ namespace fusegrad::detail {
 struct zero_t {};
 
 template <class A, class B>
-auto add_adjoint(const A& a, const B& b) {
+constexpr auto add_adjoint(const A& a, const B& b) {
   if constexpr (std::is_same_v<A, zero_t>) return b;
   else if constexpr (std::is_same_v<B, zero_t>) return a;
   else return a + b;

@@ -8,17 +8,17 @@ namespace ops {
 struct add_op {
   static constexpr std::string_view name = "add", grad_fn = "AddBackward0";
   static constexpr bool uses_input = false, uses_output = false;
-  template <class V> static V value(const V& a, const V& b) { return a + b; }
-  static auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
-  static auto db(const auto&, const auto&, const auto&, const auto& g) { return g; }
+  template <class V> static constexpr V value(const V& a, const V& b) { return a + b; }
+  static constexpr auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
+  static constexpr auto db(const auto&, const auto&, const auto&, const auto& g) { return g; }
 };
 template <Element T>
 struct add_scalar_op {
   static constexpr std::string_view name = "add", grad_fn = "AddBackward1";
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> V value(const V& x) const { return x + V(s); }
-  auto derivative(const auto&, const auto&, const auto& g) const { return g; }
+  template <class V> constexpr V value(const V& x) const { return x + V(s); }
+  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g; }
 };
 }  // namespace ops
 

@@ -7,17 +7,17 @@
 namespace fusegrad {
 namespace ops {
 struct gt_op { static constexpr std::string_view name = "gt";
-  template <class V> static V value(const V& a, const V& b) { return lanes::gt(a, b); } };
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::gt(a, b); } };
 struct ge_op { static constexpr std::string_view name = "ge";
-  template <class V> static V value(const V& a, const V& b) { return lanes::ge(a, b); } };
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::ge(a, b); } };
 struct lt_op { static constexpr std::string_view name = "lt";
-  template <class V> static V value(const V& a, const V& b) { return lanes::gt(b, a); } };
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::gt(b, a); } };
 struct le_op { static constexpr std::string_view name = "le";
-  template <class V> static V value(const V& a, const V& b) { return lanes::ge(b, a); } };
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::ge(b, a); } };
 struct eq_op { static constexpr std::string_view name = "eq";
-  template <class V> static V value(const V& a, const V& b) { return lanes::eq(a, b); } };
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::eq(a, b); } };
 struct ne_op { static constexpr std::string_view name = "ne";
-  template <class V> static V value(const V& a, const V& b) { return lanes::ne(a, b); } };
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::ne(a, b); } };
 }  // namespace ops
 
 template <Operand A, Operand B> constexpr auto gt(const A& a, const B& b) { return apply_op(ops::gt_op{}, a, b); }

@@ -9,9 +9,9 @@ struct div_op {
   static constexpr std::string_view name = "div", grad_fn = "DivBackward0";
   static constexpr bool uses_input = true, uses_output = true;
   static constexpr double cost = 0.62;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static V value(const V& a, const V& b) { return a / b; }
-  static auto da(const auto&, const auto& b, const auto&, const auto& g) { return g / b; }
-  static auto db(const auto&, const auto& b, const auto& y, const auto& g) { return -(g * y) / b; }
+  template <class V> static constexpr V value(const V& a, const V& b) { return a / b; }
+  static constexpr auto da(const auto&, const auto& b, const auto&, const auto& g) { return g / b; }
+  static constexpr auto db(const auto&, const auto& b, const auto& y, const auto& g) { return -(g * y) / b; }
 };
 template <Element T>
 struct div_scalar_op {  // x / s
@@ -19,8 +19,8 @@ struct div_scalar_op {  // x / s
   static constexpr bool uses_input = false, uses_output = false;
   static constexpr double cost = 0.62;  ///< in streamed loads (bench/bench_op_costs.cpp)
   T s;
-  template <class V> V value(const V& x) const { return x / V(s); }
-  auto derivative(const auto&, const auto&, const auto& g) const { return g / s; }
+  template <class V> constexpr V value(const V& x) const { return x / V(s); }
+  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g / s; }
 };
 template <Element T>
 struct rdiv_scalar_op {  // s / x
@@ -28,8 +28,8 @@ struct rdiv_scalar_op {  // s / x
   static constexpr bool uses_input = true, uses_output = true;
   static constexpr double cost = 0.62;  ///< in streamed loads (bench/bench_op_costs.cpp)
   T s;
-  template <class V> V value(const V& x) const { return V(s) / x; }
-  auto derivative(const auto& x, const auto& y, const auto& g) const { return -(g * y) / x; }
+  template <class V> constexpr V value(const V& x) const { return V(s) / x; }
+  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return -(g * y) / x; }
 };
 }  // namespace ops
 

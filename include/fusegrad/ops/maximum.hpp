@@ -11,11 +11,11 @@ namespace ops {
 struct maximum_op {
   static constexpr std::string_view name = "maximum", grad_fn = "MaximumBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& a, const V& b) { return lanes::max(a, b); }
-  static auto da(const auto& a, const auto& b, const auto&, const auto& g) {
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::max(a, b); }
+  static constexpr auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (gt(a, b) + eq(a, b) * 0.5);
   }
-  static auto db(const auto& a, const auto& b, const auto&, const auto& g) {
+  static constexpr auto db(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (gt(b, a) + eq(a, b) * 0.5);
   }
 };

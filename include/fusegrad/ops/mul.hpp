@@ -8,17 +8,17 @@ namespace ops {
 struct mul_op {
   static constexpr std::string_view name = "mul", grad_fn = "MulBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& a, const V& b) { return a * b; }
-  static auto da(const auto&, const auto& b, const auto&, const auto& g) { return g * b; }
-  static auto db(const auto& a, const auto&, const auto&, const auto& g) { return g * a; }
+  template <class V> static constexpr V value(const V& a, const V& b) { return a * b; }
+  static constexpr auto da(const auto&, const auto& b, const auto&, const auto& g) { return g * b; }
+  static constexpr auto db(const auto& a, const auto&, const auto&, const auto& g) { return g * a; }
 };
 template <Element T>
 struct mul_scalar_op {
   static constexpr std::string_view name = "mul", grad_fn = "MulBackward1";
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> V value(const V& x) const { return x * V(s); }
-  auto derivative(const auto&, const auto&, const auto& g) const { return g * s; }
+  template <class V> constexpr V value(const V& x) const { return x * V(s); }
+  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g * s; }
 };
 }  // namespace ops
 

@@ -8,8 +8,8 @@ namespace ops {
 struct neg_op {
   static constexpr std::string_view name = "neg", grad_fn = "NegBackward0";
   static constexpr bool uses_input = false, uses_output = false;
-  template <class V> static V value(const V& x) { return -x; }
-  static auto derivative(const auto&, const auto&, const auto& g) { return -g; }
+  template <class V> static constexpr V value(const V& x) { return -x; }
+  static constexpr auto derivative(const auto&, const auto&, const auto& g) { return -g; }
 };
 }  // namespace ops
 

@@ -18,7 +18,7 @@ struct pow_scalar_op {
   /// C's pow per element (29 loads); the cost is per op type, so a middle value.
   static constexpr double cost = 4.0;
   T p;
-  template <class V> V value(const V& x) const {
+  template <class V> constexpr V value(const V& x) const {
     // Small integer exponents by repeated squaring: exact for small integers, faster than
     // exp(p log x), and defined for negative bases.
     if (p == std::floor(p) && std::abs(p) <= T(16) && p != T(0)) {
@@ -34,7 +34,7 @@ struct pow_scalar_op {
     return lanes::pow(x, V(p));
   }
   /// p x^(p-1); for p == 0 it is 0 * x^0 = 0 for every x (x = 0 or ±inf would give 0 * inf).
-  auto derivative(const auto& x, const auto&, const auto& g) const {
+  constexpr auto derivative(const auto& x, const auto&, const auto& g) const {
     return g * (pow(x, p == T(0) ? T(0) : p - T(1)) * p);
   }
 };
@@ -42,13 +42,13 @@ struct pow_op {
   static constexpr std::string_view name = "pow", grad_fn = "PowBackward1";
   static constexpr bool uses_input = true, uses_output = true;
   static constexpr double cost = 29.0;  ///< in streamed loads: C's pow per element
-  template <class V> static V value(const V& a, const V& b) { return lanes::pow(a, b); }
+  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::pow(a, b); }
   /// b a^(b-1); 0 where b == 0 (as PyTorch), through a^0 = 1 for every a (not 0 * 0^-1).
-  static auto da(const auto& a, const auto& b, const auto&, const auto& g) {
+  static constexpr auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (b * pow(a, b - sign(abs(b))));
   }
   /// y log(a); 0 where a == 0 (as PyTorch: log(a + [a == 0]) avoids 0 * -inf).
-  static auto db(const auto& a, const auto&, const auto& y, const auto& g) {
+  static constexpr auto db(const auto& a, const auto&, const auto& y, const auto& g) {
     return g * (y * log(a + (1.0 - sign(abs(a)))));
   }
 };

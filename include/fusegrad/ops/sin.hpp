@@ -10,8 +10,8 @@ struct sin_op {
   static constexpr std::string_view name = "sin", grad_fn = "SinBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double cost = 5.3;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static V value(const V& x) { return lanes::sin(x); }
-  static auto derivative(const auto& x, const auto&, const auto& g) { return g * cos(x); }
+  template <class V> static constexpr V value(const V& x) { return lanes::sin(x); }
+  static constexpr auto derivative(const auto& x, const auto&, const auto& g) { return g * cos(x); }
 };
 }  // namespace ops
 

@@ -8,11 +8,11 @@ namespace fusegrad {
 namespace ops {
 struct step_op {
   static constexpr std::string_view name = "step";
-  template <class V> static V value(const V& x) { return lanes::gt(x, V(0)); }
+  template <class V> static constexpr V value(const V& x) { return lanes::gt(x, V(0)); }
 };
 struct sign_op {
   static constexpr std::string_view name = "sign";
-  template <class V> static V value(const V& x) { return lanes::sign(x); }
+  template <class V> static constexpr V value(const V& x) { return lanes::sign(x); }
 };
 }  // namespace ops
 

@@ -8,25 +8,25 @@ namespace ops {
 struct sub_op {
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward0";
   static constexpr bool uses_input = false, uses_output = false;
-  template <class V> static V value(const V& a, const V& b) { return a - b; }
-  static auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
-  static auto db(const auto&, const auto&, const auto&, const auto& g) { return -g; }
+  template <class V> static constexpr V value(const V& a, const V& b) { return a - b; }
+  static constexpr auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
+  static constexpr auto db(const auto&, const auto&, const auto&, const auto& g) { return -g; }
 };
 template <Element T>
 struct sub_scalar_op {  // x - s
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward1";
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> V value(const V& x) const { return x - V(s); }
-  auto derivative(const auto&, const auto&, const auto& g) const { return g; }
+  template <class V> constexpr V value(const V& x) const { return x - V(s); }
+  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g; }
 };
 template <Element T>
 struct rsub_scalar_op {  // s - x
   static constexpr std::string_view name = "rsub", grad_fn = "RsubBackward1";
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> V value(const V& x) const { return V(s) - x; }
-  auto derivative(const auto&, const auto&, const auto& g) const { return -g; }
+  template <class V> constexpr V value(const V& x) const { return V(s) - x; }
+  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return -g; }
 };
 }  // namespace ops
 

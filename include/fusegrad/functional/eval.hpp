@@ -1,0 +1,282 @@
+#pragma once
+/// \file fusegrad/functional/eval.hpp
+/// Evaluating an expression type (what the user's function returns when a transform calls it
+/// on `scalar_arg`/`span_arg` symbols) on values, forward and backward. The tree's structure
+/// is the type, so an evaluation is straight-line code the compiler sees whole. The values
+/// are any operands: `num` (numbers, SIMD batches), `dual` (forward mode; a reverse pass on
+/// duals is a Hessian-vector product) or expressions again (a backward evaluated on symbols
+/// is the backward as an expression, which a second transform differentiates:
+/// `fg::grad(fg::grad(f))`).
+///
+/// `fwd<B>(ctx, e)` returns a tree of values (`vt`: the node's value and its children's
+/// trees); `back<B>(sink, e, values, g)` pushes the adjoint `g` of `e` down with each op's
+/// own derivative rule and hands each leaf's share to the sink, which returns itself (a
+/// handle to mutable sums) or its next state (a tuple of adjoints whose types grow). Subtrees
+/// that reach no argument the sink wants are skipped. `B` numbers, in pre-order, the
+/// reductions of element-wise expressions: their values come from the context (the span
+/// engine sums them over the elements, functional/engine.hpp).
+
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "fusegrad/expr/backprop.hpp"
+#include "fusegrad/functional/args.hpp"
+#include "fusegrad/value/dual.hpp"
+
+namespace fusegrad::detail::fn {
+
+// ---- what a transform needs to know about an expression's type --------------------------
+
+template <class E>
+struct info {
+  static_assert(dependent_false<E>,
+                "fusegrad: the functional transforms (fg::grad, fg::jvp, ...) evaluate element-wise ops, "
+                "fg::sum and fg::mean over all elements, and fg::function custom ops; this function uses "
+                "something else (a matmul, a reduction over one dim, a max, or an fg::compile symbol)");
+  static constexpr std::uint64_t args = 0;
+  static constexpr bool elementwise = false;
+  static constexpr int reds = 0;
+};
+template <class T>
+struct info<constant_arg<T>> {
+  static constexpr std::uint64_t args = 0;
+  static constexpr bool elementwise = false;
+  static constexpr int reds = 0;
+};
+template <std::size_t I, class T>
+struct info<scalar_arg<I, T>> {
+  static_assert(I < 64, "fusegrad: a transformed function takes at most 64 arguments");
+  static constexpr std::uint64_t args = std::uint64_t{1} << I;
+  static constexpr bool elementwise = false;
+  static constexpr int reds = 0;
+};
+template <std::size_t I, class T>
+struct info<span_arg<I, T>> {
+  static_assert(I < 64, "fusegrad: a transformed function takes at most 64 arguments");
+  static constexpr std::uint64_t args = std::uint64_t{1} << I;
+  static constexpr bool elementwise = true;
+  static constexpr int reds = 0;
+};
+template <class... A>
+struct info_of_args {
+  static constexpr std::uint64_t args = (info<A>::args | ...);
+  static constexpr bool elementwise = (info<A>::elementwise || ...);
+  static constexpr int reds = (info<A>::reds + ...);
+  static_assert(!elementwise || reds == 0,
+                "fusegrad: the functional transforms do not evaluate a reduction inside an element-wise "
+                "expression yet (e.g. x - mean(x)); take reductions of element-wise expressions of the "
+                "arguments and scalars (fg::compile handles the general case)");
+};
+template <class Op, class... A>
+struct info<expr_node<Op, A...>> : info_of_args<A...> {};
+template <class F, class Fwd, class... A>
+struct info<custom_expr<F, Fwd, A...>> : info_of_args<A...> {};
+template <reduce_op K, reduce_axis X, class A>
+struct info<reduce_expr<K, X, A>> {
+  static_assert(X == reduce_axis::all && K != reduce_op::max,
+                "fusegrad: the functional transforms reduce with fg::sum and fg::mean over all elements; "
+                "a reduction over one dim, or a max, needs fg::compile");
+  static constexpr std::uint64_t args = info<A>::args;
+  static constexpr bool elementwise = false;
+  /// A reduction of an element-wise expression is summed over the elements (one of the span
+  /// engine's reductions); a reduction of a scalar is that scalar.
+  static constexpr bool real = info<A>::elementwise;
+  static constexpr int reds = real ? 1 : info<A>::reds;
+};
+
+template <class E> inline constexpr bool is_constant_v = false;
+template <class T> inline constexpr bool is_constant_v<constant_arg<T>> = true;
+template <class E> inline constexpr bool is_arg_v = false;
+template <std::size_t I, class T> inline constexpr bool is_arg_v<scalar_arg<I, T>> = true;
+template <std::size_t I, class T> inline constexpr bool is_arg_v<span_arg<I, T>> = true;
+template <class R> inline constexpr reduce_op red_kind_v = reduce_op::sum;
+template <reduce_op K, reduce_axis X, class A> inline constexpr reduce_op red_kind_v<reduce_expr<K, X, A>> = K;
+template <class E> inline constexpr bool is_real_reduction_v = false;
+template <reduce_op K, reduce_axis X, class A>
+inline constexpr bool is_real_reduction_v<reduce_expr<K, X, A>> = info<reduce_expr<K, X, A>>::real;
+
+/// A subexpression of scalars only (no range, no reduction) that depends on an argument:
+/// inside an element-wise part it has one value for all elements, computed once, and its
+/// adjoint is summed over the elements before its rules run, once (as eager broadcasting
+/// does: the gradient of a broadcast operand is summed to its shape first).
+template <class E>
+inline constexpr bool hoistable_v = !is_arg_v<E> && !is_constant_v<E> && !info<E>::elementwise && info<E>::reds == 0 &&
+                                    info<E>::args != 0;
+
+/// The children of an inner node, as a tuple type.
+template <class E> struct children { using type = std::tuple<>; };
+template <class Op, class... A> struct children<expr_node<Op, A...>> { using type = std::tuple<A...>; };
+template <class F, class Fwd, class... A> struct children<custom_expr<F, Fwd, A...>> { using type = std::tuple<A...>; };
+template <reduce_op K, reduce_axis X, class A> struct children<reduce_expr<K, X, A>> { using type = std::tuple<A>; };
+template <class E> using children_t = typename children<E>::type;
+template <class E> inline constexpr std::size_t arity_v = std::tuple_size_v<children_t<E>>;
+template <class E, std::size_t J> using child_t = std::tuple_element_t<J, children_t<E>>;
+
+template <std::size_t J, class E>
+constexpr const auto& child(const E& e) {
+  if constexpr (requires { e.arg; }) return e.arg;
+  else return operand<J>(e.args);
+}
+/// Marks: the nodes whose value comes from elsewhere, numbered in pre-order: each reduction
+/// of an element-wise part (its value is summed over the elements) and each hoistable
+/// subexpression (`hoistable_v`; inside element-wise parts its value is computed once).
+template <class E>
+constexpr int marks() {
+  if constexpr (hoistable_v<E>) return 1;
+  else if constexpr (is_real_reduction_v<E>) return 1 + marks<child_t<E, 0>>();
+  else
+    return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }(
+        std::make_index_sequence<arity_v<E>>{});
+}
+/// The number of the first mark in child `J` of `E`, when `E`'s is `B`.
+template <class E, std::size_t J>
+constexpr int child_base(int b) {
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return b + (is_real_reduction_v<E> ? 1 : 0) + (0 + ... + marks<child_t<E, K>>());
+  }(std::make_index_sequence<J>{});
+}
+
+// ---- forward -----------------------------------------------------------------------------
+
+/// A node's value and its children's value trees: plain aggregates, built in place (a
+/// tuple's constructors copied every subtree at every level: quadratic, and out of line).
+template <class Y, class... K>
+struct vt;
+template <class Y>
+struct vt<Y> {
+  Y y;
+};
+template <class Y, class K0>
+struct vt<Y, K0> {
+  Y y;
+  K0 k0;
+};
+template <class Y, class K0, class K1>
+struct vt<Y, K0, K1> {
+  Y y;
+  K0 k0;
+  K1 k1;
+};
+template <class Y, class K0, class K1, class K2>
+struct vt<Y, K0, K1, K2> {
+  Y y;
+  K0 k0;
+  K1 k1;
+  K2 k2;
+};
+template <std::size_t J, class V>
+constexpr const auto& kid(const V& v) {
+  if constexpr (J == 0) return v.k0;
+  else if constexpr (J == 1) return v.k1;
+  else return v.k2;
+}
+
+/// `x` as a value of kind `V` (numbers, batches, duals with a zero tangent; for an
+/// expression kind, a constant expression).
+template <class V, Element T>
+constexpr auto lift(T x) {
+  if constexpr (requires(V v) { v.v; }) return V{decltype(V{}.v)(x)};
+  else if constexpr (requires(V v) { v.p; v.t; }) return V{lift<decltype(V{}.p)>(x), lift<decltype(V{}.p)>(T(0))};
+  else return constant_arg<T>{{}, x};  // an expression
+}
+
+template <int B, class C, class E>
+constexpr auto fwd(const C& c, const E& e);
+
+template <class E, class... Y>
+constexpr auto node_value(const E& e, const Y&... y) {
+  if constexpr (requires { e.op; }) return apply_op(e.op, y...);
+  else if constexpr (requires { e.fwd; }) {
+    return [&]<class F, class Fwd, class... A>(const custom_expr<F, Fwd, A...>&) { return F::forward(y...); }(e);
+  } else return (y, ...);  // a sum or mean of one scalar is that scalar
+}
+
+template <int B, class C, class E, std::size_t... J>
+constexpr auto fwd_node(const C& c, const E& e, std::index_sequence<J...>) {
+  static_assert(sizeof...(J) <= 3, "fusegrad: the functional transforms take custom ops of at most 3 operands");
+  using R0 = vt<int, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...>;
+  using Y = decltype(node_value(e, kid<J>(std::declval<const R0&>()).y...));
+  vt<Y, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...> r{Y{}, fwd<child_base<E, J>(B)>(c, child<J>(e))...};
+  r.y = node_value(e, kid<J>(r).y...);
+  return r;
+}
+
+/// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)`,
+/// `c.reduction<B>(r)` and, in contexts that hoist, `c.hoisted<B>(h)` give the leaves' values.
+template <int B, class C, class E>
+constexpr auto fwd(const C& c, const E& e) {
+  if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value)};
+  else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e)};
+  else if constexpr (C::hoisting && hoistable_v<E>) return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
+  else if constexpr (is_real_reduction_v<E>)
+    return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e)};
+  else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
+}
+
+// ---- backward ----------------------------------------------------------------------------
+
+template <class S, class E>
+inline constexpr bool wanted = (info<E>::args & S::mask) != 0 || (S::reductions && info<E>::reds > 0);
+
+/// The adjoint child `J` of `e` receives from `e`'s adjoint `g` (`zero_t`: none).
+template <std::size_t J, class E, class VT, class G>
+constexpr auto child_adjoint(const E& e, const VT& v, const G& g) {
+  if constexpr (requires { e.op; }) {
+    const auto& x0 = kid<0>(v).y;
+    if constexpr (arity_v<E> == 1) {
+      if constexpr (requires { e.op.derivative(x0, v.y, g); }) return e.op.derivative(x0, v.y, g);
+      else return zero_t{};
+    } else {
+      const auto& x1 = kid<1>(v).y;
+      if constexpr (!requires { e.op.da(x0, x1, v.y, g); }) return zero_t{};
+      else if constexpr (J == 0) return e.op.da(x0, x1, v.y, g);
+      else return e.op.db(x0, x1, v.y, g);
+    }
+  } else if constexpr (requires { e.fwd; }) {
+    return [&]<class F, class Fwd, class... A>(const custom_expr<F, Fwd, A...>&) {
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        auto saved = [&] {
+          if constexpr (requires { F::setup_context(kid<K>(v).y..., v.y); })
+            return F::setup_context(kid<K>(v).y..., v.y);
+          else return std::tuple{kid<K>(v).y...};
+        }();
+        auto grads = F::backward(std::as_const(saved), g);
+        if constexpr (sizeof...(A) == 1) return grads;
+        else return std::get<J>(grads);
+      }(std::index_sequence_for<A...>{});
+    }(e);
+  } else {
+    return g;  // a sum or mean of one scalar
+  }
+}
+
+template <int B, class S, class E, class VT, class G>
+constexpr auto back(S s, const E& e, const VT& v, const G& g);
+
+template <int B, std::size_t J, class S, class E, class VT, class G>
+constexpr auto back_from(S s, const E& e, const VT& v, const G& g) {
+  if constexpr (J == arity_v<E>) {
+    return s;
+  } else if constexpr (!wanted<S, child_t<E, J>>) {
+    return back_from<B, J + 1>(s, e, v, g);
+  } else {
+    auto gj = child_adjoint<J>(e, v, g);
+    if constexpr (std::is_same_v<decltype(gj), zero_t>) return back_from<B, J + 1>(s, e, v, g);
+    else return back_from<B, J + 1>(back<child_base<E, J>(B)>(s, child<J>(e), kid<J>(v), gj), e, v, g);
+  }
+}
+
+/// Pushes `g`, the adjoint of `e` (whose value tree is `v`), down to the leaves: `s.leaf(arg,
+/// share)`, `s.reduction<B>(r, share)`. Returns the sink's next state.
+template <int B, class S, class E, class VT, class G>
+constexpr auto back(S s, const E& e, const VT& v, const G& g) {
+  if constexpr (!wanted<S, E> || is_constant_v<E>) return s;
+  else if constexpr (is_arg_v<E>) return s.leaf(e, g);
+  else if constexpr (S::hoisting && hoistable_v<E>) return s.template hoisted<B>(e, g);
+  else if constexpr (is_real_reduction_v<E>) return s.template reduction<B>(e, g);
+  else return back_from<B, 0>(s, e, v, g);
+}
+
+}  // namespace fusegrad::detail::fn

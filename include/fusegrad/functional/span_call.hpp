@@ -1,0 +1,221 @@
+#pragma once
+/// \file fusegrad/functional/span_call.hpp
+/// A transformed function with range arguments, run on the span engine: the arguments'
+/// slots, the checks on their lengths, the order of the passes, and where the gradients go.
+///
+/// A scalar output's gradient takes one pass over the elements when the reductions'
+/// adjoints do not depend on the reductions' values (the output is built from the
+/// reductions with `+`, `-`, scalings and products by things that hold no reduction: a sum,
+/// a mean, `-n log(sigma) - 0.5 sum(z^2)`, a discounted mean payoff): the adjoints are
+/// computed first, then the pass computes the values and pushes the adjoints back at once.
+/// Otherwise (`log(sum(exp(x)))`) a forward pass computes the reductions, then a second
+/// pass the gradients.
+
+#include "fusegrad/functional/call.hpp"
+
+namespace fusegrad::detail::fn {
+
+template <class Op> inline constexpr bool is_linear_unary_v = false;
+template <> inline constexpr bool is_linear_unary_v<ops::neg_op> = true;
+template <class T> inline constexpr bool is_linear_unary_v<ops::add_scalar_op<T>> = true;
+template <class T> inline constexpr bool is_linear_unary_v<ops::sub_scalar_op<T>> = true;
+template <class T> inline constexpr bool is_linear_unary_v<ops::rsub_scalar_op<T>> = true;
+template <class T> inline constexpr bool is_linear_unary_v<ops::mul_scalar_op<T>> = true;
+template <class T> inline constexpr bool is_linear_unary_v<ops::div_scalar_op<T>> = true;
+
+/// Whether the adjoints reaching `E`'s reductions are independent of the reductions' values.
+template <class E>
+constexpr bool adjoints_free() {
+  if constexpr (info<E>::reds == 0 || is_real_reduction_v<E>) {
+    return true;
+  } else if constexpr (requires { std::declval<E>().op; }) {
+    using Op = decltype(std::declval<E>().op);
+    if constexpr (arity_v<E> == 1) {
+      return is_linear_unary_v<Op> && adjoints_free<child_t<E, 0>>();
+    } else {
+      using A = child_t<E, 0>;
+      using B = child_t<E, 1>;
+      constexpr bool fa = adjoints_free<A>(), fb = adjoints_free<B>();
+      if constexpr (std::is_same_v<Op, ops::add_op> || std::is_same_v<Op, ops::sub_op>) return fa && fb;
+      else if constexpr (std::is_same_v<Op, ops::mul_op>) return (info<A>::reds == 0 || info<B>::reds == 0) && fa && fb;
+      else if constexpr (std::is_same_v<Op, ops::div_op>) return info<B>::reds == 0 && fa;
+      else return false;
+    }
+  } else if constexpr (is_custom_v<E>) {
+    return false;
+  } else {
+    return adjoints_free<child_t<E, 0>>();  // a sum of one scalar
+  }
+}
+
+/// A range argument's tangent (forward mode) or none.
+struct no_tangent {};
+
+template <class Vs, class A, class Tan>
+auto make_slot(const A& a, const Tan& tan) {
+  using T = typename kind<Vs>::elem;
+  if constexpr (kind_v<A> == arg_kind::scalar) {
+    Vs s = lift<Vs>(static_cast<T>(a));
+    if constexpr (!std::is_same_v<Tan, no_tangent>) s.t = lift<decltype(s.t)>(static_cast<T>(tan));
+    return scalar_slot<Vs>{s, splat(s)};
+  } else if constexpr (kind_v<A> == arg_kind::range) {
+    span_slot<Vs> sl;
+    sl.src[0] = range_source<A>::data(a);
+    sl.size = range_source<A>::size(a);
+    if constexpr (!std::is_same_v<Tan, no_tangent>) {
+      if constexpr (std::is_pointer_v<Tan>) sl.src[1] = tan;
+      else {
+        if (range_source<Tan>::size(tan) != sl.size)
+          fail("jvp", "a tangent of ", range_source<Tan>::size(tan), " elements for an argument of ", sl.size,
+               "; expected as many as the argument");
+        sl.src[1] = range_source<Tan>::data(tan);
+      }
+    }
+    return sl;
+  } else {
+    static_assert(kind_v<A> != arg_kind::value,
+                  "fusegrad: a function of ranges cannot be differentiated again by an enclosing transform; "
+                  "use fg::hvp, fg::hessian or fg::jacobian on it");
+    return pass_slot{};
+  }
+}
+
+/// The length of the element-wise expression `e` (each of its range leaves must have it; 0
+/// without any).
+template <class E>
+index_t part_length(std::string_view op, const E& e) {
+  index_t n = -1;
+  each_leaf(e, [&](const auto& leaf) {
+    if constexpr (requires { leaf.count; }) {
+      if (n < 0) n = leaf.count;
+      else if (n != leaf.count)
+        fail(op, "an element-wise part of the function combines ranges of ", n, " and ", leaf.count,
+             " elements; expected equal lengths (fg::slice takes a part of a range)");
+    }
+  });
+  return n < 0 ? 0 : n;
+}
+
+/// The lengths of `e`'s element-wise parts (`len[b]` for the reduction of mark b; `len[0]` for
+/// an element-wise output; the first is returned), and per argument whether its gradient is added up (zeroed first)
+/// rather than stored once per element: unless its every leaf is the whole argument, in one
+/// pass.
+template <class E, class Slots>
+index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* len, bool* add, bool& one_pass) {
+  constexpr std::size_t NA = std::tuple_size_v<Slots>;
+  index_t first = -1;
+  one_pass = true;
+  if constexpr (info<E>::elementwise) first = len[0] = part_length(op, e);
+  else each_reduction<0>(e, [&](auto b, const auto& r) {
+    len[b] = part_length(op, r.arg);
+    if (first < 0) first = len[b];
+    else one_pass = one_pass && len[b] == first;
+  });
+  bool seen[NA > 0 ? NA : 1] = {};
+  for (std::size_t i = 0; i < NA; ++i) add[i] = !one_pass;
+  each_leaf(e, [&](const auto& leaf) {
+    using L = std::remove_cvref_t<decltype(leaf)>;
+    if constexpr (requires { leaf.count; }) {
+      seen[L::index] = true;
+      if (leaf.offset != 0 || leaf.count != std::get<L::index>(slots).size) add[L::index] = true;
+    }
+  });
+  for (std::size_t i = 0; i < NA; ++i) add[i] = add[i] || !seen[i];
+  return first < 0 ? 0 : first;
+}
+
+/// Runs `e` on the span engine: returns its value (a scalar output), and with `Back` the
+/// adjoints, seeded with `seed` (or `ybar`, an element-wise output's cotangent), of the
+/// arguments in `Mask`: ranges' into `gout` (`n_comp` pointers per argument), scalars'
+/// into `sadj`. An element-wise output's value goes to `yout`.
+template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
+Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed, typename kind<Vs>::elem* const* gout,
+            Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar) {
+  using T = typename kind<Vs>::elem;
+  constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
+  constexpr int NR = marks<E>();  // reductions and hoisted subexpressions, by mark
+  constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
+  bool add[NA > 0 ? NA : 1], one_pass = true;
+  index_t len[NR > 0 ? NR : 1] = {};
+  const index_t n0 = lengths(op, e, slots, len, add, one_pass);
+  // one pass over all element-wise parts, or one per reduction when their lengths differ
+  auto pass = [&]<bool B, std::uint64_t M>(std::bool_constant<B>, std::integral_constant<std::uint64_t, M>, pass_io<Vs, NA> io) {
+    if (one_pass) return element_pass<B, M, Vs>(e, slots, n0, io);
+    each_reduction<0>(e, [&](auto b, const auto&) { io.only = b, element_pass<B, M, Vs>(e, slots, len[b], io); });
+  };
+  if constexpr (Back) {
+    for (int i = 0; i < NA; ++i) {
+      if (!((spans >> i) & 1) || !add[i]) continue;
+      const index_t size = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        index_t r = 0;
+        ((I == static_cast<std::size_t>(i) ? (r = [&] {
+           if constexpr (is_span_slot_v<std::tuple_element_t<I, Slots>>) return std::get<I>(slots).size;
+           else return index_t{0};
+         }()) : 0), ...);
+        return r;
+      }(std::make_index_sequence<static_cast<std::size_t>(NA)>{});
+      for (int k = 0; k < nc; ++k)
+        if (gout[i * nc + k]) std::fill_n(gout[i * nc + k], size, T(0));
+    }
+  }
+  pass_io<Vs, NA> io;
+  io.out = gout, io.add = add, io.arg_adj = sadj, io.y = yout, io.ybar = ybar;
+  // hoisted subexpressions: their values once, splat; afterwards their summed adjoints pushed
+  // through their rules once
+  Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{}, hadj[NR > 0 ? NR : 1]{};
+  batch_of<Vs> hval[NR > 0 ? NR : 1]{};
+  const upper_ctx<Vs, Slots> uc{slots, red};
+  each_hoist<0, false>(e, [&](auto b, const auto& h) { hval[b] = splat(fwd<b>(uc, h).y); });
+  io.hoisted = hval, io.hoisted_adj = hadj;
+  constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
+  auto push_hoists = [&] {
+    if constexpr (Back) {
+      using St = upper_state<Vs, NR, NA>;
+      St st{};
+      each_hoist<0, false>(e, [&](auto b, const auto& h) {
+        if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
+          back<b>(upper_sink<Mask & scal, St>{&st}, h, fwd<b>(uc, h), hadj[b]);
+      });
+      for (int i = 0; i < NA; ++i)
+        if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
+    }
+  };
+  if constexpr (info<E>::elementwise) {
+    element_pass<Back, Mask, Vs>(e, slots, n0, io);
+    push_hoists();
+    return Vs{};
+  } else {
+    io.red_val = red, io.red_adj = red_adj;
+    auto upper = [&]<std::uint64_t M>(std::integral_constant<std::uint64_t, M>) {
+      upper_state<Vs, NR, NA> st{};
+      const auto v = fwd<0>(uc, e);
+      if constexpr (Back) {
+        back<0>(upper_sink<M, decltype(st)>{&st}, e, v, seed);
+        for (int r = 0; r < NR; ++r) red_adj[r] = st.red[r];
+        if constexpr (M != 0)
+          for (int i = 0; i < NA; ++i)
+            if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
+      }
+      return v.y;
+    };
+    if constexpr (!Back) {
+      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
+      return upper(std::integral_constant<std::uint64_t, 0>{});
+    } else if constexpr (adjoints_free<E>()) {
+      upper(std::integral_constant<std::uint64_t, 0>{});  // the reductions' adjoints (their values unused)
+      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
+      push_hoists();
+      return upper(std::integral_constant<std::uint64_t, scal>{});
+    } else {
+      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
+      const Vs y = upper(std::integral_constant<std::uint64_t, scal>{});
+      Vs keep[NR > 0 ? NR : 1];
+      io.red_val = keep;
+      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
+      push_hoists();
+      return y;
+    }
+  }
+}
+
+}  // namespace fusegrad::detail::fn

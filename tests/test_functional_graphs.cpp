@@ -1,0 +1,306 @@
+// The functional transforms on composite functions: the suite's 40-node function and
+// cos(cos(x)) * y against eager; closed forms (normal log-density, log-sum-exp, Rosenbrock in
+// 2 and 16 dimensions, a quadratic form); custom ops; slices; errors; and the allocation count
+// of the caller-provided-output forms.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <span>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+namespace fg = fusegrad;
+
+namespace {
+std::atomic<long> allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+bool close(double a, double b, double tol = 1e-12) { return std::abs(a - b) <= tol * (1 + std::abs(b)); }
+
+std::vector<double> sample(double lo, double hi, int n, double phase = 0.0) {
+  std::vector<double> r(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = lo + (hi - lo) * std::fmod(0.05 + phase + i * 0.6180339887, 0.9);
+  return r;
+}
+fg::tensor<double> leaf(const std::vector<double>& v) {
+  auto t = fg::from_vector<double>(v);
+  t.requires_grad(true);
+  return t;
+}
+
+// The 40-node function of tests/test_compile_40.cpp.
+auto forty = [](auto x, auto y, auto z) {
+  auto a = fg::sin(x) * y + z;
+  auto b = fg::exp(-a * 0.5) + fg::cos(y);
+  auto c = fg::tanh(a * b) - x / (fg::abs(z) + 1.0);
+  auto d = fg::sigmoid(c) * fg::log(b + 2.0);
+  auto e = fg::sqrt(fg::relu(d) + 1.0) * a;
+  auto f = fg::maximum(e, c) + fg::pow(b, 2.0);
+  auto g = fg::sin(f * y) + fg::cos(e - z);
+  auto h = g * d + f / (b + 3.0);
+  return fg::sum((h * x + fg::tanh(g) * 0.25) / 2.0);
+};
+
+auto rosenbrock = [](const auto& x) {
+  const auto n = fg::size(x);
+  const auto a = fg::slice(x, 0, n - 1), b = fg::slice(x, 1, n - 1);
+  return fg::sum(100.0 * fg::pow(b - a * a, 2) + fg::pow(1.0 - a, 2));
+};
+
+struct cosine {  // a custom op: cos with its own backward
+  static constexpr std::string_view name = "CosineBackward";
+  static auto forward(const auto& x) { return fg::cos(x); }
+  static auto setup_context(const auto& x, const auto&) { return fg::save_for_backward(x); }
+  static auto backward(const auto& saved, const auto& g) {
+    const auto& [x] = saved;
+    return -fg::sin(x) * g;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the 40-node function: scalars and spans against eager") {
+  const auto xs = sample(-1, 1, 53), ys = sample(-1, 1, 53, 0.3), zs = sample(-1, 1, 53, 0.6);
+  const auto [v, g] = fg::value_and_grad(forty, fg::argnums<0, 1, 2>)(xs, ys, zs);
+  auto tx = leaf(xs), ty = leaf(ys), tz = leaf(zs);
+  auto y = forty(tx, ty, tz);
+  y.backward();
+  CHECK(close(v, y.item(), 1e-12));
+  const auto gx = tx.grad().to_vector(), gy = ty.grad().to_vector(), gz = tz.grad().to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(close(std::get<0>(g)[i], gx[i], 1e-11));
+    CHECK(close(std::get<1>(g)[i], gy[i], 1e-11));
+    CHECK(close(std::get<2>(g)[i], gz[i], 1e-11));
+    // the scalar form (a sum of one scalar is that scalar) at each element
+    const auto gs = fg::grad(forty, fg::argnums<0, 1, 2>)(xs[i], ys[i], zs[i]);
+    CHECK(close(std::get<0>(gs), gx[i], 1e-11));
+    CHECK(close(std::get<2>(gs), gz[i], 1e-11));
+  }
+}
+
+TEST_CASE("cos(cos(x)) * y in float: value_and_grad against eager, all lengths 0..70") {
+  auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
+  for (int n = 0; n <= 70; ++n) {
+    std::vector<float> xs(static_cast<std::size_t>(n)), ys(xs.size());
+    for (int i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = 0.37f * static_cast<float>(i) - 3.0f, ys[static_cast<std::size_t>(i)] = 1.0f + 0.01f * static_cast<float>(i);
+    std::vector<float> gx(xs.size()), gy(xs.size());
+    const float v = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<float>(gx), std::span<float>(gy))(xs, ys);
+    auto tx = fg::from_vector<float>(xs), ty = fg::from_vector<float>(ys);
+    tx.requires_grad(true), ty.requires_grad(true);
+    auto y = f(tx, ty);
+    y.backward();
+    CHECK(v == y.item());  // the same sum, bit for bit
+    const auto ex = n ? tx.grad().to_vector() : std::vector<float>{}, ey = n ? ty.grad().to_vector() : std::vector<float>{};
+    for (int i = 0; i < n; ++i) {
+      CHECK(gx[static_cast<std::size_t>(i)] == doctest::Approx(ex[static_cast<std::size_t>(i)]).epsilon(1e-6));
+      CHECK(gy[static_cast<std::size_t>(i)] == ey[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+TEST_CASE("closed forms: normal log-density in mu and sigma; log-sum-exp (two passes); mean") {
+  const auto xs = sample(-3, 5, 1001);
+  auto logpdf = [](const auto& x, auto mu, auto sigma) {
+    const auto z = (x - mu) / sigma;
+    return -0.5 * fg::sum(z * z) - double(fg::size(x)) * (fg::log(sigma) + 0.9189385332046727);
+  };
+  const double mu = 0.7, sigma = 1.9;
+  const auto [v, g] = fg::value_and_grad(logpdf, fg::argnums<1, 2>)(xs, mu, sigma);
+  double s1 = 0, s2 = 0;
+  for (double x : xs) s1 += x - mu, s2 += (x - mu) * (x - mu);
+  const double n = double(xs.size());
+  CHECK(close(v, -0.5 * s2 / (sigma * sigma) - n * (std::log(sigma) + 0.9189385332046727), 1e-12));
+  CHECK(close(std::get<0>(g), s1 / (sigma * sigma), 1e-10));
+  CHECK(close(std::get<1>(g), s2 / (sigma * sigma * sigma) - n / sigma, 1e-12));
+  // second derivatives in a scalar beside a range: d2/dmu2 = -n / sigma^2, d2/dsigma2 = n/s^2 - 3 s2/s^4
+  auto in_mu = [&](auto m, const auto& x, auto s) { return logpdf(x, m, s); };
+  auto in_sigma = [&](auto s, const auto& x, auto m) { return logpdf(x, m, s); };
+  CHECK(close(fg::hessian(in_mu)(mu, xs, sigma), -n / (sigma * sigma), 1e-12));
+  CHECK(close(fg::hessian(in_sigma)(sigma, xs, mu), n / (sigma * sigma) - 3 * s2 / std::pow(sigma, 4), 1e-12));
+
+  auto lse = [](const auto& x) { return fg::log(fg::sum(fg::exp(x))); };
+  const auto [lv, lg] = fg::value_and_grad(lse)(xs);
+  double se = 0;
+  for (double x : xs) se += std::exp(x);
+  CHECK(close(lv, std::log(se)));
+  for (std::size_t i = 0; i < xs.size(); ++i) CHECK(close(lg[i], std::exp(xs[i]) / se, 1e-12));
+
+  auto m = [](const auto& x) { return fg::mean(x * x); };
+  const auto [mv, mg] = fg::value_and_grad(m)(xs);
+  double sq = 0;
+  for (double x : xs) sq += x * x;
+  CHECK(close(mv, sq / n));
+  for (std::size_t i = 0; i < xs.size(); ++i) CHECK(close(mg[i], 2 * xs[i] / n));
+}
+
+TEST_CASE("Rosenbrock in 2 and 16 dimensions, and a quadratic form: gradients and Hessians against closed forms") {
+  auto rosen2 = [](auto x, auto y) { return (1.0 - x) * (1.0 - x) + 100.0 * (y - x * x) * (y - x * x); };
+  const double x = -1.2, y = 1.1;
+  const auto [gx, gy] = fg::grad(rosen2, fg::argnums<0, 1>)(x, y);
+  CHECK(close(gx, -2 * (1 - x) - 400 * x * (y - x * x)));
+  CHECK(close(gy, 200 * (y - x * x)));
+  CHECK(close(fg::hessian(rosen2)(x, y), 2 - 400 * (y - x * x) + 800 * x * x));
+  CHECK(close(fg::jvp(fg::grad(rosen2), std::tuple{x, y}, std::tuple{0.0, 1.0}).second, -400 * x));
+
+  std::array<double, 16> p{};
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = 0.3 * std::sin(1.7 * double(i)) + 0.5;
+  const auto g = fg::grad(rosenbrock)(p);
+  const auto H = fg::hessian(rosenbrock)(p);
+  constexpr std::size_t n = 16;
+  for (std::size_t i = 0; i < n; ++i) {
+    double gi = 0, hii = 0;
+    if (i + 1 < n) gi += -400 * p[i] * (p[i + 1] - p[i] * p[i]) - 2 * (1 - p[i]), hii += 1200 * p[i] * p[i] - 400 * p[i + 1] + 2;
+    if (i > 0) gi += 200 * (p[i] - p[i - 1] * p[i - 1]), hii += 200;
+    CHECK(close(g[i], gi));
+    for (std::size_t j = 0; j < n; ++j) {
+      const double hij = i == j ? hii : (j == i + 1 ? -400 * p[i] : (i == j + 1 ? -400 * p[j] : 0.0));
+      CHECK(close(H[i][j], hij));
+    }
+    // and against differences of the gradient
+    auto pp = p, pm = p;
+    pp[i] += 1e-6, pm[i] -= 1e-6;
+    const auto gp = fg::grad(rosenbrock)(pp), gm = fg::grad(rosenbrock)(pm);
+    for (std::size_t j = 0; j < n; ++j) CHECK(std::abs(H[j][i] - (gp[j] - gm[j]) / 2e-6) <= 1e-4 * (1 + std::abs(H[j][i])));
+  }
+  const auto v = fg::hvp(rosenbrock)(p, g);
+  for (std::size_t i = 0; i < n; ++i) {
+    double r = 0;
+    for (std::size_t j = 0; j < n; ++j) r += H[i][j] * g[j];
+    CHECK(close(v[i], r, 1e-11));
+  }
+
+  // 1/2 x'Ax with A tridiagonal (diagonal d, off-diagonal o): two reductions of different lengths
+  auto quad = [](const auto& x, const auto& d, const auto& o) {
+    const auto m = fg::size(x) - 1;
+    return 0.5 * fg::sum(d * x * x) + fg::sum(o * fg::slice(x, 0, m) * fg::slice(x, 1, m));
+  };
+  const auto d = sample(1, 3, 9), o = sample(-1, 1, 8, 0.4), xs = sample(-1, 1, 9, 0.8);
+  const auto hq = fg::hessian(quad)(xs, d, o);
+  const auto gq = fg::grad(quad)(xs, d, o);
+  for (std::size_t i = 0; i < 9; ++i) {
+    double r = d[i] * xs[i] + (i < 8 ? o[i] * xs[i + 1] : 0.0) + (i > 0 ? o[i - 1] * xs[i - 1] : 0.0);
+    CHECK(close(gq[i], r));
+    for (std::size_t j = 0; j < 9; ++j)
+      CHECK(hq[i * 9 + j] == (i == j ? d[i] : (j == i + 1 ? o[i] : (i == j + 1 ? o[j] : 0.0))));
+  }
+}
+
+TEST_CASE("custom ops (fg::function) under every transform") {
+  auto f = [](const auto& x) { return fg::function<cosine>::apply(x) * x; };
+  auto fs = [f](const auto& x) { return fg::sum(f(x)); };
+  const double x = 0.8;
+  CHECK(close(fg::grad(f)(x), std::cos(x) - x * std::sin(x)));
+  CHECK(close(fg::jvp(f, x, 2.0).second, 2 * (std::cos(x) - x * std::sin(x))));
+  CHECK(close(fg::hessian(f)(x), -2 * std::sin(x) - x * std::cos(x)));
+  CHECK(close(fg::grad(fg::grad(f))(x), -2 * std::sin(x) - x * std::cos(x)));
+  const auto xs = sample(-2, 2, 19);
+  const auto g = fg::grad(fs)(xs);
+  const auto hv = fg::hvp(fs)(xs, xs);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(close(g[i], std::cos(xs[i]) - xs[i] * std::sin(xs[i])));
+    CHECK(close(hv[i], (-2 * std::sin(xs[i]) - xs[i] * std::cos(xs[i])) * xs[i]));
+  }
+}
+
+TEST_CASE("errors: ranges of different lengths, slices out of range, outputs of the wrong size") {
+  auto f = [](const auto& x, const auto& y) { return fg::sum(x * y); };
+  std::vector<double> a(5, 1.0), b(6, 1.0), out(4);
+  CHECK_THROWS_WITH_AS(fg::grad(f)(a, b), doctest::Contains("ranges of 5 and 6 elements"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::grad([](const auto& x) { return fg::sum(fg::slice(x, 2, 4)); })(a),
+                       doctest::Contains("elements [2, 6) of an argument of 5 elements"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::grad(f).into(std::span<double>(out))(a, a), doctest::Contains("an output of 4 elements"),
+                       fg::error);
+}
+
+TEST_CASE("the caller-provided-output forms allocate nothing") {
+  auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
+  std::vector<float> x(1000, 0.5f), y(1000, 2.0f), gx(1000), gy(1000);
+  std::vector<double> p(16, 0.5), hv(16), dir(16, 1.0);
+  auto vg = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<float>(gx), std::span<float>(gy));
+  auto h = fg::hvp(rosenbrock);
+  float v = vg(x, y);  // warm-up
+  const long before = allocations.load();
+  for (int r = 0; r < 10; ++r) {
+    v += vg(std::span<const float>(x), std::span<const float>(y));
+    h.into(hv)(p, dir);
+    v += static_cast<float>(fg::grad([](auto a, auto b) { return a * fg::exp(b); }, fg::argnums<1>)(1.5, 0.5));
+  }
+  CHECK(allocations.load() == before);
+  CHECK(std::isfinite(v));
+}
+
+TEST_CASE("fg::tensor arguments: gradients as tensors, nothing on the tape, under no_grad too") {
+  auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
+  const auto xs = sample(-2, 2, 12), ys = sample(-1, 1, 12, 0.5);
+  auto x = fg::from_vector<double>(xs).reshape({3, 4}), y = fg::from_vector<double>(ys).reshape({3, 4});
+  auto [v, g] = fg::value_and_grad(f, fg::argnums<0, 1>)(x, y);
+  const auto& [gx, gy] = g;
+  CHECK(gx.shape() == fg::shape{3, 4});
+  CHECK(!gx.requires_grad());
+  auto tx = leaf(xs), ty = leaf(ys);
+  auto ye = f(tx, ty);
+  ye.backward();
+  CHECK(close(v, ye.item()));
+  const auto ex = tx.grad().to_vector(), ey = ty.grad().to_vector(), fx = gx.to_vector(), fy = gy.to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK(close(fx[i], ex[i]));
+    CHECK(close(fy[i], ey[i]));
+  }
+  {
+    fg::no_grad ng;
+    auto r = leaf(xs);
+    const auto gr = fg::grad([](const auto& a) { return fg::sum(a * a); })(r);
+    CHECK(!r.grad().defined());  // nothing accumulated, nothing recorded
+    CHECK(close(gr.to_vector()[3], 2 * xs[3]));
+  }
+  auto t = fg::from_vector<double>(xs).reshape({3, 4}).transpose(0, 1);
+  CHECK_THROWS_AS(fg::grad([](const auto& a) { return fg::sum(a); })(t), fg::error);  // not contiguous
+}
+
+TEST_CASE("jacobian (element-wise and scalar outputs) and jvp of a reduction, against closed forms") {
+  const auto xs = sample(-1, 1, 7);
+  const auto j = fg::jacobian([](const auto& x) { return fg::exp(x) * fg::sin(x); })(xs);
+  REQUIRE(j.size() == 49);
+  for (std::size_t r = 0; r < 7; ++r)
+    for (std::size_t c = 0; c < 7; ++c)
+      CHECK(close(j[r * 7 + c], r == c ? std::exp(xs[r]) * (std::sin(xs[r]) + std::cos(xs[r])) : 0.0));
+  auto s = [](const auto& x) { return fg::sum(x * x * x); };
+  const auto js = fg::jacobian(s)(xs);  // 1 x 7: the gradient
+  const auto ts = sample(-1, 1, 7, 0.5);
+  double dot = 0;
+  for (std::size_t c = 0; c < 7; ++c) {
+    CHECK(close(js[c], 3 * xs[c] * xs[c]));
+    dot += 3 * xs[c] * xs[c] * ts[c];
+  }
+  const auto [v, t] = fg::jvp(s, std::span<const double>(xs), std::span<const double>(ts));
+  CHECK(close(t, dot));
+  double v3 = 0;
+  for (double x : xs) v3 += x * x * x;
+  CHECK(close(v, v3));
+}
+
+TEST_CASE("regression: a pullback keeps scalar primals by value (it held references to temporaries)") {
+  auto f = [](auto x, auto y) { return fg::cos(x) * y; };
+  auto [y, pb] = fg::vjp(f, 0.5, 2.0);
+  volatile double clobber[64];
+  for (auto& c : clobber) c = -1.0;
+  const auto [gx, gy] = pb(1.0);
+  CHECK(close(y, std::cos(0.5) * 2.0));
+  CHECK(close(gx, -std::sin(0.5) * 2.0));
+  CHECK(close(gy, std::cos(0.5)));
+}
