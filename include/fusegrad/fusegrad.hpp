@@ -15,12 +15,14 @@
 #include "fusegrad/core/grad_mode.hpp"
 #include "fusegrad/core/operand.hpp"
 #include "fusegrad/core/shape.hpp"
+#include "fusegrad/core/special.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/core/storage.hpp"
 #include "fusegrad/core/type_list.hpp"
 
 // ops: one op per header (value, SIMD value, derivative rule, public functions)
 #include "fusegrad/ops/abs.hpp"
+#include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/cos.hpp"
