@@ -39,10 +39,10 @@ std::string generate() {
         "points; and every compiled path against eager, bit for bit.\n\n"
         "Derivatives are written in terms of the operands `x` (`a`, `b`, `c`) and the result `y`; "
         "`[p]` is 1 where `p` holds, else 0.\n\n"
-        "| entry | call | derivative | edge values | differs from PyTorch |\n"
-        "|---|---|---|---|---|\n";
+        "| entry | call | derivative | paths | edge values | differs from PyTorch |\n"
+        "|---|---|---|---|---|---|\n";
   opinfo::for_each(opinfo::registry(), [&](const auto& e) {
-    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | "
+    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | eager, compile, jit, CA | "
        << e.specials.size() + e.grad_specials.size() << " | " << escape(e.note) << " |\n";
   });
   os << "\nValues fusegrad takes from the C library lane by lane (an element's value is then the "

@@ -39,7 +39,7 @@ template <class E>
 double normwise(const std::vector<E>& a, const std::vector<E>& b) {
   double d = 0, m = 1e-300;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return nan;
+    if (std::isnan(a[i]) != std::isnan(b[i])) return opinfo::nan;
     if (std::isnan(a[i]) || a[i] == b[i]) continue;
     d = std::max(d, std::abs(double(a[i]) - double(b[i])));
     m = std::max(m, std::abs(double(a[i])));

@@ -40,6 +40,7 @@
 #include "fusegrad/ops/relu.hpp"
 #include "fusegrad/ops/sigmoid.hpp"
 #include "fusegrad/ops/sin.hpp"
+#include "fusegrad/ops/softmax.hpp"
 #include "fusegrad/ops/sqrt.hpp"
 #include "fusegrad/ops/step.hpp"
 #include "fusegrad/ops/sub.hpp"
@@ -80,6 +81,8 @@
 
 // nn
 #include "fusegrad/nn/linear.hpp"
+#include "fusegrad/nn/loss.hpp"
+#include "fusegrad/nn/optim.hpp"
 
 // the precompiled runtime's instantiations (extern under FUSEGRAD_PRECOMPILED)
 #include "fusegrad/runtime.hpp"

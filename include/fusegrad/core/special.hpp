@@ -117,6 +117,7 @@ inline double zeta(double s, double q) {
     k += T(1);
     f *= s + k;
     b /= w;
+    k += T(1);
   }
   return sum;
 }

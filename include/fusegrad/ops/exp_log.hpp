@@ -13,13 +13,19 @@ namespace ops {
 struct log1p_op {
   static constexpr std::string_view name = "log1p", grad_fn = "Log1PBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& x) { using std::log1p; return log1p(x); }
+  template <class V> static V value(const V& x) {
+    using std::log1p;
+    return lanes::select_nonzero(x, log1p(x), x);  // log1p(-0) = -0 (xsimd's is +0)
+  }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g / (x + 1.0); }
 };
 struct expm1_op {
   static constexpr std::string_view name = "expm1", grad_fn = "Expm1Backward0";
   static constexpr bool uses_input = false, uses_output = true;
-  template <class V> static V value(const V& x) { using std::expm1; return expm1(x); }
+  template <class V> static V value(const V& x) {
+    using std::expm1;
+    return lanes::select_nonzero(x, expm1(x), x);  // expm1(-0) = -0 (xsimd's is +0)
+  }
   static auto derivative(const auto&, const auto& y, const auto& g) { return g * (y + 1.0); }
 };
 struct log2_op {

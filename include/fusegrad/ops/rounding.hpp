@@ -11,25 +11,25 @@ struct floor_op {
   static constexpr std::string_view name = "floor", grad_fn = "FloorBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   template <class V> static V value(const V& x) { using std::floor; return floor(x); }
-  static auto derivative(const auto&, const auto&, const auto& g) { return zeros_like(g); }
+  static auto derivative(const auto&, const auto&, const auto& g) { return apply_op(zeros_like_op{}, g); }
 };
 struct ceil_op {
   static constexpr std::string_view name = "ceil", grad_fn = "CeilBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   template <class V> static V value(const V& x) { using std::ceil; return ceil(x); }
-  static auto derivative(const auto&, const auto&, const auto& g) { return zeros_like(g); }
+  static auto derivative(const auto&, const auto&, const auto& g) { return apply_op(zeros_like_op{}, g); }
 };
 struct round_op {
   static constexpr std::string_view name = "round", grad_fn = "RoundBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   template <class V> static V value(const V& x) { using std::nearbyint; return nearbyint(x); }
-  static auto derivative(const auto&, const auto&, const auto& g) { return zeros_like(g); }
+  static auto derivative(const auto&, const auto&, const auto& g) { return apply_op(zeros_like_op{}, g); }
 };
 struct trunc_op {
   static constexpr std::string_view name = "trunc", grad_fn = "TruncBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   template <class V> static V value(const V& x) { using std::trunc; return trunc(x); }
-  static auto derivative(const auto&, const auto&, const auto& g) { return zeros_like(g); }
+  static auto derivative(const auto&, const auto&, const auto& g) { return apply_op(zeros_like_op{}, g); }
 };
 }  // namespace ops
 

@@ -21,7 +21,7 @@ struct select_op {
   static constexpr bool uses_input = true, uses_output = false;
   T fill;
   template <class V> V value(const V& c, const V& a) const { return lanes::select_nonzero(c, a, V(fill)); }
-  static auto da(const auto&, const auto&, const auto&, const auto& g) { return zeros_like(g); }
+  static auto da(const auto&, const auto&, const auto&, const auto& g) { return apply_op(zeros_like_op{}, g); }
   static auto db(const auto& c, const auto&, const auto&, const auto& g) { return apply_op(select_op{T(0)}, c, g); }
 };
 /// fill(c) = the op's constant where c != 0, else -0 (where's scalar operand). No gradient.
