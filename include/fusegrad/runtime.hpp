@@ -51,7 +51,7 @@
   U(T, ops::log1p_op) U(T, ops::expm1_op) U(T, ops::log2_op) U(T, ops::exp2_op) U(T, ops::tan_op)        \
   U(T, ops::asin_op) U(T, ops::acos_op) U(T, ops::atan_op) U(T, ops::sinh_op) U(T, ops::cosh_op)         \
   U(T, ops::asinh_op) U(T, ops::acosh_op) U(T, ops::atanh_op) U(T, ops::erf_op) U(T, ops::erfc_op)       \
-  U(T, ops::lgamma_op) U(T, ops::digamma_op) U(T, ops::softplus_op) U(T, ops::silu_op) U(T, ops::gelu_op) \
+  U(T, ops::lgamma_op) U(T, ops::digamma_op) U(T, ops::softplus_op) U(T, ops::silu_op) U(T, ops::gelu_op) U(T, ops::norm_sqrt_op) \
   B(T, ops::minimum_op) B(T, ops::atan2_op) B(T, ops::hypot_op) B(T, ops::fmod_op)                        \
   U(T, ops::gt_scalar_op<T>) U(T, ops::ge_scalar_op<T>) U(T, ops::lt_scalar_op<T>)                        \
   U(T, ops::le_scalar_op<T>) U(T, ops::eq_scalar_op<T>) U(T, ops::ne_scalar_op<T>)                        \

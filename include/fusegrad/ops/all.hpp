@@ -20,6 +20,7 @@
 #include "fusegrad/ops/neg.hpp"
 #include "fusegrad/ops/pow.hpp"
 #include "fusegrad/ops/reciprocal.hpp"
+#include "fusegrad/ops/reductions.hpp"
 #include "fusegrad/ops/relu.hpp"
 #include "fusegrad/ops/rounding.hpp"
 #include "fusegrad/ops/sigmoid.hpp"

@@ -20,7 +20,7 @@ struct square_op; struct reciprocal_op; struct rsqrt_op; struct log1p_op; struct
 struct exp2_op; struct tan_op; struct asin_op; struct acos_op; struct atan_op; struct sinh_op; struct cosh_op;
 struct asinh_op; struct acosh_op; struct atanh_op; struct erf_op; struct erfc_op; struct lgamma_op;
 struct digamma_op; struct softplus_op; struct silu_op; struct gelu_op;
-struct minimum_op; struct atan2_op; struct hypot_op; struct fmod_op;
+struct norm_sqrt_op; struct minimum_op; struct atan2_op; struct hypot_op; struct fmod_op;
 template <Element T> struct add_scalar_op;
 template <Element T> struct sub_scalar_op;
 template <Element T> struct rsub_scalar_op;
@@ -58,7 +58,7 @@ using table = detail::type_list<
     ops::square_op, ops::reciprocal_op, ops::rsqrt_op, ops::log1p_op, ops::expm1_op, ops::log2_op, ops::exp2_op,
     ops::tan_op, ops::asin_op, ops::acos_op, ops::atan_op, ops::sinh_op, ops::cosh_op, ops::asinh_op,
     ops::acosh_op, ops::atanh_op, ops::erf_op, ops::erfc_op, ops::lgamma_op, ops::digamma_op, ops::softplus_op,
-    ops::silu_op, ops::gelu_op,                                                             //
+    ops::silu_op, ops::gelu_op, ops::norm_sqrt_op,                                          //
     ops::minimum_op, ops::atan2_op, ops::hypot_op, ops::fmod_op,                            //
     ops::gt_scalar_op<T>, ops::ge_scalar_op<T>, ops::lt_scalar_op<T>, ops::le_scalar_op<T>,
     ops::eq_scalar_op<T>, ops::ne_scalar_op<T>, ops::clamp_min_op<T>, ops::clamp_max_op<T>, ops::fill_op<T>,
