@@ -11,6 +11,7 @@
 #include <limits>
 #include <utility>
 
+#include "fusegrad/core/error.hpp"
 #include "fusegrad/ops/abs.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/div.hpp"

@@ -8,6 +8,7 @@
 /// (where `dim` must be the last dim inside `fg::compile`, as for its other reductions).
 #include <limits>
 
+#include "fusegrad/core/shape.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/div.hpp"
@@ -38,9 +39,11 @@ constexpr auto softmax(const X& x, index_t dim) {
   const auto e = exp(x - detail::finite_shift(max(x, dim, true)));
   return e / sum(e, dim, true);
 }
-/// x - logsumexp(x) along `dim`.
+/// x - logsumexp(x) along `dim`, as (x - m) - log Σ exp(x - m) (PyTorch's form: exact where
+/// the row's values are equal, -log n, where x - (log Σ + m) would cancel).
 template <Operand X>
 constexpr auto log_softmax(const X& x, index_t dim) {
-  return x - logsumexp(x, dim, true);
+  const auto d = x - detail::finite_shift(max(x, dim, true));
+  return d - log(sum(exp(d), dim, true));
 }
 }  // namespace fusegrad
