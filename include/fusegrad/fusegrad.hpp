@@ -86,6 +86,8 @@
 #include "fusegrad/nn/linear.hpp"
 #include "fusegrad/nn/loss.hpp"
 #include "fusegrad/nn/optim.hpp"
+#include "fusegrad/nn/sequential.hpp"
+#include "fusegrad/nn/state_dict.hpp"
 
 // the precompiled runtime's instantiations (extern under FUSEGRAD_PRECOMPILED)
 #include "fusegrad/runtime.hpp"
