@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "opinfo/registry.hpp"
+#include "opinfo/structured.hpp"
 
 namespace {
 
@@ -44,6 +45,21 @@ std::string generate() {
   opinfo::for_each(opinfo::registry(), [&](const auto& e) {
     os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | eager, compile, jit, CA | "
        << e.specials.size() + e.grad_specials.size() << " | " << escape(e.note) << " |\n";
+  });
+  os << "\n## Reductions, softmax family, scans, structure, linear algebra\n\n"
+        "From the registry's second table (`tests/opinfo/structured.hpp`): values against a reference per row "
+        "and edge rows (extreme inputs for the stable forms) where listed, gradcheck in double, and every "
+        "listed path against eager. \"compile\" means the op is written once over any operand (sum, max, "
+        "exp, ...) and `fg::compile` fuses it (along the last dim or all dims); the others are eager loops, "
+        "sync points under `fg::jit`, whose backwards are opaque `call` nodes in a compiled-autograd "
+        "capture. The `nn` losses (`cross_entropy`, `nll_loss`, `mse_loss`, `l1_loss`, `huber_loss`, "
+        "`binary_cross_entropy_with_logits`) and optimizers (`sgd` with momentum and weight decay, `adam`, "
+        "AdamW, `rmsprop`, `clip_grad_norm`) are tested in `tests/test_nn.cpp`.\n\n"
+        "| entry | call | derivative | paths | edge rows | differs from PyTorch |\n"
+        "|---|---|---|---|---|---|\n";
+  opinfo::for_each(opinfo::structured(), [&](const auto& e) {
+    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | " << escape(e.paths)
+       << " | " << e.edges.size() << " | " << escape(e.note) << " |\n";
   });
   os << "\nValues fusegrad takes from the C library lane by lane (an element's value is then the "
         "same on every path and beside any neighbours, with C's special values): `pow`, `atan2`, "
