@@ -20,13 +20,13 @@ namespace fg = fusegrad;
 // f: a generic lambda of x (unary), a, b (binary) or c, a, b (ternary); ref: long double v,
 // (a, b) or (c, a, b).
 #define FG_OP1(name, call, deriv, expr, reference) \
-  make<1>(name, call, deriv, [](const auto& x) { return expr; }, [](long double v) -> long double { return reference; })
+  make<1>(name, call, deriv, [](const auto& x) { return expr; }, []([[maybe_unused]] long double v) -> long double { return reference; })
 #define FG_OP2(name, call, deriv, expr, reference)                                          \
   make<2>(name, call, deriv, [](const auto& a, const auto& b) { return expr; },             \
-          [](long double a, long double b) -> long double { return reference; })
+          []([[maybe_unused]] long double a, [[maybe_unused]] long double b) -> long double { return reference; })
 #define FG_OP3(name, call, deriv, expr, reference)                                          \
   make<3>(name, call, deriv, [](const auto& c, const auto& a, const auto& b) { return expr; }, \
-          [](long double c, long double a, long double b) -> long double { return reference; })
+          []([[maybe_unused]] long double c, [[maybe_unused]] long double a, [[maybe_unused]] long double b) -> long double { return reference; })
 
 inline bool near_int(double v, double step = 1.0) { return std::abs(v / step - std::round(v / step)) < 0.05 / step; }
 

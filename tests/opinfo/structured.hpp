@@ -134,6 +134,12 @@ inline V argmax(const V& r) {
     if (std::isnan(r[k]) || r[k] > r[b]) b = k;
   return {L(b)};
 }
+inline V argmin(const V& r) {
+  std::size_t b = 0;
+  for (std::size_t k = 1; k < r.size() && !std::isnan(r[b]); ++k)
+    if (std::isnan(r[k]) || r[k] < r[b]) b = k;
+  return {L(b)};
+}
 inline V flip(const V& r) { return V(r.rbegin(), r.rend()); }
 }  // namespace rowref
 
@@ -189,6 +195,11 @@ inline const auto& structured() {
           .reference(rowref::argmax)
           .rows({{{1, 3, 3}, {1}}, {{1, nan, 5}, {1}}})
           .differs("indices in the element type (fusegrad's tensors are float or double), not int64"),
+      smake<1>("argmin", "argmin(x, -1)", "none", runtime, [](const auto& x) { return fg::argmin(x, -1); }, rows)
+          .no_grad()
+          .reference(rowref::argmin)
+          .rows({{{3, 1, 1}, {1}}, {{1, nan, -5}, {1}}})
+          .differs("indices in the element type, not int64"),
       // ---- structure ---------------------------------------------------------------------------
       smake<1>("flip", "flip(x, {-1})", "flip(g)", runtime, [](const auto& x) { return fg::flip(x, {-1}); }, rows).reference(rowref::flip),
       smake<1>("narrow", "narrow(x, 1, 2, 3)", "g in the slice", runtime, [](const auto& x) { return fg::narrow(x, 1, 2, 3); }, {S{fg::shape{4, 6}}}),

@@ -256,8 +256,8 @@ tensor<T> linspace(double start, double end, index_t steps) {
   std::vector<T> v(static_cast<std::size_t>(steps));
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   for (index_t i = 0; i < steps; ++i)
-    v[static_cast<std::size_t>(i)] = static_cast<T>(i < steps / 2 ? start + step * static_cast<double>(i)
-                                                                  : end - step * static_cast<double>(steps - 1 - i));
+    v[static_cast<std::size_t>(i)] = static_cast<T>(steps == 1 || i < steps / 2 ? start + step * static_cast<double>(i)
+                                                                                : end - step * static_cast<double>(steps - 1 - i));
   return from_vector<T>(v);
 }
 
