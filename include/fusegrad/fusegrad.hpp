@@ -16,12 +16,14 @@
 #include "fusegrad/core/operand.hpp"
 #include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/shape.hpp"
+#include "fusegrad/core/special.hpp"
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/core/storage.hpp"
 #include "fusegrad/core/type_list.hpp"
 
 // ops: one op per header (value, SIMD value, derivative rule, public functions)
 #include "fusegrad/ops/abs.hpp"
+#include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/cos.hpp"
@@ -39,6 +41,7 @@
 #include "fusegrad/ops/relu.hpp"
 #include "fusegrad/ops/sigmoid.hpp"
 #include "fusegrad/ops/sin.hpp"
+#include "fusegrad/ops/softmax.hpp"
 #include "fusegrad/ops/sqrt.hpp"
 #include "fusegrad/ops/step.hpp"
 #include "fusegrad/ops/sub.hpp"
@@ -56,11 +59,14 @@
 #include "fusegrad/eager/function.hpp"
 #include "fusegrad/eager/gradcheck.hpp"
 #include "fusegrad/eager/kernels.hpp"
+#include "fusegrad/eager/linalg.hpp"
 #include "fusegrad/eager/matmul.hpp"
 #include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/print.hpp"
 #include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/eager/reduce.hpp"
+#include "fusegrad/eager/scan.hpp"
+#include "fusegrad/eager/structure.hpp"
 #include "fusegrad/eager/tensor.hpp"
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/expr/expr.hpp"
@@ -86,6 +92,10 @@
 
 // nn
 #include "fusegrad/nn/linear.hpp"
+#include "fusegrad/nn/loss.hpp"
+#include "fusegrad/nn/optim.hpp"
+#include "fusegrad/nn/sequential.hpp"
+#include "fusegrad/nn/state_dict.hpp"
 
 // the precompiled runtime's instantiations (extern under FUSEGRAD_PRECOMPILED)
 #include "fusegrad/runtime.hpp"

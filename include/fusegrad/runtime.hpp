@@ -30,27 +30,9 @@
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/kernel/fused.hpp"
 #include "fusegrad/loops/tile.hpp"
-#include "fusegrad/ops/abs.hpp"
-#include "fusegrad/ops/add.hpp"
-#include "fusegrad/ops/compare.hpp"
-#include "fusegrad/ops/cos.hpp"
-#include "fusegrad/ops/div.hpp"
-#include "fusegrad/ops/exp.hpp"
-#include "fusegrad/ops/log.hpp"
+#include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/max.hpp"
-#include "fusegrad/ops/maximum.hpp"
-#include "fusegrad/ops/mul.hpp"
-#include "fusegrad/ops/neg.hpp"
-#include "fusegrad/ops/pow.hpp"
 #include "fusegrad/ops/reduce.hpp"
-#include "fusegrad/ops/relu.hpp"
-#include "fusegrad/ops/sigmoid.hpp"
-#include "fusegrad/ops/sin.hpp"
-#include "fusegrad/ops/sqrt.hpp"
-#include "fusegrad/ops/step.hpp"
-#include "fusegrad/ops/sub.hpp"
-#include "fusegrad/ops/tanh.hpp"
-#include "fusegrad/ops/table.hpp"
 
 /// The IR's op table (`ops::table<T>`), in its order: `U(T, Op)` for an op with one
 /// operand, `B(T, Op)` for one with two. `runtime_ops_match` below checks it against the table.
@@ -63,7 +45,18 @@
   B(T, ops::gt_op) B(T, ops::ge_op) B(T, ops::lt_op) B(T, ops::le_op) B(T, ops::eq_op) B(T, ops::ne_op)  \
   U(T, ops::add_scalar_op<T>) U(T, ops::sub_scalar_op<T>) U(T, ops::rsub_scalar_op<T>)                    \
   U(T, ops::mul_scalar_op<T>) U(T, ops::div_scalar_op<T>) U(T, ops::rdiv_scalar_op<T>)                   \
-  U(T, ops::pow_scalar_op<T>)
+  U(T, ops::pow_scalar_op<T>)                                                                            \
+  U(T, ops::zeros_like_op) U(T, ops::floor_op) U(T, ops::ceil_op) U(T, ops::round_op) U(T, ops::trunc_op)  \
+  U(T, ops::logical_not_op) U(T, ops::square_op) U(T, ops::reciprocal_op) U(T, ops::rsqrt_op)            \
+  U(T, ops::log1p_op) U(T, ops::expm1_op) U(T, ops::log2_op) U(T, ops::exp2_op) U(T, ops::tan_op)        \
+  U(T, ops::asin_op) U(T, ops::acos_op) U(T, ops::atan_op) U(T, ops::sinh_op) U(T, ops::cosh_op)         \
+  U(T, ops::asinh_op) U(T, ops::acosh_op) U(T, ops::atanh_op) U(T, ops::erf_op) U(T, ops::erfc_op)       \
+  U(T, ops::lgamma_op) U(T, ops::digamma_op) U(T, ops::softplus_op) U(T, ops::silu_op) U(T, ops::gelu_op) U(T, ops::norm_sqrt_op) \
+  B(T, ops::minimum_op) B(T, ops::atan2_op) B(T, ops::hypot_op) B(T, ops::fmod_op)                        \
+  U(T, ops::gt_scalar_op<T>) U(T, ops::ge_scalar_op<T>) U(T, ops::lt_scalar_op<T>)                        \
+  U(T, ops::le_scalar_op<T>) U(T, ops::eq_scalar_op<T>) U(T, ops::ne_scalar_op<T>)                        \
+  U(T, ops::clamp_min_op<T>) U(T, ops::clamp_max_op<T>) U(T, ops::fill_op<T>) U(T, ops::polygamma_op<T>)   \
+  U(T, ops::fmod_scalar_op<T>) B(T, ops::select_op<T>) B(T, ops::lerp_scalar_op<T>)
 
 #define FUSEGRAD_RT_UNARY(T, Op)                                                             \
   FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&);        \

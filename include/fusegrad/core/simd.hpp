@@ -59,6 +59,21 @@ template <class V> constexpr V max(const V& a, const V& b) {
     return xsimd::select(xsimd::isnan(a), a, xsimd::select(xsimd::isnan(b), b, xsimd::max(a, b)));
   }
 }
+/// The smaller of `a` and `b`, propagating NaN from either side like `torch.minimum`.
+template <class V> V min(const V& a, const V& b) {
+  if constexpr (detail::is_scalar_v<V>) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a < b ? a : b;
+  } else {
+    return xsimd::select(xsimd::isnan(a), a, xsimd::select(xsimd::isnan(b), b, xsimd::min(a, b)));
+  }
+}
+/// `if_nonzero` where `c != 0` (NaN counts as nonzero, as C's truth), else `if_zero`.
+template <class V> V select_nonzero(const V& c, const V& if_nonzero, const V& if_zero) {
+  if constexpr (detail::is_scalar_v<V>) return c != V(0) ? if_nonzero : if_zero;
+  else return xsimd::select(c == V(0), if_zero, if_nonzero);
+}
 /// -1, 0 or +1 by the sign of `a` (0 for 0 and NaN stays NaN).
 template <class V> constexpr V sign(const V& a) {
   if constexpr (detail::is_scalar_v<V>) {
@@ -69,22 +84,41 @@ template <class V> constexpr V sign(const V& a) {
   }
 }
 
+/// `f` on each lane on its own (on a scalar: `f(a)`): for the functions whose C library
+/// form fusegrad uses on batches too (their special values, their accuracy, and a value that
+/// cannot depend on the other lanes).
+template <class V, class F> V per_lane(const V& a, F f) {
+  if constexpr (detail::is_scalar_v<V>) {
+    return f(a);
+  } else {
+    using T = typename V::value_type;
+    alignas(64) T x[V::size];
+    a.store_aligned(x);
+    for (std::size_t k = 0; k < V::size; ++k) x[k] = f(x[k]);
+    return V::load_aligned(x);
+  }
+}
+/// `f` on each pair of lanes (on scalars: `f(a, b)`).
+template <class V, class F> V per_lane(const V& a, const V& b, F f) {
+  if constexpr (detail::is_scalar_v<V>) {
+    return f(a, b);
+  } else {
+    using T = typename V::value_type;
+    alignas(64) T x[V::size], y[V::size];
+    a.store_aligned(x);
+    b.store_aligned(y);
+    for (std::size_t k = 0; k < V::size; ++k) x[k] = f(x[k], y[k]);
+    return V::load_aligned(x);
+  }
+}
+
 /// `std::pow`, on scalars and, lane by lane, on batches: C's pow everywhere (its special
 /// values, `pow(1, NaN) = 1`, `pow(-inf, 0.5) = inf`, `pow(-0, -1) = -inf`, ..., and its
 /// accuracy). xsimd's batch pow is exp(b log a): besides the special values it gets wrong, it
 /// loses precision as |b log a| grows, flushes subnormal results to 0 (pow(x, 1) != x), and it
 /// measured slower than glibc's pow for doubles and only 2x faster for floats.
 template <class V> V pow(const V& a, const V& b) {
-  if constexpr (detail::is_scalar_v<V>) {
-    return std::pow(a, b);
-  } else {
-    using T = typename V::value_type;
-    alignas(64) T x[V::size], y[V::size];
-    a.store_aligned(x);
-    b.store_aligned(y);
-    for (std::size_t k = 0; k < V::size; ++k) x[k] = std::pow(x[k], y[k]);
-    return V::load_aligned(x);
-  }
+  return per_lane(a, b, [](auto x, auto y) { return std::pow(x, y); });
 }
 
 namespace detail_trig {
@@ -128,6 +162,11 @@ template <class V> V sin(const V& x) {
 template <class V> V cos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::cos(x);
   else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::cos(v); });
+}
+/// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
+template <class V> V tan(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::tan(x);
+  else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::tan(v); });
 }
 
 }  // namespace lanes

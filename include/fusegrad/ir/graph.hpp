@@ -18,26 +18,8 @@
 #include <vector>
 
 #include "fusegrad/ops/reduce.hpp"
-#include "fusegrad/ops/table.hpp"
-#include "fusegrad/ops/abs.hpp"
-#include "fusegrad/ops/add.hpp"
-#include "fusegrad/ops/compare.hpp"
-#include "fusegrad/ops/cos.hpp"
-#include "fusegrad/ops/div.hpp"
-#include "fusegrad/ops/exp.hpp"
-#include "fusegrad/ops/log.hpp"
+#include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/max.hpp"
-#include "fusegrad/ops/maximum.hpp"
-#include "fusegrad/ops/mul.hpp"
-#include "fusegrad/ops/neg.hpp"
-#include "fusegrad/ops/pow.hpp"
-#include "fusegrad/ops/relu.hpp"
-#include "fusegrad/ops/sigmoid.hpp"
-#include "fusegrad/ops/sin.hpp"
-#include "fusegrad/ops/sqrt.hpp"
-#include "fusegrad/ops/step.hpp"
-#include "fusegrad/ops/sub.hpp"
-#include "fusegrad/ops/tanh.hpp"
 
 namespace fusegrad {
 /// Base of `ir::value`: puts namespace fusegrad among its associated namespaces, so the op

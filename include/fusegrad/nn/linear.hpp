@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/nn/linear.hpp
-/// A minimal module layer: `nn::linear` (PyTorch's `torch.nn.Linear`), `nn::sgd` and
-/// `nn::mse_loss`.
+/// A minimal module layer: `nn::linear` (PyTorch's `torch.nn.Linear`), `nn::sgd` (with momentum
+/// and weight decay) and `nn::mse_loss`.
 
 #include <cmath>
 #include <vector>
@@ -34,19 +34,43 @@ class linear {
   tensor<T> weight, bias;
 };
 
-/// Plain stochastic gradient descent: p -= lr * p.grad() for every parameter.
+/// Stochastic gradient descent, PyTorch's update: g += weight_decay p; with momentum,
+/// b = momentum b + g (b = g at the first step) and g = b; then p -= lr g.
 template <Element T>
 class sgd {
  public:
-  sgd(std::vector<tensor<T>> params, T lr) : params_(std::move(params)), lr_(lr) {}
+  sgd(std::vector<tensor<T>> params, T lr, T momentum = T(0), T weight_decay = T(0))
+      : params_(std::move(params)), lr_(lr), momentum_(momentum), wd_(weight_decay), buf_(params_.size()) {
+    if (!(lr >= 0) || !(momentum >= 0) || !(weight_decay >= 0))
+      detail::fail("nn::sgd", "lr = ", lr, ", momentum = ", momentum, ", weight_decay = ", weight_decay,
+                   "; expected values >= 0");
+  }
   /// Updates every parameter that has a gradient, in place.
   void step() {
-    for (auto& p : params_) {
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      auto& p = params_[k];
       const tensor<T> g = p.grad();
       if (!g.defined()) continue;
+      const tensor<T> gc = g.contiguous();
       T* __restrict pd = p.data();
-      const T* __restrict gd = g.contiguous().data();
-      for (index_t i = 0, n = p.numel(); i < n; ++i) pd[i] -= lr_ * gd[i];
+      const T* __restrict gd = gc.data();
+      const index_t n = p.numel();
+      if (momentum_ == T(0) && wd_ == T(0)) {
+        for (index_t i = 0; i < n; ++i) pd[i] -= lr_ * gd[i];
+      } else {
+        auto& b = buf_[k];
+        const bool first = b.empty();
+        if (first) b.resize(static_cast<std::size_t>(n));
+        for (index_t i = 0; i < n; ++i) {
+          T d = gd[i] + wd_ * pd[i];
+          if (momentum_ != T(0)) {
+            T& bi = b[static_cast<std::size_t>(i)];
+            bi = first ? d : momentum_ * bi + d;
+            d = bi;
+          }
+          pd[i] -= lr_ * d;
+        }
+      }
       p.impl()->store->bump_version();
     }
   }
@@ -57,7 +81,8 @@ class sgd {
 
  private:
   std::vector<tensor<T>> params_;
-  T lr_;
+  T lr_, momentum_, wd_;
+  std::vector<std::vector<T>> buf_;
 };
 
 /// Mean squared error, mean((a - b)^2).

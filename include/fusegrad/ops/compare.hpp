@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/ops/compare.hpp
-/// Element-wise comparisons giving 1 or 0 in the operands' element type. They carry no
-/// gradient; derivative rules use them as masks.
+/// Element-wise comparisons giving 1 or 0 in the operands' element type, between two operands
+/// (broadcasting) or an operand and a scalar (`gt(x, 0.5)`). They carry no gradient;
+/// derivative rules and `where` use them as masks. NaN compares false, except `ne` (true).
 #include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
@@ -18,6 +19,18 @@ struct eq_op { static constexpr std::string_view name = "eq";
   template <class V> static constexpr V value(const V& a, const V& b) { return lanes::eq(a, b); } };
 struct ne_op { static constexpr std::string_view name = "ne";
   template <class V> static constexpr V value(const V& a, const V& b) { return lanes::ne(a, b); } };
+template <Element T> struct gt_scalar_op { static constexpr std::string_view name = "gt"; T s;
+  template <class V> constexpr V value(const V& a) const { return lanes::gt(a, V(s)); } };
+template <Element T> struct ge_scalar_op { static constexpr std::string_view name = "ge"; T s;
+  template <class V> constexpr V value(const V& a) const { return lanes::ge(a, V(s)); } };
+template <Element T> struct lt_scalar_op { static constexpr std::string_view name = "lt"; T s;
+  template <class V> constexpr V value(const V& a) const { return lanes::gt(V(s), a); } };
+template <Element T> struct le_scalar_op { static constexpr std::string_view name = "le"; T s;
+  template <class V> constexpr V value(const V& a) const { return lanes::ge(V(s), a); } };
+template <Element T> struct eq_scalar_op { static constexpr std::string_view name = "eq"; T s;
+  template <class V> constexpr V value(const V& a) const { return lanes::eq(a, V(s)); } };
+template <Element T> struct ne_scalar_op { static constexpr std::string_view name = "ne"; T s;
+  template <class V> constexpr V value(const V& a) const { return lanes::ne(a, V(s)); } };
 }  // namespace ops
 
 template <Operand A, Operand B> constexpr auto gt(const A& a, const B& b) { return apply_op(ops::gt_op{}, a, b); }
@@ -26,4 +39,12 @@ template <Operand A, Operand B> constexpr auto lt(const A& a, const B& b) { retu
 template <Operand A, Operand B> constexpr auto le(const A& a, const B& b) { return apply_op(ops::le_op{}, a, b); }
 template <Operand A, Operand B> constexpr auto eq(const A& a, const B& b) { return apply_op(ops::eq_op{}, a, b); }
 template <Operand A, Operand B> constexpr auto ne(const A& a, const B& b) { return apply_op(ops::ne_op{}, a, b); }
+
+#define FUSEGRAD_COMPARE_SCALAR(fn)                                                            \
+  template <Operand A, Scalar S> constexpr auto fn(const A& a, S s) {                          \
+    return apply_op(ops::fn##_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);     \
+  }
+FUSEGRAD_COMPARE_SCALAR(gt) FUSEGRAD_COMPARE_SCALAR(ge) FUSEGRAD_COMPARE_SCALAR(lt)
+FUSEGRAD_COMPARE_SCALAR(le) FUSEGRAD_COMPARE_SCALAR(eq) FUSEGRAD_COMPARE_SCALAR(ne)
+#undef FUSEGRAD_COMPARE_SCALAR
 }  // namespace fusegrad

@@ -1,0 +1,213 @@
+// The softmax family and cross-entropy beside hand-written loops, on rows of a [R, C] float
+// matrix (the last dim reduced).
+//
+//   cmake --preset bench && cmake --build --preset bench --target bench_softmax
+//   ./build/bench/bench/bench_softmax --benchmark_min_time=0.2   (figures: docs/performance.md)
+//
+// Cases (C = 1024 columns, R rows, 4 R C bytes read):
+//   BM_softmax_<variant>/R       y = softmax(x, -1), forward only (grad mode off)
+//   BM_log_softmax_<variant>/R   y = log_softmax(x, -1), forward only
+//   BM_logsumexp_<variant>/R     y = logsumexp(x, -1), forward only
+//       eager     eager ops, one kernel each (max, sub, exp, sum, div, ...)
+//       compiled  fg::compile's fused kernels (one pass for the max, one for the rest)
+//       jit       fg::jit, cache hit
+//       hand      per row: one xsimd pass for the max, one for exp and the sum, one to scale
+//   BM_cross_entropy_<variant>/R  loss = cross_entropy(logits, targets) and its backward
+//       eager     nn::cross_entropy with the tape
+//       jit       the same under fg::jit with compiled autograd on
+//       hand      per row: max, exp-sum, the loss term and the gradient (softmax - onehot) / R
+
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "fusegrad/fusegrad.hpp"
+
+namespace fg = fusegrad;
+
+namespace {
+constexpr long C = 1024;
+using B = xsimd::batch<float>;
+constexpr long W = static_cast<long>(B::size);
+
+float hmax(const B& m) {
+  alignas(64) float v[W];
+  m.store_aligned(v);
+  float r = v[0];
+  for (long k = 1; k < W; ++k) r = std::max(r, v[k]);
+  return r;
+}
+float row_max(const float* __restrict x, long n) {
+  B m(-INFINITY);
+  long i = 0;
+  for (; i + W <= n; i += W) m = xsimd::max(m, B::load_unaligned(x + i));
+  float r = hmax(m);
+  for (; i < n; ++i) r = std::max(r, x[i]);
+  return r;
+}
+/// out = exp(x - m), returns Σ out.
+float row_exp_sum(const float* __restrict x, float m, float* __restrict out, long n) {
+  B s(0.f);
+  long i = 0;
+  for (; i + W <= n; i += W) {
+    const B e = xsimd::exp(B::load_unaligned(x + i) - B(m));
+    e.store_unaligned(out + i);
+    s += e;
+  }
+  float r = xsimd::hadd(s);
+  for (; i < n; ++i) r += out[i] = std::exp(x[i] - m);
+  return r;
+}
+__attribute__((noinline)) void hand_softmax(const float* __restrict x, float* __restrict y, long rows) {
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    const float s = row_exp_sum(xr, row_max(xr, C), yr, C), inv = 1.f / s;
+    for (long i = 0; i < C; i += W) (B::load_unaligned(yr + i) * B(inv)).store_unaligned(yr + i);
+  }
+}
+__attribute__((noinline)) void hand_log_softmax(const float* __restrict x, float* __restrict y, long rows) {
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    const float m = row_max(xr, C);
+    B s(0.f);
+    for (long i = 0; i < C; i += W) s += xsimd::exp(B::load_unaligned(xr + i) - B(m));
+    const float shift = m + std::log(xsimd::hadd(s));
+    for (long i = 0; i < C; i += W) (B::load_unaligned(xr + i) - B(shift)).store_unaligned(yr + i);
+  }
+}
+__attribute__((noinline)) void hand_logsumexp(const float* __restrict x, float* __restrict y, long rows) {
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    const float m = row_max(xr, C);
+    B s(0.f);
+    for (long i = 0; i < C; i += W) s += xsimd::exp(B::load_unaligned(xr + i) - B(m));
+    y[r] = m + std::log(xsimd::hadd(s));
+  }
+}
+/// Mean cross-entropy of `rows` rows and its gradient (softmax - onehot) / rows.
+__attribute__((noinline)) float hand_cross_entropy(const float* __restrict x, const long* __restrict t,
+                                                   float* __restrict g, long rows) {
+  float loss = 0;
+  const float inv_rows = 1.f / static_cast<float>(rows);
+  for (long r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    float* gr = g + r * C;
+    const float m = row_max(xr, C);
+    const float s = row_exp_sum(xr, m, gr, C), scale = inv_rows / s;
+    loss += (m + std::log(s) - xr[t[r]]) * inv_rows;
+    for (long i = 0; i < C; i += W) (B::load_unaligned(gr + i) * B(scale)).store_unaligned(gr + i);
+    gr[t[r]] -= inv_rows;
+  }
+  return loss;
+}
+
+fg::tensor<float> input(long rows) { return fg::randn<float>({rows, C}, 1) * 3.0f; }
+
+template <class F>
+void run_forward(benchmark::State& state, F&& f) {
+  const fg::tensor<float> x = input(state.range(0));
+  fg::no_grad ng;
+  for (auto _ : state) {
+    fg::tensor<float> y = f(x);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0) * C * static_cast<long>(sizeof(float)));
+}
+
+auto softmax = [](auto x) { return fg::softmax(x, -1); };
+auto log_softmax = [](auto x) { return fg::log_softmax(x, -1); };
+auto logsumexp = [](auto x) { return fg::logsumexp(x, -1); };
+
+#define FORWARD_CASES(name, fn, hand)                                                        \
+  void BM_##name##_eager(benchmark::State& s) { run_forward(s, [](const fg::tensor<float>& x) { return fn(x); }); } \
+  void BM_##name##_compiled(benchmark::State& s) {                                           \
+    auto f = fg::compile(fn);                                                                \
+    run_forward(s, f);                                                                       \
+  }                                                                                          \
+  void BM_##name##_jit(benchmark::State& s) {                                                \
+    auto f = fg::jit([](const fg::tensor<float>& x) { return fn(x); });                       \
+    run_forward(s, f);                                                                       \
+  }                                                                                          \
+  void BM_##name##_hand(benchmark::State& s) {                                               \
+    const long rows = s.range(0);                                                            \
+    const auto x = input(rows).to_vector();                                                  \
+    std::vector<float> y(static_cast<std::size_t>(rows * C));                                \
+    for (auto _ : s) {                                                                       \
+      hand(x.data(), y.data(), rows);                                                        \
+      benchmark::DoNotOptimize(y.data());                                                    \
+    }                                                                                        \
+    s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)));       \
+  }
+FORWARD_CASES(softmax, softmax, hand_softmax)
+FORWARD_CASES(log_softmax, log_softmax, hand_log_softmax)
+FORWARD_CASES(logsumexp, logsumexp, hand_logsumexp)
+
+std::vector<fg::index_t> targets(long rows) {
+  std::vector<fg::index_t> t;
+  for (long r = 0; r < rows; ++r) t.push_back((r * 37) % C);
+  return t;
+}
+template <class F>
+void run_cross_entropy(benchmark::State& state, F&& logits_of) {
+  const long rows = state.range(0);
+  const auto t = targets(rows);
+  fg::tensor<float> x = input(rows).requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    fg::tensor<float> loss = fg::nn::cross_entropy(logits_of(x), t);
+    loss.backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
+}
+void BM_cross_entropy_eager(benchmark::State& s) { run_cross_entropy(s, [](const fg::tensor<float>& x) { return x; }); }
+void BM_cross_entropy_jit(benchmark::State& s) {
+  fg::compiled_autograd::enable on;
+  const long rows = s.range(0);
+  const auto t = targets(rows);
+  auto f = fg::jit([&t](const fg::tensor<float>& x) { return fg::nn::cross_entropy(x, t); });
+  fg::tensor<float> x = input(rows).requires_grad(true);
+  for (auto _ : s) {
+    x.zero_grad();
+    fg::tensor<float> loss = f(x);
+    loss.backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
+}
+void BM_cross_entropy_hand(benchmark::State& s) {
+  const long rows = s.range(0);
+  const auto x = input(rows).to_vector();
+  std::vector<long> t;
+  for (auto v : targets(rows)) t.push_back(v);
+  std::vector<float> g(static_cast<std::size_t>(rows * C));
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(hand_cross_entropy(x.data(), t.data(), g.data(), rows));
+    benchmark::DoNotOptimize(g.data());
+  }
+  s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
+}
+
+void rows(benchmark::internal::Benchmark* b) { b->Arg(64)->Arg(1024); }
+}  // namespace
+
+BENCHMARK(BM_softmax_eager)->Apply(rows);
+BENCHMARK(BM_softmax_compiled)->Apply(rows);
+BENCHMARK(BM_softmax_jit)->Apply(rows);
+BENCHMARK(BM_softmax_hand)->Apply(rows);
+BENCHMARK(BM_log_softmax_eager)->Apply(rows);
+BENCHMARK(BM_log_softmax_compiled)->Apply(rows);
+BENCHMARK(BM_log_softmax_jit)->Apply(rows);
+BENCHMARK(BM_log_softmax_hand)->Apply(rows);
+BENCHMARK(BM_logsumexp_eager)->Apply(rows);
+BENCHMARK(BM_logsumexp_compiled)->Apply(rows);
+BENCHMARK(BM_logsumexp_jit)->Apply(rows);
+BENCHMARK(BM_logsumexp_hand)->Apply(rows);
+BENCHMARK(BM_cross_entropy_eager)->Apply(rows);
+BENCHMARK(BM_cross_entropy_jit)->Apply(rows);
+BENCHMARK(BM_cross_entropy_hand)->Apply(rows);

@@ -1,0 +1,182 @@
+// nn: losses against hand-computed values and gradcheck; cross_entropy's checks; optimizers
+// against PyTorch's update rules written out by hand in double; clip_grad_norm; sequential's
+// parameter walk; the state-dict file (the .npy layout byte by byte, a round trip, and its
+// errors).
+#include <doctest/doctest.h>
+
+#include <fusegrad/fusegrad.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fg = fusegrad;
+using td = fg::tensor<double>;
+using fg::index_t;
+
+namespace {
+constexpr fg::gradcheck_options tight{.eps = 1e-6, .atol = 1e-6, .rtol = 1e-5};
+}
+
+TEST_CASE("losses: values by hand and gradcheck") {
+  const td a = fg::randn<double>({4, 3}, 1), b = fg::randn<double>({4, 3}, 2) * 2.0;
+  const auto av = a.to_vector(), bv = b.to_vector();
+  double l1 = 0, hub = 0, bce = 0;
+  const auto y = fg::rand<double>({4, 3}, 3).to_vector();
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    const double d = av[i] - bv[i];
+    l1 += std::abs(d);
+    hub += std::abs(d) < 1 ? 0.5 * d * d : std::abs(d) - 0.5;
+    bce += -(y[i] * std::log(1 / (1 + std::exp(-av[i]))) + (1 - y[i]) * std::log(1 - 1 / (1 + std::exp(-av[i]))));
+  }
+  const td yt = fg::from_vector<double>(y, {4, 3});
+  CHECK(fg::nn::l1_loss(a, b).item() == doctest::Approx(l1 / 12).epsilon(1e-14));
+  CHECK(fg::nn::huber_loss(a, b).item() == doctest::Approx(hub / 12).epsilon(1e-14));
+  CHECK(fg::nn::binary_cross_entropy_with_logits(a, yt).item() == doctest::Approx(bce / 12).epsilon(1e-12));
+  CHECK(fg::gradcheck(tight, [](const td& x, const td& z) { return fg::nn::l1_loss(x, z); }, a, b).ok);
+  CHECK(fg::gradcheck(tight, [](const td& x, const td& z) { return fg::nn::huber_loss(x, z, 0.7); }, a, b).ok);
+  CHECK(fg::gradcheck(tight, [yt](const td& x) { return fg::nn::binary_cross_entropy_with_logits(x, yt); }, a).ok);
+  // Extreme logits stay finite (the stable form).
+  CHECK(std::isfinite(fg::nn::binary_cross_entropy_with_logits(a * 1e4, yt).item()));
+}
+
+TEST_CASE("cross_entropy and nll_loss: values, gradients, extreme logits and errors") {
+  const td logits = fg::randn<double>({5, 4}, 4);
+  const std::vector<index_t> t = {0, 3, 1, 1, 2};
+  const auto lv = logits.to_vector();
+  double want = 0;
+  for (std::size_t i = 0; i < 5; ++i) {
+    double m = -INFINITY, s = 0;
+    for (std::size_t c = 0; c < 4; ++c) m = std::max(m, lv[i * 4 + c]);
+    for (std::size_t c = 0; c < 4; ++c) s += std::exp(lv[i * 4 + c] - m);
+    want += -(lv[i * 4 + static_cast<std::size_t>(t[i])] - m - std::log(s));
+  }
+  CHECK(fg::nn::cross_entropy(logits, t).item() == doctest::Approx(want / 5).epsilon(1e-14));
+  CHECK(fg::gradcheck(tight, [t](const td& x) { return fg::nn::cross_entropy(x, t); }, logits).ok);
+  // Logits of ±1000 (exp overflows naively): the loss is exact.
+  const td big = fg::from_vector<double>({1000, -1000, -1000, 1000}, {2, 2});
+  CHECK(fg::nn::cross_entropy(big, {0, 0}).item() == doctest::Approx(1000.0));
+  CHECK_THROWS_WITH_AS((void)fg::nn::cross_entropy(logits, {0, 4, 1, 1, 2}),
+                       doctest::Contains("target 4 at row 1; expected a class index in [0, 4)"), fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::nn::cross_entropy(logits, {0, 1}), doctest::Contains("got 2 targets for a batch of 5"), fg::error);
+  CHECK_THROWS_AS((void)fg::nn::cross_entropy(fg::randn<double>({5}, 1), t), fg::error);
+}
+
+TEST_CASE("optimizers follow PyTorch's update rules") {
+  // Three steps on f(p) = Σ p², gradient 2p, against the rules written out in double.
+  auto run = [](auto make, auto rule) {
+    td p = fg::from_vector<double>({1.0, -2.0, 0.5}).requires_grad(true);
+    auto opt = make(p);
+    std::vector<double> q = {1.0, -2.0, 0.5}, s1(3), s2(3);
+    for (int step = 1; step <= 3; ++step) {
+      opt.zero_grad();
+      fg::sum(p * p).backward();
+      opt.step();
+      for (std::size_t i = 0; i < 3; ++i) rule(q[i], 2 * q[i], s1[i], s2[i], step);
+    }
+    const auto pv = p.to_vector();
+    for (std::size_t i = 0; i < 3; ++i) CHECK(pv[i] == doctest::Approx(q[i]).epsilon(1e-14));
+  };
+  SUBCASE("adam") {
+    run([](td& p) { return fg::nn::adam<double>({p}, {.lr = 0.1, .weight_decay = 0.01}); },
+        [](double& q, double g, double& m, double& v, int t) {
+          g += 0.01 * q;
+          m = 0.9 * m + 0.1 * g;
+          v = 0.999 * v + 0.001 * g * g;
+          q -= 0.1 / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+        });
+  }
+  SUBCASE("adamw") {
+    run([](td& p) { return fg::nn::adam<double>({p}, {.lr = 0.1, .weight_decay = 0.01, .decoupled = true}); },
+        [](double& q, double g, double& m, double& v, int t) {
+          q *= 1 - 0.1 * 0.01;
+          m = 0.9 * m + 0.1 * g;
+          v = 0.999 * v + 0.001 * g * g;
+          q -= 0.1 / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+        });
+  }
+  SUBCASE("rmsprop") {
+    run([](td& p) { return fg::nn::rmsprop<double>({p}, 0.01, 0.9, 1e-8, 0.1); },
+        [](double& q, double g, double& v, double&, int) {
+          g += 0.1 * q;
+          v = 0.9 * v + 0.1 * g * g;
+          q -= 0.01 * g / (std::sqrt(v) + 1e-8);
+        });
+  }
+  SUBCASE("sgd with momentum and weight decay") {
+    run([](td& p) { return fg::nn::sgd<double>({p}, 0.1, 0.9, 0.01); },
+        [](double& q, double g, double& b, double&, int t) {
+          g += 0.01 * q;
+          b = t == 1 ? g : 0.9 * b + g;
+          q -= 0.1 * b;
+        });
+  }
+  CHECK_THROWS_AS(fg::nn::adam<double>({}, {.beta1 = 1.0}), fg::error);
+}
+
+TEST_CASE("clip_grad_norm scales the joint gradient norm") {
+  td a = fg::from_vector<double>({3.0}).requires_grad(true), b = fg::from_vector<double>({4.0}).requires_grad(true);
+  fg::sum(a * a * 0.5 + b * b * 0.5).backward();  // gradients 3 and 4: norm 5
+  CHECK(fg::nn::clip_grad_norm<double>({a, b}, 1.0) == doctest::Approx(5.0));
+  CHECK(a.grad().item() == doctest::Approx(3.0 / (5 + 1e-6)));
+  CHECK(b.grad().item() == doctest::Approx(4.0 / (5 + 1e-6)));
+  CHECK(fg::nn::clip_grad_norm<double>({a, b}, 10.0) == doctest::Approx(1.0).epsilon(1e-6));  // below: unchanged
+  CHECK(a.grad().item() == doctest::Approx(3.0 / (5 + 1e-6)));
+}
+
+TEST_CASE("sequential applies its layers in order and walks their parameters") {
+  fg::nn::linear<double> l1(3, 4, true, 1), l2(4, 2, true, 2);
+  auto model = fg::nn::sequential(l1, [](const td& x) { return fg::tanh(x); }, l2);
+  const td x = fg::randn<double>({5, 3}, 3);
+  const auto y = model(x), want = l2(fg::tanh(l1(x)));
+  CHECK(y.to_vector() == want.to_vector());
+  const auto ps = model.parameters();
+  REQUIRE(ps.size() == 4);
+  CHECK(ps[0].impl() == l1.weight.impl());
+  CHECK(ps[1].impl() == l1.bias.impl());
+  CHECK(ps[3].impl() == l2.bias.impl());
+}
+
+TEST_CASE("state dict: the .npy records, a round trip and the errors") {
+  const std::string path = "test_nn_state.npy";
+  fg::nn::linear<float> a(3, 2, true, 1), b(3, 2, true, 2);
+  fg::nn::save<float>(path, {{"weight", a.weight}, {"bias", a.bias}});
+  {  // The layout, by the .npy format 1.0 specification.
+    std::ifstream f(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    REQUIRE(bytes.size() > 10);
+    CHECK(bytes.compare(0, 8, std::string("\x93NUMPY\x01\x00", 8)) == 0);
+    const std::size_t len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    CHECK((10 + len) % 64 == 0);
+    const std::string h = bytes.substr(10, len);
+    CHECK(h.find("{'descr': '|u1', 'fortran_order': False, 'shape': (11,), }") == 0);
+    CHECK(h.back() == '\n');
+    CHECK(bytes.substr(10 + len, 11) == "weight\nbias");
+    const std::size_t second = 10 + len + 11;
+    CHECK(bytes.compare(second, 6, "\x93NUMPY") == 0);
+    const std::size_t len2 = static_cast<unsigned char>(bytes[second + 8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[second + 9])) << 8);
+    CHECK(bytes.substr(second + 10, len2).find("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }") == 0);
+    float w0;
+    std::memcpy(&w0, bytes.data() + second + 10 + len2, 4);
+    CHECK(w0 == a.weight.to_vector()[0]);
+  }
+  fg::nn::load<float>(path, {{"weight", b.weight}, {"bias", b.bias}});
+  CHECK(b.weight.to_vector() == a.weight.to_vector());
+  CHECK(b.bias.to_vector() == a.bias.to_vector());
+  CHECK(b.weight.requires_grad());
+  fg::nn::linear<float> wrong(4, 2);
+  CHECK_THROWS_WITH_AS(fg::nn::load<float>(path, {{"weight", wrong.weight}, {"bias", wrong.bias}}),
+                       doctest::Contains("'weight' has shape [2, 3]; expected [2, 4]"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::load<float>(path, {{"w", b.weight}, {"bias", b.bias}}),
+                       doctest::Contains("parameter 0 is 'weight'; expected 'w'"), fg::error);
+  fg::tensor<double> d = fg::zeros<double>({2, 3});
+  CHECK_THROWS_WITH_AS(fg::nn::load<double>(path, {{"weight", d}, {"bias", fg::zeros<double>({2})}}),
+                       doctest::Contains("has dtype <f4; expected <f8"), fg::error);
+  CHECK_THROWS_AS(fg::nn::load<float>("no_such_file.npy", {{"weight", b.weight}}), fg::error);
+  std::remove(path.c_str());
+}
