@@ -12,33 +12,6 @@ namespace {
 using namespace opinfo;
 using td = fg::tensor<double>;
 
-/// Inputs of `e` with shapes `ss`, resampled where the entry's `avoid` rejects a combination
-/// of operands (kinks, poles) that broadcasting brings together.
-template <class Info>
-tensors<double, Info::arity> smooth_inputs(const Info& e, const shapes<Info::arity>& ss, std::uint64_t seed) {
-  std::array<std::vector<double>, Info::arity> v;
-  for (std::size_t k = 0; k < Info::arity; ++k) v[k] = sample_values(e.dom[k], ss[k], seed + 31 * k);
-  if (e.avoid) {
-    fg::shape out;
-    const auto idx = broadcast_index(ss, out);
-    for (int round = 0; round < 200; ++round) {
-      bool clean = true;
-      for (const auto& at : idx) {
-        double p[Info::arity];
-        for (std::size_t k = 0; k < Info::arity; ++k) p[k] = v[k][static_cast<std::size_t>(at[k])];
-        if (!e.avoid(p)) continue;
-        clean = false;
-        const std::size_t k = Info::arity == 1 || e.dom[0].mask ? Info::arity - 1 : static_cast<std::size_t>(round) % Info::arity;
-        v[k][static_cast<std::size_t>(at[k])] = sample_values(e.dom[k], {1}, seed + 1000 + static_cast<std::uint64_t>(round) * 7 + at[k])[0];
-      }
-      if (clean) break;
-    }
-  }
-  tensors<double, Info::arity> r;
-  for (std::size_t k = 0; k < Info::arity; ++k) r[k] = to_tensor<double>(v[k], ss[k]);
-  return r;
-}
-
 /// Tighter than gradcheck's defaults (rtol 1e-3): central differences with a step of 1e-6 are
 /// good to about 1e-9 here, and a rule off by 0.1% must fail.
 constexpr fg::gradcheck_options tight{.eps = 1e-6, .atol = 1e-6, .rtol = 1e-5};

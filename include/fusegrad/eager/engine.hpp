@@ -69,6 +69,7 @@ class engine_table {
     node<T>* key = nullptr;
     std::size_t deps = 0;
     std::vector<tensor<T>> buffer;
+    signed char needed = -1;  ///< fg::autograd::grad: 1 if a captured edge is reachable from here
   };
   /// Empties the slots the last pass used (their gradients released), keeping the capacity;
   /// a table grown by one huge pass shrinks back, so that later small passes stay cheap.
@@ -83,6 +84,7 @@ class engine_table {
         slot& s = slots_[i];
         s.key = nullptr;
         s.deps = 0;
+        s.needed = -1;
         s.buffer.clear();  // keeps its capacity
       }
       used_.clear();
@@ -144,10 +146,72 @@ struct engine_tables {
   }
 };
 
+/// What a backward pass does besides computing: keep the graph, record the backward itself
+/// (create_graph), and, for `fg::autograd::grad`, which gradient edges to capture instead of
+/// accumulating into leaves (`captured[i]` receives the gradient flowing into `capture[i]`).
+template <Element T>
+struct pass_options {
+  bool retain_graph = false;
+  bool create_graph = false;
+  const std::vector<edge<T>>* capture = nullptr;
+  std::vector<tensor<T>>* captured = nullptr;
+};
+
+template <Element T>
+void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt);
+
+/// Marks (`slot::needed`) the nodes below `root` from which one of `capture`'s edges can be
+/// reached: the only ones `fg::autograd::grad` runs.
+template <Element T>
+void mark_needed(engine_table<T>& table, node<T>* root, const std::vector<edge<T>>& capture) {
+  thread_local std::vector<std::pair<node<T>*, std::size_t>> stack;
+  stack.clear();
+  stack.emplace_back(root, 0);
+  table.at(root).needed = 0;
+  while (!stack.empty()) {
+    auto& [n, next] = stack.back();
+    const auto& edges = n->next_edges();
+    if (next < edges.size()) {
+      node<T>* c = edges[next++].fn.get();
+      if (!c) continue;
+      if (table.at(c).needed == -1) {
+        table.at(c).needed = 0;
+        stack.emplace_back(c, 0);
+      }
+      continue;
+    }
+    bool needed = false;
+    for (const auto& e : capture) needed = needed || e.fn.get() == n;
+    for (const auto& e : edges) needed = needed || (e.fn && table.at(e.fn.get()).needed == 1);
+    table.at(n).needed = needed ? 1 : 0;  // looked up again: a lookup may grow the table
+    stack.pop_back();
+  }
+}
+
+/// Hands the gradients flowing into `n` to the captured edges that point at it (after the
+/// tensors' hooks, which the engine ran on them).
+template <Element T>
+void capture_into(node<T>& n, std::vector<tensor<T>>& in, const pass_options<T>& opt) {
+  for (std::size_t i = 0; i < opt.capture->size(); ++i) {
+    const auto& e = (*opt.capture)[i];
+    if (e.fn.get() != &n || e.input_nr >= in.size() || !in[e.input_nr].defined()) continue;
+    tensor<T> g = in[e.input_nr];
+    if (auto* acc = dynamic_cast<accumulate_grad<T>*>(&n))  // a leaf's own hooks, as a backward runs them
+      if (auto leaf = acc->variable(); leaf.defined()) g = run_hooks(leaf.raw_impl()->leaf_hooks, std::move(g));
+    (*opt.captured)[i] = std::move(g);
+  }
+}
+
 /// PyTorch's engine, one thread: runs ready nodes latest-first.
 template <Element T>
 void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads,
                 bool retain_graph) {
+  engine_pass<T>(roots, std::move(grads), pass_options<T>{retain_graph});
+}
+
+template <Element T>
+void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt) {
+  const bool retain_graph = opt.retain_graph || opt.create_graph;
   std::vector<edge<T>> root_edges;
   for (std::size_t i = 0; i < roots.size(); ++i) {
     const auto& r = roots[i];
@@ -167,7 +231,12 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
     }
     root_edges.push_back(std::move(e));
   }
-  no_grad guard;
+  const bool was_enabled = is_grad_enabled();
+  set_grad_enabled(opt.create_graph);  // a create_graph backward records itself
+  struct restore_mode {
+    bool on;
+    ~restore_mode() { set_grad_enabled(on); }
+  } restore{was_enabled};
   auto root = make_pooled<graph_root<T>>(std::move(root_edges), std::move(grads));
 
   // Count, for every reachable node, how many edges lead into it.
@@ -195,6 +264,10 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
   }
   stack.swap(stack_buffer);
 
+  // fg::autograd::grad: only the nodes from which a captured edge can be reached run, and
+  // no AccumulateGrad does (nothing is written into .grad()).
+  if (opt.capture) mark_needed(table, root.get(), *opt.capture);
+
   struct later_first {
     bool operator()(const std::shared_ptr<node<T>>& a, const std::shared_ptr<node<T>>& b) const {
       return a->sequence_nr() < b->sequence_nr();
@@ -207,9 +280,13 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
     ready.pop();
     std::vector<tensor<T>> in = std::move(table.at(n.get()).buffer);
     in.resize(n->num_outputs());
-    const bool any = n->num_outputs() == 0 ||
-                     std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
-    if (!any) {  // nothing flows into this node: nothing flows out of it either
+    bool any = n->num_outputs() == 0 ||
+               std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
+    if (opt.capture) [[unlikely]] {
+      if (any) capture_into(*n, in, opt);
+      any = any && table.at(n.get()).needed == 1 && n->name() != "AccumulateGrad";
+    }
+    if (!any) {  // nothing flows into this node (or nothing is asked of it): nothing flows out
       for (const auto& e : n->next_edges())
         if (e.valid() && --table.at(e.fn.get()).deps == 0) ready.push(e.fn);
       continue;
@@ -248,6 +325,8 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
 template <Element T>
 void tensor<T>::backward(const tensor& gradient, backward_options opts) const {
   checked("backward");
+  if (opts.create_graph) [[unlikely]]  // the eager engine, recording (compiled autograd does not capture it)
+    return detail::engine_pass<T>({*this}, {gradient}, detail::pass_options<T>{opts.retain_graph, true});
   detail::run_backward<T>({*this}, {gradient}, opts.retain_graph);
 }
 
@@ -259,6 +338,8 @@ void backward(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>
   if (g.size() != outputs.size())
     detail::fail("backward", "got ", g.size(), " gradients for ", outputs.size(),
                  " outputs; expected one per output");
+  if (opts.create_graph) [[unlikely]]
+    return detail::engine_pass<T>(outputs, std::move(g), detail::pass_options<T>{opts.retain_graph, true});
   detail::run_backward<T>(outputs, std::move(g), opts.retain_graph);
 }
 
@@ -268,5 +349,69 @@ void backward(std::initializer_list<tensor<T>> outputs, std::initializer_list<te
               backward_options opts = {}) {
   backward(std::vector<tensor<T>>(outputs), std::vector<tensor<T>>(grads), opts);
 }
+
+namespace autograd {
+
+/// Options of `fg::autograd::grad` (PyTorch's `torch.autograd.grad`).
+struct grad_options {
+  bool retain_graph = false;  ///< keep the graph for another backward (implied by create_graph)
+  bool create_graph = false;  ///< record the backward: the gradients have a history (double backward)
+  bool allow_unused = false;  ///< an input the outputs do not depend on gets an undefined gradient
+};
+
+/// The gradients of `outputs` (seeded with `grad_outputs`; implicit ones for one-element
+/// outputs when empty) with respect to `inputs`, returned rather than accumulated into
+/// `.grad()`. With `create_graph` they are on the tape themselves, so code such as a
+/// gradient penalty or a Newton step differentiates them again.
+template <Element T>
+std::vector<tensor<T>> grad(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>>& inputs,
+                            const std::vector<tensor<T>>& grad_outputs, grad_options o) {
+  if (outputs.empty()) detail::fail("autograd::grad", "got no outputs; expected at least one");
+  std::vector<tensor<T>> g = grad_outputs;
+  if (g.empty()) g.resize(outputs.size());
+  if (g.size() != outputs.size())
+    detail::fail("autograd::grad", "got ", g.size(), " grad_outputs for ", outputs.size(),
+                 " outputs; expected one per output");
+  std::vector<edge<T>> capture;
+  capture.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) detail::fail("autograd::grad", "input ", i, " is undefined; expected a tensor");
+    if (!inputs[i].requires_grad())
+      detail::fail("autograd::grad", "input ", i, " (shape ", to_string(inputs[i].shape()),
+                   ") does not require grad; expected inputs with requires_grad(true)");
+    capture.push_back(detail::gradient_edge(inputs[i]));
+  }
+  std::vector<tensor<T>> captured(inputs.size());
+  detail::engine_pass<T>(outputs, std::move(g), detail::pass_options<T>{o.retain_graph, o.create_graph, &capture, &captured});
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!captured[i].defined() && !o.allow_unused)
+      detail::fail("autograd::grad", "input ", i, " (shape ", to_string(inputs[i].shape()),
+                   ") was not used to compute the outputs; expected inputs the outputs depend on, "
+                   "or allow_unused = true");
+  return captured;
+}
+template <Element T>
+std::vector<tensor<T>> grad(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>>& inputs,
+                            grad_options o = {}) {
+  return grad(outputs, inputs, std::vector<tensor<T>>{}, o);
+}
+/// `fg::autograd::grad({y1, y2}, {x, w}, {.create_graph = true})`.
+template <Element T>
+std::vector<tensor<T>> grad(std::initializer_list<tensor<T>> outputs, std::initializer_list<tensor<T>> inputs,
+                            grad_options o = {}) {
+  return grad(std::vector<tensor<T>>(outputs), std::vector<tensor<T>>(inputs), std::vector<tensor<T>>{}, o);
+}
+template <Element T>
+std::vector<tensor<T>> grad(std::initializer_list<tensor<T>> outputs, std::initializer_list<tensor<T>> inputs,
+                            std::initializer_list<tensor<T>> grad_outputs, grad_options o = {}) {
+  return grad(std::vector<tensor<T>>(outputs), std::vector<tensor<T>>(inputs), std::vector<tensor<T>>(grad_outputs), o);
+}
+/// One output, one input: `fg::autograd::grad(y, x, {.create_graph = true})`.
+template <Element T>
+tensor<T> grad(const tensor<T>& output, const tensor<T>& input, grad_options o = {}) {
+  return grad(std::vector<tensor<T>>{output}, std::vector<tensor<T>>{input}, std::vector<tensor<T>>{}, o)[0];
+}
+
+}  // namespace autograd
 
 }  // namespace fusegrad

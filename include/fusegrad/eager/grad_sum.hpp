@@ -21,6 +21,8 @@ template <Element T>
 tensor<T> add_grads(const tensor<T>& a, const tensor<T>& b) {
   if (auto* r = active_recorder<T>()) [[unlikely]]
     return r->pointwise(ops::table_index<ops::add_op, T>, T{}, a, &b);
+  if (is_grad_enabled() && (a.requires_grad() || b.requires_grad())) [[unlikely]]
+    return a + b;  // a create_graph backward: the sum is recorded
   return zip("backward", accumulate_values{}, a, b);
 }
 

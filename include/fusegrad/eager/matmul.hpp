@@ -72,14 +72,15 @@ tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
                         // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
                         if (ga)
                           r[0] = detail::call_opaque<T>("bmm", s[0].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& b) { return detail::bmm_values(gy, b.transpose(1, 2)); },
+                                                        [](const tensor<T>& gy, const tensor<T>& b) { return bmm(gy, b.transpose(1, 2)); },
                                                         g[0], s[1]);
                         if (gb)
                           r[1] = detail::call_opaque<T>("bmm", s[1].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& a) { return detail::bmm_values(a.transpose(1, 2), gy); },
+                                                        [](const tensor<T>& gy, const tensor<T>& a) { return bmm(a.transpose(1, 2), gy); },
                                                         g[0], s[0]);
                         return r;
-                      });
+                      },
+                      /*double_backward=*/true);
   }
   return y;
 }
@@ -105,7 +106,8 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
                           r[1] = detail::call_opaque<T>("mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); },
                                                         g[0], s[0]);
                         return r;
-                      });
+                      },
+                      /*double_backward=*/true);
   }
   return y;
 }

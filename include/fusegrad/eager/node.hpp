@@ -118,6 +118,10 @@ class saving_node : public node<T> {
              ") was modified in place after it was saved (version ", t.impl()->store->version(),
              "); expected version ", versions_[i], " - run backward before updating it");
     }
+    // A backward with create_graph runs with grad mode on: the rule's ops are recorded, on
+    // the saved tensors as they were in the forward (the outputs of this node reconnected).
+    if (is_grad_enabled()) [[unlikely]]
+      return apply_with_graph(grads);
     return run_rule(saved_, grads);
   }
   /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
@@ -130,6 +134,17 @@ class saving_node : public node<T> {
     for (auto& t : saved_)
       if (t.defined()) freed.push_back(std::move(t));
   }
+  /// Which saved tensors are outputs of this node (held detached: saving an output makes no
+  /// reference cycle) and the node itself, so that a create_graph backward reconnects them.
+  void set_saved_outputs(std::vector<int> slots, std::weak_ptr<node<T>> self) {
+    output_slot_ = std::move(slots);
+    self_ = std::move(self);
+  }
+  /// Whether the rule is written with recording ops, so that a create_graph backward through
+  /// it is itself differentiable (double backward). A rule that is not gives its results a
+  /// node that throws when a second backward reaches it (PyTorch's "not implemented").
+  void set_double_backward(bool d) noexcept { double_backward_ = d; }
+  [[nodiscard]] bool double_backward() const noexcept { return double_backward_; }
   [[nodiscard]] std::vector<tensor<T>> saved_tensors() const override {
     std::lock_guard lock(mutex_);
     return released_ ? std::vector<tensor<T>>{} : saved_;
@@ -139,10 +154,16 @@ class saving_node : public node<T> {
   virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
 
  private:
+  /// `apply` in a create_graph backward (defined in record.hpp, with the tape's recording).
+  std::vector<tensor<T>> apply_with_graph(std::vector<tensor<T>>& grads);
+
   std::string_view name_;
   mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
   std::vector<tensor<T>> saved_;
   std::vector<std::uint64_t> versions_;
+  std::vector<int> output_slot_;  ///< per saved tensor: which output of this node it is, or -1 (empty: none)
+  std::weak_ptr<node<T>> self_;
+  bool double_backward_ = false;
   bool had_saved_ = false;
   bool released_ = false;
 };

@@ -16,7 +16,8 @@
 namespace fusegrad {
 
 namespace detail {
-/// Sums `g` down to `target` (the inverse of broadcasting), without recording.
+/// Sums `g` down to `target` (the inverse of broadcasting); recorded only in a create_graph
+/// backward.
 template <Element T>
 tensor<T> sum_to(const tensor<T>& g, const shape& target) {
   if (g.shape() == target) return g;
@@ -28,7 +29,14 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
   for (std::size_t d = 0; d < s.size(); ++d)
     mask[d] = d < lead || (target[d - lead] == 1 && s[d] != 1);
   tensor<T> r = reduce_keepdim(g, mask, reduce_op::sum);
-  return alias(r, target, contiguous_strides(target), 0);
+  tensor<T> y = alias(r, target, contiguous_strides(target), 0);
+  if (needs_grad(g)) [[unlikely]]  // a create_graph backward: the sum is differentiated again
+    record<T>("SumBackward1", {g}, {&y}, {},
+              [from = s](const std::vector<tensor<T>>&, std::vector<tensor<T>>& gy) {
+                return std::vector<tensor<T>>{gy[0].expand(from)};
+              },
+              /*double_backward=*/true);
+  return y;
 }
 }  // namespace detail
 
@@ -46,7 +54,8 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
       detail::record<T>(Op::grad_fn, {x}, {&y}, std::move(saved),
                         [op](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                           return std::vector<tensor<T>>{tensor<T>(op.derivative(s[0], s[1], g[0]))};
-                        });
+                        },
+                        /*double_backward=*/true);
     }
   }
   return y;
@@ -73,7 +82,8 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
             if (ga) r[0] = detail::sum_to(tensor<T>(op.da(s[0], s[1], s[2], g[0])), sa);
             if (gb) r[1] = detail::sum_to(tensor<T>(op.db(s[0], s[1], s[2], g[0])), sb);
             return r;
-          });
+          },
+          /*double_backward=*/true);
     }
   }
   return y;

@@ -61,6 +61,8 @@ class accumulate_grad final : public node<T> {
       else if (g.raw_impl().use_count() == 1 || !r) leaf->grad = std::move(g);
       else leaf->grad = r->pointwise(ops::table_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr);  // its own copy
       if (r) r->accumulate_grad(leaf->grad);
+    } else if (is_grad_enabled() && g.requires_grad()) {  // create_graph: .grad() keeps its history
+      leaf->grad = leaf->grad.defined() ? tensor<T>(leaf->grad + g) : tensor<T>(g.clone());
     } else if (!leaf->grad.defined()) {
       leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
     } else {
@@ -127,22 +129,79 @@ std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, const std::vector<te
   return n;
 }
 
-/// Saved tensors as detached aliases (saving an output makes no reference cycle).
-template <Element T>
-std::vector<tensor<T>> detached(std::vector<tensor<T>> saved) {
-  for (auto& s : saved)
-    if (s.defined()) s = s.detach();
-  return saved;
-}
-
-/// Records `name` on the tape: a node with one edge per input, saving `saved` (held as
-/// detached aliases so saving an output makes no reference cycle), producing `outputs`.
+/// Records `name` on the tape: a node with one edge per input, saving `saved`, producing
+/// `outputs`. A saved output is held as a detached alias (no reference cycle through the
+/// node) and reconnected to this node when a create_graph backward unpacks it; saved inputs
+/// are held as they are, with their history. `double_backward`: the rule is written with
+/// recording ops (see `saving_node::set_double_backward`).
 template <Element T, class Rule>
 std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
                                 const std::vector<tensor<T>*>& outputs,
-                                std::vector<tensor<T>> saved, Rule rule) {
-  return attach<T>(make_pooled<rule_node<T>>(name, detached(std::move(saved)), std::move(rule)), inputs,
-                   outputs);
+                                std::vector<tensor<T>> saved, Rule rule, bool double_backward = false) {
+  std::vector<int> output_slot;
+  for (std::size_t k = 0; k < saved.size(); ++k) {
+    if (!saved[k].defined()) continue;
+    for (std::size_t j = 0; j < outputs.size(); ++j)
+      if (saved[k].is_same(*outputs[j])) {
+        if (output_slot.empty()) output_slot.assign(saved.size(), -1);
+        output_slot[k] = static_cast<int>(j);
+        saved[k] = saved[k].detach();
+      }
+  }
+  auto n = make_pooled<rule_node<T>>(name, std::move(saved), std::move(rule));
+  if (!output_slot.empty()) n->set_saved_outputs(std::move(output_slot), n);
+  n->set_double_backward(double_backward);
+  return attach<T>(std::move(n), inputs, outputs);
+}
+
+/// The node a result of a backward rule that is not differentiable gets in a create_graph
+/// backward: a second backward that reaches it throws (PyTorch's `DelayedError`).
+template <Element T>
+class double_backward_error final : public node<T> {
+ public:
+  explicit double_backward_error(std::string_view of) : of_(of) {}
+  [[nodiscard]] std::string_view name() const override { return "NotImplemented"; }
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override {
+    fail("backward", "double backward through ", of_, " is not implemented: its backward rule is not "
+         "differentiable; expected create_graph only through ops whose derivatives are differentiable "
+         "(docs/functional.md, \"Double backward\")");
+  }
+
+ private:
+  std::string_view of_;
+};
+
+template <Element T>
+std::vector<tensor<T>> saving_node<T>::apply_with_graph(std::vector<tensor<T>>& grads) {
+  std::vector<tensor<T>> unpacked = saved_;
+  if (!output_slot_.empty())
+    if (auto self = self_.lock())
+      for (std::size_t i = 0; i < unpacked.size(); ++i)
+        if (output_slot_[i] >= 0 && unpacked[i].defined()) {
+          tensor<T> t = unpacked[i].detach();
+          auto& impl = *t.impl();
+          impl.grad_fn = self;
+          impl.output_nr = static_cast<std::size_t>(output_slot_[i]);
+          impl.requires_grad = true;
+          unpacked[i] = std::move(t);
+        }
+  std::vector<tensor<T>> history;  // what the results depend on that requires grad
+  for (const auto& v : {std::cref(grads), std::cref(unpacked)})
+    for (const auto& t : v.get())
+      if (t.defined() && t.requires_grad()) history.push_back(t);
+  if (double_backward_ || history.empty()) return run_rule(unpacked, grads);
+  std::vector<tensor<T>> r;
+  {
+    no_grad off;
+    r = run_rule(unpacked, grads);
+  }
+  for (auto& t : r)
+    if (t.defined()) {
+      t = t.detach();
+      std::vector<tensor<T>*> out{&t};
+      attach<T>(make_pooled<double_backward_error<T>>(name_), history, out);
+    }
+  return r;
 }
 
 }  // namespace detail

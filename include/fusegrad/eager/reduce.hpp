@@ -94,7 +94,8 @@ tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
                                 : detail::reduce_keepdim(hit, mask, detail::reduce_op::sum));
                         return std::vector<tensor<T>>{
                             tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
-                      });
+                      },
+                      /*double_backward=*/true);
   }
   return y;
 }

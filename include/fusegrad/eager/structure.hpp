@@ -130,7 +130,7 @@ tensor<T> flip(const tensor<T>& x, const std::vector<index_t>& dims) {
   for (index_t d : dims) ds.push_back(normalize_dim("flip", d, x.dim()));
   for (std::size_t d : ds) y = detail::flip_values(y, d);
   if (ds.empty()) y = y.contiguous().clone();
-  detail::record_layout(std::string_view("FlipBackward0"), x, y, [dims](const tensor<T>& g) { return flip(g.detach(), dims); });
+  detail::record_layout(std::string_view("FlipBackward0"), x, y, [dims](const tensor<T>& g) { return flip(g, dims); });
   return y;
 }
 
@@ -159,7 +159,7 @@ tensor<T> index_select(const tensor<T>& x, index_t dim, const std::vector<index_
       detail::copy_into(dst, tensor<T>(dst + slice(gc, static_cast<index_t>(d), static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
     }
     return z;
-  });
+  }, /*traceable=*/false, /*double_backward=*/false);
   return y;
 }
 

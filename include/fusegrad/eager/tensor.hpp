@@ -79,9 +79,13 @@ struct edge {
   [[nodiscard]] bool valid() const noexcept { return fn != nullptr; }
 };
 
-/// Tag for `backward(...)`'s retain-graph option.
+/// Options of `backward(...)`.
 struct backward_options {
-  bool retain_graph = false;
+  bool retain_graph = false;  ///< keep the saved tensors for another backward
+  /// Record the backward itself, so that the gradients accumulated into `.grad()` have a
+  /// history and can be differentiated again (double backward); implies retain_graph. Runs
+  /// on the eager engine (compiled autograd does not capture it).
+  bool create_graph = false;
 };
 
 /// True for `fusegrad::tensor<float>` and `fusegrad::tensor<double>`.

@@ -59,13 +59,15 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
 /// Records a single-input layout op whose backward is `rule(g)`. In a traced backward the
 /// rule is an opaque `call` node (layouts are not in the IR), unless `traceable`.
 template <Element T, class Rule>
-void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule, bool traceable = false) {
+void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule, bool traceable = false,
+                   bool double_backward = true) {
   if (!needs_grad(x)) return;
   record<T>(name, {x}, {&y}, {},
             [rule, name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
               if (traceable) return std::vector<tensor<T>>{rule(g[0])};
               return std::vector<tensor<T>>{call_opaque<T>(name, from, [rule](const tensor<T>& v, const tensor<T>&) { return rule(v); }, g[0])};
-            });
+            },
+            double_backward);
 }
 
 }  // namespace detail
@@ -196,7 +198,8 @@ tensor<T> select(const tensor<T>& x, index_t d, index_t i) {
                           tensor<T> z = detail::zeros_of<T>(from);
                           detail::copy_into(select(z, static_cast<index_t>(dd), ii), g);
                           return z;
-                        });
+                        },
+                        /*traceable=*/false, /*double_backward=*/false);
   return y;
 }
 
@@ -221,7 +224,8 @@ tensor<T> slice(const tensor<T>& x, index_t d, index_t start, index_t stop, inde
                           tensor<T> z = detail::zeros_of<T>(from);
                           detail::copy_into(slice(z, static_cast<index_t>(dd), b, e, step), g);
                           return z;
-                        });
+                        },
+                        /*traceable=*/false, /*double_backward=*/false);
   return y;
 }
 
@@ -294,7 +298,8 @@ tensor<T> cat(const std::vector<tensor<T>>& xs, index_t d = 0) {
                           a += n;
                         }
                         return r;
-                      });
+                      },
+                      /*double_backward=*/true);
   }
   return y;
 }

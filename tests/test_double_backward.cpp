@@ -1,0 +1,290 @@
+// Double backward on the eager tape (issue 19): `fg::autograd::grad` and
+// `backward({.create_graph = true})` return gradients that are on the tape themselves.
+//  - every differentiable op of the registry: gradgradcheck, i.e. gradcheck of the function
+//    x -> <grad f(x), w>, whose analytic derivative is the double backward;
+//  - second derivatives against closed forms;
+//  - the structure ops' and matmul's backward rules differentiated again;
+//  - rules that are not differentiable give a clear error when a second backward reaches them;
+//  - autograd::grad's own contract (no .grad() written, unused inputs, hooks, errors).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+#include "opinfo/harness.hpp"
+#include "opinfo/registry.hpp"
+
+namespace {
+using namespace opinfo;
+using td = fg::tensor<double>;
+
+/// Fixed weights of a shape (the direction the gradient is projected on).
+td weights(const fg::shape& s, double seed) {
+  std::vector<double> v(static_cast<std::size_t>(count(s)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.5 + 0.37 * std::sin(seed + 1.3 * static_cast<double>(i));
+  return fg::from_vector<double>(v, s);
+}
+
+/// x -> sum_k <d sum(f(x)) / d x_k, w_k>: its gradient is the Hessian of sum(f) times w.
+template <class F>
+auto projected_gradient(F f) {
+  return [f](const auto&... xs) {
+    fg::enable_grad on;  // gradcheck's finite differences run under no_grad: this needs the first gradient
+    std::vector<td> in{xs...};
+    const td y = fg::sum(f(xs...));
+    const auto g = fg::autograd::grad({y}, in, {.create_graph = true, .allow_unused = true});
+    td s = y * 0.0;
+    for (std::size_t k = 0; k < in.size(); ++k)
+      if (g[k].defined()) s = s + fg::sum(g[k] * weights(in[k].shape(), static_cast<double>(k)));
+    return s;
+  };
+}
+
+template <std::size_t N>
+std::vector<shapes<N>> small_shape_classes() {
+  auto same = [](fg::shape s) {
+    shapes<N> r;
+    r.fill(s);
+    return r;
+  };
+  std::vector<shapes<N>> r = {same({}), same({1}), same({7}), same({3, 4}), same({0})};
+  if constexpr (N == 2) {
+    r.push_back({fg::shape{3, 1}, fg::shape{1, 4}});
+    r.push_back({fg::shape{4}, fg::shape{}});
+  } else if constexpr (N == 3) {
+    r.push_back({fg::shape{3, 1}, fg::shape{1, 4}, fg::shape{}});
+  }
+  return r;
+}
+
+constexpr fg::gradcheck_options second{.eps = 1e-6, .atol = 1e-5, .rtol = 1e-4};
+
+td vec(std::vector<double> v) { return fg::from_vector<double>(std::move(v)).requires_grad(true); }
+}  // namespace
+
+TEST_CASE("double backward: gradgradcheck of every differentiable op of the registry") {
+  int checked = 0;
+  for_each(registry(), [&](const auto& e) {
+    if (e.derivative == "none") return;
+    const std::string op(e.name);
+    CAPTURE(op);
+    const auto h = projected_gradient(fn_of<double>(e));
+    for (const auto& ss : small_shape_classes<std::remove_cvref_t<decltype(e)>::arity>()) {
+      const std::string shapes_ = str(ss);
+      CAPTURE(shapes_);
+      const auto x = smooth_inputs(e, ss, 21);
+      const auto r = call([&](const auto&... xs) { return fg::gradcheck(second, h, xs...); }, x);
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+    ++checked;
+  });
+  CHECK(checked > 50);
+}
+
+TEST_CASE("double backward: second derivatives against closed forms") {
+  const std::vector<double> xs{0.3, 0.9, 1.7, 2.4};
+  struct row {
+    const char* name;
+    std::function<td(const td&)> f;
+    double (*d1)(double);
+    double (*d2)(double);
+  };
+  const std::vector<row> rows = {
+      {"sin", [](const td& x) { return fg::sin(x); }, [](double v) { return std::cos(v); }, [](double v) { return -std::sin(v); }},
+      {"cos", [](const td& x) { return fg::cos(x); }, [](double v) { return -std::sin(v); }, [](double v) { return -std::cos(v); }},
+      {"tan", [](const td& x) { return fg::tan(x); }, [](double v) { return 1 / (std::cos(v) * std::cos(v)); },
+       [](double v) { return 2 * std::tan(v) / (std::cos(v) * std::cos(v)); }},
+      {"exp", [](const td& x) { return fg::exp(x); }, [](double v) { return std::exp(v); }, [](double v) { return std::exp(v); }},
+      {"log", [](const td& x) { return fg::log(x); }, [](double v) { return 1 / v; }, [](double v) { return -1 / (v * v); }},
+      {"sqrt", [](const td& x) { return fg::sqrt(x); }, [](double v) { return 0.5 / std::sqrt(v); },
+       [](double v) { return -0.25 / (v * std::sqrt(v)); }},
+      {"tanh", [](const td& x) { return fg::tanh(x); }, [](double v) { return 1 - std::tanh(v) * std::tanh(v); },
+       [](double v) { return -2 * std::tanh(v) * (1 - std::tanh(v) * std::tanh(v)); }},
+      {"sigmoid", [](const td& x) { return fg::sigmoid(x); },
+       [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s); },
+       [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s) * (1 - 2 * s); }},
+      {"pow 3", [](const td& x) { return fg::pow(x, 3.0); }, [](double v) { return 3 * v * v; }, [](double v) { return 6 * v; }},
+      {"reciprocal", [](const td& x) { return fg::reciprocal(x); }, [](double v) { return -1 / (v * v); },
+       [](double v) { return 2 / (v * v * v); }},
+      {"atan", [](const td& x) { return fg::atan(x); }, [](double v) { return 1 / (1 + v * v); },
+       [](double v) { return -2 * v / ((1 + v * v) * (1 + v * v)); }},
+      {"erf", [](const td& x) { return fg::erf(x); }, [](double v) { return 2 / std::sqrt(M_PI) * std::exp(-v * v); },
+       [](double v) { return -4 * v / std::sqrt(M_PI) * std::exp(-v * v); }},
+      {"softplus", [](const td& x) { return fg::softplus(x); }, [](double v) { return 1 / (1 + std::exp(-v)); },
+       [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s); }},
+      {"log1p", [](const td& x) { return fg::log1p(x); }, [](double v) { return 1 / (1 + v); },
+       [](double v) { return -1 / ((1 + v) * (1 + v)); }},
+      {"x * x * x (products)", [](const td& x) { return x * x * x; }, [](double v) { return 3 * v * v; }, [](double v) { return 6 * v; }},
+      {"x / (1 + x)", [](const td& x) { return x / (x + 1.0); }, [](double v) { return 1 / ((1 + v) * (1 + v)); },
+       [](double v) { return -2 / ((1 + v) * (1 + v) * (1 + v)); }},
+  };
+  for (const auto& r : rows) {
+    CAPTURE(r.name);
+    td x = vec(xs);
+    const td g = fg::autograd::grad(fg::sum(r.f(x)), x, {.create_graph = true});
+    REQUIRE(g.requires_grad());
+    const td gg = fg::autograd::grad(fg::sum(g), x);
+    for (int i = 0; i < 4; ++i) {
+      CHECK(g.at({i}) == doctest::Approx(r.d1(xs[static_cast<std::size_t>(i)])).epsilon(1e-12));
+      CHECK(gg.at({i}) == doctest::Approx(r.d2(xs[static_cast<std::size_t>(i)])).epsilon(1e-12));
+    }
+  }
+  // A mixed partial: d²(x² y³)/dx dy = 6 x y².
+  td x = vec({1.5}), y = vec({-0.5});
+  const td gx = fg::autograd::grad(fg::sum(x * x * y * y * y), x, {.create_graph = true});
+  const td gxy = fg::autograd::grad(fg::sum(gx), y);
+  CHECK(gxy.item() == doctest::Approx(6 * 1.5 * 0.25).epsilon(1e-14));
+}
+
+TEST_CASE("double backward: reductions, broadcasting, views and matmul") {
+  // f(A) = sum((A v)^2) for A [3, 2]: grad = 2 (A v) vᵀ; its directional derivative along W
+  // is 2 (W v) vᵀ, so d/dA <grad, W> = 2 W v vᵀ... here checked by gradgradcheck.
+  auto a = fg::from_vector<double>({0.1, -0.4, 0.7, 0.2, -0.3, 0.9}, {3, 2});
+  auto v = fg::from_vector<double>({0.6, -1.1}, {2, 1});
+  auto mm_f = [v](const td& m) { return fg::mm(m, v) * fg::mm(m, v); };
+  CHECK(fg::gradcheck(second, projected_gradient(mm_f), a).ok);
+  auto bmm_f = [](const td& m) { return fg::bmm(m, m.transpose(1, 2)); };
+  CHECK(fg::gradcheck(second, projected_gradient(bmm_f), fg::from_vector<double>({0.1, -0.4, 0.7, 0.2, -0.3, 0.9}, {1, 3, 2})).ok);
+  // Closed form: Hessian of sum((A v)^2) in the direction of A itself is 2 A v vᵀ.
+  td am = a.detach().requires_grad(true);
+  const td g = fg::autograd::grad(fg::sum(mm_f(am)), am, {.create_graph = true});
+  const td hv = fg::autograd::grad(fg::sum(g * am.detach()), am);
+  const td want = fg::mm(fg::mm(a, v), v.t()) * 2.0;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) CHECK(hv.at({i, j}) == doctest::Approx(want.at({i, j})).epsilon(1e-13));
+
+  auto views = [](const td& m) {
+    const td e = m.reshape({2, 3}).transpose(0, 1).unsqueeze(0).expand({2, 3, 2}).permute({2, 1, 0});
+    return fg::exp(e) * fg::sum(fg::sum(m, 0, true).reshape({1, 1, 2}), 1, true).squeeze(1).unsqueeze(1);
+  };
+  CHECK(fg::gradcheck(second, projected_gradient(views), a).ok);
+  auto reductions = [](const td& m) {
+    return fg::mean(fg::sin(m), {1}, true) * fg::max(m, {0}) + fg::sum(m * m);
+  };
+  CHECK(fg::gradcheck(second, projected_gradient(reductions), a).ok);
+  auto concat = [](const td& m) { return fg::cat(std::vector<td>{m, fg::cos(m)}, 1) * fg::cat(std::vector<td>{fg::tanh(m), m}, 1); };
+  CHECK(fg::gradcheck(second, projected_gradient(concat), a).ok);
+  auto flipped = [](const td& m) { return fg::flip(m * m, {0}) * m; };
+  CHECK(fg::gradcheck(second, projected_gradient(flipped), a).ok);
+}
+
+TEST_CASE("double backward: the Hessian of Rosenbrock against its closed form") {
+  const std::vector<double> p{-1.2, 1.0, 0.8, 1.3};
+  // Written on scalars (slice's backward is not differentiable): one term per pair.
+  auto rosen_terms = [](const std::vector<td>& x) {
+    td s = x[0] * 0.0;
+    for (std::size_t i = 0; i + 1 < x.size(); ++i) s = s + (x[i + 1] - x[i] * x[i]) * (x[i + 1] - x[i] * x[i]) * 100.0 + (1.0 - x[i]) * (1.0 - x[i]);
+    return s;
+  };
+  std::vector<td> x;
+  for (double v : p) x.push_back(fg::scalar_tensor<double>(v).requires_grad(true));
+  const auto g = fg::autograd::grad({rosen_terms(x)}, x, {.create_graph = true});
+  // Closed form of the Hessian of the 4-D Rosenbrock function.
+  auto h = [&](std::size_t i, std::size_t j) {
+    double r = 0;
+    if (i == j) {
+      if (i + 1 < 4) r += 1200 * p[i] * p[i] - 400 * p[i + 1] + 2;
+      if (i > 0) r += 200;
+    } else if (j == i + 1) {
+      r = -400 * p[i];
+    } else if (i == j + 1) {
+      r = -400 * p[j];
+    }
+    return r;
+  };
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto row = fg::autograd::grad({g[i]}, x, {.retain_graph = true, .allow_unused = true});
+    for (std::size_t j = 0; j < 4; ++j) {
+      const double got = row[j].defined() ? row[j].item() : 0.0;
+      CHECK(got == doctest::Approx(h(i, j)).epsilon(1e-13));
+    }
+  }
+}
+
+TEST_CASE("double backward: backward(create_graph) leaves a .grad() with history (gradient penalty)") {
+  // Critic D(x) = sum(tanh(w * x)); penalty (|dD/dx|² - 1)²; its gradient in w by hand:
+  // dD/dx = w (1 - t²), t = tanh(w x); |.|² = sum(w² (1 - t²)²).
+  td w = vec({0.7, -1.3, 0.4});
+  td x = vec({0.2, 0.5, -0.9});
+  const td d = fg::sum(fg::tanh(w * x));
+  d.backward({}, {.create_graph = true});
+  REQUIRE(x.grad().defined());
+  REQUIRE(x.grad().requires_grad());
+  const td gx = x.grad();
+  const td n2 = fg::sum(gx * gx);
+  const td penalty = (n2 - 1.0) * (n2 - 1.0);
+  const td gw = fg::autograd::grad(penalty, w);
+  // By hand: dn2/dw_i = 2 w (1-t²)² + w² * 2 (1-t²) * (-2 t) * (1 - t²) * x.
+  std::vector<double> wv{0.7, -1.3, 0.4}, xv{0.2, 0.5, -0.9};
+  double n2v = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double t = std::tanh(wv[i] * xv[i]);
+    n2v += wv[i] * wv[i] * (1 - t * t) * (1 - t * t);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const double t = std::tanh(wv[i] * xv[i]), s = 1 - t * t;
+    const double dn2 = 2 * wv[i] * s * s + wv[i] * wv[i] * 2 * s * (-2 * t * s * xv[i]);
+    CHECK(gw.at({i}) == doctest::Approx(2 * (n2v - 1) * dn2).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("autograd::grad: returns gradients, writes no .grad(), checks its arguments") {
+  td x = vec({1.0, 2.0}), y = vec({3.0, 4.0}), unused = vec({5.0});
+  const td out = fg::sum(x * y);
+  const auto g = fg::autograd::grad({out}, {x, y}, {.retain_graph = true});
+  CHECK(g[0].at({1}) == 4.0);
+  CHECK(g[1].at({0}) == 1.0);
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(y.grad().defined());
+  CHECK_FALSE(g[0].requires_grad());  // no create_graph: no history
+  // An intermediate as the input: the gradient flowing into it.
+  td m = x * 2.0;
+  const auto gm = fg::autograd::grad(fg::sum(m * m), m);
+  CHECK(gm.at({1}) == 8.0);
+  // Hooks on the input run on the captured gradient.
+  td z = vec({1.0});
+  z.register_hook([](const td& gz) { return gz * 10.0; });
+  CHECK(fg::autograd::grad(fg::sum(z * 3.0), z).item() == 30.0);
+  CHECK_THROWS_WITH_AS(fg::autograd::grad(fg::sum(x * y), unused), doctest::Contains("not used to compute the outputs"), fg::error);
+  const auto maybe = fg::autograd::grad({fg::sum(x * y)}, {x, unused}, {.allow_unused = true});
+  CHECK(maybe[0].defined());
+  CHECK_FALSE(maybe[1].defined());
+  CHECK_THROWS_WITH_AS(fg::autograd::grad(fg::sum(x * y), fg::from_vector<double>({1.0})), doctest::Contains("does not require grad"),
+                       fg::error);
+  CHECK_THROWS_WITH_AS(fg::autograd::grad({fg::sum(x * y)}, {x}, {fg::ones<double>({2}), fg::ones<double>({2})}),
+                       doctest::Contains("grad_outputs"), fg::error);
+  // The graph is freed without retain_graph: a second use is the usual clear error.
+  const td o2 = fg::sum(fg::exp(x));
+  (void)fg::autograd::grad(o2, x);
+  CHECK_THROWS_WITH_AS(fg::autograd::grad(o2, x), doctest::Contains("second time"), fg::error);
+}
+
+TEST_CASE("double backward: rules that are not differentiable throw when reached, not before") {
+  td x = vec({0.5, 1.5, 2.5});
+  // slice's backward writes into a buffer: its first derivative is fine...
+  const td g = fg::autograd::grad(fg::sum(fg::sin(x.slice(0, 0, 2))), x, {.create_graph = true});
+  CHECK(g.at({0}) == doctest::Approx(std::cos(0.5)));
+  CHECK(g.at({2}) == 0.0);
+  // ... and differentiating it again names the op.
+  CHECK_THROWS_WITH_AS((void)fg::autograd::grad(fg::sum(g), x), doctest::Contains("double backward through SliceBackward0"), fg::error);
+  // A compiled function's backward is a fused kernel: the same clear error.
+  auto f = fg::compile([](auto a) { return fg::sin(a) * a; });
+  const td gc = fg::autograd::grad(fg::sum(f(x)), x, {.create_graph = true});
+  CHECK(gc.at({1}) == doctest::Approx(std::sin(1.5) + 1.5 * std::cos(1.5)));
+  CHECK_THROWS_WITH_AS((void)fg::autograd::grad(fg::sum(gc), x), doctest::Contains("double backward through CompiledFunctionBackward"),
+                       fg::error);
+}
+
+TEST_CASE("double backward: create_graph runs the eager engine under compiled autograd") {
+  fg::compiled_autograd::enable on;
+  td x = vec({0.4, -0.8});
+  const td g = fg::autograd::grad(fg::sum(fg::exp(x) * x), x, {.create_graph = true});
+  const td gg = fg::autograd::grad(fg::sum(g), x);
+  for (int i = 0; i < 2; ++i) {
+    const double v = x.at({i});
+    CHECK(gg.at({i}) == doctest::Approx(std::exp(v) * (2 + v)).epsilon(1e-13));
+  }
+}
