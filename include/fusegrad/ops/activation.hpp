@@ -19,6 +19,7 @@ namespace fusegrad {
 namespace ops {
 struct softplus_op {
   static constexpr std::string_view name = "softplus", grad_fn = "SoftplusBackward0";
+  static constexpr double cost = 9.4;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double threshold = 20;
   template <class V> static V value(const V& x) {
@@ -29,6 +30,7 @@ struct softplus_op {
 };
 struct silu_op {
   static constexpr std::string_view name = "silu", grad_fn = "SiluBackward0";
+  static constexpr double cost = 2.4;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) {
     using std::exp;
@@ -41,6 +43,7 @@ struct silu_op {
 };
 struct gelu_op {
   static constexpr std::string_view name = "gelu", grad_fn = "GeluBackward0";
+  static constexpr double cost = 72;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double sqrt1_2 = std::numbers::sqrt2 / 2, beta = std::numbers::inv_sqrtpi * sqrt1_2;  // φ(0) = 1/√(2π)
   template <class V> static V value(const V& x) {

@@ -20,6 +20,7 @@ namespace fusegrad {
 namespace ops {
 struct hypot_op {
   static constexpr std::string_view name = "hypot", grad_fn = "HypotBackward0";
+  static constexpr double cost = 17.5;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = true;
   template <class V> static V value(const V& a, const V& b) {
     return lanes::per_lane(a, b, [](auto x, auto y) { return std::hypot(x, y); });
@@ -29,6 +30,7 @@ struct hypot_op {
 };
 struct fmod_op {
   static constexpr std::string_view name = "fmod", grad_fn = "FmodBackward1";
+  static constexpr double cost = 34;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& a, const V& b) {
     return lanes::per_lane(a, b, [](auto x, auto y) { return std::fmod(x, y); });
@@ -39,6 +41,7 @@ struct fmod_op {
 template <Element T>
 struct fmod_scalar_op {
   static constexpr std::string_view name = "fmod", grad_fn = "FmodBackward0";
+  static constexpr double cost = 34;  ///< in streamed loads (bench/bench_op_costs.cpp, as fmod)
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> V value(const V& x) const {

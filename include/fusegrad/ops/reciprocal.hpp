@@ -16,12 +16,14 @@ struct square_op {
 };
 struct reciprocal_op {
   static constexpr std::string_view name = "reciprocal", grad_fn = "ReciprocalBackward0";
+  static constexpr double cost = 0.63;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = false, uses_output = true;
   template <class V> static V value(const V& x) { return V(1) / x; }
   static auto derivative(const auto&, const auto& y, const auto& g) { return -g * (y * y); }
 };
 struct rsqrt_op {
   static constexpr std::string_view name = "rsqrt", grad_fn = "RsqrtBackward0";
+  static constexpr double cost = 1.75;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = false, uses_output = true;
   template <class V> static V value(const V& x) { using std::sqrt; return V(1) / sqrt(x); }
   static auto derivative(const auto&, const auto& y, const auto& g) { return (g * -0.5) * (y * y * y); }

@@ -20,24 +20,28 @@ namespace ops {
 inline constexpr double two_over_sqrt_pi = 2.0 * std::numbers::inv_sqrtpi;
 struct erf_op {
   static constexpr std::string_view name = "erf", grad_fn = "ErfBackward0";
+  static constexpr double cost = 80;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { return lanes::per_lane(x, [](auto v) { return std::erf(v); }); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * (exp(-(x * x)) * two_over_sqrt_pi); }
 };
 struct erfc_op {
   static constexpr std::string_view name = "erfc", grad_fn = "ErfcBackward0";
+  static constexpr double cost = 83;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { return lanes::per_lane(x, [](auto v) { return std::erfc(v); }); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * (exp(-(x * x)) * -two_over_sqrt_pi); }
 };
 struct lgamma_op {
   static constexpr std::string_view name = "lgamma", grad_fn = "LgammaBackward0";
+  static constexpr double cost = 47;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { return lanes::per_lane(x, [](auto v) { return special::lgamma(v); }); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * digamma(x); }
 };
 struct digamma_op {
   static constexpr std::string_view name = "digamma", grad_fn = "DigammaBackward0";
+  static constexpr double cost = 56;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { return lanes::per_lane(x, [](auto v) { return special::digamma(v); }); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * polygamma(1, x); }
@@ -46,6 +50,7 @@ struct digamma_op {
 template <Element T>
 struct polygamma_op {
   static constexpr std::string_view name = "polygamma", grad_fn = "PolygammaBackward0";
+  static constexpr double cost = 56;  ///< in streamed loads (bench/bench_op_costs.cpp, as digamma)
   static constexpr bool uses_input = true, uses_output = false;
   T n;
   template <class V> V value(const V& x) const {

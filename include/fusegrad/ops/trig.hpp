@@ -15,30 +15,35 @@ namespace fusegrad {
 namespace ops {
 struct tan_op {
   static constexpr std::string_view name = "tan", grad_fn = "TanBackward0";
+  static constexpr double cost = 4.2;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = false, uses_output = true;
   template <class V> static V value(const V& x) { return lanes::tan(x); }
   static auto derivative(const auto&, const auto& y, const auto& g) { return g * (y * y + 1.0); }
 };
 struct asin_op {
   static constexpr std::string_view name = "asin", grad_fn = "AsinBackward0";
+  static constexpr double cost = 1.7;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { using std::asin; return asin(x); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * rsqrt(1.0 - x * x); }
 };
 struct acos_op {
   static constexpr std::string_view name = "acos", grad_fn = "AcosBackward0";
+  static constexpr double cost = 4.2;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { using std::acos; return acos(x); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * -rsqrt(1.0 - x * x); }
 };
 struct atan_op {
   static constexpr std::string_view name = "atan", grad_fn = "AtanBackward0";
+  static constexpr double cost = 2.9;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& x) { using std::atan; return atan(x); }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g / (x * x + 1.0); }
 };
 struct atan2_op {
   static constexpr std::string_view name = "atan2", grad_fn = "Atan2Backward0";
+  static constexpr double cost = 62;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   template <class V> static V value(const V& a, const V& b) {
     return lanes::per_lane(a, b, [](auto y, auto x) { return std::atan2(y, x); });
