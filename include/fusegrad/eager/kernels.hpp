@@ -186,12 +186,13 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
     // Blocks of columns (independent outputs) on different threads, each block whole cache
     // lines of the output: every row adds into each block's outputs, so two threads writing
     // halves of one line would trade it back and forth once per row (a sum over dim 0 of a
-    // [4096, 64] float tensor ran 6x slower on 2 threads than on 1 with 8-column blocks).
+    // [4096, 64] float tensor ran 6x slower on 2 threads than on 1 with 8-column blocks). A
+    // block narrower than 4 lines reads too little of each row to pay for its thread.
     const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
     constexpr index_t line = std::max<index_t>(static_cast<index_t>(simd<T>::size), 64 / static_cast<index_t>(sizeof(T)));
     const index_t per_column = numel(x.shape()) / m;
     parallel_for(
-        m, std::max<index_t>(1, parallel_grain() / std::max<index_t>(per_column, 1)),
+        m, std::max<index_t>(4 * line, parallel_grain() / std::max<index_t>(per_column, 1)),
         [&](index_t c0, index_t c1) {
           column_sums<T> cs;
           cs.start(o + c0, numel(out.shape()) / m, c1 - c0, count, m);
