@@ -34,19 +34,6 @@ run_result<E, N> run(const Info& e, const tensors<E, N>& x0, Fn&& fn) {
   return r;
 }
 
-/// Largest |a - b| relative to the largest |a| (NaN where exactly one is NaN).
-template <class E>
-double normwise(const std::vector<E>& a, const std::vector<E>& b) {
-  double d = 0, m = 1e-300;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return opinfo::nan;
-    if (std::isnan(a[i]) || a[i] == b[i]) continue;
-    d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::abs(double(a[i])));
-  }
-  return d / m;
-}
-
 /// Values the same bits; gradients too, except where an operand is broadcast: a compiled
 /// backward may add the contributions of several uses (a composite such as `where`) at the
 /// broadcast shape and sum once, where the tape sums each down first (rounding differs).

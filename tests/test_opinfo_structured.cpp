@@ -92,19 +92,6 @@ result<E, N> run(const tensors<E, N>& x0, bool grad, Fn&& fn) {
   for (std::size_t k = 0; k < N; ++k) r.g[k] = x[k].grad();
   return r;
 }
-/// Largest |a - b| relative to the largest |a| (NaN where only one is NaN).
-template <class E>
-double normwise(const std::vector<E>& a, const std::vector<E>& b) {
-  double d = 0, m = 1e-300;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return opinfo::nan;
-    if (std::isnan(a[i]) || a[i] == b[i]) continue;
-    d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::abs(double(a[i])));
-  }
-  return d / m;
-}
-
 /// Values the same bits; gradients too, except through fg::compile (`sums_differ`): its
 /// backward adds the contributions of a value's several uses (x feeds both the max and the
 /// difference of a softmax) in its canonical order, the tape in the order it runs them.

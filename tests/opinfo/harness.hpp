@@ -230,4 +230,17 @@ tensors<double, Info::arity> smooth_inputs(const Info& e, const shapes<Info::ari
   return r;
 }
 
+/// Largest |a - b| relative to the largest |a| (NaN where exactly one is NaN).
+template <class E>
+double normwise(const std::vector<E>& a, const std::vector<E>& b) {
+  double d = 0, m = 1e-300;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return opinfo::nan;
+    if (std::isnan(a[i]) || a[i] == b[i]) continue;
+    d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+    m = std::max(m, std::abs(double(a[i])));
+  }
+  return d / m;
+}
+
 }  // namespace opinfo

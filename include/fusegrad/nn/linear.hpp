@@ -9,6 +9,7 @@
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/matmul.hpp"
 #include "fusegrad/eager/reduce.hpp"
+#include "fusegrad/nn/update.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/sub.hpp"
 
@@ -47,32 +48,24 @@ class sgd {
   }
   /// Updates every parameter that has a gradient, in place.
   void step() {
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      auto& p = params_[k];
-      const tensor<T> g = p.grad();
-      if (!g.defined()) continue;
-      const tensor<T> gc = g.contiguous();
-      T* __restrict pd = p.data();
-      const T* __restrict gd = gc.data();
-      const index_t n = p.numel();
+    fusegrad::detail::update_params(params_, [this](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
       if (momentum_ == T(0) && wd_ == T(0)) {
         for (index_t i = 0; i < n; ++i) pd[i] -= lr_ * gd[i];
-      } else {
-        auto& b = buf_[k];
-        const bool first = b.empty();
-        if (first) b.resize(static_cast<std::size_t>(n));
-        for (index_t i = 0; i < n; ++i) {
-          T d = gd[i] + wd_ * pd[i];
-          if (momentum_ != T(0)) {
-            T& bi = b[static_cast<std::size_t>(i)];
-            bi = first ? d : momentum_ * bi + d;
-            d = bi;
-          }
-          pd[i] -= lr_ * d;
-        }
+        return;
       }
-      p.impl()->store->bump_version();
-    }
+      auto& b = buf_[k];
+      const bool first = b.empty();
+      if (first) b.resize(static_cast<std::size_t>(n));
+      for (index_t i = 0; i < n; ++i) {
+        T d = gd[i] + wd_ * pd[i];
+        if (momentum_ != T(0)) {
+          T& bi = b[static_cast<std::size_t>(i)];
+          bi = first ? d : momentum_ * bi + d;
+          d = bi;
+        }
+        pd[i] -= lr_ * d;
+      }
+    });
   }
   /// Resets every parameter's gradient.
   void zero_grad() {

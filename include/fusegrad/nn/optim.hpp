@@ -9,6 +9,7 @@
 
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/nn/update.hpp"
 
 namespace fusegrad::nn {
 
@@ -36,16 +37,10 @@ class adam {
     const T step_size = static_cast<T>(o_.lr / bc1), sqrt_bc2 = static_cast<T>(std::sqrt(bc2));
     const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2), eps = static_cast<T>(o_.eps);
     const T wd = static_cast<T>(o_.weight_decay), lr = static_cast<T>(o_.lr);
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      auto& p = params_[k];
-      const tensor<T> gt = p.grad();
-      if (!gt.defined()) continue;
-      const tensor<T> gc = gt.contiguous();
-      T* __restrict pd = p.data();
-      const T* __restrict gd = gc.data();
+    fusegrad::detail::update_params(params_, [&](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
       T* __restrict m = m_[k].data();
       T* __restrict v = v_[k].data();
-      for (index_t i = 0, n = p.numel(); i < n; ++i) {
+      for (index_t i = 0; i < n; ++i) {
         T g = gd[i];
         if (wd != 0) {
           if (o_.decoupled) pd[i] *= T(1) - lr * wd;
@@ -55,8 +50,7 @@ class adam {
         v[i] = b2 * v[i] + (T(1) - b2) * g * g;
         pd[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
       }
-      p.impl()->store->bump_version();
-    }
+    });
   }
   void zero_grad() {
     for (auto& p : params_) p.zero_grad();
@@ -83,21 +77,14 @@ class rmsprop {
     for (const auto& p : params_) v_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
   }
   void step() {
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      auto& p = params_[k];
-      const tensor<T> gt = p.grad();
-      if (!gt.defined()) continue;
-      const tensor<T> gc = gt.contiguous();
-      T* __restrict pd = p.data();
-      const T* __restrict gd = gc.data();
+    fusegrad::detail::update_params(params_, [this](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
       T* __restrict v = v_[k].data();
-      for (index_t i = 0, n = p.numel(); i < n; ++i) {
+      for (index_t i = 0; i < n; ++i) {
         const T g = gd[i] + wd_ * pd[i];
         v[i] = alpha_ * v[i] + (T(1) - alpha_) * g * g;
         pd[i] -= lr_ * g / (std::sqrt(v[i]) + eps_);
       }
-      p.impl()->store->bump_version();
-    }
+    });
   }
   void zero_grad() {
     for (auto& p : params_) p.zero_grad();
