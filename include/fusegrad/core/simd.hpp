@@ -24,6 +24,20 @@ inline constexpr bool is_scalar_v = std::is_floating_point_v<V>;
 }
 
 /// Helpers usable on scalars and batches, so an op's value is written once.
+namespace detail {
+/// The element type of a number or of a SIMD batch of numbers.
+template <class V>
+struct lane_type {
+  using type = V;
+};
+template <class T, class A>
+struct lane_type<xsimd::batch<T, A>> {
+  using type = T;
+};
+template <class V>
+using lane_type_t = typename lane_type<V>::type;
+}  // namespace detail
+
 namespace lanes {
 
 template <class V>

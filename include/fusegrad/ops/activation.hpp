@@ -47,7 +47,7 @@ struct gelu_op {
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double sqrt1_2 = std::numbers::sqrt2 / 2, beta = std::numbers::inv_sqrtpi * sqrt1_2;  // φ(0) = 1/√(2π)
   template <class V> static V value(const V& x) {
-    using T = std::conditional_t<std::is_floating_point_v<V>, V, typename V::value_type>;
+    using T = detail::lane_type_t<V>;  // (a conditional_t naming V::value_type fails on scalars)
     const V e = lanes::per_lane(V(x * V(T(sqrt1_2))), [](auto v) { return std::erf(v); });
     return x * V(T(0.5)) * (V(1) + e);
   }

@@ -17,20 +17,6 @@
 
 namespace fusegrad {
 
-namespace detail {
-/// The element type of a number or of a SIMD batch of numbers.
-template <class V>
-struct lane_type {
-  using type = V;
-};
-template <class T, class A>
-struct lane_type<xsimd::batch<T, A>> {
-  using type = T;
-};
-template <class V>
-using lane_type_t = typename lane_type<V>::type;
-}  // namespace detail
-
 /// A `float`, a `double` or a batch `fg::simd<T>` as an operand of fusegrad's ops.
 template <class V>
 struct num {
