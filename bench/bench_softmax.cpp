@@ -16,6 +16,9 @@
 //       eager     nn::cross_entropy with the tape
 //       jit       the same under fg::jit with compiled autograd on
 //       hand      per row: max, exp-sum, the loss term and the gradient (softmax - onehot) / R
+//   BM_<case>_libtorch/R          LibTorch 1.13 (torch::softmax, log_softmax, logsumexp,
+//                                 cross_entropy + backward) with the threads set to 1, as the
+//                                 rest of this file runs, where LibTorch is installed
 
 #include <benchmark/benchmark.h>
 
@@ -25,6 +28,10 @@
 #include <xsimd/xsimd.hpp>
 
 #include "fusegrad/fusegrad.hpp"
+
+#if defined(FUSEGRAD_HAVE_TORCH)
+#include <torch/torch.h>
+#endif
 
 namespace fg = fusegrad;
 
@@ -193,6 +200,44 @@ void BM_cross_entropy_hand(benchmark::State& s) {
   s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
 }
 
+#if defined(FUSEGRAD_HAVE_TORCH)
+torch::Tensor torch_input(long rows) {
+  const auto v = input(rows).to_vector();
+  return torch::from_blob(const_cast<float*>(v.data()), {rows, C}, torch::kFloat).clone();
+}
+template <class F>
+void run_torch_forward(benchmark::State& state, F&& f) {
+  torch::set_num_threads(1);
+  const torch::Tensor x = torch_input(state.range(0));
+  torch::NoGradGuard ng;
+  for (auto _ : state) {
+    torch::Tensor y = f(x);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0) * C * static_cast<long>(sizeof(float)));
+}
+void BM_softmax_libtorch(benchmark::State& s) { run_torch_forward(s, [](const torch::Tensor& x) { return torch::softmax(x, -1); }); }
+void BM_log_softmax_libtorch(benchmark::State& s) {
+  run_torch_forward(s, [](const torch::Tensor& x) { return torch::log_softmax(x, -1); });
+}
+void BM_logsumexp_libtorch(benchmark::State& s) { run_torch_forward(s, [](const torch::Tensor& x) { return torch::logsumexp(x, -1); }); }
+void BM_cross_entropy_libtorch(benchmark::State& s) {
+  torch::set_num_threads(1);
+  const long rows = s.range(0);
+  std::vector<long> t;
+  for (auto v : targets(rows)) t.push_back(v);
+  const auto target = torch::from_blob(t.data(), {rows}, torch::kLong).clone();
+  torch::Tensor x = torch_input(rows).requires_grad_(true);
+  for (auto _ : s) {
+    x.mutable_grad() = torch::Tensor();
+    auto loss = torch::nn::functional::cross_entropy(x, target);
+    loss.backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
+}
+#endif
+
 void rows(benchmark::internal::Benchmark* b) { b->Arg(64)->Arg(1024); }
 }  // namespace
 
@@ -211,3 +256,9 @@ BENCHMARK(BM_logsumexp_hand)->Apply(rows);
 BENCHMARK(BM_cross_entropy_eager)->Apply(rows);
 BENCHMARK(BM_cross_entropy_jit)->Apply(rows);
 BENCHMARK(BM_cross_entropy_hand)->Apply(rows);
+#if defined(FUSEGRAD_HAVE_TORCH)
+BENCHMARK(BM_softmax_libtorch)->Apply(rows);
+BENCHMARK(BM_log_softmax_libtorch)->Apply(rows);
+BENCHMARK(BM_logsumexp_libtorch)->Apply(rows);
+BENCHMARK(BM_cross_entropy_libtorch)->Apply(rows);
+#endif
