@@ -15,9 +15,11 @@ namespace fuzz {
 namespace {
 // clang-format off
 constexpr const char* op_names[] = {
-  "neg", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "step", "sign",
+  "neg", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
+  "tan", "atan", "sinh", "asinh", "softplus", "silu", "gelu", "erf", "log1p", "expm1", "square", "reciprocal", "rsqrt",
+  "step", "sign",
   "add_s", "sub_s", "rsub_s", "mul_s", "div_s", "rdiv_s", "pow_s",
-  "add", "sub", "mul", "div", "maximum", "pow", "gt", "ge", "lt", "le", "eq", "ne",
+  "add", "sub", "mul", "div", "maximum", "pow", "minimum", "atan2", "hypot", "gt", "ge", "lt", "le", "eq", "ne",
   "sum_all", "mean_all", "max_all", "sum_dims", "mean_dims", "max_dims",
   "reshape_flat", "reshape_merge", "view_flat", "expand_as", "permute", "transpose", "select", "slice", "unsqueeze",
   "squeeze", "contiguous", "clone", "cat", "detach",
@@ -114,6 +116,19 @@ D unary(op k, const D& x, double s) {
     case op::tanh: return fg::tanh(x);
     case op::sigmoid: return fg::sigmoid(x);
     case op::relu: return fg::relu(x);
+    case op::tan: return fg::tan(x);
+    case op::atan: return fg::atan(x);
+    case op::sinh: return fg::sinh(x);
+    case op::asinh: return fg::asinh(x);
+    case op::softplus: return fg::softplus(x);
+    case op::silu: return fg::silu(x);
+    case op::gelu: return fg::gelu(x);
+    case op::erf: return fg::erf(x);
+    case op::log1p: return fg::log1p(x);
+    case op::expm1: return fg::expm1(x);
+    case op::square: return fg::square(x);
+    case op::reciprocal: return fg::reciprocal(x);
+    case op::rsqrt: return fg::rsqrt(x);
     case op::step: return fg::step(x);
     case op::sign: return fg::sign(x);
     case op::add_s: return x + s;
@@ -135,6 +150,9 @@ D binary(op k, const D& a, const D& b) {
     case op::div: return a / b;
     case op::maximum: return fg::maximum(a, b);
     case op::pow: return fg::pow(a, b);
+    case op::minimum: return fg::minimum(a, b);
+    case op::atan2: return fg::atan2(a, b);
+    case op::hypot: return fg::hypot(a, b);
     case op::gt: return fg::gt(a, b);
     case op::ge: return fg::ge(a, b);
     case op::lt: return fg::lt(a, b);
@@ -466,10 +484,14 @@ class generator {
     if (w < 22) {  // element-wise, one operand
       static constexpr op unaries[] = {op::neg, op::abs, op::sqrt, op::exp, op::log, op::sin,
                                        op::cos, op::tanh, op::sigmoid, op::relu, op::step, op::sign};
-      i.k = r_.pick(unaries);
+      static constexpr op library[] = {op::tan, op::atan, op::sinh, op::asinh, op::softplus, op::silu, op::gelu,
+                                       op::erf, op::log1p, op::expm1, op::square, op::reciprocal, op::rsqrt};
+      i.k = r_.chance(0.3) ? r_.pick(library) : r_.pick(unaries);
       if ((i.k == op::step || i.k == op::sign) && !ex(a)) i.k = op::tanh;  // a jump only on exact values
-      if ((i.k == op::sqrt || i.k == op::log) && r_.chance(0.7)) i.a = positive(a);
-      if (i.k == op::exp && r_.chance(0.6)) i.a = bounded(a);
+      if ((i.k == op::sqrt || i.k == op::log || i.k == op::log1p || i.k == op::rsqrt || i.k == op::reciprocal) &&
+          r_.chance(0.7))
+        i.a = positive(a);
+      if ((i.k == op::exp || i.k == op::sinh || i.k == op::expm1 || i.k == op::tan) && r_.chance(0.6)) i.a = bounded(a);
       i.shape = sh(i.a);
       push(i, rg(i.a) && !no_grad_op(i.k), ex(i.a));
     } else if (w < 34) {  // with a scalar
@@ -484,7 +506,7 @@ class generator {
     } else if (w < 52) {  // element-wise, two operands
       static constexpr op binaries[] = {op::add, op::sub, op::mul, op::div, op::maximum, op::pow,
                                         op::add, op::mul, op::sub, op::gt,  op::ge,      op::lt,
-                                        op::le,  op::eq,  op::ne};
+                                        op::le,  op::eq,  op::ne,  op::minimum, op::atan2, op::hypot};
       i.k = r_.pick(binaries);
       i.b = partner(a);
       if (r_.chance(0.5)) std::swap(i.a, i.b);
