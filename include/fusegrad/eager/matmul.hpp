@@ -79,7 +79,8 @@ tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
                                                         [](const tensor<T>& gy, const tensor<T>& a) { return detail::bmm_values(a.transpose(1, 2), gy); },
                                                         g[0], s[0]);
                         return r;
-                      });
+                      },
+                      detail::params_of(ga, gb));
   }
   return y;
 }
@@ -105,7 +106,8 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
                           r[1] = detail::call_opaque<T>("mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); },
                                                         g[0], s[0]);
                         return r;
-                      });
+                      },
+                      detail::params_of(ga, gb));
   }
   return y;
 }

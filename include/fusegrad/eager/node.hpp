@@ -51,6 +51,17 @@ class node {
   virtual void release_saved() {}
   /// The tensors this node saved for backward (empty once released).
   [[nodiscard]] virtual std::vector<tensor<T>> saved_tensors() const { return {}; }
+  /// What `apply` reads besides its incoming gradients, handed over without running it
+  /// (PyTorch's `compiled_args`/`collect`, for compiled autograd's cache key and the inputs of
+  /// a captured backward on a cache hit): `params`, a fingerprint of the constants its rule
+  /// holds (scalars, dims, which inputs take gradients), and the tensors it reads appended to
+  /// `tensors` (saved tensors, checked as `apply` checks them: the same errors). False: the
+  /// node cannot say, and its rule must run (under the tracer) every time.
+  virtual bool collect(std::uint64_t& params, std::vector<tensor<T>>& tensors) {
+    (void)params;
+    (void)tensors;
+    return false;
+  }
 
   [[nodiscard]] const std::vector<edge<T>>& next_edges() const noexcept { return edges_; }
   [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
@@ -107,18 +118,18 @@ class saving_node : public node<T> {
   /// run it in turn, and one that frees it makes the other's a clean error.
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
     std::lock_guard lock(mutex_);
-    if (released_ && had_saved_)
-      fail("backward", "trying to backward through ", name_,
-           " a second time, but its saved tensors were freed by the first backward; "
-           "expected backward(..., {.retain_graph = true}) on the first call");
-    for (std::size_t i = 0; i < saved_.size(); ++i) {
-      const auto& t = saved_[i];
-      if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
-        fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
-             ") was modified in place after it was saved (version ", t.impl()->store->version(),
-             "); expected version ", versions_[i], " - run backward before updating it");
-    }
+    check_saved();
     return run_rule(saved_, grads);
+  }
+  /// The saved tensors, checked as `apply` checks them, and the fingerprint of the rule's
+  /// constants given at record time (none: the node cannot be collected).
+  bool collect(std::uint64_t& params, std::vector<tensor<T>>& tensors) override {
+    if (!has_params_) return false;
+    std::lock_guard lock(mutex_);
+    check_saved();
+    params = params_;
+    tensors.insert(tensors.end(), saved_.begin(), saved_.end());
+    return true;
   }
   /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
   /// nothing and may run again.
@@ -134,17 +145,39 @@ class saving_node : public node<T> {
     std::lock_guard lock(mutex_);
     return released_ ? std::vector<tensor<T>>{} : saved_;
   }
+  /// Sets the fingerprint of the rule's constants (what makes the node collectable).
+  void set_params(std::uint64_t p) noexcept {
+    params_ = p;
+    has_params_ = true;
+  }
 
  protected:
   virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
 
  private:
+  /// Refuses freed or modified saved tensors (`mutex_` held).
+  void check_saved() const {
+    if (released_ && had_saved_)
+      fail("backward", "trying to backward through ", name_,
+           " a second time, but its saved tensors were freed by the first backward; "
+           "expected backward(..., {.retain_graph = true}) on the first call");
+    for (std::size_t i = 0; i < saved_.size(); ++i) {
+      const auto& t = saved_[i];
+      if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
+        fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
+             ") was modified in place after it was saved (version ", t.impl()->store->version(),
+             "); expected version ", versions_[i], " - run backward before updating it");
+    }
+  }
+
   std::string_view name_;
   mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
   std::vector<tensor<T>> saved_;
   std::vector<std::uint64_t> versions_;
+  std::uint64_t params_ = 0;
   bool had_saved_ = false;
   bool released_ = false;
+  bool has_params_ = false;
 };
 
 /// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every

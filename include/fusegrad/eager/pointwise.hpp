@@ -30,6 +30,13 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
   tensor<T> r = reduce_keepdim(g, mask, reduce_op::sum);
   return alias(r, target, contiguous_strides(target), 0);
 }
+/// The `params` of an op's tape node (`record`): its scalar and `extra` when the op's state is
+/// that scalar (every op of the op table), none otherwise (the node is not collected).
+template <Element T, class Op, class... A>
+std::optional<std::uint64_t> op_params(const Op& op, const A&... extra) {
+  if constexpr (std::is_empty_v<Op> || ops::TableOp<Op, T>) return params_of(op_scalar<T>(op), extra...);
+  else return std::nullopt;
+}
 }  // namespace detail
 
 /// Applies an element-wise op to an eager tensor, recording its backward rule on the tape.
@@ -46,7 +53,8 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
       detail::record<T>(Op::grad_fn, {x}, {&y}, std::move(saved),
                         [op](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                           return std::vector<tensor<T>>{tensor<T>(op.derivative(s[0], s[1], g[0]))};
-                        });
+                        },
+                        detail::op_params<T>(op));
     }
   }
   return y;
@@ -73,7 +81,8 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
             if (ga) r[0] = detail::sum_to(tensor<T>(op.da(s[0], s[1], s[2], g[0])), sa);
             if (gb) r[1] = detail::sum_to(tensor<T>(op.db(s[0], s[1], s[2], g[0])), sb);
             return r;
-          });
+          },
+          detail::op_params<T>(op, ga, gb));  // sa, sb: the key holds the inputs' shapes
     }
   }
   return y;

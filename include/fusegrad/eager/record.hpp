@@ -4,6 +4,10 @@
 /// `record` (and `call_opaque` for backward rules that a traced backward keeps opaque).
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -21,6 +25,28 @@ namespace fusegrad {
 
 namespace detail {
 
+/// A fingerprint of the constants a backward rule holds (`node::collect`'s `params`): integers,
+/// scalars by their bits, shapes and dim lists element by element.
+template <class... A>
+std::uint64_t params_of(const A&... a) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  auto one = [&](const auto& x, auto& self) -> void {
+    using X = std::remove_cvref_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, float>) mix(std::bit_cast<std::uint32_t>(x));
+    else if constexpr (std::is_same_v<X, double>) mix(std::bit_cast<std::uint64_t>(x));
+    else if constexpr (std::is_integral_v<X> || std::is_enum_v<X>) mix(static_cast<std::uint64_t>(x));
+    else if constexpr (std::is_same_v<X, std::string_view>) {
+      for (char c : x) mix(static_cast<unsigned char>(c));
+    } else {
+      mix(0xD1B54A32D192ED03ULL ^ static_cast<std::uint64_t>(x.size()));
+      for (const auto& e : x) self(static_cast<std::conditional_t<std::is_same_v<X, std::vector<bool>>, bool, std::remove_cvref_t<decltype(e)>>>(e), self);
+    }
+  };
+  (one(a, one), ...);
+  return h;
+}
+
 /// `f(a, b)` (`b` may be undefined): computed now, or, in a traced backward where an operand
 /// is lazy, recorded as an opaque `call` node of shape `out` that runs `f` on the values (how
 /// the backwards of matmul and views stay inside one captured graph).
@@ -28,7 +54,7 @@ template <Element T, class F>
 tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor<T>& a, const tensor<T>& b = {}) {
   if (auto* r = active_recorder<T>()) [[unlikely]]
     if (a.is_lazy() || b.is_lazy())
-      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr);
+      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr, 0);
   return f(a, b);
 }
 
@@ -67,6 +93,20 @@ class accumulate_grad final : public node<T> {
       leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
     }
     return {};
+  }
+  /// What accumulating reads: the leaf's gradient so far, if any (`params`: whether the leaf
+  /// is alive; its hooks are the caller's to collect).
+  bool collect(std::uint64_t& params, std::vector<tensor<T>>& tensors) override {
+    auto leaf = leaf_.lock();
+    if (!leaf) {
+      params = 0;
+      tensors.emplace_back();
+      return true;
+    }
+    std::lock_guard lock(leaf->mutex);
+    params = 1;
+    tensors.push_back(leaf->grad);
+    return true;
   }
   /// The leaf this node accumulates into (null if it has been destroyed).
   [[nodiscard]] tensor<T> variable() const {
@@ -137,12 +177,16 @@ std::vector<tensor<T>> detached(std::vector<tensor<T>> saved) {
 
 /// Records `name` on the tape: a node with one edge per input, saving `saved` (held as
 /// detached aliases so saving an output makes no reference cycle), producing `outputs`.
+/// `params` (see `params_of`), when given, fingerprints every constant `rule` holds besides
+/// the node's name and its inputs' and saved tensors' shapes: the node can then be collected
+/// (`node::collect`) and a compiled-autograd cache hit skips running its rule.
 template <Element T, class Rule>
 std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
                                 const std::vector<tensor<T>*>& outputs,
-                                std::vector<tensor<T>> saved, Rule rule) {
-  return attach<T>(make_pooled<rule_node<T>>(name, detached(std::move(saved)), std::move(rule)), inputs,
-                   outputs);
+                                std::vector<tensor<T>> saved, Rule rule, std::optional<std::uint64_t> params = std::nullopt) {
+  auto n = make_pooled<rule_node<T>>(name, detached(std::move(saved)), std::move(rule));
+  if (params) n->set_params(*params);
+  return attach<T>(std::move(n), inputs, outputs);
 }
 
 }  // namespace detail
