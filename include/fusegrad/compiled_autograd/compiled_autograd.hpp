@@ -153,8 +153,10 @@ struct cached_key {
   std::vector<std::uint32_t> bytes, offsets;
   std::vector<index_t> sizes;
   std::vector<char> dynamic;  ///< per entry of `sizes`
-  std::shared_ptr<const void> plan;  ///< how a hit runs the captured graph directly (a `plan<T>`; null: retrace)
-  bool no_plan = false;              ///< a capture found the tape's graph cannot be run from collected inputs
+  /// How a hit runs the captured graph directly (`plan<T>`s, one per set of sizes, most
+  /// recent first; none fits: the hit retraces and adds one).
+  std::vector<std::shared_ptr<const void>> plans;
+  bool no_plan = false;  ///< a capture found the tape's graph cannot be run from collected inputs
 };
 
 struct state {
@@ -433,6 +435,11 @@ namespace detail {
 template <Element T>
 struct plan {
   std::shared_ptr<const fusegrad::detail::jit::entry<T>> e;
+  /// The key's sizes at the capture: a plan runs on those only (equal structure, constants
+  /// and sizes trace to the same graph; the graph's own inputs do not give every size a
+  /// rule baked in, such as a sum's input shape in its backward's `call` node).
+  std::vector<index_t> key_sizes;
+  std::vector<shape> shapes;  ///< the entry's node shapes for these sizes (a shape-generic entry)
   /// Per graph input: a collected tensor (`collected::tensors` index) or root gradient `index`.
   struct source {
     bool root = false;
@@ -495,10 +502,13 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
 /// from collected values alone (a graph break, an eager fallback, an input the walk did not
 /// collect, an output that is not a leaf's gradient, a hook traced into the graph).
 template <Element T>
-std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::trace<T>::flush_record& rec, const collected<T>& col) {
+std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::trace<T>::flush_record& rec, const collected<T>& col,
+                                         const std::vector<index_t>& key_sizes) {
   if (!col.all || rec.flushes != 1 || !rec.compiled || !rec.e || rec.e->bwd || rec.e->eager) return nullptr;
   auto p = std::make_shared<plan<T>>();
   p->e = rec.e;
+  p->key_sizes = key_sizes;
+  if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
   // Every collected tensor and root gradient by its impl (one source per impl).
   std::vector<std::pair<const void*, typename plan<T>::source>> by_impl;
   for (std::size_t j = 0; j < col.tensors.size(); ++j)
@@ -579,15 +589,6 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
     inputs.push_back(t);
   }
   if (!e.accepts(inputs, false, e.alias_of)) return false;
-  std::vector<shape> shapes;
-  if (e.dynamic) {
-    try {
-      shapes = fusegrad::detail::jit::entry_shapes(e, inputs);
-    } catch (const error&) {
-      return false;
-    }
-    if (!e.fwd->fits(shapes)) return false;
-  }
   const std::vector<ir::call_fn<T>>* fns = &p.fns;
   std::vector<ir::call_fn<T>> with_hooks;
   if (!p.hooks.empty()) {
@@ -610,7 +611,7 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   std::vector<tensor<T>> res;
   {
     no_grad off;
-    res = e.fwd->run(inputs, e.dynamic ? &shapes : nullptr, fns);
+    res = e.fwd->run(inputs, e.dynamic ? &p.shapes : nullptr, fns);
   }
   inputs.clear();
   for (std::size_t o = 0; o < p.out_node.size(); ++o) {
@@ -671,18 +672,20 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
     }
   } clear_on_exit{col};
   cached_key* ck = nullptr;
-  const bool hit = lookup(make_key(roots), &ck);
+  const walk_key& key = make_key(roots);
+  const bool hit = lookup(key, &ck);
   col.grads = grads;
   fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits : fusegrad::detail::counter_cells().ca_captures);
   const bool direct = col.all && fusegrad::detail::active_recorder<T>() == nullptr;
-  if (hit && direct && ck->plan) {
-    // A hit: the captured graph runs on the collected values; no rule runs, nothing is traced.
-    auto p = std::static_pointer_cast<const plan<T>>(ck->plan);
-    if (run_plan(*p, col, retain_graph)) {
-      fusegrad::detail::bump(fusegrad::detail::counter_cells().ca_direct);
-      return;
+  if (hit && direct)
+    for (const auto& any : ck->plans) {
+      // A hit: the captured graph runs on the collected values; no rule runs, nothing is traced.
+      const auto& p = *static_cast<const plan<T>*>(any.get());
+      if (p.key_sizes == key.sizes && run_plan(p, col, retain_graph)) {
+        fusegrad::detail::bump(fusegrad::detail::counter_cells().ca_direct);
+        return;
+      }
     }
-  }
   // A miss (or a hit whose graph does not fit): the engine runs every rule under the tracer.
   using trace_t = fusegrad::detail::jit::trace<T>;
   typename trace_t::flush_record rec;
@@ -698,11 +701,16 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   fr.finish();
   tr.recording = nullptr;
   if (want_plan) {
-    auto p = make_plan<T>(rec, col);
+    auto p = make_plan<T>(rec, col, key.sizes);
     if (p && logs::enabled(logs::compiled_autograd)) logs::emit(logs::compiled_autograd, signature(*p, col));
     std::lock_guard lock(global_state().mu);
-    ck->plan = p;
     ck->no_plan = !p;
+    if (p) {
+      auto& ps = ck->plans;
+      std::erase_if(ps, [&](const auto& q) { return static_cast<const plan<T>*>(q.get())->key_sizes == p->key_sizes; });
+      ps.insert(ps.begin(), std::move(p));
+      if (ps.size() > 8) ps.pop_back();
+    }
   }
 }
 

@@ -58,12 +58,13 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
 
 /// Records a single-input layout op whose backward is `rule(g)`. In a traced backward the
 /// rule is an opaque `call` node (layouts are not in the IR), unless `traceable`. `params`
-/// (`params_of` the constants `rule` holds, `x`'s shape aside) makes the node collectable.
+/// (`params_of` the constants `rule` holds, `x`'s shape aside: the key holds it, as the
+/// output shape of `x`'s node) makes the node collectable.
 template <Element T, class Rule>
 void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule, bool traceable = false,
                    std::optional<std::uint64_t> params = std::nullopt) {
   if (!needs_grad(x)) return;
-  if (params) params = params_of(*params, x.shape(), traceable);
+  if (params) params = params_of(*params, traceable);
   record<T>(name, {x}, {&y}, {},
             [rule, name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
               if (traceable) return std::vector<tensor<T>>{rule(g[0])};
