@@ -229,7 +229,8 @@ class call_index {
 template <Element T>
 struct collected {
   std::vector<node<T>*> order;  ///< NodeCall q + 1
-  std::vector<tensor<T>> tensors;
+  std::vector<const tensor<T>*> tensors;  ///< as the nodes hold them (valid until a node runs)
+  std::vector<tensor<T>> owned;           ///< a capture's copy of `tensors`, taken before the engine runs
   std::vector<std::uint32_t> offsets;
   std::vector<tensor<T>> grads;  ///< the root gradients (given or implicit ones)
   bool all = true;               ///< every node could say what it reads (a hit may skip the rules)
@@ -343,7 +344,7 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
       // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
       // captured graph did not; see `run_plan`.)
       for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
-        if (col.tensors[j].defined()) add_shape(col.tensors[j].shape());
+        if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
         else key.sizes.push_back(-1);
       }
     }
@@ -511,8 +512,8 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
   if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
   // Every collected tensor and root gradient by its impl (one source per impl).
   std::vector<std::pair<const void*, typename plan<T>::source>> by_impl;
-  for (std::size_t j = 0; j < col.tensors.size(); ++j)
-    if (col.tensors[j].defined()) by_impl.push_back({col.tensors[j].raw_impl().get(), {false, static_cast<std::uint32_t>(j)}});
+  for (std::size_t j = 0; j < col.owned.size(); ++j)
+    if (col.owned[j].defined()) by_impl.push_back({col.owned[j].raw_impl().get(), {false, static_cast<std::uint32_t>(j)}});
   for (std::size_t j = 0; j < col.grads.size(); ++j) by_impl.push_back({col.grads[j].raw_impl().get(), {true, static_cast<std::uint32_t>(j)}});
   std::sort(by_impl.begin(), by_impl.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (std::size_t j = 1; j < by_impl.size(); ++j)
@@ -584,9 +585,9 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
     ~clear_inputs() { inputs.clear(); }
   } clear_on_exit;
   for (const auto& src : p.inputs) {
-    const tensor<T>& t = src.root ? col.grads[src.index] : col.tensors[src.index];
-    if (!t.defined()) return false;
-    inputs.push_back(t);
+    const tensor<T>* t = src.root ? &col.grads[src.index] : col.tensors[src.index];
+    if (!t || !t->defined()) return false;
+    inputs.push_back(*t);
   }
   if (!e.accepts(inputs, false, e.alias_of)) return false;
   const std::vector<ir::call_fn<T>>* fns = &p.fns;
@@ -668,6 +669,7 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
     collected<T>& c;
     ~clear_collected() {  // no tensor outlives its backward in the thread's buffers
       c.tensors.clear();
+      c.owned.clear();
       c.grads.clear();
     }
   } clear_on_exit{col};
@@ -692,7 +694,11 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   const bool want_plan = direct && !(hit && ck->no_plan);
   fusegrad::detail::jit::tracing_scope<fusegrad::detail::jit::deferred_t<void, T>> fr(global_state().programs_for(*o));
   trace_t& tr = fr.template tracer<T>();
-  if (want_plan) tr.recording = &rec;
+  if (want_plan) {
+    tr.recording = &rec;
+    col.owned.clear();  // what the nodes read before the engine frees or replaces it
+    for (const tensor<T>* t : col.tensors) col.owned.push_back(t ? *t : tensor<T>{});
+  }
   struct stop_recording {
     trace_t& t;
     ~stop_recording() { t.recording = nullptr; }

@@ -55,9 +55,10 @@ class node {
   /// (PyTorch's `compiled_args`/`collect`, for compiled autograd's cache key and the inputs of
   /// a captured backward on a cache hit): `params`, a fingerprint of the constants its rule
   /// holds (scalars, dims, which inputs take gradients), and the tensors it reads appended to
-  /// `tensors` (saved tensors, checked as `apply` checks them: the same errors). False: the
-  /// node cannot say, and its rule must run (under the tracer) every time.
-  virtual bool collect(std::uint64_t& params, std::vector<tensor<T>>& tensors) {
+  /// `tensors` (its saved tensors, checked as `apply` checks them: the same errors), as
+  /// pointers valid until the node is applied or freed. False: the node cannot say, and its
+  /// rule must run (under the tracer) every time.
+  virtual bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) {
     (void)params;
     (void)tensors;
     return false;
@@ -123,12 +124,12 @@ class saving_node : public node<T> {
   }
   /// The saved tensors, checked as `apply` checks them, and the fingerprint of the rule's
   /// constants given at record time (none: the node cannot be collected).
-  bool collect(std::uint64_t& params, std::vector<tensor<T>>& tensors) override {
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
     if (!has_params_) return false;
     std::lock_guard lock(mutex_);
     check_saved();
     params = params_;
-    tensors.insert(tensors.end(), saved_.begin(), saved_.end());
+    for (const auto& t : saved_) tensors.push_back(&t);
     return true;
   }
   /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved

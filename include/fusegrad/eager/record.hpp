@@ -94,18 +94,12 @@ class accumulate_grad final : public node<T> {
     }
     return {};
   }
-  /// What accumulating reads: the leaf's gradient so far, if any (`params`: whether the leaf
-  /// is alive; its hooks are the caller's to collect).
-  bool collect(std::uint64_t& params, std::vector<tensor<T>>& tensors) override {
+  /// What accumulating reads: the leaf's gradient so far (null: the leaf is gone; `params`:
+  /// whether it is alive; its hooks are the caller's to collect).
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
     auto leaf = leaf_.lock();
-    if (!leaf) {
-      params = 0;
-      tensors.emplace_back();
-      return true;
-    }
-    std::lock_guard lock(leaf->mutex);
-    params = 1;
-    tensors.push_back(leaf->grad);
+    params = leaf ? 1 : 0;
+    tensors.push_back(leaf ? &leaf->grad : nullptr);  // the leaf's owners keep it alive
     return true;
   }
   /// The leaf this node accumulates into (null if it has been destroyed).
