@@ -184,20 +184,24 @@ inline state& global_state() {
   return s;
 }
 
-/// Node pointer -> NodeCall index, open addressing (reused: no allocation once warm).
+/// Node pointer -> NodeCall index, open addressing (reused: no allocation once warm; a new
+/// generation empties it without touching its slots).
 class call_index {
  public:
   void clear() {
     if (slots_.empty()) slots_.resize(64);
-    std::fill(slots_.begin(), slots_.end(), slot{});
+    if (++gen_ == 0) {  // wrapped: every stale slot could look current
+      std::fill(slots_.begin(), slots_.end(), slot{});
+      gen_ = 1;
+    }
     count_ = 0;
   }
   /// The index of `p`, given `next` if it has none yet; second: it was new.
   std::pair<int, bool> find_or_add(const void* p, int next) {
     if (2 * (count_ + 1) > slots_.size()) grow();
-    slot& s = probe(slots_, p);
-    if (s.key == p) return {s.value, false};
-    s = {p, next};
+    slot& s = probe(slots_, p, gen_);
+    if (s.gen == gen_) return {s.value, false};
+    s = {p, next, gen_};
     ++count_;
     return {next, true};
   }
@@ -206,21 +210,24 @@ class call_index {
   struct slot {
     const void* key = nullptr;
     int value = -1;
+    std::uint32_t gen = 0;
   };
-  static slot& probe(std::vector<slot>& v, const void* p) {
+  /// `p`'s slot of this generation, or the free (stale) slot where it goes.
+  static slot& probe(std::vector<slot>& v, const void* p, std::uint32_t gen) {
     const std::size_t mask = v.size() - 1;
     std::size_t i = static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
-    while (v[i].key && v[i].key != p) i = (i + 1) & mask;
+    while (v[i].gen == gen && v[i].key != p) i = (i + 1) & mask;
     return v[i];
   }
   void grow() {
     std::vector<slot> bigger(slots_.size() * 2);
     for (const slot& s : slots_)
-      if (s.key) probe(bigger, s.key) = s;
+      if (s.gen == gen_) probe(bigger, s.key, gen_) = s;
     slots_.swap(bigger);
   }
   std::vector<slot> slots_;
   std::size_t count_ = 0;
+  std::uint32_t gen_ = 0;
 };
 
 /// What the key walk collects from the nodes of one tape (`node::collect`), in NodeCall order:
@@ -371,6 +378,11 @@ inline bool lookup(const walk_key& key, cached_key** found = nullptr) {
   for (auto& c : st.keys) {
     std::size_t p = 0;
     const std::size_t m = std::min(key.size(), c.structure.size());
+    if (c.structure.size() == key.size() && c.sizes == key.sizes && c.offsets == key.offsets &&
+        std::equal(c.structure.begin(), c.structure.end(), key.structure.begin())) {
+      if (found) *found = &c;  // the common hit: everything equal (memcmp-speed compares)
+      return true;
+    }
     while (p < m && c.structure[p] == key.structure[p]) ++p;
     if (p == key.size() && p == c.structure.size()) {
       // Same structure: a hit unless a static size changed.
