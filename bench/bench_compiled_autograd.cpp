@@ -10,23 +10,27 @@
 //   BM_chain_backward/<variant>/N   a 20-layer pointwise chain h <- tanh(h * w_i), loss = sum(h),
 //       with x and the 20 weights w_i (N elements each) requiring grad:
 //       eager     the eager engine: 20 TanhBackward + 20 MulBackward nodes, each a pass over memory
-//       compiled  compiled autograd (fused backend): key walk, engine traced, one tile program
+//       compiled  compiled autograd (fused backend): a cache hit collects the saved tensors in
+//                 the key walk and runs the captured tile program on them (no rule runs)
 //       hand_saved  one hand-written xsimd pass over the saved activations the tape holds,
 //                 writing the 21 gradients (the memory-bound optimum for this tape)
 //       hand      one hand-written xsimd pass that recomputes the chain per element from x
 //                 and the weights (fewer bytes, 20 tanh per element: compute-bound)
 //   BM_mlp_backward/<variant>/N   a 3-layer MLP, width 64, batch N / 64: linear, tanh, linear,
-//       tanh, linear(64, 1), sum. Its matmul and transpose backwards break the captured graph
-//       (see docs/compiled_autograd.md), so compiled autograd runs the pointwise parts between
-//       them as programs; the eager engine is the reference.
+//       tanh, linear(64, 1), sum. Its matmul and transpose backwards are `call` nodes of the
+//       one captured graph; the eager engine is the reference.
 //   BM_key_lookup/K   the cache key of a K-node tape (a chain of K - 2 multiplications, a sum,
-//       AccumulateGrad) built and looked up (a hit): the fixed cost compiled autograd adds to a
-//       backward before anything runs. Goal: < 5 us at K = 100.
+//       AccumulateGrad) built and looked up (a hit), its saved tensors collected in the same
+//       walk: the fixed cost compiled autograd adds to a backward before the captured graph
+//       runs. Goal: <= 30 ns per node at K = 101.
+//   BM_linear_step/<variant>   the seed's Linear(10, 10) training step: sum(linear(x)) for x of
+//       10 elements, backward, SGD step.
 //   BM_tiny_backward/<variant>   the 20-layer chain at N = 16: the whole per-backward overhead.
 
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "fusegrad/fusegrad.hpp"
@@ -225,6 +229,29 @@ void BM_key_lookup(benchmark::State& state) {
   fg::compiled_autograd::reset();
 }
 
+/// The seed's training step: `loss = sum(linear(x))` for a Linear(10, 10) and x of 10
+/// elements, its backward, an SGD step (forward, backward and update all timed).
+void linear_step(benchmark::State& state, bool compiled) {
+  fg::nn::linear<float> lin(10, 10, true, 7);
+  fg::nn::sgd<float> opt(lin.parameters(), 1e-3f);
+  const auto x = fg::randn<float>({10}, 8);
+  std::optional<fg::compiled_autograd::enable> on;
+  if (compiled) on.emplace();
+  auto step = [&] {
+    for (auto& p : lin.parameters()) p.zero_grad();
+    fg::sum(lin(x)).backward();
+    opt.step();
+  };
+  step();
+  step();
+  for (auto _ : state) {
+    step();
+    benchmark::ClobberMemory();
+  }
+}
+void BM_linear_step_eager(benchmark::State& state) { linear_step(state, false); }
+void BM_linear_step_compiled(benchmark::State& state) { linear_step(state, true); }
+
 void BM_tiny_backward_eager(benchmark::State& state) {
   chain c(16);
   time_backward<eager_scope>(state, c);
@@ -236,12 +263,20 @@ void BM_tiny_backward_compiled(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_chain_backward_eager)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_chain_backward_compiled)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_chain_backward_hand_saved)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+// Eager and compiled side by side, size by size (the ratios compare neighbours in one run).
+BENCHMARK(BM_chain_backward_eager)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_compiled)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_hand_saved)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_eager)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_compiled)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_hand_saved)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_chain_backward_hand)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_mlp_backward_eager)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_mlp_backward_compiled)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_key_lookup)->Arg(10)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_backward_eager)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_backward_compiled)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_backward_eager)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_backward_compiled)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_linear_step_eager)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_linear_step_compiled)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_key_lookup)->Arg(11)->Arg(101)->Arg(1001)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_backward_eager)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_backward_compiled)->Unit(benchmark::kMicrosecond);

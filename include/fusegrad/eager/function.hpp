@@ -3,6 +3,7 @@
 /// Custom differentiable ops (fusegrad/ops/function.hpp) on eager tensors: `F::forward` runs
 /// without recording, and one tape node named `F::name` runs `F::backward`.
 
+#include <cstdint>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -13,6 +14,11 @@
 namespace fusegrad {
 
 namespace detail {
+/// One address per function type: a user node's `params` (its rule is `F::backward`, which
+/// holds no state; two functions of one name stay apart).
+template <class F>
+inline const char function_tag = 0;
+
 template <Element T, class Tuple, std::size_t... I>
 Tuple tuple_from(const std::vector<tensor<T>>& v, std::index_sequence<I...>) {
   return Tuple(v[I]...);
@@ -67,7 +73,9 @@ tensor<T> apply_function(function_tag<F>, const tensor<T>& first, const Rest&...
                         grads.push_back(tensor<T>(r));
                       }
                       return grads;
-                    });
+                    },
+                    // Collectable by default: the rule reads the saved tensors and nothing else.
+                    detail::params_of(reinterpret_cast<std::uintptr_t>(&detail::function_tag<F>)));
   return out;
 }
 

@@ -37,7 +37,7 @@ template <Element T>
 tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
   if (!h.traced)
     if (auto* r = active_recorder<T>()) [[unlikely]]
-      return r->call(true, "hook", g.shape(), [h](const tensor<T>& v, const tensor<T>&) { return apply_hook(h, v); }, g, nullptr);
+      return r->call(true, "hook", g.shape(), [h](const tensor<T>& v, const tensor<T>&) { return apply_hook(h, v); }, g, nullptr, h.id);
   return apply_hook(h, std::move(g));
 }
 

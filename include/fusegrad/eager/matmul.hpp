@@ -80,7 +80,7 @@ tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
                                                         g[0], s[0]);
                         return r;
                       },
-                      /*double_backward=*/true);
+                      detail::params_of(ga, gb), detail::double_backward::supported);
   }
   return y;
 }
@@ -107,7 +107,7 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
                                                         g[0], s[0]);
                         return r;
                       },
-                      /*double_backward=*/true);
+                      detail::params_of(ga, gb), detail::double_backward::supported);
   }
   return y;
 }

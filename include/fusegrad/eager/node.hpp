@@ -51,6 +51,18 @@ class node {
   virtual void release_saved() {}
   /// The tensors this node saved for backward (empty once released).
   [[nodiscard]] virtual std::vector<tensor<T>> saved_tensors() const { return {}; }
+  /// What `apply` reads besides its incoming gradients, handed over without running it
+  /// (PyTorch's `compiled_args`/`collect`, for compiled autograd's cache key and the inputs of
+  /// a captured backward on a cache hit): `params`, a fingerprint of the constants its rule
+  /// holds (scalars, dims, which inputs take gradients), and the tensors it reads appended to
+  /// `tensors` (its saved tensors, checked as `apply` checks them: the same errors), as
+  /// pointers valid until the node is applied or freed. False: the node cannot say, and its
+  /// rule must run (under the tracer) every time.
+  virtual bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) {
+    (void)params;
+    (void)tensors;
+    return false;
+  }
 
   [[nodiscard]] const std::vector<edge<T>>& next_edges() const noexcept { return edges_; }
   [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
@@ -107,22 +119,22 @@ class saving_node : public node<T> {
   /// run it in turn, and one that frees it makes the other's a clean error.
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
     std::lock_guard lock(mutex_);
-    if (released_ && had_saved_)
-      fail("backward", "trying to backward through ", name_,
-           " a second time, but its saved tensors were freed by the first backward; "
-           "expected backward(..., {.retain_graph = true}) on the first call");
-    for (std::size_t i = 0; i < saved_.size(); ++i) {
-      const auto& t = saved_[i];
-      if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
-        fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
-             ") was modified in place after it was saved (version ", t.impl()->store->version(),
-             "); expected version ", versions_[i], " - run backward before updating it");
-    }
+    check_saved();
     // A backward with create_graph runs with grad mode on: the rule's ops are recorded, on
     // the saved tensors as they were in the forward (the outputs of this node reconnected).
     if (is_grad_enabled()) [[unlikely]]
       return apply_with_graph(grads);
     return run_rule(saved_, grads);
+  }
+  /// The saved tensors, checked as `apply` checks them, and the fingerprint of the rule's
+  /// constants given at record time (none: the node cannot be collected).
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
+    if (!has_params_) return false;
+    std::lock_guard lock(mutex_);
+    check_saved();
+    params = params_;
+    for (const auto& t : saved_) tensors.push_back(&t);
+    return true;
   }
   /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
   /// nothing and may run again.
@@ -149,6 +161,11 @@ class saving_node : public node<T> {
     std::lock_guard lock(mutex_);
     return released_ ? std::vector<tensor<T>>{} : saved_;
   }
+  /// Sets the fingerprint of the rule's constants (what makes the node collectable).
+  void set_params(std::uint64_t p) noexcept {
+    params_ = p;
+    has_params_ = true;
+  }
 
  protected:
   virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
@@ -156,6 +173,20 @@ class saving_node : public node<T> {
  private:
   /// `apply` in a create_graph backward (defined in record.hpp, with the tape's recording).
   std::vector<tensor<T>> apply_with_graph(std::vector<tensor<T>>& grads);
+  /// Refuses freed or modified saved tensors (`mutex_` held).
+  void check_saved() const {
+    if (released_ && had_saved_)
+      fail("backward", "trying to backward through ", name_,
+           " a second time, but its saved tensors were freed by the first backward; "
+           "expected backward(..., {.retain_graph = true}) on the first call");
+    for (std::size_t i = 0; i < saved_.size(); ++i) {
+      const auto& t = saved_[i];
+      if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
+        fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
+             ") was modified in place after it was saved (version ", t.impl()->store->version(),
+             "); expected version ", versions_[i], " - run backward before updating it");
+    }
+  }
 
   std::string_view name_;
   mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
@@ -164,8 +195,10 @@ class saving_node : public node<T> {
   std::vector<int> output_slot_;  ///< per saved tensor: which output of this node it is, or -1 (empty: none)
   std::weak_ptr<node<T>> self_;
   bool double_backward_ = false;
+  std::uint64_t params_ = 0;
   bool had_saved_ = false;
   bool released_ = false;
+  bool has_params_ = false;
 };
 
 /// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every

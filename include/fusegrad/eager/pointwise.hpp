@@ -35,8 +35,15 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
               [from = s](const std::vector<tensor<T>>&, std::vector<tensor<T>>& gy) {
                 return std::vector<tensor<T>>{gy[0].expand(from)};
               },
-              /*double_backward=*/true);
+              std::nullopt, double_backward::supported);
   return y;
+}
+/// The `params` of an op's tape node (`record`): its scalar and `extra` when the op's state is
+/// that scalar (every op of the op table), none otherwise (the node is not collected).
+template <Element T, class Op, class... A>
+std::optional<std::uint64_t> op_params(const Op& op, const A&... extra) {
+  if constexpr (std::is_empty_v<Op> || ops::TableOp<Op, T>) return params_of(op_scalar<T>(op), extra...);
+  else return std::nullopt;
 }
 }  // namespace detail
 
@@ -55,7 +62,7 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
                         [op](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                           return std::vector<tensor<T>>{tensor<T>(op.derivative(s[0], s[1], g[0]))};
                         },
-                        /*double_backward=*/true);
+                        detail::op_params<T>(op), detail::double_backward::supported);
     }
   }
   return y;
@@ -83,7 +90,7 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
             if (gb) r[1] = detail::sum_to(tensor<T>(op.db(s[0], s[1], s[2], g[0])), sb);
             return r;
           },
-          /*double_backward=*/true);
+          detail::op_params<T>(op, ga, gb), detail::double_backward::supported);  // sa, sb: the key holds the inputs' shapes
     }
   }
   return y;

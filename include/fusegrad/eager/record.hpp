@@ -4,6 +4,10 @@
 /// `record` (and `call_opaque` for backward rules that a traced backward keeps opaque).
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -21,6 +25,28 @@ namespace fusegrad {
 
 namespace detail {
 
+/// A fingerprint of the constants a backward rule holds (`node::collect`'s `params`): integers,
+/// scalars by their bits, shapes and dim lists element by element.
+template <class... A>
+std::uint64_t params_of(const A&... a) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  auto one = [&](const auto& x, auto& self) -> void {
+    using X = std::remove_cvref_t<decltype(x)>;
+    if constexpr (std::is_same_v<X, float>) mix(std::bit_cast<std::uint32_t>(x));
+    else if constexpr (std::is_same_v<X, double>) mix(std::bit_cast<std::uint64_t>(x));
+    else if constexpr (std::is_integral_v<X> || std::is_enum_v<X>) mix(static_cast<std::uint64_t>(x));
+    else if constexpr (std::is_same_v<X, std::string_view>) {
+      for (char c : x) mix(static_cast<unsigned char>(c));
+    } else {
+      mix(0xD1B54A32D192ED03ULL ^ static_cast<std::uint64_t>(x.size()));
+      for (const auto& e : x) self(static_cast<std::conditional_t<std::is_same_v<X, std::vector<bool>>, bool, std::remove_cvref_t<decltype(e)>>>(e), self);
+    }
+  };
+  (one(a, one), ...);
+  return h;
+}
+
 /// `f(a, b)` (`b` may be undefined): computed now, or, in a traced backward where an operand
 /// is lazy, recorded as an opaque `call` node of shape `out` that runs `f` on the values (how
 /// the backwards of matmul and views stay inside one captured graph).
@@ -28,7 +54,7 @@ template <Element T, class F>
 tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor<T>& a, const tensor<T>& b = {}) {
   if (auto* r = active_recorder<T>()) [[unlikely]]
     if (a.is_lazy() || b.is_lazy())
-      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr);
+      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr, 0);
   return f(a, b);
 }
 
@@ -69,6 +95,14 @@ class accumulate_grad final : public node<T> {
       leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
     }
     return {};
+  }
+  /// What accumulating reads: the leaf's gradient so far (null: the leaf is gone; `params`:
+  /// whether it is alive; its hooks are the caller's to collect).
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
+    auto leaf = leaf_.lock();
+    params = leaf ? 1 : 0;
+    tensors.push_back(leaf ? &leaf->grad : nullptr);  // the leaf's owners keep it alive
+    return true;
   }
   /// The leaf this node accumulates into (null if it has been destroyed).
   [[nodiscard]] tensor<T> variable() const {
@@ -129,15 +163,24 @@ std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, const std::vector<te
   return n;
 }
 
+/// Whether a node's backward rule is written with recording ops, so that a create_graph
+/// backward through it can be differentiated again (a type of its own: it follows `params` in
+/// `record`'s arguments, and a bool would convert to either).
+enum class double_backward : bool { unsupported = false, supported = true };
+
 /// Records `name` on the tape: a node with one edge per input, saving `saved`, producing
 /// `outputs`. A saved output is held as a detached alias (no reference cycle through the
 /// node) and reconnected to this node when a create_graph backward unpacks it; saved inputs
-/// are held as they are, with their history. `double_backward`: the rule is written with
-/// recording ops (see `saving_node::set_double_backward`).
+/// are held as they are, with their history. `params` (see `params_of`), when given,
+/// fingerprints every constant `rule` holds besides the node's name and its inputs' and saved
+/// tensors' shapes: the node can then be collected (`node::collect`) and a compiled-autograd
+/// cache hit skips running its rule. `twice`: the rule is written with recording ops, so a
+/// create_graph backward through it is differentiable (see `saving_node::set_double_backward`).
 template <Element T, class Rule>
 std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
                                 const std::vector<tensor<T>*>& outputs,
-                                std::vector<tensor<T>> saved, Rule rule, bool double_backward = false) {
+                                std::vector<tensor<T>> saved, Rule rule, std::optional<std::uint64_t> params = std::nullopt,
+                                double_backward twice = double_backward::unsupported) {
   std::vector<int> output_slot;
   for (std::size_t k = 0; k < saved.size(); ++k) {
     if (!saved[k].defined()) continue;
@@ -150,7 +193,8 @@ std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<
   }
   auto n = make_pooled<rule_node<T>>(name, std::move(saved), std::move(rule));
   if (!output_slot.empty()) n->set_saved_outputs(std::move(output_slot), n);
-  n->set_double_backward(double_backward);
+  if (params) n->set_params(*params);
+  n->set_double_backward(twice == double_backward::supported);
   return attach<T>(std::move(n), inputs, outputs);
 }
 

@@ -48,10 +48,10 @@ struct recorder {
                                         const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>* fns) = 0;
   /// A function the tracer does not see into, called on `a` (and `*b`) when the graph runs:
   /// a `call_hook` node (a tensor hook; `out` is `a`'s shape) or a `call` node giving shape
-  /// `out` (named `name` in the printed graph).
+  /// `out` (named `name` in the printed graph). `hook_id`: the hook's id (0 for a `call`).
   virtual tensor<T> call(bool hook, std::string_view name, const shape& out,
                          std::function<tensor<T>(const tensor<T>&, const tensor<T>&)> fn, const tensor<T>& a,
-                         const tensor<T>* b) = 0;
+                         const tensor<T>* b, std::uint64_t hook_id) = 0;
   /// Brackets the nodes of an inlined backward (a compiled function's): `inline_end(from)`,
   /// `from` what `inline_begin()` returned, names them `aot<id>_<k>` in the printed graph.
   virtual std::size_t inline_begin() = 0;

@@ -46,7 +46,8 @@ tensor<T> sum(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
   if (detail::active_recorder<T>()) [[unlikely]]
     return y;  // traced: the tracer derives the backward
   detail::record_layout(std::string_view(dims.empty() ? "SumBackward0" : "SumBackward1"), x, y,
-                        [from = x.shape(), mask](const tensor<T>& g) { return detail::unreduce(g, from, mask); });
+                        [from = x.shape(), mask](const tensor<T>& g) { return detail::unreduce(g, from, mask); }, false,
+                        detail::params_of(mask));
   return y;
 }
 /// Sum of all elements, as a 0-d tensor.
@@ -67,7 +68,8 @@ tensor<T> mean(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdi
   detail::record_layout(std::string_view(dims.empty() ? "MeanBackward0" : "MeanBackward1"), x, y,
                         [from = x.shape(), mask, n](const tensor<T>& g) {
                           return detail::unreduce(tensor<T>(g / static_cast<T>(n)), from, mask);
-                        });
+                        },
+                        false, detail::params_of(mask, n));
   return y;
 }
 template <Element T> tensor<T> mean(const tensor<T>& x) { return mean(x, std::vector<index_t>{}); }
@@ -95,7 +97,7 @@ tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
                         return std::vector<tensor<T>>{
                             tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
                       },
-                      /*double_backward=*/true);
+                      std::nullopt, detail::double_backward::supported);
   }
   return y;
 }

@@ -159,7 +159,7 @@ tensor<T> index_select(const tensor<T>& x, index_t dim, const std::vector<index_
       detail::copy_into(dst, tensor<T>(dst + slice(gc, static_cast<index_t>(d), static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
     }
     return z;
-  }, /*traceable=*/false, /*double_backward=*/false);
+  }, /*traceable=*/false, std::nullopt, detail::double_backward::unsupported);
   return y;
 }
 

@@ -57,17 +57,20 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
 }
 
 /// Records a single-input layout op whose backward is `rule(g)`. In a traced backward the
-/// rule is an opaque `call` node (layouts are not in the IR), unless `traceable`.
+/// rule is an opaque `call` node (layouts are not in the IR), unless `traceable`. `params`
+/// (`params_of` the constants `rule` holds, `x`'s shape aside: the key holds it, as the
+/// output shape of `x`'s node) makes the node collectable.
 template <Element T, class Rule>
 void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule, bool traceable = false,
-                   bool double_backward = true) {
+                   std::optional<std::uint64_t> params = std::nullopt, double_backward twice = double_backward::supported) {
   if (!needs_grad(x)) return;
+  if (params) params = params_of(*params, traceable);
   record<T>(name, {x}, {&y}, {},
             [rule, name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
               if (traceable) return std::vector<tensor<T>>{rule(g[0])};
               return std::vector<tensor<T>>{call_opaque<T>(name, from, [rule](const tensor<T>& v, const tensor<T>&) { return rule(v); }, g[0])};
             },
-            double_backward);
+            params, twice);
 }
 
 }  // namespace detail
@@ -76,7 +79,7 @@ void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule
 template <Element T>
 tensor<T> clone(const tensor<T>& x) {
   tensor<T> y = detail::contiguous_copy(x);
-  detail::record_layout(std::string_view("CloneBackward0"), x, y, [](const tensor<T>& g) { return g; }, /*traceable=*/true);
+  detail::record_layout(std::string_view("CloneBackward0"), x, y, [](const tensor<T>& g) { return g; }, /*traceable=*/true, detail::params_of(0));
   return y;
 }
 
@@ -95,7 +98,7 @@ tensor<T> view(const tensor<T>& x, const shape& s) {
   shape to = detail::infer_shape("view", x.shape(), s);
   tensor<T> y = detail::alias(x, to, contiguous_strides(to), x.offset());
   detail::record_layout(std::string_view("ViewBackward0"), x, y,
-                        [from = x.shape()](const tensor<T>& g) { return g.reshape(from); });
+                        [from = x.shape()](const tensor<T>& g) { return g.reshape(from); }, false, detail::params_of(0));
   return y;
 }
 
@@ -134,7 +137,7 @@ tensor<T> expand(const tensor<T>& x, const shape& s) {
   check_shape("expand", to);
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("ExpandBackward0"), x, y,
-                        [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); }, /*traceable=*/true);
+                        [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); }, /*traceable=*/true, detail::params_of(0));
   return y;
 }
 
@@ -157,7 +160,7 @@ tensor<T> permute(const tensor<T>& x, const std::vector<index_t>& dims) {
   }
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("PermuteBackward0"), x, y,
-                        [inv](const tensor<T>& g) { return g.permute(inv); });
+                        [inv](const tensor<T>& g) { return g.permute(inv); }, false, detail::params_of(inv));
   return y;
 }
 
@@ -173,7 +176,7 @@ tensor<T> transpose(const tensor<T>& x, index_t d0, index_t d1) {
   }
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("TransposeBackward0"), x, y,
-                        [d0, d1](const tensor<T>& g) { return g.transpose(d0, d1); });
+                        [d0, d1](const tensor<T>& g) { return g.transpose(d0, d1); }, false, detail::params_of(d0, d1));
   return y;
 }
 
@@ -199,7 +202,7 @@ tensor<T> select(const tensor<T>& x, index_t d, index_t i) {
                           detail::copy_into(select(z, static_cast<index_t>(dd), ii), g);
                           return z;
                         },
-                        /*traceable=*/false, /*double_backward=*/false);
+                        false, detail::params_of(dd, ii), detail::double_backward::unsupported);
   return y;
 }
 
@@ -225,7 +228,7 @@ tensor<T> slice(const tensor<T>& x, index_t d, index_t start, index_t stop, inde
                           detail::copy_into(slice(z, static_cast<index_t>(dd), b, e, step), g);
                           return z;
                         },
-                        /*traceable=*/false, /*double_backward=*/false);
+                        false, detail::params_of(dd, b, e, step), detail::double_backward::unsupported);
   return y;
 }
 
@@ -240,7 +243,7 @@ tensor<T> unsqueeze(const tensor<T>& x, index_t d) {
   st.insert(st.begin() + static_cast<std::ptrdiff_t>(dd), inner);
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("UnsqueezeBackward0"), x, y,
-                        [dd](const tensor<T>& g) { return g.squeeze(static_cast<index_t>(dd)); });
+                        [dd](const tensor<T>& g) { return g.squeeze(static_cast<index_t>(dd)); }, false, detail::params_of(dd));
   return y;
 }
 
@@ -256,7 +259,7 @@ tensor<T> squeeze(const tensor<T>& x, index_t d) {
   st.erase(st.begin() + static_cast<std::ptrdiff_t>(dd));
   tensor<T> y = detail::alias(x, to, st, x.offset());
   detail::record_layout(std::string_view("SqueezeBackward1"), x, y,
-                        [dd](const tensor<T>& g) { return g.unsqueeze(static_cast<index_t>(dd)); });
+                        [dd](const tensor<T>& g) { return g.unsqueeze(static_cast<index_t>(dd)); }, false, detail::params_of(dd));
   return y;
 }
 
@@ -299,7 +302,7 @@ tensor<T> cat(const std::vector<tensor<T>>& xs, index_t d = 0) {
                         }
                         return r;
                       },
-                      /*double_backward=*/true);
+                      std::nullopt, detail::double_backward::supported);
   }
   return y;
 }

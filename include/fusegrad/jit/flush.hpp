@@ -59,6 +59,10 @@ void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
 template <Element T>
 void trace<T>::flush(std::string_view why, bool is_break) {
   if (g_.empty()) return;
+  if (recording) {
+    ++recording->flushes;
+    recording->compiled = false;
+  }
   function_state& st = *st_;
   if (is_break) {
     if (st.opts.fullgraph)
@@ -214,6 +218,16 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   if (dyn) fwd_shapes.assign(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
   std::vector<tensor<T>> res = e->fwd->run(inputs_, dyn ? &fwd_shapes : nullptr, &calls_);
   for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], res[p]);
+  if (recording) {
+    recording->compiled = true;
+    recording->e = e;
+    recording->inputs = inputs_;
+    recording->targets.clear();
+    for (const auto& t : targets) recording->targets.push_back(t.get());
+    recording->calls = calls_;
+    recording->call_hook_ids = call_hook_ids_;
+    recording->call_hook_ids.resize(calls_.size());
+  }
   if (e->bwd) {
     std::vector<tensor<T>> saved(res.begin() + static_cast<std::ptrdiff_t>(outs.size()), res.end());
     std::vector<tensor<T>> grad_outs;

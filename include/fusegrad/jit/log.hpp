@@ -35,12 +35,13 @@ struct jit_counters {
   std::uint64_t fallbacks = 0;      ///< graphs run eagerly (recompile limit reached, or too large)
   std::uint64_t compiled_autograd_captures = 0;  ///< backward passes captured (cache misses)
   std::uint64_t compiled_autograd_hits = 0;      ///< backward passes whose tape matched a cached key
+  std::uint64_t compiled_autograd_direct = 0;    ///< hits that ran the captured graph on collected inputs (no rule run)
 };
 
 namespace detail {
 struct jit_counter_cells {
   std::atomic<std::uint64_t> unique_graphs{0}, graph_breaks{0}, cache_hits{0}, cache_misses{0}, recompiles{0},
-      fallbacks{0}, ca_captures{0}, ca_hits{0};
+      fallbacks{0}, ca_captures{0}, ca_hits{0}, ca_direct{0};
 };
 inline jit_counter_cells& counter_cells() noexcept {
   static jit_counter_cells c;
@@ -54,13 +55,13 @@ inline jit_counters counters() noexcept {
   auto& c = detail::counter_cells();
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   return {r(c.unique_graphs), r(c.graph_breaks), r(c.cache_hits), r(c.cache_misses),
-          r(c.recompiles),    r(c.fallbacks),    r(c.ca_captures), r(c.ca_hits)};
+          r(c.recompiles),    r(c.fallbacks),    r(c.ca_captures), r(c.ca_hits), r(c.ca_direct)};
 }
 /// Sets every counter to zero.
 inline void reset_counters() noexcept {
   auto& c = detail::counter_cells();
   for (auto* a : {&c.unique_graphs, &c.graph_breaks, &c.cache_hits, &c.cache_misses, &c.recompiles, &c.fallbacks,
-                  &c.ca_captures, &c.ca_hits})
+                  &c.ca_captures, &c.ca_hits, &c.ca_direct})
     a->store(0, std::memory_order_relaxed);
 }
 

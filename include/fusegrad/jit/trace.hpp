@@ -97,6 +97,8 @@ class trace final : public recorder<T>, public lazy_source {
                " were given; expected one function per call slot");
         calls_.push_back((*fns)[static_cast<std::size_t>(n.index)]);
         call_names_.emplace_back(n.kind == ir::node_kind::call_hook ? "hook" : "call");
+        call_hook_ids_.resize(calls_.size());
+        call_hook_ids_.back() = ~std::uint64_t{0};  // a replayed graph's hook: not one of the tape's
         n.index = static_cast<int>(calls_.size()) - 1;
       }
       map[k] = g_.add_copy(std::move(n));
@@ -112,13 +114,15 @@ class trace final : public recorder<T>, public lazy_source {
     return out;
   }
   tensor<T> call(bool hook, std::string_view name, const shape& out, ir::call_fn<T> fn, const tensor<T>& a,
-                 const tensor<T>* b) override {
+                 const tensor<T>* b, std::uint64_t hook_id) override {
     split_on_grad_mode();
     const int ia = node_of(a), ib = b ? node_of(*b) : -1;
     const int slot = static_cast<int>(calls_.size());
     const int id = hook ? g_.add_call_hook(ia, slot) : g_.add_call(ia, ib, slot, out);
     calls_.push_back(std::move(fn));
     call_names_.emplace_back(name);
+    call_hook_ids_.resize(calls_.size());
+    call_hook_ids_.back() = hook ? hook_id : 0;
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
@@ -151,6 +155,20 @@ class trace final : public recorder<T>, public lazy_source {
 
   /// Compiles (or fetches) and runs the pending graph; `is_break`: a sync point asked.
   void flush(std::string_view why, bool is_break);
+
+  /// What a flush hands to a compiled-autograd capture that asked (`recording`): how many
+  /// graphs were flushed, and for the last one, run as a compiled program, its cache entry,
+  /// inputs, the lazy tensors its outputs went to, and its call slots' functions and hook ids.
+  struct flush_record {
+    int flushes = 0;
+    bool compiled = false;
+    std::shared_ptr<const entry<T>> e;
+    std::vector<tensor<T>> inputs;
+    std::vector<const tensor_impl<T>*> targets;
+    std::vector<ir::call_fn<T>> calls;
+    std::vector<std::uint64_t> call_hook_ids;
+  };
+  flush_record* recording = nullptr;
 
   /// After an exception: the tensors still lazy can never be computed.
   void abandon() noexcept {
@@ -208,6 +226,7 @@ class trace final : public recorder<T>, public lazy_source {
     targets_.clear();
     calls_.clear();
     call_names_.clear();
+    call_hook_ids_.clear();
     aot_.clear();
     accumulated_.clear();
     hooks_.clear();
@@ -244,6 +263,7 @@ class trace final : public recorder<T>, public lazy_source {
   std::vector<arg_name> names_;
   std::vector<ir::call_fn<T>> calls_;     ///< the functions of the graph's call nodes, by slot
   std::vector<std::string> call_names_;  ///< their names, for the printed graph
+  std::vector<std::uint64_t> call_hook_ids_;  ///< per slot: the tape hook's id (0: a call; ~0: a replayed graph's)
   // For the printed graph: inlined backwards (node, aot id, node in its backward graph) and
   // the values AccumulateGrad hands to leaves.
   struct aot_node {

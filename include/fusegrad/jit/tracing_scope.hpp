@@ -83,6 +83,12 @@ class tracing_scope {
       }
     }
   }
+  /// This scope's tracer of element type `T`.
+  template <Element T>
+  trace<T>& tracer() noexcept {
+    if constexpr (std::is_same_v<T, float>) return t_->f;
+    else return t_->d;
+  }
   void finish() {
     t_->f.flush("the end of the function", false);
     t_->d.flush("the end of the function", false);
