@@ -2,12 +2,32 @@
 // The built-in element-wise ops, one line each, as generic functions of one or two operands,
 // with a domain to sample: the functional transforms' tests run every transform over every
 // entry (against the eager engine and finite differences). A new op joins with one line.
+#include <cmath>
 #include <string_view>
+#include <vector>
 #include <tuple>
 
 #include <fusegrad/fusegrad.hpp>
 
 namespace fusegrad_test {
+
+/// |a - b| within `tol` relative to 1 + |b|.
+inline bool close(double a, double b, double tol = 1e-12) { return std::abs(a - b) <= tol * (1 + std::abs(b)); }
+
+/// `n` points spread over [lo, hi] (deterministic, not sorted).
+inline std::vector<double> sample(double lo, double hi, int n, double phase = 0.0) {
+  std::vector<double> r(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = lo + (hi - lo) * std::fmod(0.05 + phase + i * 0.6180339887, 0.9);
+  return r;
+}
+
+/// A double leaf that requires grad.
+inline fusegrad::tensor<double> leaf(const std::vector<double>& v) {
+  auto t = fusegrad::from_vector<double>(v);
+  t.requires_grad(true);
+  return t;
+}
+
 
 template <class F>
 struct op_case {

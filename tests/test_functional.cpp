@@ -21,20 +21,9 @@ namespace {
 
 constexpr double h = 1e-6;
 
-bool close(double a, double b, double tol = 1e-12) { return std::abs(a - b) <= tol * (1 + std::abs(b)); }
-
-/// `n` points spread over [lo, hi] (deterministic, not sorted).
-std::vector<double> sample(double lo, double hi, int n, double phase = 0.0) {
-  std::vector<double> r(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = lo + (hi - lo) * std::fmod(0.05 + phase + i * 0.6180339887, 0.9);
-  return r;
-}
-
-fg::tensor<double> leaf(const std::vector<double>& v) {
-  auto t = fg::from_vector<double>(v);
-  t.requires_grad(true);
-  return t;
-}
+using fusegrad_test::close;
+using fusegrad_test::leaf;
+using fusegrad_test::sample;
 std::vector<double> grad_or_zero(const fg::tensor<double>& t, std::size_t n) {
   return t.grad().defined() ? t.grad().to_vector() : std::vector<double>(n, 0.0);
 }

@@ -14,6 +14,8 @@
 
 #include <fusegrad/fusegrad.hpp>
 
+#include "functional_ops.hpp"
+
 namespace fg = fusegrad;
 
 namespace {
@@ -30,18 +32,9 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
-bool close(double a, double b, double tol = 1e-12) { return std::abs(a - b) <= tol * (1 + std::abs(b)); }
-
-std::vector<double> sample(double lo, double hi, int n, double phase = 0.0) {
-  std::vector<double> r(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = lo + (hi - lo) * std::fmod(0.05 + phase + i * 0.6180339887, 0.9);
-  return r;
-}
-fg::tensor<double> leaf(const std::vector<double>& v) {
-  auto t = fg::from_vector<double>(v);
-  t.requires_grad(true);
-  return t;
-}
+using fusegrad_test::close;
+using fusegrad_test::leaf;
+using fusegrad_test::sample;
 
 // The 40-node function of tests/test_compile_40.cpp.
 auto forty = [](auto x, auto y, auto z) {
