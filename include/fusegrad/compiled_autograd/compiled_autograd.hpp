@@ -7,19 +7,27 @@
 /// scope on this thread), a backward pass
 ///  1. walks the tape from its roots and builds a **cache key**: each node's kind, its call
 ///     index ("NodeCall N", in breadth-first order from GraphRoot), its edges, its output
-///     shapes and its hook ids — never tensor values. A key seen before is a hit; a new node
-///     kind is a miss ("new autograd node"); changed shapes mark the sizes that changed as
-///     dynamic ("changed shapes"), as the verbose log says;
-///  2. runs the engine with the run-time tracer active: every node's backward rule (the same
+///     shapes, its saved tensors' shapes, the fingerprint of its rule's constants and the kind
+///     of each hook — never tensor values — and in the same pass **collects** what each
+///     node's backward reads (`node::collect`: its saved tensors, versions checked). A key
+///     seen before is a hit; a new node kind is a miss ("new autograd node"); changed shapes
+///     mark the sizes that changed as dynamic ("changed shapes"), as the verbose log says;
+///  2. on a hit with a **plan** for these sizes (made by an earlier capture: where each input
+///     of the compiled graph comes from, which hook each `call_hook` slot is, which leaf each
+///     output goes to), runs the compiled graph on the collected values and the tape's hooks
+///     directly and stops here: no rule runs, nothing is traced (`run_plan`);
+///  3. otherwise runs the engine with the run-time tracer active: every node's backward rule (the same
 ///     generic code eager mode runs), gradient sums, tensor hooks written over tensors and
 ///     `AccumulateGrad` record into one IR graph; the backwards of `fg::jit` functions are
 ///     inlined; what cannot be traced (matmul, views, a hook that reads values, the fused
 ///     kernels of `fg::compile`) breaks the graph as in `fg::jit`;
-///  3. compiles the graph with the scope's backend (tile programs, or eager node by node)
+///  4. compiles the graph with the scope's backend (tile programs, or eager node by node)
 ///     through the same guarded kernel cache, whose automatic dynamic shapes make a
-///     shape-generic graph after a size changes.
+///     shape-generic graph after a size changes, and makes the plan a later hit runs
+///     (`make_plan`; none where the graph cannot run from collected values alone).
 ///
-/// `FUSEGRAD_LOGS=compiled_autograd` prints each captured graph; `compiled_autograd_verbose`
+/// `FUSEGRAD_LOGS=compiled_autograd` prints each captured graph and its signature
+/// (`forward(inputs, sizes, scalars, hooks)`, as the seed); `compiled_autograd_verbose`
 /// adds the reason for each cache miss.
 
 #include <algorithm>

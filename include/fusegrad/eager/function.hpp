@@ -14,11 +14,6 @@
 namespace fusegrad {
 
 namespace detail {
-/// One address per function type: a user node's `params` (its rule is `F::backward`, which
-/// holds no state; two functions of one name stay apart).
-template <class F>
-inline const char function_tag = 0;
-
 template <Element T, class Tuple, std::size_t... I>
 Tuple tuple_from(const std::vector<tensor<T>>& v, std::index_sequence<I...>) {
   return Tuple(v[I]...);
@@ -75,7 +70,7 @@ tensor<T> apply_function(function_tag<F>, const tensor<T>& first, const Rest&...
                       return grads;
                     },
                     // Collectable by default: the rule reads the saved tensors and nothing else.
-                    detail::params_of(reinterpret_cast<std::uintptr_t>(&detail::function_tag<F>)));
+                    detail::params_of(detail::type_id<F>()));  // F::backward holds no state; two functions of one name stay apart
   return out;
 }
 

@@ -42,7 +42,7 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
 /// that scalar (every op of the op table), none otherwise (the node is not collected).
 template <Element T, class Op, class... A>
 std::optional<std::uint64_t> op_params(const Op& op, const A&... extra) {
-  if constexpr (std::is_empty_v<Op> || ops::TableOp<Op, T>) return params_of(op_scalar<T>(op), extra...);
+  if constexpr (std::is_empty_v<Op> || ops::TableOp<Op, T>) return params_of(type_id<Op>(), op_scalar<T>(op), extra...);
   else return std::nullopt;
 }
 }  // namespace detail

@@ -25,6 +25,16 @@ namespace fusegrad {
 
 namespace detail {
 
+/// One address per type (an inline variable has one in the whole program): what tells apart,
+/// in a node's `params`, two rules of one node name (`square` and `pow(x, 0)` are both
+/// `PowBackward0`, with equal scalars) or two user functions of one name.
+template <class X>
+inline const char type_tag = 0;
+template <class X>
+std::uintptr_t type_id() noexcept {
+  return reinterpret_cast<std::uintptr_t>(&type_tag<X>);
+}
+
 /// A fingerprint of the constants a backward rule holds (`node::collect`'s `params`): integers,
 /// scalars by their bits, shapes and dim lists element by element.
 template <class... A>
