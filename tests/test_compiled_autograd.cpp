@@ -84,6 +84,14 @@ fg::tensor<double> random_tape(const std::vector<fg::tensor<double>>& leaves, st
 
 }  // namespace
 
+/// `loss.backward()` under compiled autograd (`compiled`) or on the eager engine.
+template <class L>
+void backward_with(bool compiled, const L& loss) {
+  if (!compiled) return loss.backward();
+  fg::compiled_autograd::enable on;
+  loss.backward();
+}
+
 TEST_CASE("compiled autograd equals the eager engine on 1,000 random tapes") {
   ca_off guard;
   fg::reset_counters();
@@ -349,12 +357,7 @@ TEST_CASE("a saved tensor modified in place between capture and hit is the eager
     if (modify) opt.step();  // bumps the version of the saved p
     std::string what;
     try {
-      if (compiled) {
-        fg::compiled_autograd::enable on;
-        y.backward();
-      } else {
-        y.backward();
-      }
+      backward_with(compiled, y);
     } catch (const fg::error& e) {
       what = e.what();
     }
@@ -434,12 +437,7 @@ TEST_CASE("user functions, matmul and views are collected: a linear training ste
       auto y = fg::function<Square>::apply(lin(x));
       auto loss = fg::mean(y.reshape({-1}).transpose(0, 0));
       for (auto& p : lin.parameters()) p.zero_grad();
-      if (compiled) {
-        fg::compiled_autograd::enable on;
-        loss.backward();
-      } else {
-        loss.backward();
-      }
+      backward_with(compiled, loss);
       for (auto& p : lin.parameters()) out.push_back(p.grad().to_vector());
       opt.step();
     }
@@ -486,12 +484,7 @@ TEST_CASE("a view's constants and a size change are never served a stale capture
     auto run = [&](bool compiled) {
       auto x = fg::randn<double>({2, 2, 2}, 41).requires_grad(true);
       auto loss = fg::sum(fg::tanh(x.permute(dims)) * w);
-      if (compiled) {
-        fg::compiled_autograd::enable on;
-        loss.backward();
-      } else {
-        loss.backward();
-      }
+      backward_with(compiled, loss);
       return x.grad();
     };
     CHECK(max_normwise(run(true), run(false)) < 1e-12);
@@ -502,12 +495,7 @@ TEST_CASE("a view's constants and a size change are never served a stale capture
       auto run = [&](bool compiled) {
         auto x = fg::randn<double>({3, 3}, 43).requires_grad(true);
         auto loss = fg::sum(fg::sum(fg::cos(x), d) * fg::randn<double>({3}, 44));
-        if (compiled) {
-          fg::compiled_autograd::enable on;
-          loss.backward();
-        } else {
-          loss.backward();
-        }
+        backward_with(compiled, loss);
         return x.grad();
       };
       CAPTURE(d);
@@ -532,12 +520,7 @@ TEST_CASE("a hit where two nodes saved one tensor at the capture and two tensors
   auto grad_of = [](bool compiled, const fg::tensor<double>& c1, const fg::tensor<double>& c2) {
     auto x = fg::from_vector<double>({0.3, -0.6, 1.1, 2.0}).requires_grad(true);
     const auto loss = fg::sum(x * c1) + fg::sum(fg::sin(x) * c2);
-    if (compiled) {
-      fg::compiled_autograd::enable on;
-      loss.backward();
-    } else {
-      loss.backward();
-    }
+    backward_with(compiled, loss);
     return x.grad().to_vector();
   };
   const auto c = fg::from_vector<double>({1.5, -2.0, 0.25, 4.0});
@@ -560,12 +543,7 @@ TEST_CASE("two ops of one node name and equal scalars are told apart: square and
       auto run = [&](bool compiled) {
         auto x = fg::randn<double>({7}, 50).requires_grad(true);
         auto loss = fg::sum((op == 0 ? fg::square(x) : fg::pow(x, 0)) * fg::randn<double>({7}, 51));
-        if (compiled) {
-          fg::compiled_autograd::enable on;
-          loss.backward();
-        } else {
-          loss.backward();
-        }
+        backward_with(compiled, loss);
         return x.grad();
       };
       CAPTURE(op);
