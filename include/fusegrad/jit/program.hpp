@@ -10,9 +10,11 @@
 /// that stay in L1. Dispatch is per instruction and tile, never per element, and every op's
 /// kernel is compiled once for all graphs. Full reductions accumulate inside loops.
 ///
-/// Nodes a tile cannot express — broadcasting other than "equal shapes or one element",
-/// reductions over some dims, summing a gradient down to a broadcast shape — are *eager
-/// steps*: the eager kernel of the same op, on whole tensors, between loops. `call_hook` and
+/// The nodes around reductions over the last dim (softmax and its kin, forward and backward)
+/// form a *row step* (row_step.hpp): run row by row, each row in L1 across the passes its
+/// reductions need. Other nodes a tile cannot express — broadcasting other than "equal shapes
+/// or one element", reductions over other dims, summing a gradient down to a broadcast shape —
+/// are *eager steps*: the eager kernel of the same op, on whole tensors, between loops. `call_hook` and
 /// `call` nodes are eager steps too: their functions run on whole values.
 ///
 /// A program may run on shapes other than the ones it was lowered for (the shape-generic
@@ -28,6 +30,7 @@
 #include "fusegrad/ir/graph.hpp"
 #include "fusegrad/jit/eager_step.hpp"
 #include "fusegrad/jit/op_kernels.hpp"
+#include "fusegrad/jit/row_step.hpp"
 #include "fusegrad/loops/tile.hpp"
 
 namespace fusegrad::ir {
@@ -77,7 +80,9 @@ class program {
       vals[k] = x.is_contiguous() ? x : fusegrad::detail::contiguous_copy(x);
     }
     for (const auto& st : steps_) {
-      if (st.eager) {
+      if (st.rows >= 0) {
+        rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, size_of);
+      } else if (st.eager) {
         const auto k = static_cast<std::size_t>(st.code[0].node);
         const auto& n = ns[k];
         fusegrad::no_grad ng;
@@ -103,7 +108,8 @@ class program {
   [[nodiscard]] bool fits(const std::vector<shape>& sizes) const {
     const auto& ns = g_.nodes();
     for (const auto& st : steps_) {
-      if (st.eager) continue;
+      if (st.rows >= 0 && !rows_[static_cast<std::size_t>(st.rows)].fits(g_, sizes)) return false;
+      if (st.eager || st.rows >= 0) continue;
       const shape& space = sizes[static_cast<std::size_t>(st.space_node)];
       for (const auto& in : st.code) {
         const auto k = static_cast<std::size_t>(in.node);
@@ -126,6 +132,10 @@ class program {
     const auto& ns = g_.nodes();
     for (std::size_t l = 0; l < steps_.size(); ++l) {
       const auto& st = steps_[l];
+      if (st.rows >= 0) {
+        s += "step " + std::to_string(l) + ": " + rows_[static_cast<std::size_t>(st.rows)].to_string(g_);
+        continue;
+      }
       if (st.eager) {
         s += "step " + std::to_string(l) + ": eager %" + std::to_string(st.code[0].node) + "\n";
         continue;
@@ -161,6 +171,7 @@ class program {
   };
   struct step {
     bool eager = false;
+    int rows = -1;            ///< a row step: its index in rows_
     int space_node = -1;      ///< a node whose shape (or operand's shape, for reductions) is the space
     std::vector<instr> code;  ///< in order; reductions accumulate as the tiles pass
     int registers = 0;
@@ -189,12 +200,15 @@ class program {
         for (int c : {ns[k].a, ns[k].b})
           if (c >= 0) need_[static_cast<std::size_t>(c)] = true;
       }
-    // Which nodes tiles can run: element-wise on equal shapes or one-element operands,
-    // one-element expands, full reductions. The rest are eager steps.
+    // The row step's nodes (row_step.hpp), then which nodes tiles can run: element-wise on
+    // equal shapes or one-element operands, one-element expands, full reductions. The rest
+    // are eager steps.
+    const auto region = row_step<T>::region(g_, need_);
+    const std::vector<bool>& in_rows = region.in;
     std::vector<bool> tiled(N, false), reduction(N, false);
     for (std::size_t k = 0; k < N; ++k) {
       const auto& n = ns[k];
-      if (!need_[k] || n.kind == node_kind::input) continue;
+      if (!need_[k] || n.kind == node_kind::input || in_rows[k]) continue;
       auto ok = [&](int c) { return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes || numel(ns[static_cast<std::size_t>(c)].sizes) == 1; };
       switch (n.kind) {
         case node_kind::pointwise: tiled[k] = ok(n.a) && ok(n.b); break;
@@ -203,23 +217,45 @@ class program {
       }
     }
     // Stages: tiled element-wise nodes join their latest operand; reductions and eager steps
-    // are readable one stage later.
+    // are readable one stage later. The row step is one unit: its stage follows every value
+    // it reads from outside (found first: they do not read it), and its values are readable
+    // one stage later.
     std::vector<int> stage(N, 0), avail(N, 0);
-    for (std::size_t k = 0; k < N; ++k) {
-      if (!need_[k] || ns[k].kind == node_kind::input) continue;
-      int in = 0;
+    std::vector<bool> after_rows(N, false);  // reads the row step, directly or not
+    for (std::size_t k = 0; k < N; ++k)
       for (int c : {ns[k].a, ns[k].b})
-        if (c >= 0) in = std::max(in, avail[static_cast<std::size_t>(c)]);
-      stage[k] = in;
-      avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
+        if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k]) after_rows[k] = true;
+    int rows_stage = 0;
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1)  // the row step's stage, now that the values it reads have theirs
+        for (std::size_t k = 0; k < N; ++k)
+          if (in_rows[k])
+            for (int c : {ns[k].a, ns[k].b})
+              if (c >= 0 && !in_rows[static_cast<std::size_t>(c)]) rows_stage = std::max(rows_stage, avail[static_cast<std::size_t>(c)]);
+      for (std::size_t k = 0; k < N; ++k) {
+        if (!need_[k] || ns[k].kind == node_kind::input || in_rows[k] || after_rows[k] != (round == 1)) continue;
+        int in = 0;
+        for (int c : {ns[k].a, ns[k].b})
+          if (c >= 0) in = std::max(in, in_rows[static_cast<std::size_t>(c)] ? rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
+        stage[k] = in;
+        avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
+      }
     }
     // Steps: (stage, iteration shape) for tiled nodes; one step per eager node.
     std::vector<int> step_of(N, -1);
-    std::vector<std::pair<int, int>> keys;  // stage, space node (-1 - k for eager node k)
+    std::vector<std::pair<int, int>> keys;  // stage, space node (-1 - k for eager node k; rows_key)
+    constexpr int rows_key = std::numeric_limits<int>::min();
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input) continue;
       int found = -1;
-      if (tiled[k]) {
+      if (in_rows[k]) {
+        for (std::size_t q = 0; q < keys.size(); ++q)
+          if (keys[q].second == rows_key) found = static_cast<int>(q);
+        if (found < 0) {
+          found = static_cast<int>(keys.size());
+          keys.emplace_back(rows_stage, rows_key);
+        }
+      } else if (tiled[k]) {
         const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
         for (std::size_t q = 0; q < keys.size(); ++q)
           if (keys[q].first == stage[k] && keys[q].second >= 0 && ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
@@ -257,7 +293,7 @@ class program {
     for (int o : outputs_) store[static_cast<std::size_t>(o)] = true;
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input) continue;
-      if (reduction[k] || !tiled[k]) store[k] = true;
+      if (reduction[k] || (!tiled[k] && !in_rows[k])) store[k] = true;
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input && step_of[static_cast<std::size_t>(c)] != step_of[k])
           store[static_cast<std::size_t>(c)] = true;
@@ -269,6 +305,12 @@ class program {
       std::vector<int> members;
       for (std::size_t k = 0; k < N; ++k)
         if (step_of[k] == q) members.push_back(static_cast<int>(k));
+      if (key.second == rows_key) {
+        st.rows = static_cast<int>(rows_.size());
+        rows_.emplace_back(g_, region.space, members, store);
+        steps_.push_back(std::move(st));
+        continue;
+      }
       if (key.second < 0) {
         st.eager = true;
         instr in;
@@ -473,6 +515,7 @@ class program {
   std::vector<int> outputs_;
   std::vector<bool> need_;
   std::vector<step> steps_;
+  std::vector<row_step<T>> rows_;
 };
 
 }  // namespace fusegrad::ir

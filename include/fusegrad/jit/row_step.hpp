@@ -1,0 +1,454 @@
+#pragma once
+/// \file fusegrad/jit/row_step.hpp
+/// A program's *row step*: the nodes around reductions over the last dim (softmax,
+/// log_softmax, logsumexp, a normalisation, and their backwards) run row by row, so that a row
+/// stays in L1 across the passes its reductions need, instead of each stage walking the whole
+/// tensor (or running as an eager step, which is what a tile loop leaves them).
+///
+/// Relative to one shape S = [..., C] (R rows of C values), a value of the step is
+///   - *full*: shape S, walked in tiles along the row;
+///   - a *row scalar*: one value per row, shape [..., 1] (keep form) or [...] (drop form);
+///   - *one*: a single element (an operand of an earlier step, splatted).
+/// The step's nodes are element-wise ops on full values (row scalars and ones broadcast along
+/// the row), element-wise ops on row scalars (one scalar op per row), reductions over the last
+/// dim and `sum_to` down to the keep form (full -> row scalar), and expands of a row scalar or a
+/// one along the row. A reduction's value is ready one *pass* later: a row runs pass 0 over its
+/// tiles, finishes pass 0's reductions, computes the row scalars that were waiting for them,
+/// runs pass 1, and so on. A full value read in a later pass of the same row is kept in a
+/// row buffer (C values, per thread) unless it is written to its tensor anyway.
+///
+/// Bits: sums go through `running_sum` fed the row (eager mode's row-form sum of the same
+/// values), a max through the same lanes the tile loops use (exact; ±0 and NaN payloads may
+/// differ from eager's sequential max), element-wise ops through their one tile kernel. Rows are
+/// cut among threads, never a row: results do not depend on the thread count.
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fusegrad/core/accumulate.hpp"
+#include "fusegrad/core/parallel.hpp"
+#include "fusegrad/eager/factories.hpp"
+#include "fusegrad/ir/graph.hpp"
+#include "fusegrad/jit/eager_step.hpp"
+#include "fusegrad/jit/op_kernels.hpp"
+#include "fusegrad/loops/tile.hpp"
+
+namespace fusegrad::ir {
+
+template <Element T>
+class row_step {
+ public:
+  static constexpr index_t tile = fusegrad::detail::tile_elems;
+  /// A value's shape relative to the step's rows.
+  enum class form : std::uint8_t { none, full, keep, drop, one };
+
+  /// The nodes a row step runs (`in`, a mask) and a node whose shape is its rows' (`space`).
+  struct region_t {
+    std::vector<bool> in;
+    int space = -1;
+  };
+  /// The nodes of `g` (those `need` marks) that one row step should run (none when there is no
+  /// reduction over the last dim, nor a row scalar broadcast along it). The set is convex: no
+  /// node outside it both reads from it and feeds it.
+  [[nodiscard]] static region_t region(const graph<T>& g, const std::vector<bool>& need) {
+    const auto& ns = g.nodes();
+    const std::size_t N = ns.size();
+    region_t out;
+    out.in.assign(N, false);
+    std::vector<bool>& in = out.in;
+    // The rows: the shape of the first node a tile loop cannot run but a row step can.
+    shape S;
+    for (std::size_t k = 0; k < N && S.empty(); ++k) {
+      if (!need[k]) continue;
+      const auto& n = ns[k];
+      int cand = -1;
+      if ((is_reduction(n.kind) || n.kind == node_kind::sum_to) && n.a >= 0) cand = n.a;
+      else if (n.kind == node_kind::expand || n.kind == node_kind::pointwise) cand = static_cast<int>(k);
+      if (cand < 0) continue;
+      const shape& cs = g.at(cand).sizes;
+      if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back()) continue;  // rows of one value, or one row: tile loops
+      if (eligible(g, k, cs, nullptr) && row_only(g, k, cs)) S = cs, out.space = cand;
+    }
+    if (S.empty()) return out;
+    std::vector<bool> dep(N, false);  // reads a member, directly or not
+    bool seeded = false;
+    for (std::size_t k = 0; k < N; ++k) {
+      if (!need[k] || ns[k].kind == node_kind::input) continue;
+      const auto& n = ns[k];
+      bool convex = true, reads = false;
+      for (int c : {n.a, n.b})
+        if (c >= 0) {
+          convex = convex && (in[static_cast<std::size_t>(c)] || !dep[static_cast<std::size_t>(c)]);
+          reads = reads || in[static_cast<std::size_t>(c)] || dep[static_cast<std::size_t>(c)];
+        }
+      if (convex && eligible(g, k, S, &in)) {
+        in[k] = true;
+        seeded = seeded || row_only(g, k, S);
+      } else {
+        dep[k] = reads;
+      }
+    }
+    if (!seeded) {
+      std::fill(in.begin(), in.end(), false);
+      out.space = -1;
+    }
+    return out;
+  }
+
+  row_step() = default;
+  /// The step of `members` (in graph order; `region`'s), writing the nodes `store` marks.
+  row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store) : space_(space) {
+    const auto& ns = g.nodes();
+    const shape& S = g.at(space_).sizes;
+    std::vector<int> slot(ns.size(), -1);  // member -> index in mem_
+    for (int m : members) {
+      slot[static_cast<std::size_t>(m)] = static_cast<int>(mem_.size());
+      member e;
+      e.node = m;
+      e.f = form_of(ns[static_cast<std::size_t>(m)].sizes, S);
+      e.store = store[static_cast<std::size_t>(m)];
+      mem_.push_back(e);
+    }
+    // Operands: members by index, other nodes by their form.
+    for (auto& e : mem_) {
+      const auto& n = ns[static_cast<std::size_t>(e.node)];
+      const int ops[2] = {n.a, n.b};
+      for (int s = 0; s < 2; ++s) {
+        if (ops[s] < 0) continue;
+        operand& o = e.src[s];
+        o.node = ops[s];
+        o.member = slot[static_cast<std::size_t>(ops[s])];
+        o.f = o.member >= 0 ? mem_[static_cast<std::size_t>(o.member)].f : outside_form(g.at(ops[s]).sizes, S);
+        if (o.member < 0) outside_.push_back({o.node, o.f});
+      }
+    }
+    // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
+    // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
+    for (auto& e : mem_) {
+      int p = 0;
+      for (const operand& o : e.src)
+        if (o.member >= 0) {
+          const member& c = mem_[static_cast<std::size_t>(o.member)];
+          p = std::max(p, c.f == form::full ? c.pass : c.ready);
+        }
+      e.pass = p;
+      const auto k = ns[static_cast<std::size_t>(e.node)].kind;
+      e.reduces = is_reduction(k) || k == node_kind::sum_to;
+      e.ready = e.reduces ? p + 1 : p;
+      if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
+    }
+    // Where full values live: their tensor (stored), a row buffer (read in a later pass), or a
+    // tile register (freed after its last reader in its pass).
+    std::vector<int> last_pass(mem_.size(), -1);
+    for (auto& e : mem_)
+      for (const operand& o : e.src)
+        if (o.member >= 0) last_pass[static_cast<std::size_t>(o.member)] = std::max(last_pass[static_cast<std::size_t>(o.member)], e.pass);
+    for (std::size_t i = 0; i < mem_.size(); ++i) {
+      member& e = mem_[i];
+      if (e.f == form::full) {
+        if (!e.store && last_pass[i] > e.pass) e.rowbuf = rowbufs_++;
+      } else {
+        e.scalar = scalars_++;  // a row scalar: one value per row
+      }
+    }
+    for (int p = 0; p < passes_; ++p) {
+      std::vector<int> last_use(mem_.size(), -1), free_regs;
+      std::vector<int> order;
+      for (std::size_t i = 0; i < mem_.size(); ++i)
+        if (mem_[i].pass == p && (mem_[i].f == form::full || mem_[i].reduces)) order.push_back(static_cast<int>(i));
+      for (std::size_t q = 0; q < order.size(); ++q)
+        for (const operand& o : mem_[static_cast<std::size_t>(order[q])].src)
+          if (o.member >= 0) last_use[static_cast<std::size_t>(o.member)] = static_cast<int>(q);
+      for (std::size_t q = 0; q < order.size(); ++q) {
+        member& e = mem_[static_cast<std::size_t>(order[q])];
+        if (e.f == form::full && !e.store && e.rowbuf < 0) {
+          if (free_regs.empty()) free_regs.push_back(registers_++);
+          e.reg = free_regs.back();
+          free_regs.pop_back();
+        }
+        for (int s = 0; s < 2; ++s) {
+          const operand& o = e.src[s];
+          if (s == 1 && o.node == e.src[0].node) break;
+          if (o.member >= 0 && mem_[static_cast<std::size_t>(o.member)].reg >= 0 && mem_[static_cast<std::size_t>(o.member)].pass == p &&
+              last_use[static_cast<std::size_t>(o.member)] == static_cast<int>(q))
+            free_regs.push_back(mem_[static_cast<std::size_t>(o.member)].reg);
+        }
+      }
+    }
+    // Splat slots: one per (pass, broadcast operand) of full members.
+    for (auto& e : mem_) {
+      if (e.f != form::full) continue;
+      for (operand& o : e.src)
+        if (o.node >= 0 && o.f != form::full) o.splat = splats_++;
+    }
+  }
+
+  /// True when the step still holds for the node shapes `sizes`.
+  [[nodiscard]] bool fits(const graph<T>& g, const std::vector<shape>& sizes) const {
+    const shape& S = sizes[static_cast<std::size_t>(space_)];
+    if (S.size() != g.at(space_).sizes.size() || S.empty()) return false;
+    for (const auto& e : mem_)
+      if (!has_form(sizes[static_cast<std::size_t>(e.node)], S, e.f)) return false;
+    for (const auto& o : outside_)
+      if (!has_form(sizes[static_cast<std::size_t>(o.first)], S, o.second)) return false;
+    return true;
+  }
+
+  /// Runs the step: `vals` holds every node's value (members' are written here).
+  template <class SizeOf>
+  void run(const graph<T>& g, std::vector<tensor<T>>& vals, const SizeOf& size_of) const {
+    const auto& ns = g.nodes();
+    const shape& S = size_of(static_cast<std::size_t>(space_));
+    const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
+    if (R == 0 || C == 0) {  // nothing to walk: the eager ops (and their errors, e.g. an empty max)
+      fusegrad::no_grad ng;
+      const tensor<T> none;
+      for (const auto& e : mem_) {
+        const auto& n = ns[static_cast<std::size_t>(e.node)];
+        const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+        tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(static_cast<std::size_t>(e.node)));
+        vals[static_cast<std::size_t>(e.node)] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
+      }
+      return;
+    }
+    for (const auto& e : mem_)
+      if (e.store) vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
+    // Read-only pointers to every operand tensor and member tensor, by node.
+    thread_local std::vector<T*> data;
+    data.assign(ns.size(), nullptr);
+    for (const auto& e : mem_) {
+      if (e.store) data[static_cast<std::size_t>(e.node)] = vals[static_cast<std::size_t>(e.node)].data_ptr();
+      for (const operand& o : e.src)
+        if (o.node >= 0 && o.member < 0) data[static_cast<std::size_t>(o.node)] = vals[static_cast<std::size_t>(o.node)].data_ptr();
+    }
+    // What an averaging expand divides by: the count its reduction reduced.
+    thread_local std::vector<T> divisor;
+    divisor.assign(mem_.size(), T(1));
+    for (std::size_t i = 0; i < mem_.size(); ++i) {
+      const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
+      if (n.kind != node_kind::expand || !n.average) continue;
+      const shape& to = size_of(static_cast<std::size_t>(mem_[i].node));
+      divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, dims_mask(n.dims, to.size())));
+    }
+    const index_t width = std::min(C, tile);
+    T* const* const dp = data.data();
+    const T* const dv = divisor.data();
+    auto rows = [&](index_t r0, index_t r1) {
+      thread_local std::vector<T> buf;
+      thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
+      thread_local std::vector<simd<T>> macc;
+      thread_local std::vector<T> mtail;
+      const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
+      const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile);
+      const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile);
+      const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
+      if (buf.size() < need) buf.resize(need);
+      if (sums.size() < mem_.size()) sums.resize(mem_.size());
+      if (macc.size() < mem_.size()) macc.resize(mem_.size()), mtail.resize(mem_.size());
+      T* const rowbuf = buf.data();
+      T* const regs = rowbuf + regs_at;
+      T* const splat = regs + (splat_at - regs_at);
+      T* const scal = regs + (scal_at - regs_at);
+      for (index_t r = r0; r < r1; ++r) run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data());
+    };
+    fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
+  }
+
+  [[nodiscard]] std::string to_string(const graph<T>& g) const {
+    std::string s = "rows of " + fusegrad::to_string(g.at(space_).sizes) + " in " + std::to_string(passes_) + " passes (" +
+                    std::to_string(registers_) + " registers, " + std::to_string(rowbufs_) + " row buffers):";
+    for (int p = 0; p <= passes_; ++p) {
+      std::string line;
+      for (const auto& e : mem_) {
+        const bool full = e.f == form::full || e.reduces;
+        if (full ? e.pass != p : e.ready != p) continue;
+        line += " %" + std::to_string(e.node);
+        if (!full) line += "(row)";
+        else if (e.reg >= 0) line += "->r" + std::to_string(e.reg);
+        else if (e.rowbuf >= 0) line += "->b" + std::to_string(e.rowbuf);
+      }
+      if (!line.empty()) s += " [" + std::to_string(p) + "]" + line;
+    }
+    return s + "\n";
+  }
+  [[nodiscard]] int space_node() const noexcept { return space_; }
+
+ private:
+  struct operand {
+    int node = -1;
+    int member = -1;  ///< index in mem_ when a member
+    form f = form::none;
+    int splat = -1;   ///< splat slot (a full member's broadcast operand)
+  };
+  struct member {
+    int node = -1;
+    form f = form::none;
+    bool store = false;
+    bool reduces = false;  ///< reduction or sum_to: full -> row scalar
+    int pass = 0, ready = 0;
+    int reg = -1, rowbuf = -1, scalar = -1;
+    operand src[2];
+  };
+
+  /// The form of `s` relative to rows of shape `S`.
+  static form form_of(const shape& s, const shape& S) {
+    if (s == S) return form::full;
+    if (s.size() == S.size() && std::equal(s.begin(), s.end() - 1, S.begin()) && s.back() == 1) return form::keep;
+    if (s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin())) return form::drop;
+    return form::none;
+  }
+  /// The form of an operand that is not a member (a single element is splatted).
+  static form outside_form(const shape& s, const shape& S) {
+    const form f = form_of(s, S);
+    return f != form::none ? f : numel(s) == 1 ? form::one : form::none;
+  }
+  static bool has_form(const shape& s, const shape& S, form f) {
+    if (f == form::one) return numel(s) == 1;
+    if (f == form::full) return s == S;
+    if (f == form::keep) return s.size() == S.size() && std::equal(s.begin(), s.end() - 1, S.begin()) && s.back() == 1;
+    return s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin());
+  }
+  static std::uint64_t last_bit(const shape& S) { return std::uint64_t{1} << (S.size() - 1); }
+
+  /// Can node k join a step over rows of shape S (`in`: the members so far; null: every
+  /// node-operand is taken as an outside value)?
+  static bool eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in) {
+    const auto& n = g.nodes()[k];
+    const form f = form_of(n.sizes, S);
+    auto fo = [&](int c) -> form {
+      if (c < 0) return form::none;
+      const shape& cs = g.at(c).sizes;
+      if (in && (*in)[static_cast<std::size_t>(c)]) return form_of(cs, S);
+      return outside_form(cs, S);
+    };
+    switch (n.kind) {
+      case node_kind::pointwise: {
+        if (f == form::none || f == form::one) return false;
+        for (int c : {n.a, n.b}) {
+          if (c < 0) continue;
+          const form cf = fo(c);
+          const bool ok = f == form::full ? (cf == form::full || cf == form::keep || cf == form::one) : (cf == f || cf == form::one);
+          if (!ok) return false;
+        }
+        return true;
+      }
+      case node_kind::sum:
+      case node_kind::mean:
+      case node_kind::max:
+        return n.dims == last_bit(S) && fo(n.a) == form::full && (n.keepdim ? f == form::keep : f == form::drop);
+      case node_kind::sum_to: return f == form::keep && fo(n.a) == form::full;
+      case node_kind::expand: {
+        if (f != form::full) return false;
+        const form af = fo(n.a);
+        return af == form::one || ((af == form::keep || af == form::drop) && n.dims == last_bit(S));
+      }
+      default: return false;
+    }
+  }
+  /// True for a node a tile loop cannot run: a reduction over the last dim, a row scalar
+  /// broadcast along the row.
+  static bool row_only(const graph<T>& g, std::size_t k, const shape& S) {
+    const auto& n = g.nodes()[k];
+    if (is_reduction(n.kind) || n.kind == node_kind::sum_to) return numel(S) != numel(n.sizes) && numel(n.sizes) != 1;
+    if (n.kind == node_kind::expand) return numel(g.at(n.a).sizes) != 1;
+    if (n.kind == node_kind::pointwise && n.sizes == S)
+      for (int c : {n.a, n.b})
+        if (c >= 0 && g.at(c).sizes != S && numel(g.at(c).sizes) != 1) return true;
+    return false;
+  }
+
+  /// One row: its passes, each with the row scalars waiting for it first.
+  void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf, T* regs, T* splat,
+               T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail) const {
+    static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
+    const index_t off = r * C;
+    // A row scalar operand's value for this row.
+    auto scalar_of = [&](const operand& o) -> T {
+      if (o.member >= 0) return scal[mem_[static_cast<std::size_t>(o.member)].scalar];
+      return o.f == form::one ? dp[o.node][0] : dp[o.node][r];
+    };
+    for (int p = 0; p <= passes_; ++p) {
+      // Row scalars ready now (in graph order: an op's operands come first).
+      for (const auto& e : mem_) {
+        if (e.f == form::full || e.reduces || e.ready != p) continue;
+        const auto& n = ns[static_cast<std::size_t>(e.node)];
+        T a = scalar_of(e.src[0]), b = e.src[1].node >= 0 ? scalar_of(e.src[1]) : T(0), d;
+        kernels[static_cast<std::size_t>(n.op)](n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
+        scal[e.scalar] = d;
+        if (e.store) dp[e.node][r] = d;
+      }
+      if (p == passes_) break;
+      // Splats of this pass's broadcast operands, and the reductions' starts.
+      for (const auto& e : mem_) {
+        if (e.pass != p) continue;
+        if (e.reduces) {
+          const auto kind = ns[static_cast<std::size_t>(e.node)].kind;
+          if (kind == node_kind::max) {
+            macc[&e - mem_.data()] = simd<T>(-std::numeric_limits<T>::infinity());
+            mtail[&e - mem_.data()] = -std::numeric_limits<T>::infinity();
+          } else {
+            sums[&e - mem_.data()].reset();
+          }
+          continue;
+        }
+        if (e.f != form::full) continue;
+        const auto& n = ns[static_cast<std::size_t>(e.node)];
+        for (const operand& o : e.src) {
+          if (o.splat < 0) continue;
+          T v = scalar_of(o);
+          if (n.kind == node_kind::expand && n.average) v /= dv[&e - mem_.data()];
+          std::fill_n(splat + o.splat * tile, width, v);
+        }
+      }
+      for (index_t t0 = 0; t0 < C; t0 += tile) {
+        const index_t m = std::min(tile, C - t0);
+        for (const auto& e : mem_) {
+          if (e.pass != p || (e.f != form::full && !e.reduces)) continue;
+          const auto& n = ns[static_cast<std::size_t>(e.node)];
+          auto src = [&](const operand& o) -> const T* {
+            if (o.node < 0) return nullptr;
+            if (o.splat >= 0) return splat + o.splat * tile;
+            if (o.member < 0) return dp[o.node] + off + t0;
+            const member& c = mem_[static_cast<std::size_t>(o.member)];
+            if (c.reg >= 0) return regs + c.reg * tile;
+            if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C + t0;
+            return dp[c.node] + off + t0;
+          };
+          const T* a = src(e.src[0]);
+          const std::size_t i = static_cast<std::size_t>(&e - mem_.data());
+          if (e.reduces) {
+            if (n.kind == node_kind::max) fusegrad::detail::tile_max(a, m, macc[i], mtail[i]);
+            else sums[i].add(a, m);
+            continue;
+          }
+          T* d = e.reg >= 0 ? regs + e.reg * tile : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C + t0 : dp[e.node] + off + t0;
+          if (n.kind == node_kind::expand) std::copy(a, a + m, d);
+          else kernels[static_cast<std::size_t>(n.op)](n.scalar, a, src(e.src[1]), d, m);
+        }
+      }
+      for (const auto& e : mem_) {
+        if (e.pass != p || !e.reduces) continue;
+        const auto& n = ns[static_cast<std::size_t>(e.node)];
+        const std::size_t i = static_cast<std::size_t>(&e - mem_.data());
+        T v;
+        if (n.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[i]), mtail[i]);
+        else {
+          v = sums[i].total();
+          if (n.kind == node_kind::mean) v = v / static_cast<T>(C);
+        }
+        scal[e.scalar] = v;
+        if (e.store) dp[e.node][r] = v;
+      }
+    }
+  }
+
+  int space_ = -1;
+  std::vector<member> mem_;
+  std::vector<std::pair<int, form>> outside_;
+  int passes_ = 0, registers_ = 0, rowbufs_ = 0, splats_ = 0, scalars_ = 0;
+};
+
+}  // namespace fusegrad::ir
