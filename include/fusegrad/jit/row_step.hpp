@@ -138,6 +138,15 @@ class row_step {
       const auto k = ns[static_cast<std::size_t>(e.node)].kind;
       e.reduces = is_reduction(k) || k == node_kind::sum_to;
       e.ready = e.reduces ? p + 1 : p;
+      // The same reduction of the same values (logsumexp takes the max with and without
+      // keepdim): computed once.
+      if (e.reduces) {
+        const auto& n = ns[static_cast<std::size_t>(e.node)];
+        for (std::size_t j = 0; j < static_cast<std::size_t>(&e - mem_.data()) && e.same < 0; ++j) {
+          const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
+          if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims) e.same = static_cast<int>(j);
+        }
+      }
       if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
     }
     // Where full values live: their tensor (stored), a row buffer (read in a later pass), or a
@@ -290,6 +299,7 @@ class row_step {
     bool reduces = false;  ///< reduction or sum_to: full -> row scalar
     int pass = 0, ready = 0;
     int reg = -1, rowbuf = -1, scalar = -1;
+    int same = -1;  ///< a reduction: an earlier member reducing the same values the same way
     operand src[2];
   };
 
@@ -406,7 +416,7 @@ class row_step {
       for (index_t t0 = 0; t0 < C; t0 += tile) {
         const index_t m = std::min(tile, C - t0);
         for (const auto& e : mem_) {
-          if (e.pass != p || (e.f != form::full && !e.reduces)) continue;
+          if (e.pass != p || (e.f != form::full && !e.reduces) || e.same >= 0) continue;
           const auto& n = ns[static_cast<std::size_t>(e.node)];
           auto src = [&](const operand& o) -> const T* {
             if (o.node < 0) return nullptr;
@@ -434,7 +444,8 @@ class row_step {
         const auto& n = ns[static_cast<std::size_t>(e.node)];
         const std::size_t i = static_cast<std::size_t>(&e - mem_.data());
         T v;
-        if (n.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[i]), mtail[i]);
+        if (e.same >= 0) v = scal[mem_[static_cast<std::size_t>(e.same)].scalar];
+        else if (n.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[i]), mtail[i]);
         else {
           v = sums[i].total();
           if (n.kind == node_kind::mean) v = v / static_cast<T>(C);
