@@ -3,6 +3,8 @@
 /// Matrix products: `mm` (2-D), `bmm` (3-D batches), `matmul` (NumPy semantics: 1-D
 /// vectors, broadcast batch dims) and `linear(x, w, b) = x wᵀ + b`. These are "extern"
 /// nodes for the fused paths: fusion groups stop at them.
+#include <cmath>
+
 #include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/ops/add.hpp"
@@ -15,9 +17,43 @@ namespace detail {
 /// k (a block of b's rows stays in L1/L2 while it serves the block's rows of c); the inner
 /// loop runs over m. An element of c is summed over p in order whatever the blocks, so every
 /// cut (and every thread count) gives the same bits.
+/// acc + x y: one fused multiply-add where the machine has it (whatever the optimisation level
+/// or the compiler's contraction rules: the products' bits do not depend on them), else two steps.
+template <Element T>
+inline T madd(T x, T y, T acc) {
+#if defined(__FMA__)
+  return std::fma(x, y, acc);
+#else
+  return acc + x * y;
+#endif
+}
+
 template <Element T>
 void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t i0, index_t i1, index_t k,
                index_t m) {
+  if (m < 4) {
+    // A column or a few (a layer with one output, its backward): the loop over m below would
+    // be scalar, each addition waiting on the last through memory. Eight rows side by side
+    // instead, each output's sum in a register: the same steps in the same order (from +0,
+    // over p), so the same bits.
+    for (index_t j = 0; j < m; ++j) {
+      index_t i = i0;
+      for (; i + 8 <= i1; i += 8) {
+        T acc[8] = {};
+        for (index_t p = 0; p < k; ++p) {
+          const T bp = b[p * m + j];
+          for (index_t r = 0; r < 8; ++r) acc[r] = madd<T>(a[(i + r) * k + p], bp, acc[r]);
+        }
+        for (index_t r = 0; r < 8; ++r) c[(i + r) * m + j] = acc[r];
+      }
+      for (; i < i1; ++i) {
+        T acc{};
+        for (index_t p = 0; p < k; ++p) acc = madd<T>(a[i * k + p], b[p * m + j], acc);
+        c[i * m + j] = acc;
+      }
+    }
+    return;
+  }
   std::fill(c + i0 * m, c + i1 * m, T(0));
   constexpr index_t rows = 32;
   const index_t kb = std::max<index_t>(16, (index_t{1} << 15) / static_cast<index_t>(sizeof(T)) / std::max<index_t>(m, 1));
@@ -28,7 +64,7 @@ void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, in
         for (index_t p = pb; p < std::min(k, pb + kb); ++p) {
           const T aip = a[i * k + p];
           const T* __restrict bp = b + p * m;
-          for (index_t j = 0; j < m; ++j) ci[j] += aip * bp[j];
+          for (index_t j = 0; j < m; ++j) ci[j] = madd<T>(aip, bp[j], ci[j]);
         }
       }
 }
