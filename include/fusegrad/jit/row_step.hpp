@@ -159,6 +159,8 @@ class row_step {
       member& e = mem_[i];
       if (e.f == form::full) {
         if (!e.store && last_pass[i] > e.pass) e.rowbuf = rowbufs_++;
+        // An expand read only in its own pass is its operand's splat: no copy.
+        e.alias = ns[static_cast<std::size_t>(e.node)].kind == node_kind::expand && !e.store && e.rowbuf < 0;
       } else {
         e.scalar = scalars_++;  // a row scalar: one value per row
       }
@@ -173,7 +175,7 @@ class row_step {
           if (o.member >= 0) last_use[static_cast<std::size_t>(o.member)] = static_cast<int>(q);
       for (std::size_t q = 0; q < order.size(); ++q) {
         member& e = mem_[static_cast<std::size_t>(order[q])];
-        if (e.f == form::full && !e.store && e.rowbuf < 0) {
+        if (e.f == form::full && !e.store && e.rowbuf < 0 && !e.alias) {
           if (free_regs.empty()) free_regs.push_back(registers_++);
           e.reg = free_regs.back();
           free_regs.pop_back();
@@ -193,6 +195,27 @@ class row_step {
       for (operand& o : e.src)
         if (o.node >= 0 && o.f != form::full) o.splat = splats_++;
     }
+    // What each pass runs, in graph order: the row scalars ready at its start, the splats it
+    // fills, its tile instructions, its reductions (a row's last "pass" has row scalars only).
+    at_.resize(static_cast<std::size_t>(passes_) + 1);
+    for (std::size_t i = 0; i < mem_.size(); ++i) {
+      const member& e = mem_[i];
+      const int m = static_cast<int>(i);
+      if (e.f != form::full && !e.reduces) {
+        at_[static_cast<std::size_t>(e.ready)].scalars.push_back(m);
+        continue;
+      }
+      auto& P = at_[static_cast<std::size_t>(e.pass)];
+      if (e.reduces) {
+        P.reductions.push_back(m);
+        if (e.same < 0) P.tiles.push_back(m);
+        continue;
+      }
+      for (int s = 0; s < 2; ++s)
+        if (e.src[s].splat >= 0) P.splats.push_back({m, s});
+      if (!e.alias) P.tiles.push_back(m);
+    }
+    for (const auto& P : at_) widest_ = std::max(widest_, P.tiles.size());
   }
 
   /// True when the step still holds for the node shapes `sizes`.
@@ -250,6 +273,8 @@ class row_step {
       thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
       thread_local std::vector<simd<T>> macc;
       thread_local std::vector<T> mtail;
+      thread_local std::vector<iptr> ip;
+      if (ip.size() < widest_) ip.resize(widest_);
       const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
       const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile);
       const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile);
@@ -261,7 +286,7 @@ class row_step {
       T* const regs = rowbuf + regs_at;
       T* const splat = regs + (splat_at - regs_at);
       T* const scal = regs + (scal_at - regs_at);
-      for (index_t r = r0; r < r1; ++r) run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data());
+      for (index_t r = r0; r < r1; ++r) run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
     };
     fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
   }
@@ -276,6 +301,7 @@ class row_step {
         if (full ? e.pass != p : e.ready != p) continue;
         line += " %" + std::to_string(e.node);
         if (!full) line += "(row)";
+        else if (e.alias) line += "(splat)";
         else if (e.reg >= 0) line += "->r" + std::to_string(e.reg);
         else if (e.rowbuf >= 0) line += "->b" + std::to_string(e.rowbuf);
       }
@@ -300,8 +326,22 @@ class row_step {
     int pass = 0, ready = 0;
     int reg = -1, rowbuf = -1, scalar = -1;
     int same = -1;  ///< a reduction: an earlier member reducing the same values the same way
+    bool alias = false;  ///< an expand read as its operand's splat (no instruction)
     operand src[2];
   };
+  /// A pass's work, by member index.
+  struct pass_work {
+    std::vector<int> scalars, tiles, reductions;
+    std::vector<std::pair<int, int>> splats;  ///< member, operand
+  };
+  /// An instruction's pointers for one row and pass: fixed, or moving with the tile.
+  struct iptr {
+    const T* a;
+    const T* b;
+    T* d;
+    bool adv_a, adv_b, adv_d;
+  };
+
 
   /// The form of `s` relative to rows of shape `S`.
   static form form_of(const shape& s, const shape& S) {
@@ -372,7 +412,7 @@ class row_step {
 
   /// One row: its passes, each with the row scalars waiting for it first.
   void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf, T* regs, T* splat,
-               T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail) const {
+               T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const {
     static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
     const index_t off = r * C;
     // A row scalar operand's value for this row.
@@ -380,10 +420,23 @@ class row_step {
       if (o.member >= 0) return scal[mem_[static_cast<std::size_t>(o.member)].scalar];
       return o.f == form::one ? dp[o.node][0] : dp[o.node][r];
     };
+    // Where an operand is for this row: a fixed pointer or one moving with the tile (`adv`).
+    auto base = [&](const operand& o, bool& adv) -> const T* {
+      adv = false;
+      if ((o.node) < 0) return nullptr;  // parenthesised: clang reads `o.node <` as a template
+      if (o.splat >= 0) return splat + o.splat * tile;
+      adv = true;
+      if (o.member < 0) return dp[o.node] + off;
+      const member& c = mem_[static_cast<std::size_t>(o.member)];
+      if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C;
+      if (c.store) return dp[c.node] + off;
+      adv = false;
+      return c.alias ? splat + c.src[0].splat * tile : regs + c.reg * tile;
+    };
     for (int p = 0; p <= passes_; ++p) {
-      // Row scalars ready now (in graph order: an op's operands come first).
-      for (const auto& e : mem_) {
-        if (e.f == form::full || e.reduces || e.ready != p) continue;
+      const pass_work& P = at_[static_cast<std::size_t>(p)];
+      for (int m : P.scalars) {
+        const member& e = mem_[static_cast<std::size_t>(m)];
         const auto& n = ns[static_cast<std::size_t>(e.node)];
         T a = scalar_of(e.src[0]), b = e.src[1].node >= 0 ? scalar_of(e.src[1]) : T(0), d;
         kernels[static_cast<std::size_t>(n.op)](n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
@@ -391,64 +444,62 @@ class row_step {
         if (e.store) dp[e.node][r] = d;
       }
       if (p == passes_) break;
-      // Splats of this pass's broadcast operands, and the reductions' starts.
-      for (const auto& e : mem_) {
-        if (e.pass != p) continue;
-        if (e.reduces) {
-          const auto kind = ns[static_cast<std::size_t>(e.node)].kind;
-          if (kind == node_kind::max) {
-            macc[&e - mem_.data()] = simd<T>(-std::numeric_limits<T>::infinity());
-            mtail[&e - mem_.data()] = -std::numeric_limits<T>::infinity();
-          } else {
-            sums[&e - mem_.data()].reset();
-          }
-          continue;
-        }
-        if (e.f != form::full) continue;
+      for (const auto& [m, s] : P.splats) {
+        const member& e = mem_[static_cast<std::size_t>(m)];
         const auto& n = ns[static_cast<std::size_t>(e.node)];
-        for (const operand& o : e.src) {
-          if (o.splat < 0) continue;
-          T v = scalar_of(o);
-          if (n.kind == node_kind::expand && n.average) v /= dv[&e - mem_.data()];
-          std::fill_n(splat + o.splat * tile, width, v);
+        const operand& o = e.src[s];
+        T v = scalar_of(o);
+        if (n.kind == node_kind::expand && n.average) v /= dv[m];
+        std::fill_n(splat + o.splat * tile, width, v);
+      }
+      for (std::size_t q = 0; q < P.tiles.size(); ++q) {
+        const auto m = static_cast<std::size_t>(P.tiles[q]);
+        const member& e = mem_[m];
+        iptr& x = ip[q];
+        x.a = base(e.src[0], x.adv_a);
+        x.b = base(e.src[1], x.adv_b);
+        x.d = nullptr;
+        x.adv_d = false;
+        if (e.reduces) {
+          if (ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) {
+            macc[m] = simd<T>(-std::numeric_limits<T>::infinity());
+            mtail[m] = -std::numeric_limits<T>::infinity();
+          } else {
+            sums[m].reset();
+          }
+        } else {
+          x.adv_d = e.reg < 0;
+          x.d = e.reg >= 0 ? regs + e.reg * tile : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C : dp[e.node] + off;
         }
       }
       for (index_t t0 = 0; t0 < C; t0 += tile) {
-        const index_t m = std::min(tile, C - t0);
-        for (const auto& e : mem_) {
-          if (e.pass != p || (e.f != form::full && !e.reduces) || e.same >= 0) continue;
-          const auto& n = ns[static_cast<std::size_t>(e.node)];
-          auto src = [&](const operand& o) -> const T* {
-            if (o.node < 0) return nullptr;
-            if (o.splat >= 0) return splat + o.splat * tile;
-            if (o.member < 0) return dp[o.node] + off + t0;
-            const member& c = mem_[static_cast<std::size_t>(o.member)];
-            if (c.reg >= 0) return regs + c.reg * tile;
-            if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C + t0;
-            return dp[c.node] + off + t0;
-          };
-          const T* a = src(e.src[0]);
-          const std::size_t i = static_cast<std::size_t>(&e - mem_.data());
+        const index_t n = std::min(tile, C - t0);
+        for (std::size_t q = 0; q < P.tiles.size(); ++q) {
+          const auto m = static_cast<std::size_t>(P.tiles[q]);
+          const member& e = mem_[m];
+          const auto& nd = ns[static_cast<std::size_t>(e.node)];
+          const iptr& x = ip[q];
+          const T* a = x.a + (x.adv_a ? t0 : 0);
           if (e.reduces) {
-            if (n.kind == node_kind::max) fusegrad::detail::tile_max(a, m, macc[i], mtail[i]);
-            else sums[i].add(a, m);
+            if (nd.kind == node_kind::max) fusegrad::detail::tile_max(a, n, macc[m], mtail[m]);
+            else sums[m].add(a, n);
             continue;
           }
-          T* d = e.reg >= 0 ? regs + e.reg * tile : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C + t0 : dp[e.node] + off + t0;
-          if (n.kind == node_kind::expand) std::copy(a, a + m, d);
-          else kernels[static_cast<std::size_t>(n.op)](n.scalar, a, src(e.src[1]), d, m);
+          T* d = x.d + (x.adv_d ? t0 : 0);
+          if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
+          else kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, x.b ? x.b + (x.adv_b ? t0 : 0) : nullptr, d, n);
         }
       }
-      for (const auto& e : mem_) {
-        if (e.pass != p || !e.reduces) continue;
-        const auto& n = ns[static_cast<std::size_t>(e.node)];
-        const std::size_t i = static_cast<std::size_t>(&e - mem_.data());
+      for (int mi : P.reductions) {
+        const auto m = static_cast<std::size_t>(mi);
+        const member& e = mem_[m];
+        const auto& nd = ns[static_cast<std::size_t>(e.node)];
         T v;
         if (e.same >= 0) v = scal[mem_[static_cast<std::size_t>(e.same)].scalar];
-        else if (n.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[i]), mtail[i]);
+        else if (nd.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[m]), mtail[m]);
         else {
-          v = sums[i].total();
-          if (n.kind == node_kind::mean) v = v / static_cast<T>(C);
+          v = sums[m].total();
+          if (nd.kind == node_kind::mean) v = v / static_cast<T>(C);
         }
         scal[e.scalar] = v;
         if (e.store) dp[e.node][r] = v;
@@ -458,6 +509,8 @@ class row_step {
 
   int space_ = -1;
   std::vector<member> mem_;
+  std::vector<pass_work> at_;
+  std::size_t widest_ = 0;
   std::vector<std::pair<int, form>> outside_;
   int passes_ = 0, registers_ = 0, rowbufs_ = 0, splats_ = 0, scalars_ = 0;
 };

@@ -39,13 +39,13 @@ tensor<T> one_hot(std::string_view op, const shape& s, const std::vector<index_t
     fusegrad::detail::fail(op, "input of shape ", to_string(s), "; expected [N, C]");
   if (static_cast<index_t>(targets.size()) != s[0])
     fusegrad::detail::fail(op, "got ", targets.size(), " targets for a batch of ", s[0], "; expected one per row");
-  std::vector<T> v(static_cast<std::size_t>(s[0] * s[1]), T(0));
-  for (std::size_t i = 0; i < targets.size(); ++i) {
+  for (std::size_t i = 0; i < targets.size(); ++i)
     if (targets[i] < 0 || targets[i] >= s[1])
       fusegrad::detail::fail(op, "target ", targets[i], " at row ", i, "; expected a class index in [0, ", s[1], ")");
-    v[i * static_cast<std::size_t>(s[1]) + static_cast<std::size_t>(targets[i])] = T(1);
-  }
-  return from_vector<T>(v, s);
+  tensor<T> t = zeros<T>(s);  // written in place: one pass over the mask
+  T* p = t.data_ptr();
+  for (std::size_t i = 0; i < targets.size(); ++i) p[static_cast<index_t>(i) * s[1] + targets[i]] = T(1);
+  return t;
 }
 }  // namespace detail
 
