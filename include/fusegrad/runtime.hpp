@@ -28,6 +28,7 @@
 #include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/eager/views.hpp"
+#include "fusegrad/jit/program.hpp"
 #include "fusegrad/kernel/fused.hpp"
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/ops/all.hpp"
@@ -74,6 +75,8 @@
   FUSEGRAD_RT_EXTERN template class detail::rule_node<T>;                                                   \
   FUSEGRAD_RT_EXTERN template struct detail::node_eval<T>;                                                  \
   FUSEGRAD_RT_EXTERN template class detail::fused_runner<T>;                                                \
+  FUSEGRAD_RT_EXTERN template class ir::row_step<T>;                                                       \
+  FUSEGRAD_RT_EXTERN template class ir::program<T>;                                                         \
   FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T)                                                 \
   FUSEGRAD_RT_EXTERN template void detail::run_engine<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&);                  \

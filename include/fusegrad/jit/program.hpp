@@ -48,108 +48,14 @@ class program {
   /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
   /// `fns` are the functions of the graph's `call_hook` and `call` nodes, by slot.
   std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr,
-                             const std::vector<call_fn<T>>* fns = nullptr) const {
-    if (static_cast<int>(inputs.size()) != g_.num_inputs())
-      fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
-    const auto& ns = g_.nodes();
-    auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : ns[k].sizes; };
-    // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
-    // which eager steps never start, gets its own).
-    thread_local std::vector<tensor<T>> scratch;
-    thread_local bool busy = false;
-    std::vector<tensor<T>> own;
-    std::vector<tensor<T>>& vals = busy ? own : scratch;
-    const bool mine = !busy;
-    busy = true;
-    struct release {
-      std::vector<tensor<T>>& v;
-      bool mine;
-      ~release() {
-        v.clear();  // drops the values, keeps the buffer
-        if (mine) busy = false;
-      }
-    } release_on_exit{vals, mine};
-    vals.resize(ns.size());
-    for (std::size_t k = 0; k < ns.size(); ++k) {
-      const auto& n = ns[k];
-      if (n.kind != node_kind::input || !need_[k]) continue;
-      const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
-      if (x.shape() != size_of(k))
-        fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
-                               "; the program was compiled for ", fusegrad::to_string(size_of(k)));
-      vals[k] = x.is_contiguous() ? x : fusegrad::detail::contiguous_copy(x);
-    }
-    for (const auto& st : steps_) {
-      if (st.rows >= 0) {
-        rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, size_of);
-      } else if (st.eager) {
-        const auto k = static_cast<std::size_t>(st.code[0].node);
-        const auto& n = ns[k];
-        fusegrad::no_grad ng;
-        const tensor<T> none;
-        // An expand's or sum_to's target is its own shape.
-        const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
-        const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-        tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(k))
-                                                                                  : eval_eager(n, a, b, size_of(k));
-        vals[k] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
-      } else {
-        run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), size_of);
-      }
-    }
-    std::vector<tensor<T>> out;
-    out.reserve(outputs_.size());
-    for (int o : outputs_) out.push_back(vals[static_cast<std::size_t>(o)]);
-    return out;
-  }
+                             const std::vector<call_fn<T>>* fns = nullptr) const;
 
   /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
   /// iteration shape, and its operands still have that shape or one element).
-  [[nodiscard]] bool fits(const std::vector<shape>& sizes) const {
-    const auto& ns = g_.nodes();
-    for (const auto& st : steps_) {
-      if (st.rows >= 0 && !rows_[static_cast<std::size_t>(st.rows)].fits(g_, sizes)) return false;
-      if (st.eager || st.rows >= 0) continue;
-      const shape& space = sizes[static_cast<std::size_t>(st.space_node)];
-      for (const auto& in : st.code) {
-        const auto k = static_cast<std::size_t>(in.node);
-        if (sizes[static_cast<std::size_t>(space_node_of(k))] != space) return false;
-        for (int s = 0; s < 2; ++s) {
-          const int c = in.src[s].node;
-          if (c < 0) continue;
-          const shape& cs = sizes[static_cast<std::size_t>(c)];
-          if (in.src[s].splat ? numel(cs) != 1 : cs != space) return false;
-        }
-        if (ns[k].kind == node_kind::pointwise && sizes[k] != space) return false;
-      }
-    }
-    return true;
-  }
+  [[nodiscard]] bool fits(const std::vector<shape>& sizes) const;
 
   /// The steps and their instructions, readable (what `FUSEGRAD_LOGS=output_code` prints).
-  [[nodiscard]] std::string to_string() const {
-    std::string s;
-    const auto& ns = g_.nodes();
-    for (std::size_t l = 0; l < steps_.size(); ++l) {
-      const auto& st = steps_[l];
-      if (st.rows >= 0) {
-        s += "step " + std::to_string(l) + ": " + rows_[static_cast<std::size_t>(st.rows)].to_string(g_);
-        continue;
-      }
-      if (st.eager) {
-        s += "step " + std::to_string(l) + ": eager %" + std::to_string(st.code[0].node) + "\n";
-        continue;
-      }
-      s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) +
-           " in tiles of " + std::to_string(tile) + " (" + std::to_string(st.registers) + " registers):";
-      for (const auto& in : st.code) {
-        s += " %" + std::to_string(in.node);
-        if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
-      }
-      s += "\n";
-    }
-    return s;
-  }
+  [[nodiscard]] std::string to_string() const;
   [[nodiscard]] std::size_t num_loops() const noexcept {
     return static_cast<std::size_t>(std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
   }
@@ -190,187 +96,7 @@ class program {
     return is_reduction(n.kind) || n.kind == node_kind::sum_to ? n.a : static_cast<int>(k);
   }
 
-  void lower() {
-    const auto& ns = g_.nodes();
-    const std::size_t N = ns.size();
-    need_.assign(N, false);
-    for (int o : outputs_) need_.at(static_cast<std::size_t>(o)) = true;
-    for (std::size_t k = N; k-- > 0;)
-      if (need_[k]) {
-        for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0) need_[static_cast<std::size_t>(c)] = true;
-      }
-    // The row step's nodes (row_step.hpp), then which nodes tiles can run: element-wise on
-    // equal shapes or one-element operands, one-element expands, full reductions. The rest
-    // are eager steps.
-    const auto region = row_step<T>::region(g_, need_);
-    const std::vector<bool>& in_rows = region.in;
-    std::vector<bool> tiled(N, false), reduction(N, false);
-    for (std::size_t k = 0; k < N; ++k) {
-      const auto& n = ns[k];
-      if (!need_[k] || n.kind == node_kind::input || in_rows[k]) continue;
-      auto ok = [&](int c) { return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes || numel(ns[static_cast<std::size_t>(c)].sizes) == 1; };
-      switch (n.kind) {
-        case node_kind::pointwise: tiled[k] = ok(n.a) && ok(n.b); break;
-        case node_kind::expand: tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
-        default: tiled[k] = reduction[k] = reduces_all(n, g_); break;
-      }
-    }
-    // Stages: tiled element-wise nodes join their latest operand; reductions and eager steps
-    // are readable one stage later. The row step is one unit: its stage follows every value
-    // it reads from outside (found first: they do not read it), and its values are readable
-    // one stage later.
-    std::vector<int> stage(N, 0), avail(N, 0);
-    std::vector<bool> after_rows(N, false);  // reads the row step, directly or not
-    for (std::size_t k = 0; k < N; ++k)
-      for (int c : {ns[k].a, ns[k].b})
-        if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k]) after_rows[k] = true;
-    int rows_stage = 0;
-    for (int round = 0; round < 2; ++round) {
-      if (round == 1)  // the row step's stage, now that the values it reads have theirs
-        for (std::size_t k = 0; k < N; ++k)
-          if (in_rows[k])
-            for (int c : {ns[k].a, ns[k].b})
-              if (c >= 0 && !in_rows[static_cast<std::size_t>(c)]) rows_stage = std::max(rows_stage, avail[static_cast<std::size_t>(c)]);
-      for (std::size_t k = 0; k < N; ++k) {
-        if (!need_[k] || ns[k].kind == node_kind::input || in_rows[k] || after_rows[k] != (round == 1)) continue;
-        int in = 0;
-        for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0) in = std::max(in, in_rows[static_cast<std::size_t>(c)] ? rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
-        stage[k] = in;
-        avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
-      }
-    }
-    // Steps: (stage, iteration shape) for tiled nodes; one step per eager node.
-    std::vector<int> step_of(N, -1);
-    std::vector<std::pair<int, int>> keys;  // stage, space node (-1 - k for eager node k; rows_key)
-    constexpr int rows_key = std::numeric_limits<int>::min();
-    for (std::size_t k = 0; k < N; ++k) {
-      if (!need_[k] || ns[k].kind == node_kind::input) continue;
-      int found = -1;
-      if (in_rows[k]) {
-        for (std::size_t q = 0; q < keys.size(); ++q)
-          if (keys[q].second == rows_key) found = static_cast<int>(q);
-        if (found < 0) {
-          found = static_cast<int>(keys.size());
-          keys.emplace_back(rows_stage, rows_key);
-        }
-      } else if (tiled[k]) {
-        const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
-        for (std::size_t q = 0; q < keys.size(); ++q)
-          if (keys[q].first == stage[k] && keys[q].second >= 0 && ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
-            found = static_cast<int>(q);
-      }
-      if (found < 0) {
-        found = static_cast<int>(keys.size());
-        keys.emplace_back(stage[k], tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
-      }
-      step_of[k] = found;
-    }
-    // Order steps so that every step runs after the steps it reads.
-    const std::size_t L = keys.size();
-    std::vector<std::vector<bool>> dep(L, std::vector<bool>(L, false));
-    for (std::size_t k = 0; k < N; ++k)
-      if (step_of[k] >= 0)
-        for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0 && step_of[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] != step_of[k])
-            dep[static_cast<std::size_t>(step_of[k])][static_cast<std::size_t>(step_of[static_cast<std::size_t>(c)])] = true;
-    std::vector<int> order;
-    std::vector<bool> placed(L, false);
-    while (order.size() < L) {
-      int pick = -1;
-      for (std::size_t q = 0; q < L; ++q) {
-        if (placed[q]) continue;
-        bool ready = true;
-        for (std::size_t r = 0; r < L; ++r) ready = ready && (!dep[q][r] || placed[r]);
-        if (ready && (pick < 0 || keys[q].first < keys[static_cast<std::size_t>(pick)].first)) pick = static_cast<int>(q);
-      }
-      placed[static_cast<std::size_t>(pick)] = true;
-      order.push_back(pick);
-    }
-    // Stored values: outputs, reductions, eager results, and values read by another step.
-    std::vector<bool> store(N, false);
-    for (int o : outputs_) store[static_cast<std::size_t>(o)] = true;
-    for (std::size_t k = 0; k < N; ++k) {
-      if (!need_[k] || ns[k].kind == node_kind::input) continue;
-      if (reduction[k] || (!tiled[k] && !in_rows[k])) store[k] = true;
-      for (int c : {ns[k].a, ns[k].b})
-        if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input && step_of[static_cast<std::size_t>(c)] != step_of[k])
-          store[static_cast<std::size_t>(c)] = true;
-    }
-    // Instructions, operand sources and tile registers (reused after their last reader).
-    for (int q : order) {
-      step st;
-      const auto& key = keys[static_cast<std::size_t>(q)];
-      std::vector<int> members;
-      for (std::size_t k = 0; k < N; ++k)
-        if (step_of[k] == q) members.push_back(static_cast<int>(k));
-      if (key.second == rows_key) {
-        st.rows = static_cast<int>(rows_.size());
-        rows_.emplace_back(g_, region.space, members, store);
-        steps_.push_back(std::move(st));
-        continue;
-      }
-      if (key.second < 0) {
-        st.eager = true;
-        instr in;
-        in.node = members.at(0);
-        st.code.push_back(in);
-        steps_.push_back(std::move(st));
-        continue;
-      }
-      st.space_node = key.second;
-      const index_t space = numel(ns[static_cast<std::size_t>(key.second)].sizes);
-      std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
-      for (std::size_t p = 0; p < members.size(); ++p)
-        for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
-          if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
-      for (std::size_t p = 0; p < members.size(); ++p) {
-        const auto k = static_cast<std::size_t>(members[p]);
-        instr in;
-        in.node = members[p];
-        const bool expand = ns[k].kind == node_kind::expand;
-        const int ops[2] = {ns[k].a, ns[k].b};
-        for (int s = 0; s < 2; ++s) {
-          const int c = ops[s];
-          if (c < 0) continue;
-          const auto u = static_cast<std::size_t>(c);
-          in.src[s].node = c;
-          // A value of this loop is read from its register or its tensor as the tiles pass: a
-          // splat is filled before the loop runs, so only values of earlier steps are splatted.
-          // (An expand whose one-element operand is in this loop has a one-element space, hence
-          // nothing reduced to average over.)
-          if (step_of[u] == q) in.src[s].reg = reg[u];
-          else if (expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
-        }
-        for (auto& sr : in.src)
-          if (sr.splat) {
-            // Splats of one value share a slot, except an averaging expand's (its own value).
-            const auto u = static_cast<std::size_t>(sr.node);
-            if (expand && ns[k].average) sr.slot = st.splats++;
-            else {
-              if (slot[u] < 0) slot[u] = st.splats++;
-              sr.slot = slot[u];
-            }
-          }
-        if (!reduction[k] && !store[k]) {
-          if (free_regs.empty()) free_regs.push_back(st.registers++);
-          in.reg = free_regs.back();
-          free_regs.pop_back();
-          reg[k] = in.reg;
-        }
-        for (int j = 0; j < 2; ++j) {
-          const int c = ops[j];
-          if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
-          if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
-              last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
-            free_regs.push_back(reg[static_cast<std::size_t>(c)]);
-        }
-        st.code.push_back(in);
-      }
-      steps_.push_back(std::move(st));
-    }
-  }
+  void lower();
 
   /// Where an instruction reads and writes: a fixed pointer, one that moves with the tile, or
   /// a tile register (an index: each thread running a block has its own registers).
@@ -395,121 +121,9 @@ class program {
   };
 
   /// The loop's tiles [lo, hi) with tile registers `regs` and reductions into `red`.
-  void run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const {
-    const auto& ns = g_.nodes();
-    static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
-    for (index_t t0 = lo; t0 < hi; t0 += tile) {
-      const index_t n = std::min(tile, hi - t0);
-      for (std::size_t p = 0; p < st.code.size(); ++p) {
-        const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
-        const ptrs& P = pv[p];
-        auto src = [&](int s) -> const T* {
-          if (P.src_reg[s] >= 0) return regs + P.src_reg[s] * tile;
-          return P.src[s] ? P.src[s] + (P.adv[s] ? t0 : 0) : nullptr;
-        };
-        const T* a = src(0);
-        const T* b = src(1);
-        T* d = P.dst_reg >= 0 ? regs + P.dst_reg * tile : (P.dst ? P.dst + (P.dst_adv ? t0 : 0) : nullptr);
-        switch (nd.kind) {
-          case node_kind::pointwise: kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, b, d, n); break;
-          case node_kind::expand: std::copy(a, a + n, d); break;
-          case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
-          default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
-        }
-      }
-    }
-  }
+  void run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const;
 
-  template <class SizeOf>
-  void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const SizeOf& size_of) const {
-    const auto& ns = g_.nodes();
-    const index_t total = numel(space);
-    thread_local std::vector<T> regbuf;  // grows only: no allocation per run
-    const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
-    if (regbuf.size() < need) regbuf.resize(need);
-    T* const regs = regbuf.data();
-    T* const splats = regs + st.registers * tile;
-    thread_local std::vector<ptrs> pv;
-    thread_local std::vector<reduction_state> red;
-    pv.resize(st.code.size());
-    red.resize(st.code.size());
-    for (std::size_t p = 0; p < st.code.size(); ++p) {
-      const instr& in = st.code[p];
-      const auto k = static_cast<std::size_t>(in.node);
-      const auto& n = ns[k];
-      ptrs& P = pv[p];
-      P = ptrs{};
-      const bool reduces = is_reduction(n.kind) || n.kind == node_kind::sum_to;
-      if (!reduces && in.reg < 0) {
-        vals[k] = fusegrad::detail::empty<T>(size_of(k));
-        P.dst = vals[k].data_ptr();
-        P.dst_adv = true;
-      } else if (!reduces) {
-        P.dst_reg = in.reg;
-      }
-      for (int s = 0; s < 2; ++s) {
-        const source_ref& sr = in.src[s];
-        if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
-        const auto u = static_cast<std::size_t>(sr.node);
-        if (sr.reg >= 0) P.src_reg[s] = sr.reg;
-        else if (sr.splat) {
-          T v = vals[u].data_ptr()[0];
-          if (n.kind == node_kind::expand && n.average)
-            v /= static_cast<T>(fusegrad::detail::reduced_count(size_of(k), dims_mask(n.dims, size_of(k).size())));
-          T* sp = splats + sr.slot * tile;
-          std::fill(sp, sp + tile, v);
-          P.src[s] = sp;
-        } else {
-          P.src[s] = vals[u].data_ptr();
-          P.adv[s] = true;
-        }
-      }
-      red[p].reset(n.kind == node_kind::max);
-    }
-    // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
-    // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
-    const auto split = fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
-    if (split.count <= 1) {
-      run_tiles(st, pv.data(), 0, total, regs, red.data());
-    } else {
-      const std::size_t NP = st.code.size();
-      std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);
-      for (std::size_t q = 0; q < part.size(); ++q)
-        part[q].reset(ns[static_cast<std::size_t>(st.code[q % NP].node)].kind == node_kind::max);
-      const ptrs* const shared = pv.data();
-      fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
-        thread_local std::vector<T> block_regs;  // this thread's tile registers
-        const auto nr = static_cast<std::size_t>(st.registers * tile);
-        if (block_regs.size() < nr) block_regs.resize(nr);
-        run_tiles(st, shared, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
-                  part.data() + static_cast<std::size_t>(b) * NP);
-      });
-      std::vector<T> totals(static_cast<std::size_t>(split.count));
-      for (std::size_t p = 0; p < NP; ++p) {
-        const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
-        if (kind == node_kind::max) {
-          for (index_t b = 0; b < split.count; ++b) {
-            const reduction_state& r = part[static_cast<std::size_t>(b) * NP + p];
-            red[p].acc = lanes::max(red[p].acc, r.acc);
-            red[p].tail = lanes::max(red[p].tail, r.tail);
-          }
-        } else if (is_reduction(kind) || kind == node_kind::sum_to) {
-          for (index_t b = 0; b < split.count; ++b) totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
-          red[p].tail = fusegrad::detail::sum_of_blocks(totals.data(), split.count);
-        }
-      }
-    }
-    for (std::size_t p = 0; p < st.code.size(); ++p) {
-      const auto k = static_cast<std::size_t>(st.code[p].node);
-      const auto kind = ns[k].kind;
-      if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
-      if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-      T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(red[p].acc), red[p].tail)
-                                   : (split.count <= 1 ? red[p].sum.total() : red[p].tail);
-      if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
-      vals[k] = fusegrad::full<T>(size_of(k), r);
-    }
-  }
+  void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const;
 
   graph<T> g_;
   std::vector<int> outputs_;
@@ -517,5 +131,412 @@ class program {
   std::vector<step> steps_;
   std::vector<row_step<T>> rows_;
 };
+
+// ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
+
+template <Element T>
+std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+                                       const std::vector<call_fn<T>>* fns) const {
+  if (static_cast<int>(inputs.size()) != g_.num_inputs())
+    fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
+  const auto& ns = g_.nodes();
+  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : ns[k].sizes; };
+  // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
+  // which eager steps never start, gets its own).
+  thread_local std::vector<tensor<T>> scratch;
+  thread_local bool busy = false;
+  std::vector<tensor<T>> own;
+  std::vector<tensor<T>>& vals = busy ? own : scratch;
+  const bool mine = !busy;
+  busy = true;
+  struct release {
+    std::vector<tensor<T>>& v;
+    bool mine;
+    ~release() {
+      v.clear();  // drops the values, keeps the buffer
+      if (mine) busy = false;
+    }
+  } release_on_exit{vals, mine};
+  vals.resize(ns.size());
+  for (std::size_t k = 0; k < ns.size(); ++k) {
+    const auto& n = ns[k];
+    if (n.kind != node_kind::input || !need_[k]) continue;
+    const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
+    if (x.shape() != size_of(k))
+      fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
+                             "; the program was compiled for ", fusegrad::to_string(size_of(k)));
+    vals[k] = x.is_contiguous() ? x : fusegrad::detail::contiguous_copy(x);
+  }
+  for (const auto& st : steps_) {
+    if (st.rows >= 0) {
+      rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
+    } else if (st.eager) {
+      const auto k = static_cast<std::size_t>(st.code[0].node);
+      const auto& n = ns[k];
+      fusegrad::no_grad ng;
+      const tensor<T> none;
+      // An expand's or sum_to's target is its own shape.
+      const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
+      const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+      tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(k))
+                                                                                : eval_eager(n, a, b, size_of(k));
+      vals[k] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
+    } else {
+      run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), sizes);
+    }
+  }
+  std::vector<tensor<T>> out;
+  out.reserve(outputs_.size());
+  for (int o : outputs_) out.push_back(vals[static_cast<std::size_t>(o)]);
+  return out;
+}
+
+template <Element T>
+bool program<T>::fits(const std::vector<shape>& sizes) const {
+  const auto& ns = g_.nodes();
+  for (const auto& st : steps_) {
+    if (st.rows >= 0 && !rows_[static_cast<std::size_t>(st.rows)].fits(g_, sizes)) return false;
+    if (st.eager || st.rows >= 0) continue;
+    const shape& space = sizes[static_cast<std::size_t>(st.space_node)];
+    for (const auto& in : st.code) {
+      const auto k = static_cast<std::size_t>(in.node);
+      if (sizes[static_cast<std::size_t>(space_node_of(k))] != space) return false;
+      for (int s = 0; s < 2; ++s) {
+        const int c = in.src[s].node;
+        if (c < 0) continue;
+        const shape& cs = sizes[static_cast<std::size_t>(c)];
+        if (in.src[s].splat ? numel(cs) != 1 : cs != space) return false;
+      }
+      if (ns[k].kind == node_kind::pointwise && sizes[k] != space) return false;
+    }
+  }
+  return true;
+}
+
+template <Element T>
+std::string program<T>::to_string() const {
+  std::string s;
+  const auto& ns = g_.nodes();
+  for (std::size_t l = 0; l < steps_.size(); ++l) {
+    const auto& st = steps_[l];
+    if (st.rows >= 0) {
+      s += "step " + std::to_string(l) + ": " + rows_[static_cast<std::size_t>(st.rows)].to_string(g_);
+      continue;
+    }
+    if (st.eager) {
+      s += "step " + std::to_string(l) + ": eager %" + std::to_string(st.code[0].node) + "\n";
+      continue;
+    }
+    s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) +
+         " in tiles of " + std::to_string(tile) + " (" + std::to_string(st.registers) + " registers):";
+    for (const auto& in : st.code) {
+      s += " %" + std::to_string(in.node);
+      if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+template <Element T>
+void program<T>::lower() {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  need_.assign(N, false);
+  for (int o : outputs_) need_.at(static_cast<std::size_t>(o)) = true;
+  for (std::size_t k = N; k-- > 0;)
+    if (need_[k]) {
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0) need_[static_cast<std::size_t>(c)] = true;
+    }
+  // The row step's nodes (row_step.hpp), then which nodes tiles can run: element-wise on
+  // equal shapes or one-element operands, one-element expands, full reductions. The rest
+  // are eager steps.
+  const auto region = row_step<T>::region(g_, need_);
+  const std::vector<bool>& in_rows = region.in;
+  std::vector<bool> tiled(N, false), reduction(N, false);
+  for (std::size_t k = 0; k < N; ++k) {
+    const auto& n = ns[k];
+    if (!need_[k] || n.kind == node_kind::input || in_rows[k]) continue;
+    auto ok = [&](int c) { return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes || numel(ns[static_cast<std::size_t>(c)].sizes) == 1; };
+    switch (n.kind) {
+      case node_kind::pointwise: tiled[k] = ok(n.a) && ok(n.b); break;
+      case node_kind::expand: tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
+      default: tiled[k] = reduction[k] = reduces_all(n, g_); break;
+    }
+  }
+  // Stages: tiled element-wise nodes join their latest operand; reductions and eager steps
+  // are readable one stage later. The row step is one unit: its stage follows every value
+  // it reads from outside (found first: they do not read it), and its values are readable
+  // one stage later.
+  std::vector<int> stage(N, 0), avail(N, 0);
+  std::vector<bool> after_rows(N, false);  // reads the row step, directly or not
+  for (std::size_t k = 0; k < N; ++k)
+    for (int c : {ns[k].a, ns[k].b})
+      if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k]) after_rows[k] = true;
+  int rows_stage = 0;
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1)  // the row step's stage, now that the values it reads have theirs
+      for (std::size_t k = 0; k < N; ++k)
+        if (in_rows[k])
+          for (int c : {ns[k].a, ns[k].b})
+            if (c >= 0 && !in_rows[static_cast<std::size_t>(c)]) rows_stage = std::max(rows_stage, avail[static_cast<std::size_t>(c)]);
+    for (std::size_t k = 0; k < N; ++k) {
+      if (!need_[k] || ns[k].kind == node_kind::input || in_rows[k] || after_rows[k] != (round == 1)) continue;
+      int in = 0;
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0) in = std::max(in, in_rows[static_cast<std::size_t>(c)] ? rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
+      stage[k] = in;
+      avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
+    }
+  }
+  // Steps: (stage, iteration shape) for tiled nodes; one step per eager node.
+  std::vector<int> step_of(N, -1);
+  std::vector<std::pair<int, int>> keys;  // stage, space node (-1 - k for eager node k; rows_key)
+  constexpr int rows_key = std::numeric_limits<int>::min();
+  for (std::size_t k = 0; k < N; ++k) {
+    if (!need_[k] || ns[k].kind == node_kind::input) continue;
+    int found = -1;
+    if (in_rows[k]) {
+      for (std::size_t q = 0; q < keys.size(); ++q)
+        if (keys[q].second == rows_key) found = static_cast<int>(q);
+      if (found < 0) {
+        found = static_cast<int>(keys.size());
+        keys.emplace_back(rows_stage, rows_key);
+      }
+    } else if (tiled[k]) {
+      const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
+      for (std::size_t q = 0; q < keys.size(); ++q)
+        if (keys[q].first == stage[k] && keys[q].second >= 0 && ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
+          found = static_cast<int>(q);
+    }
+    if (found < 0) {
+      found = static_cast<int>(keys.size());
+      keys.emplace_back(stage[k], tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
+    }
+    step_of[k] = found;
+  }
+  // Order steps so that every step runs after the steps it reads.
+  const std::size_t L = keys.size();
+  std::vector<std::vector<bool>> dep(L, std::vector<bool>(L, false));
+  for (std::size_t k = 0; k < N; ++k)
+    if (step_of[k] >= 0)
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0 && step_of[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] != step_of[k])
+          dep[static_cast<std::size_t>(step_of[k])][static_cast<std::size_t>(step_of[static_cast<std::size_t>(c)])] = true;
+  std::vector<int> order;
+  std::vector<bool> placed(L, false);
+  while (order.size() < L) {
+    int pick = -1;
+    for (std::size_t q = 0; q < L; ++q) {
+      if (placed[q]) continue;
+      bool ready = true;
+      for (std::size_t r = 0; r < L; ++r) ready = ready && (!dep[q][r] || placed[r]);
+      if (ready && (pick < 0 || keys[q].first < keys[static_cast<std::size_t>(pick)].first)) pick = static_cast<int>(q);
+    }
+    placed[static_cast<std::size_t>(pick)] = true;
+    order.push_back(pick);
+  }
+  // Stored values: outputs, reductions, eager results, and values read by another step.
+  std::vector<bool> store(N, false);
+  for (int o : outputs_) store[static_cast<std::size_t>(o)] = true;
+  for (std::size_t k = 0; k < N; ++k) {
+    if (!need_[k] || ns[k].kind == node_kind::input) continue;
+    if (reduction[k] || (!tiled[k] && !in_rows[k])) store[k] = true;
+    for (int c : {ns[k].a, ns[k].b})
+      if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input && step_of[static_cast<std::size_t>(c)] != step_of[k])
+        store[static_cast<std::size_t>(c)] = true;
+  }
+  // Instructions, operand sources and tile registers (reused after their last reader).
+  for (int q : order) {
+    step st;
+    const auto& key = keys[static_cast<std::size_t>(q)];
+    std::vector<int> members;
+    for (std::size_t k = 0; k < N; ++k)
+      if (step_of[k] == q) members.push_back(static_cast<int>(k));
+    if (key.second == rows_key) {
+      st.rows = static_cast<int>(rows_.size());
+      rows_.emplace_back(g_, region.space, members, store);
+      steps_.push_back(std::move(st));
+      continue;
+    }
+    if (key.second < 0) {
+      st.eager = true;
+      instr in;
+      in.node = members.at(0);
+      st.code.push_back(in);
+      steps_.push_back(std::move(st));
+      continue;
+    }
+    st.space_node = key.second;
+    const index_t space = numel(ns[static_cast<std::size_t>(key.second)].sizes);
+    std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
+    for (std::size_t p = 0; p < members.size(); ++p)
+      for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
+        if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
+    for (std::size_t p = 0; p < members.size(); ++p) {
+      const auto k = static_cast<std::size_t>(members[p]);
+      instr in;
+      in.node = members[p];
+      const bool expand = ns[k].kind == node_kind::expand;
+      const int ops[2] = {ns[k].a, ns[k].b};
+      for (int s = 0; s < 2; ++s) {
+        const int c = ops[s];
+        if (c < 0) continue;
+        const auto u = static_cast<std::size_t>(c);
+        in.src[s].node = c;
+        // A value of this loop is read from its register or its tensor as the tiles pass: a
+        // splat is filled before the loop runs, so only values of earlier steps are splatted.
+        // (An expand whose one-element operand is in this loop has a one-element space, hence
+        // nothing reduced to average over.)
+        if (step_of[u] == q) in.src[s].reg = reg[u];
+        else if (expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
+      }
+      for (auto& sr : in.src)
+        if (sr.splat) {
+          // Splats of one value share a slot, except an averaging expand's (its own value).
+          const auto u = static_cast<std::size_t>(sr.node);
+          if (expand && ns[k].average) sr.slot = st.splats++;
+          else {
+            if (slot[u] < 0) slot[u] = st.splats++;
+            sr.slot = slot[u];
+          }
+        }
+      if (!reduction[k] && !store[k]) {
+        if (free_regs.empty()) free_regs.push_back(st.registers++);
+        in.reg = free_regs.back();
+        free_regs.pop_back();
+        reg[k] = in.reg;
+      }
+      for (int j = 0; j < 2; ++j) {
+        const int c = ops[j];
+        if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
+        if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
+            last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
+          free_regs.push_back(reg[static_cast<std::size_t>(c)]);
+      }
+      st.code.push_back(in);
+    }
+    steps_.push_back(std::move(st));
+  }
+}
+
+template <Element T>
+void program<T>::run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const {
+  const auto& ns = g_.nodes();
+  static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
+  for (index_t t0 = lo; t0 < hi; t0 += tile) {
+    const index_t n = std::min(tile, hi - t0);
+    for (std::size_t p = 0; p < st.code.size(); ++p) {
+      const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
+      const ptrs& P = pv[p];
+      auto src = [&](int s) -> const T* {
+        if (P.src_reg[s] >= 0) return regs + P.src_reg[s] * tile;
+        return P.src[s] ? P.src[s] + (P.adv[s] ? t0 : 0) : nullptr;
+      };
+      const T* a = src(0);
+      const T* b = src(1);
+      T* d = P.dst_reg >= 0 ? regs + P.dst_reg * tile : (P.dst ? P.dst + (P.dst_adv ? t0 : 0) : nullptr);
+      switch (nd.kind) {
+        case node_kind::pointwise: kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, b, d, n); break;
+        case node_kind::expand: std::copy(a, a + n, d); break;
+        case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
+        default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
+      }
+    }
+  }
+}
+
+template <Element T>
+void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const {
+  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
+  const auto& ns = g_.nodes();
+  const index_t total = numel(space);
+  thread_local std::vector<T> regbuf;  // grows only: no allocation per run
+  const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
+  if (regbuf.size() < need) regbuf.resize(need);
+  T* const regs = regbuf.data();
+  T* const splats = regs + st.registers * tile;
+  thread_local std::vector<ptrs> pv;
+  thread_local std::vector<reduction_state> red;
+  pv.resize(st.code.size());
+  red.resize(st.code.size());
+  for (std::size_t p = 0; p < st.code.size(); ++p) {
+    const instr& in = st.code[p];
+    const auto k = static_cast<std::size_t>(in.node);
+    const auto& n = ns[k];
+    ptrs& P = pv[p];
+    P = ptrs{};
+    const bool reduces = is_reduction(n.kind) || n.kind == node_kind::sum_to;
+    if (!reduces && in.reg < 0) {
+      vals[k] = fusegrad::detail::empty<T>(size_of(k));
+      P.dst = vals[k].data_ptr();
+      P.dst_adv = true;
+    } else if (!reduces) {
+      P.dst_reg = in.reg;
+    }
+    for (int s = 0; s < 2; ++s) {
+      const source_ref& sr = in.src[s];
+      if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
+      const auto u = static_cast<std::size_t>(sr.node);
+      if (sr.reg >= 0) P.src_reg[s] = sr.reg;
+      else if (sr.splat) {
+        T v = vals[u].data_ptr()[0];
+        if (n.kind == node_kind::expand && n.average)
+          v /= static_cast<T>(fusegrad::detail::reduced_count(size_of(k), dims_mask(n.dims, size_of(k).size())));
+        T* sp = splats + sr.slot * tile;
+        std::fill(sp, sp + tile, v);
+        P.src[s] = sp;
+      } else {
+        P.src[s] = vals[u].data_ptr();
+        P.adv[s] = true;
+      }
+    }
+    red[p].reset(n.kind == node_kind::max);
+  }
+  // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
+  // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
+  const auto split = fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
+  if (split.count <= 1) {
+    run_tiles(st, pv.data(), 0, total, regs, red.data());
+  } else {
+    const std::size_t NP = st.code.size();
+    std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);
+    for (std::size_t q = 0; q < part.size(); ++q)
+      part[q].reset(ns[static_cast<std::size_t>(st.code[q % NP].node)].kind == node_kind::max);
+    const ptrs* const shared = pv.data();
+    fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
+      thread_local std::vector<T> block_regs;  // this thread's tile registers
+      const auto nr = static_cast<std::size_t>(st.registers * tile);
+      if (block_regs.size() < nr) block_regs.resize(nr);
+      run_tiles(st, shared, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
+                part.data() + static_cast<std::size_t>(b) * NP);
+    });
+    std::vector<T> totals(static_cast<std::size_t>(split.count));
+    for (std::size_t p = 0; p < NP; ++p) {
+      const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
+      if (kind == node_kind::max) {
+        for (index_t b = 0; b < split.count; ++b) {
+          const reduction_state& r = part[static_cast<std::size_t>(b) * NP + p];
+          red[p].acc = lanes::max(red[p].acc, r.acc);
+          red[p].tail = lanes::max(red[p].tail, r.tail);
+        }
+      } else if (is_reduction(kind) || kind == node_kind::sum_to) {
+        for (index_t b = 0; b < split.count; ++b) totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
+        red[p].tail = fusegrad::detail::sum_of_blocks(totals.data(), split.count);
+      }
+    }
+  }
+  for (std::size_t p = 0; p < st.code.size(); ++p) {
+    const auto k = static_cast<std::size_t>(st.code[p].node);
+    const auto kind = ns[k].kind;
+    if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
+    if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
+    T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(red[p].acc), red[p].tail)
+                                 : (split.count <= 1 ? red[p].sum.total() : red[p].tail);
+    if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
+    vals[k] = fusegrad::full<T>(size_of(k), r);
+  }
+}
 
 }  // namespace fusegrad::ir

@@ -53,262 +53,19 @@ class row_step {
   /// The nodes of `g` (those `need` marks) that one row step should run (none when there is no
   /// reduction over the last dim, nor a row scalar broadcast along it). The set is convex: no
   /// node outside it both reads from it and feeds it.
-  [[nodiscard]] static region_t region(const graph<T>& g, const std::vector<bool>& need) {
-    const auto& ns = g.nodes();
-    const std::size_t N = ns.size();
-    region_t out;
-    out.in.assign(N, false);
-    std::vector<bool>& in = out.in;
-    // The rows: the shape of the first node a tile loop cannot run but a row step can.
-    shape S;
-    for (std::size_t k = 0; k < N && S.empty(); ++k) {
-      if (!need[k]) continue;
-      const auto& n = ns[k];
-      int cand = -1;
-      if ((is_reduction(n.kind) || n.kind == node_kind::sum_to) && n.a >= 0) cand = n.a;
-      else if (n.kind == node_kind::expand || n.kind == node_kind::pointwise) cand = static_cast<int>(k);
-      if (cand < 0) continue;
-      const shape& cs = g.at(cand).sizes;
-      if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back()) continue;  // rows of one value, or one row: tile loops
-      if (eligible(g, k, cs, nullptr) && row_only(g, k, cs)) S = cs, out.space = cand;
-    }
-    if (S.empty()) return out;
-    std::vector<bool> dep(N, false);  // reads a member, directly or not
-    bool seeded = false;
-    for (std::size_t k = 0; k < N; ++k) {
-      if (!need[k] || ns[k].kind == node_kind::input) continue;
-      const auto& n = ns[k];
-      bool convex = true, reads = false;
-      for (int c : {n.a, n.b})
-        if (c >= 0) {
-          convex = convex && (in[static_cast<std::size_t>(c)] || !dep[static_cast<std::size_t>(c)]);
-          reads = reads || in[static_cast<std::size_t>(c)] || dep[static_cast<std::size_t>(c)];
-        }
-      if (convex && eligible(g, k, S, &in)) {
-        in[k] = true;
-        seeded = seeded || row_only(g, k, S);
-      } else {
-        dep[k] = reads;
-      }
-    }
-    if (!seeded) {
-      std::fill(in.begin(), in.end(), false);
-      out.space = -1;
-    }
-    return out;
-  }
+  [[nodiscard]] static region_t region(const graph<T>& g, const std::vector<bool>& need);
 
   row_step() = default;
   /// The step of `members` (in graph order; `region`'s), writing the nodes `store` marks.
-  row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store) : space_(space) {
-    const auto& ns = g.nodes();
-    const shape& S = g.at(space_).sizes;
-    std::vector<int> slot(ns.size(), -1);  // member -> index in mem_
-    for (int m : members) {
-      slot[static_cast<std::size_t>(m)] = static_cast<int>(mem_.size());
-      member e;
-      e.node = m;
-      e.f = form_of(ns[static_cast<std::size_t>(m)].sizes, S);
-      e.store = store[static_cast<std::size_t>(m)];
-      mem_.push_back(e);
-    }
-    // Operands: members by index, other nodes by their form.
-    for (auto& e : mem_) {
-      const auto& n = ns[static_cast<std::size_t>(e.node)];
-      const int ops[2] = {n.a, n.b};
-      for (int s = 0; s < 2; ++s) {
-        if (ops[s] < 0) continue;
-        operand& o = e.src[s];
-        o.node = ops[s];
-        o.member = slot[static_cast<std::size_t>(ops[s])];
-        o.f = o.member >= 0 ? mem_[static_cast<std::size_t>(o.member)].f : outside_form(g.at(ops[s]).sizes, S);
-        if (o.member < 0) outside_.push_back({o.node, o.f});
-      }
-    }
-    // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
-    // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
-    for (auto& e : mem_) {
-      int p = 0;
-      for (const operand& o : e.src)
-        if (o.member >= 0) {
-          const member& c = mem_[static_cast<std::size_t>(o.member)];
-          p = std::max(p, c.f == form::full ? c.pass : c.ready);
-        }
-      e.pass = p;
-      const auto k = ns[static_cast<std::size_t>(e.node)].kind;
-      e.reduces = is_reduction(k) || k == node_kind::sum_to;
-      e.ready = e.reduces ? p + 1 : p;
-      // The same reduction of the same values (logsumexp takes the max with and without
-      // keepdim): computed once.
-      if (e.reduces) {
-        const auto& n = ns[static_cast<std::size_t>(e.node)];
-        for (std::size_t j = 0; j < static_cast<std::size_t>(&e - mem_.data()) && e.same < 0; ++j) {
-          const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
-          if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims) e.same = static_cast<int>(j);
-        }
-      }
-      if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
-    }
-    // Where full values live: their tensor (stored), a row buffer (read in a later pass), or a
-    // tile register (freed after its last reader in its pass).
-    std::vector<int> last_pass(mem_.size(), -1);
-    for (auto& e : mem_)
-      for (const operand& o : e.src)
-        if (o.member >= 0) last_pass[static_cast<std::size_t>(o.member)] = std::max(last_pass[static_cast<std::size_t>(o.member)], e.pass);
-    for (std::size_t i = 0; i < mem_.size(); ++i) {
-      member& e = mem_[i];
-      if (e.f == form::full) {
-        if (!e.store && last_pass[i] > e.pass) e.rowbuf = rowbufs_++;
-        // An expand read only in its own pass is its operand's splat: no copy.
-        e.alias = ns[static_cast<std::size_t>(e.node)].kind == node_kind::expand && !e.store && e.rowbuf < 0;
-      } else {
-        e.scalar = scalars_++;  // a row scalar: one value per row
-      }
-    }
-    for (int p = 0; p < passes_; ++p) {
-      std::vector<int> last_use(mem_.size(), -1), free_regs;
-      std::vector<int> order;
-      for (std::size_t i = 0; i < mem_.size(); ++i)
-        if (mem_[i].pass == p && (mem_[i].f == form::full || mem_[i].reduces)) order.push_back(static_cast<int>(i));
-      for (std::size_t q = 0; q < order.size(); ++q)
-        for (const operand& o : mem_[static_cast<std::size_t>(order[q])].src)
-          if (o.member >= 0) last_use[static_cast<std::size_t>(o.member)] = static_cast<int>(q);
-      for (std::size_t q = 0; q < order.size(); ++q) {
-        member& e = mem_[static_cast<std::size_t>(order[q])];
-        if (e.f == form::full && !e.store && e.rowbuf < 0 && !e.alias) {
-          if (free_regs.empty()) free_regs.push_back(registers_++);
-          e.reg = free_regs.back();
-          free_regs.pop_back();
-        }
-        for (int s = 0; s < 2; ++s) {
-          const operand& o = e.src[s];
-          if (s == 1 && o.node == e.src[0].node) break;
-          if (o.member >= 0 && mem_[static_cast<std::size_t>(o.member)].reg >= 0 && mem_[static_cast<std::size_t>(o.member)].pass == p &&
-              last_use[static_cast<std::size_t>(o.member)] == static_cast<int>(q))
-            free_regs.push_back(mem_[static_cast<std::size_t>(o.member)].reg);
-        }
-      }
-    }
-    // Splat slots: one per (pass, broadcast operand) of full members.
-    for (auto& e : mem_) {
-      if (e.f != form::full) continue;
-      for (operand& o : e.src)
-        if (o.node >= 0 && o.f != form::full) o.splat = splats_++;
-    }
-    // What each pass runs, in graph order: the row scalars ready at its start, the splats it
-    // fills, its tile instructions, its reductions (a row's last "pass" has row scalars only).
-    at_.resize(static_cast<std::size_t>(passes_) + 1);
-    for (std::size_t i = 0; i < mem_.size(); ++i) {
-      const member& e = mem_[i];
-      const int m = static_cast<int>(i);
-      if (e.f != form::full && !e.reduces) {
-        at_[static_cast<std::size_t>(e.ready)].scalars.push_back(m);
-        continue;
-      }
-      auto& P = at_[static_cast<std::size_t>(e.pass)];
-      if (e.reduces) {
-        P.reductions.push_back(m);
-        if (e.same < 0) P.tiles.push_back(m);
-        continue;
-      }
-      for (int s = 0; s < 2; ++s)
-        if (e.src[s].splat >= 0) P.splats.push_back({m, s});
-      if (!e.alias) P.tiles.push_back(m);
-    }
-    for (const auto& P : at_) widest_ = std::max(widest_, P.tiles.size());
-  }
+  row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store);
 
   /// True when the step still holds for the node shapes `sizes`.
-  [[nodiscard]] bool fits(const graph<T>& g, const std::vector<shape>& sizes) const {
-    const shape& S = sizes[static_cast<std::size_t>(space_)];
-    if (S.size() != g.at(space_).sizes.size() || S.empty()) return false;
-    for (const auto& e : mem_)
-      if (!has_form(sizes[static_cast<std::size_t>(e.node)], S, e.f)) return false;
-    for (const auto& o : outside_)
-      if (!has_form(sizes[static_cast<std::size_t>(o.first)], S, o.second)) return false;
-    return true;
-  }
+  [[nodiscard]] bool fits(const graph<T>& g, const std::vector<shape>& sizes) const;
 
   /// Runs the step: `vals` holds every node's value (members' are written here).
-  template <class SizeOf>
-  void run(const graph<T>& g, std::vector<tensor<T>>& vals, const SizeOf& size_of) const {
-    const auto& ns = g.nodes();
-    const shape& S = size_of(static_cast<std::size_t>(space_));
-    const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
-    if (R == 0 || C == 0) {  // nothing to walk: the eager ops (and their errors, e.g. an empty max)
-      fusegrad::no_grad ng;
-      const tensor<T> none;
-      for (const auto& e : mem_) {
-        const auto& n = ns[static_cast<std::size_t>(e.node)];
-        const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-        tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(static_cast<std::size_t>(e.node)));
-        vals[static_cast<std::size_t>(e.node)] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
-      }
-      return;
-    }
-    for (const auto& e : mem_)
-      if (e.store) vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
-    // Read-only pointers to every operand tensor and member tensor, by node.
-    thread_local std::vector<T*> data;
-    data.assign(ns.size(), nullptr);
-    for (const auto& e : mem_) {
-      if (e.store) data[static_cast<std::size_t>(e.node)] = vals[static_cast<std::size_t>(e.node)].data_ptr();
-      for (const operand& o : e.src)
-        if (o.node >= 0 && o.member < 0) data[static_cast<std::size_t>(o.node)] = vals[static_cast<std::size_t>(o.node)].data_ptr();
-    }
-    // What an averaging expand divides by: the count its reduction reduced.
-    thread_local std::vector<T> divisor;
-    divisor.assign(mem_.size(), T(1));
-    for (std::size_t i = 0; i < mem_.size(); ++i) {
-      const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
-      if (n.kind != node_kind::expand || !n.average) continue;
-      const shape& to = size_of(static_cast<std::size_t>(mem_[i].node));
-      divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, dims_mask(n.dims, to.size())));
-    }
-    const index_t width = std::min(C, tile);
-    T* const* const dp = data.data();
-    const T* const dv = divisor.data();
-    auto rows = [&](index_t r0, index_t r1) {
-      thread_local std::vector<T> buf;
-      thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
-      thread_local std::vector<simd<T>> macc;
-      thread_local std::vector<T> mtail;
-      thread_local std::vector<iptr> ip;
-      if (ip.size() < widest_) ip.resize(widest_);
-      const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
-      const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile);
-      const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile);
-      const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
-      if (buf.size() < need) buf.resize(need);
-      if (sums.size() < mem_.size()) sums.resize(mem_.size());
-      if (macc.size() < mem_.size()) macc.resize(mem_.size()), mtail.resize(mem_.size());
-      T* const rowbuf = buf.data();
-      T* const regs = rowbuf + regs_at;
-      T* const splat = regs + (splat_at - regs_at);
-      T* const scal = regs + (scal_at - regs_at);
-      for (index_t r = r0; r < r1; ++r) run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
-    };
-    fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
-  }
+  void run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
 
-  [[nodiscard]] std::string to_string(const graph<T>& g) const {
-    std::string s = "rows of " + fusegrad::to_string(g.at(space_).sizes) + " in " + std::to_string(passes_) + " passes (" +
-                    std::to_string(registers_) + " registers, " + std::to_string(rowbufs_) + " row buffers):";
-    for (int p = 0; p <= passes_; ++p) {
-      std::string line;
-      for (const auto& e : mem_) {
-        const bool full = e.f == form::full || e.reduces;
-        if (full ? e.pass != p : e.ready != p) continue;
-        line += " %" + std::to_string(e.node);
-        if (!full) line += "(row)";
-        else if (e.alias) line += "(splat)";
-        else if (e.reg >= 0) line += "->r" + std::to_string(e.reg);
-        else if (e.rowbuf >= 0) line += "->b" + std::to_string(e.rowbuf);
-      }
-      if (!line.empty()) s += " [" + std::to_string(p) + "]" + line;
-    }
-    return s + "\n";
-  }
+  [[nodiscard]] std::string to_string(const graph<T>& g) const;
   [[nodiscard]] int space_node() const noexcept { return space_; }
 
  private:
@@ -365,147 +122,14 @@ class row_step {
 
   /// Can node k join a step over rows of shape S (`in`: the members so far; null: every
   /// node-operand is taken as an outside value)?
-  static bool eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in) {
-    const auto& n = g.nodes()[k];
-    const form f = form_of(n.sizes, S);
-    auto fo = [&](int c) -> form {
-      if (c < 0) return form::none;
-      const shape& cs = g.at(c).sizes;
-      if (in && (*in)[static_cast<std::size_t>(c)]) return form_of(cs, S);
-      return outside_form(cs, S);
-    };
-    switch (n.kind) {
-      case node_kind::pointwise: {
-        if (f == form::none || f == form::one) return false;
-        for (int c : {n.a, n.b}) {
-          if (c < 0) continue;
-          const form cf = fo(c);
-          const bool ok = f == form::full ? (cf == form::full || cf == form::keep || cf == form::one) : (cf == f || cf == form::one);
-          if (!ok) return false;
-        }
-        return true;
-      }
-      case node_kind::sum:
-      case node_kind::mean:
-      case node_kind::max:
-        return n.dims == last_bit(S) && fo(n.a) == form::full && (n.keepdim ? f == form::keep : f == form::drop);
-      case node_kind::sum_to: return f == form::keep && fo(n.a) == form::full;
-      case node_kind::expand: {
-        if (f != form::full) return false;
-        const form af = fo(n.a);
-        return af == form::one || ((af == form::keep || af == form::drop) && n.dims == last_bit(S));
-      }
-      default: return false;
-    }
-  }
+  static bool eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in);
   /// True for a node a tile loop cannot run: a reduction over the last dim, a row scalar
   /// broadcast along the row.
-  static bool row_only(const graph<T>& g, std::size_t k, const shape& S) {
-    const auto& n = g.nodes()[k];
-    if (is_reduction(n.kind) || n.kind == node_kind::sum_to) return numel(S) != numel(n.sizes) && numel(n.sizes) != 1;
-    if (n.kind == node_kind::expand) return numel(g.at(n.a).sizes) != 1;
-    if (n.kind == node_kind::pointwise && n.sizes == S)
-      for (int c : {n.a, n.b})
-        if (c >= 0 && g.at(c).sizes != S && numel(g.at(c).sizes) != 1) return true;
-    return false;
-  }
+  static bool row_only(const graph<T>& g, std::size_t k, const shape& S);
 
   /// One row: its passes, each with the row scalars waiting for it first.
-  void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf, T* regs, T* splat,
-               T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const {
-    static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
-    const index_t off = r * C;
-    // A row scalar operand's value for this row.
-    auto scalar_of = [&](const operand& o) -> T {
-      if (o.member >= 0) return scal[mem_[static_cast<std::size_t>(o.member)].scalar];
-      return o.f == form::one ? dp[o.node][0] : dp[o.node][r];
-    };
-    // Where an operand is for this row: a fixed pointer or one moving with the tile (`adv`).
-    auto base = [&](const operand& o, bool& adv) -> const T* {
-      adv = false;
-      if ((o.node) < 0) return nullptr;  // parenthesised: clang reads `o.node <` as a template
-      if (o.splat >= 0) return splat + o.splat * tile;
-      adv = true;
-      if (o.member < 0) return dp[o.node] + off;
-      const member& c = mem_[static_cast<std::size_t>(o.member)];
-      if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C;
-      if (c.store) return dp[c.node] + off;
-      adv = false;
-      return c.alias ? splat + c.src[0].splat * tile : regs + c.reg * tile;
-    };
-    for (int p = 0; p <= passes_; ++p) {
-      const pass_work& P = at_[static_cast<std::size_t>(p)];
-      for (int m : P.scalars) {
-        const member& e = mem_[static_cast<std::size_t>(m)];
-        const auto& n = ns[static_cast<std::size_t>(e.node)];
-        T a = scalar_of(e.src[0]), b = e.src[1].node >= 0 ? scalar_of(e.src[1]) : T(0), d;
-        kernels[static_cast<std::size_t>(n.op)](n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
-        scal[e.scalar] = d;
-        if (e.store) dp[e.node][r] = d;
-      }
-      if (p == passes_) break;
-      for (const auto& [m, s] : P.splats) {
-        const member& e = mem_[static_cast<std::size_t>(m)];
-        const auto& n = ns[static_cast<std::size_t>(e.node)];
-        const operand& o = e.src[s];
-        T v = scalar_of(o);
-        if (n.kind == node_kind::expand && n.average) v /= dv[m];
-        std::fill_n(splat + o.splat * tile, width, v);
-      }
-      for (std::size_t q = 0; q < P.tiles.size(); ++q) {
-        const auto m = static_cast<std::size_t>(P.tiles[q]);
-        const member& e = mem_[m];
-        iptr& x = ip[q];
-        x.a = base(e.src[0], x.adv_a);
-        x.b = base(e.src[1], x.adv_b);
-        x.d = nullptr;
-        x.adv_d = false;
-        if (e.reduces) {
-          if (ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) {
-            macc[m] = simd<T>(-std::numeric_limits<T>::infinity());
-            mtail[m] = -std::numeric_limits<T>::infinity();
-          } else {
-            sums[m].reset();
-          }
-        } else {
-          x.adv_d = e.reg < 0;
-          x.d = e.reg >= 0 ? regs + e.reg * tile : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C : dp[e.node] + off;
-        }
-      }
-      for (index_t t0 = 0; t0 < C; t0 += tile) {
-        const index_t n = std::min(tile, C - t0);
-        for (std::size_t q = 0; q < P.tiles.size(); ++q) {
-          const auto m = static_cast<std::size_t>(P.tiles[q]);
-          const member& e = mem_[m];
-          const auto& nd = ns[static_cast<std::size_t>(e.node)];
-          const iptr& x = ip[q];
-          const T* a = x.a + (x.adv_a ? t0 : 0);
-          if (e.reduces) {
-            if (nd.kind == node_kind::max) fusegrad::detail::tile_max(a, n, macc[m], mtail[m]);
-            else sums[m].add(a, n);
-            continue;
-          }
-          T* d = x.d + (x.adv_d ? t0 : 0);
-          if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
-          else kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, x.b ? x.b + (x.adv_b ? t0 : 0) : nullptr, d, n);
-        }
-      }
-      for (int mi : P.reductions) {
-        const auto m = static_cast<std::size_t>(mi);
-        const member& e = mem_[m];
-        const auto& nd = ns[static_cast<std::size_t>(e.node)];
-        T v;
-        if (e.same >= 0) v = scal[mem_[static_cast<std::size_t>(e.same)].scalar];
-        else if (nd.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[m]), mtail[m]);
-        else {
-          v = sums[m].total();
-          if (nd.kind == node_kind::mean) v = v / static_cast<T>(C);
-        }
-        scal[e.scalar] = v;
-        if (e.store) dp[e.node][r] = v;
-      }
-    }
-  }
+  void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf, T* regs,
+               T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const;
 
   int space_ = -1;
   std::vector<member> mem_;
@@ -514,5 +138,408 @@ class row_step {
   std::vector<std::pair<int, form>> outside_;
   int passes_ = 0, registers_ = 0, rowbufs_ = 0, splats_ = 0, scalars_ = 0;
 };
+
+// ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
+
+template <Element T>
+typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std::vector<bool>& need) {
+  const auto& ns = g.nodes();
+  const std::size_t N = ns.size();
+  region_t out;
+  out.in.assign(N, false);
+  std::vector<bool>& in = out.in;
+  // The rows: the shape of the first node a tile loop cannot run but a row step can.
+  shape S;
+  for (std::size_t k = 0; k < N && S.empty(); ++k) {
+    if (!need[k]) continue;
+    const auto& n = ns[k];
+    int cand = -1;
+    if ((is_reduction(n.kind) || n.kind == node_kind::sum_to) && n.a >= 0) cand = n.a;
+    else if (n.kind == node_kind::expand || n.kind == node_kind::pointwise) cand = static_cast<int>(k);
+    if (cand < 0) continue;
+    const shape& cs = g.at(cand).sizes;
+    if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back()) continue;  // rows of one value, or one row: tile loops
+    if (eligible(g, k, cs, nullptr) && row_only(g, k, cs)) S = cs, out.space = cand;
+  }
+  if (S.empty()) return out;
+  std::vector<bool> dep(N, false);  // reads a member, directly or not
+  bool seeded = false;
+  for (std::size_t k = 0; k < N; ++k) {
+    if (!need[k] || ns[k].kind == node_kind::input) continue;
+    const auto& n = ns[k];
+    bool convex = true, reads = false;
+    for (int c : {n.a, n.b})
+      if (c >= 0) {
+        convex = convex && (in[static_cast<std::size_t>(c)] || !dep[static_cast<std::size_t>(c)]);
+        reads = reads || in[static_cast<std::size_t>(c)] || dep[static_cast<std::size_t>(c)];
+      }
+    if (convex && eligible(g, k, S, &in)) {
+      in[k] = true;
+      seeded = seeded || row_only(g, k, S);
+    } else {
+      dep[k] = reads;
+    }
+  }
+  if (!seeded) {
+    std::fill(in.begin(), in.end(), false);
+    out.space = -1;
+  }
+  return out;
+}
+
+template <Element T>
+row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store) : space_(space) {
+  const auto& ns = g.nodes();
+  const shape& S = g.at(space_).sizes;
+  std::vector<int> slot(ns.size(), -1);  // member -> index in mem_
+  for (int m : members) {
+    slot[static_cast<std::size_t>(m)] = static_cast<int>(mem_.size());
+    member e;
+    e.node = m;
+    e.f = form_of(ns[static_cast<std::size_t>(m)].sizes, S);
+    e.store = store[static_cast<std::size_t>(m)];
+    mem_.push_back(e);
+  }
+  // Operands: members by index, other nodes by their form.
+  for (auto& e : mem_) {
+    const auto& n = ns[static_cast<std::size_t>(e.node)];
+    const int ops[2] = {n.a, n.b};
+    for (int s = 0; s < 2; ++s) {
+      if (ops[s] < 0) continue;
+      operand& o = e.src[s];
+      o.node = ops[s];
+      o.member = slot[static_cast<std::size_t>(ops[s])];
+      o.f = o.member >= 0 ? mem_[static_cast<std::size_t>(o.member)].f : outside_form(g.at(ops[s]).sizes, S);
+      if (o.member < 0) outside_.push_back({o.node, o.f});
+    }
+  }
+  // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
+  // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
+  for (auto& e : mem_) {
+    int p = 0;
+    for (const operand& o : e.src)
+      if (o.member >= 0) {
+        const member& c = mem_[static_cast<std::size_t>(o.member)];
+        p = std::max(p, c.f == form::full ? c.pass : c.ready);
+      }
+    e.pass = p;
+    const auto k = ns[static_cast<std::size_t>(e.node)].kind;
+    e.reduces = is_reduction(k) || k == node_kind::sum_to;
+    e.ready = e.reduces ? p + 1 : p;
+    // The same reduction of the same values (logsumexp takes the max with and without
+    // keepdim): computed once.
+    if (e.reduces) {
+      const auto& n = ns[static_cast<std::size_t>(e.node)];
+      for (std::size_t j = 0; j < static_cast<std::size_t>(&e - mem_.data()) && e.same < 0; ++j) {
+        const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
+        if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims) e.same = static_cast<int>(j);
+      }
+    }
+    if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
+  }
+  // Where full values live: their tensor (stored), a row buffer (read in a later pass), or a
+  // tile register (freed after its last reader in its pass).
+  std::vector<int> last_pass(mem_.size(), -1);
+  for (auto& e : mem_)
+    for (const operand& o : e.src)
+      if (o.member >= 0) last_pass[static_cast<std::size_t>(o.member)] = std::max(last_pass[static_cast<std::size_t>(o.member)], e.pass);
+  for (std::size_t i = 0; i < mem_.size(); ++i) {
+    member& e = mem_[i];
+    if (e.f == form::full) {
+      if (!e.store && last_pass[i] > e.pass) e.rowbuf = rowbufs_++;
+      // An expand read only in its own pass is its operand's splat: no copy.
+      e.alias = ns[static_cast<std::size_t>(e.node)].kind == node_kind::expand && !e.store && e.rowbuf < 0;
+    } else {
+      e.scalar = scalars_++;  // a row scalar: one value per row
+    }
+  }
+  for (int p = 0; p < passes_; ++p) {
+    std::vector<int> last_use(mem_.size(), -1), free_regs;
+    std::vector<int> order;
+    for (std::size_t i = 0; i < mem_.size(); ++i)
+      if (mem_[i].pass == p && (mem_[i].f == form::full || mem_[i].reduces)) order.push_back(static_cast<int>(i));
+    for (std::size_t q = 0; q < order.size(); ++q)
+      for (const operand& o : mem_[static_cast<std::size_t>(order[q])].src)
+        if (o.member >= 0) last_use[static_cast<std::size_t>(o.member)] = static_cast<int>(q);
+    for (std::size_t q = 0; q < order.size(); ++q) {
+      member& e = mem_[static_cast<std::size_t>(order[q])];
+      if (e.f == form::full && !e.store && e.rowbuf < 0 && !e.alias) {
+        if (free_regs.empty()) free_regs.push_back(registers_++);
+        e.reg = free_regs.back();
+        free_regs.pop_back();
+      }
+      for (int s = 0; s < 2; ++s) {
+        const operand& o = e.src[s];
+        if (s == 1 && o.node == e.src[0].node) break;
+        if (o.member >= 0 && mem_[static_cast<std::size_t>(o.member)].reg >= 0 && mem_[static_cast<std::size_t>(o.member)].pass == p &&
+            last_use[static_cast<std::size_t>(o.member)] == static_cast<int>(q))
+          free_regs.push_back(mem_[static_cast<std::size_t>(o.member)].reg);
+      }
+    }
+  }
+  // Splat slots: one per (pass, broadcast operand) of full members.
+  for (auto& e : mem_) {
+    if (e.f != form::full) continue;
+    for (operand& o : e.src)
+      if (o.node >= 0 && o.f != form::full) o.splat = splats_++;
+  }
+  // What each pass runs, in graph order: the row scalars ready at its start, the splats it
+  // fills, its tile instructions, its reductions (a row's last "pass" has row scalars only).
+  at_.resize(static_cast<std::size_t>(passes_) + 1);
+  for (std::size_t i = 0; i < mem_.size(); ++i) {
+    const member& e = mem_[i];
+    const int m = static_cast<int>(i);
+    if (e.f != form::full && !e.reduces) {
+      at_[static_cast<std::size_t>(e.ready)].scalars.push_back(m);
+      continue;
+    }
+    auto& P = at_[static_cast<std::size_t>(e.pass)];
+    if (e.reduces) {
+      P.reductions.push_back(m);
+      if (e.same < 0) P.tiles.push_back(m);
+      continue;
+    }
+    for (int s = 0; s < 2; ++s)
+      if (e.src[s].splat >= 0) P.splats.push_back({m, s});
+    if (!e.alias) P.tiles.push_back(m);
+  }
+  for (const auto& P : at_) widest_ = std::max(widest_, P.tiles.size());
+}
+
+template <Element T>
+bool row_step<T>::fits(const graph<T>& g, const std::vector<shape>& sizes) const {
+  const shape& S = sizes[static_cast<std::size_t>(space_)];
+  if (S.size() != g.at(space_).sizes.size() || S.empty()) return false;
+  for (const auto& e : mem_)
+    if (!has_form(sizes[static_cast<std::size_t>(e.node)], S, e.f)) return false;
+  for (const auto& o : outside_)
+    if (!has_form(sizes[static_cast<std::size_t>(o.first)], S, o.second)) return false;
+  return true;
+}
+
+template <Element T>
+void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
+  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g.nodes()[k].sizes; };
+  const auto& ns = g.nodes();
+  const shape& S = size_of(static_cast<std::size_t>(space_));
+  const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
+  if (R == 0 || C == 0) {  // nothing to walk: the eager ops (and their errors, e.g. an empty max)
+    fusegrad::no_grad ng;
+    const tensor<T> none;
+    for (const auto& e : mem_) {
+      const auto& n = ns[static_cast<std::size_t>(e.node)];
+      const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+      tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(static_cast<std::size_t>(e.node)));
+      vals[static_cast<std::size_t>(e.node)] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
+    }
+    return;
+  }
+  for (const auto& e : mem_)
+    if (e.store) vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
+  // Read-only pointers to every operand tensor and member tensor, by node.
+  thread_local std::vector<T*> data;
+  data.assign(ns.size(), nullptr);
+  for (const auto& e : mem_) {
+    if (e.store) data[static_cast<std::size_t>(e.node)] = vals[static_cast<std::size_t>(e.node)].data_ptr();
+    for (const operand& o : e.src)
+      if (o.node >= 0 && o.member < 0) data[static_cast<std::size_t>(o.node)] = vals[static_cast<std::size_t>(o.node)].data_ptr();
+  }
+  // What an averaging expand divides by: the count its reduction reduced.
+  thread_local std::vector<T> divisor;
+  divisor.assign(mem_.size(), T(1));
+  for (std::size_t i = 0; i < mem_.size(); ++i) {
+    const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
+    if (n.kind != node_kind::expand || !n.average) continue;
+    const shape& to = size_of(static_cast<std::size_t>(mem_[i].node));
+    divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, dims_mask(n.dims, to.size())));
+  }
+  const index_t width = std::min(C, tile);
+  T* const* const dp = data.data();
+  const T* const dv = divisor.data();
+  auto rows = [&](index_t r0, index_t r1) {
+    thread_local std::vector<T> buf;
+    thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
+    thread_local std::vector<simd<T>> macc;
+    thread_local std::vector<T> mtail;
+    thread_local std::vector<iptr> ip;
+    if (ip.size() < widest_) ip.resize(widest_);
+    const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
+    const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile);
+    const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile);
+    const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
+    if (buf.size() < need) buf.resize(need);
+    if (sums.size() < mem_.size()) sums.resize(mem_.size());
+    if (macc.size() < mem_.size()) macc.resize(mem_.size()), mtail.resize(mem_.size());
+    T* const rowbuf = buf.data();
+    T* const regs = rowbuf + regs_at;
+    T* const splat = regs + (splat_at - regs_at);
+    T* const scal = regs + (scal_at - regs_at);
+    for (index_t r = r0; r < r1; ++r) run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
+  };
+  fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
+}
+
+template <Element T>
+std::string row_step<T>::to_string(const graph<T>& g) const {
+  std::string s = "rows of " + fusegrad::to_string(g.at(space_).sizes) + " in " + std::to_string(passes_) + " passes (" +
+                  std::to_string(registers_) + " registers, " + std::to_string(rowbufs_) + " row buffers):";
+  for (int p = 0; p <= passes_; ++p) {
+    std::string line;
+    for (const auto& e : mem_) {
+      const bool full = e.f == form::full || e.reduces;
+      if (full ? e.pass != p : e.ready != p) continue;
+      line += " %" + std::to_string(e.node);
+      if (!full) line += "(row)";
+      else if (e.alias) line += "(splat)";
+      else if (e.reg >= 0) line += "->r" + std::to_string(e.reg);
+      else if (e.rowbuf >= 0) line += "->b" + std::to_string(e.rowbuf);
+    }
+    if (!line.empty()) s += " [" + std::to_string(p) + "]" + line;
+  }
+  return s + "\n";
+}
+
+template <Element T>
+bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in) {
+  const auto& n = g.nodes()[k];
+  const form f = form_of(n.sizes, S);
+  auto fo = [&](int c) -> form {
+    if (c < 0) return form::none;
+    const shape& cs = g.at(c).sizes;
+    if (in && (*in)[static_cast<std::size_t>(c)]) return form_of(cs, S);
+    return outside_form(cs, S);
+  };
+  switch (n.kind) {
+    case node_kind::pointwise: {
+      if (f == form::none || f == form::one) return false;
+      for (int c : {n.a, n.b}) {
+        if (c < 0) continue;
+        const form cf = fo(c);
+        const bool ok = f == form::full ? (cf == form::full || cf == form::keep || cf == form::one) : (cf == f || cf == form::one);
+        if (!ok) return false;
+      }
+      return true;
+    }
+    case node_kind::sum:
+    case node_kind::mean:
+    case node_kind::max:
+      return n.dims == last_bit(S) && fo(n.a) == form::full && (n.keepdim ? f == form::keep : f == form::drop);
+    case node_kind::sum_to: return f == form::keep && fo(n.a) == form::full;
+    case node_kind::expand: {
+      if (f != form::full) return false;
+      const form af = fo(n.a);
+      return af == form::one || ((af == form::keep || af == form::drop) && n.dims == last_bit(S));
+    }
+    default: return false;
+  }
+}
+
+template <Element T>
+bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
+  const auto& n = g.nodes()[k];
+  if (is_reduction(n.kind) || n.kind == node_kind::sum_to) return numel(S) != numel(n.sizes) && numel(n.sizes) != 1;
+  if (n.kind == node_kind::expand) return numel(g.at(n.a).sizes) != 1;
+  if (n.kind == node_kind::pointwise && n.sizes == S)
+    for (int c : {n.a, n.b})
+      if (c >= 0 && g.at(c).sizes != S && numel(g.at(c).sizes) != 1) return true;
+  return false;
+}
+
+template <Element T>
+void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf,
+                          T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const {
+  static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
+  const index_t off = r * C;
+  // A row scalar operand's value for this row.
+  auto scalar_of = [&](const operand& o) -> T {
+    if (o.member >= 0) return scal[mem_[static_cast<std::size_t>(o.member)].scalar];
+    return o.f == form::one ? dp[o.node][0] : dp[o.node][r];
+  };
+  // Where an operand is for this row: a fixed pointer or one moving with the tile (`adv`).
+  auto base = [&](const operand& o, bool& adv) -> const T* {
+    adv = false;
+    if ((o.node) < 0) return nullptr;  // parenthesised: clang reads `o.node <` as a template
+    if (o.splat >= 0) return splat + o.splat * tile;
+    adv = true;
+    if (o.member < 0) return dp[o.node] + off;
+    const member& c = mem_[static_cast<std::size_t>(o.member)];
+    if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C;
+    if (c.store) return dp[c.node] + off;
+    adv = false;
+    return c.alias ? splat + c.src[0].splat * tile : regs + c.reg * tile;
+  };
+  for (int p = 0; p <= passes_; ++p) {
+    const pass_work& P = at_[static_cast<std::size_t>(p)];
+    for (int m : P.scalars) {
+      const member& e = mem_[static_cast<std::size_t>(m)];
+      const auto& n = ns[static_cast<std::size_t>(e.node)];
+      T a = scalar_of(e.src[0]), b = e.src[1].node >= 0 ? scalar_of(e.src[1]) : T(0), d;
+      kernels[static_cast<std::size_t>(n.op)](n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
+      scal[e.scalar] = d;
+      if (e.store) dp[e.node][r] = d;
+    }
+    if (p == passes_) break;
+    for (const auto& [m, s] : P.splats) {
+      const member& e = mem_[static_cast<std::size_t>(m)];
+      const auto& n = ns[static_cast<std::size_t>(e.node)];
+      const operand& o = e.src[s];
+      T v = scalar_of(o);
+      if (n.kind == node_kind::expand && n.average) v /= dv[m];
+      std::fill_n(splat + o.splat * tile, width, v);
+    }
+    for (std::size_t q = 0; q < P.tiles.size(); ++q) {
+      const auto m = static_cast<std::size_t>(P.tiles[q]);
+      const member& e = mem_[m];
+      iptr& x = ip[q];
+      x.a = base(e.src[0], x.adv_a);
+      x.b = base(e.src[1], x.adv_b);
+      x.d = nullptr;
+      x.adv_d = false;
+      if (e.reduces) {
+        if (ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) {
+          macc[m] = simd<T>(-std::numeric_limits<T>::infinity());
+          mtail[m] = -std::numeric_limits<T>::infinity();
+        } else {
+          sums[m].reset();
+        }
+      } else {
+        x.adv_d = e.reg < 0;
+        x.d = e.reg >= 0 ? regs + e.reg * tile : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C : dp[e.node] + off;
+      }
+    }
+    for (index_t t0 = 0; t0 < C; t0 += tile) {
+      const index_t n = std::min(tile, C - t0);
+      for (std::size_t q = 0; q < P.tiles.size(); ++q) {
+        const auto m = static_cast<std::size_t>(P.tiles[q]);
+        const member& e = mem_[m];
+        const auto& nd = ns[static_cast<std::size_t>(e.node)];
+        const iptr& x = ip[q];
+        const T* a = x.a + (x.adv_a ? t0 : 0);
+        if (e.reduces) {
+          if (nd.kind == node_kind::max) fusegrad::detail::tile_max(a, n, macc[m], mtail[m]);
+          else sums[m].add(a, n);
+          continue;
+        }
+        T* d = x.d + (x.adv_d ? t0 : 0);
+        if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
+        else kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, x.b ? x.b + (x.adv_b ? t0 : 0) : nullptr, d, n);
+      }
+    }
+    for (int mi : P.reductions) {
+      const auto m = static_cast<std::size_t>(mi);
+      const member& e = mem_[m];
+      const auto& nd = ns[static_cast<std::size_t>(e.node)];
+      T v;
+      if (e.same >= 0) v = scal[mem_[static_cast<std::size_t>(e.same)].scalar];
+      else if (nd.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[m]), mtail[m]);
+      else {
+        v = sums[m].total();
+        if (nd.kind == node_kind::mean) v = v / static_cast<T>(C);
+      }
+      scal[e.scalar] = v;
+      if (e.store) dp[e.node][r] = v;
+    }
+  }
+}
 
 }  // namespace fusegrad::ir
