@@ -55,7 +55,6 @@ class row_step {
   /// node outside it both reads from it and feeds it.
   [[nodiscard]] static region_t region(const graph<T>& g, const std::vector<bool>& need);
 
-  row_step() = default;
   /// The step of `members` (in graph order; `region`'s), writing the nodes `store` marks.
   row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store);
 
@@ -66,7 +65,6 @@ class row_step {
   void run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
 
   [[nodiscard]] std::string to_string(const graph<T>& g) const;
-  [[nodiscard]] int space_node() const noexcept { return space_; }
 
  private:
   struct operand {
@@ -99,24 +97,24 @@ class row_step {
     bool adv_a, adv_b, adv_d;
   };
 
-
+  /// Whether `s` is a row scalar's shape for rows of shape `S`: [..., 1] (keep) or [...] (drop).
+  static bool is_keep(const shape& s, const shape& S) {
+    return s.size() == S.size() && std::equal(s.begin(), s.end() - 1, S.begin()) && s.back() == 1;
+  }
+  static bool is_drop(const shape& s, const shape& S) { return s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin()); }
   /// The form of `s` relative to rows of shape `S`.
   static form form_of(const shape& s, const shape& S) {
-    if (s == S) return form::full;
-    if (s.size() == S.size() && std::equal(s.begin(), s.end() - 1, S.begin()) && s.back() == 1) return form::keep;
-    if (s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin())) return form::drop;
-    return form::none;
+    return s == S ? form::full : is_keep(s, S) ? form::keep : is_drop(s, S) ? form::drop : form::none;
   }
   /// The form of an operand that is not a member (a single element is splatted).
   static form outside_form(const shape& s, const shape& S) {
     const form f = form_of(s, S);
     return f != form::none ? f : numel(s) == 1 ? form::one : form::none;
   }
+  /// Whether `s` still has form `f` (on other sizes, where forms may coincide: C = 1, R = 1).
   static bool has_form(const shape& s, const shape& S, form f) {
     if (f == form::one) return numel(s) == 1;
-    if (f == form::full) return s == S;
-    if (f == form::keep) return s.size() == S.size() && std::equal(s.begin(), s.end() - 1, S.begin()) && s.back() == 1;
-    return s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin());
+    return f == form::full ? s == S : f == form::keep ? is_keep(s, S) : is_drop(s, S);
   }
   static std::uint64_t last_bit(const shape& S) { return std::uint64_t{1} << (S.size() - 1); }
 
@@ -277,7 +275,7 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
       }
     }
   }
-  // Splat slots: one per (pass, broadcast operand) of full members.
+  // Splat slots: one per broadcast operand of a full member (filled in the member's pass).
   for (auto& e : mem_) {
     if (e.f != form::full) continue;
     for (operand& o : e.src)
@@ -437,7 +435,7 @@ bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, con
 template <Element T>
 bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
   const auto& n = g.nodes()[k];
-  if (is_reduction(n.kind) || n.kind == node_kind::sum_to) return numel(S) != numel(n.sizes) && numel(n.sizes) != 1;
+  if (is_reduction(n.kind) || n.kind == node_kind::sum_to) return numel(n.sizes) != 1;  // (not a full reduction)
   if (n.kind == node_kind::expand) return numel(g.at(n.a).sizes) != 1;
   if (n.kind == node_kind::pointwise && n.sizes == S)
     for (int c : {n.a, n.b})
