@@ -241,6 +241,45 @@ TEST_CASE("regression: sin and cos of an element do not depend on its neighbours
   check_trig_neighbours<float>({58.1194649f, 1.57079637f, 0.5f, -3.0f, 100.0f});
 }
 
+// lanes::sin/cos evaluate a batch whose every |x| <= 20π inline (core/simd.hpp,
+// `small_trig`): xsimd's steps for that class, written out so that the reduction is not an
+// out-of-line call. They must keep xsimd's bits for every batch of the class, whichever of
+// xsimd's three forms (|x| <= π/4, <= π/2, <= 20π) the batch's largest |x| picks.
+template <class T>
+void check_small_trig_bits() {
+  using V = xsimd::batch<T>;
+  constexpr std::size_t W = V::size;
+  std::uint64_t state = 12345;
+  auto next = [&] {  // a fixed LCG: the test sees the same values everywhere
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  };
+  const double pi = 3.14159265358979323846;
+  const double limits[] = {pi / 4, pi / 2, 20 * pi};
+  const T edges[] = {T(0), T(-0.0), T(pi / 4), T(pi / 2), T(pi), T(3 * pi / 2), T(20 * pi), std::nextafter(T(pi / 4), T(0)),
+                     std::nextafter(T(pi / 4), T(1)), std::nextafter(T(pi / 2), T(0)), std::nextafter(T(pi / 2), T(2)),
+                     std::numeric_limits<T>::denorm_min(), T(1e-30)};
+  int bad = 0;
+  for (double lim : limits)
+    for (int it = 0; it < 20000; ++it) {
+      alignas(64) T x[W], a[W], b[W];
+      for (std::size_t l = 0; l < W; ++l) x[l] = T((2 * next() - 1) * lim);
+      const T e = edges[static_cast<std::size_t>(it) % std::size(edges)];
+      if (std::abs(double(e)) <= lim) x[static_cast<std::size_t>(it) % W] = (it & 1) ? -e : e;
+      const V v = V::load_aligned(x);
+      fg::lanes::sin(v).store_aligned(a), xsimd::sin(v).store_aligned(b);
+      bad += std::memcmp(a, b, sizeof a) != 0;
+      fg::lanes::cos(v).store_aligned(a), xsimd::cos(v).store_aligned(b);
+      bad += std::memcmp(a, b, sizeof a) != 0;
+    }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("regression: lanes::sin/cos keep xsimd's bits on batches of |x| <= 20 pi (inline fast path)") {
+  check_small_trig_bits<float>();
+  check_small_trig_bits<double>();
+}
+
 TEST_CASE("regression: fg::jit's sin of an expanded value has eager's bits (fuzz seed 402, graph 33244)") {
   auto program = [](const std::vector<td>& in) {
     const td v3 = fg::pow(fg::pow(in[0], -2.0) + 0.10000000000000001, 2.5);

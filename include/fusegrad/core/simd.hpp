@@ -164,18 +164,64 @@ inline V by_reduction_class(const V& x, F f) {
     return f(x);  // one class: |x| <= 20π
   return by_reduction_class_slow(x, f);
 }
+
+#if XSIMD_VERSION_MAJOR == 8
+/// `sin` (`Sin`) or `cos` of a batch whose every |x| is at most 20π: xsimd 8's own steps for
+/// that class (three Cody-Waite steps, its polynomials `sin_eval`/`cos_eval`, the quadrant's
+/// swap and sign), so the bits are `xsimd::sin`/`xsimd::cos`'s. Written out here because
+/// xsimd's `cos` first tests the batch against π/4 and π/2 (forms that give the same bits)
+/// and keeps its whole reduction, Payne-Hanek loop included, one out-of-line call: at
+/// N = 2^20 that call was a fifth of `value_and_grad(sum(cos(cos(x)) * y))`'s profile.
+template <bool Sin, class V>
+inline V small_trig(const V& x) {
+  namespace xk = xsimd::kernel::detail;
+  using T = typename V::value_type;
+  const V ax = xsimd::abs(x);
+  const V xi = xsimd::nearbyint(ax * xsimd::constants::twoopi<V>());
+  V xr = xsimd::fnma(xi, xsimd::constants::pio2_1<V>(), ax);
+  xr -= xi * xsimd::constants::pio2_2<V>();
+  xr -= xi * xsimd::constants::pio2_3<V>();
+  const V a = xi * V(T(0.25));
+  const V n = (a - xsimd::floor(a)) * V(T(4));  // the quadrant, 0 to 3 (as xsimd computes it)
+  const V z = xr * xr;
+  const V se = xk::sin_eval(z, xr), ce = xk::cos_eval(z);
+  const auto odd = (n == V(T(1))) || (n == V(T(3)));
+  if constexpr (Sin) {  // sin: cos_eval in odd quadrants, negated in quadrants 2 and 3, times sign(x)
+    const V sign = xsimd::bitofsign(x) ^ xsimd::select(n >= V(T(2)), xsimd::constants::signmask<V>(), V(T(0)));
+    return xsimd::select(odd, ce, se) ^ sign;
+  } else {  // cos: sin_eval in odd quadrants, negated in quadrants 1 and 2
+    const auto flip = (n == V(T(1))) || (n == V(T(2)));
+    return xsimd::select(odd, se, ce) ^ xsimd::select(flip, xsimd::constants::signmask<V>(), V(T(0)));
+  }
+}
+/// `sin`/`cos` of a batch: `small_trig` inline when every |x| <= 20π, the class-by-class
+/// evaluation out of line otherwise.
+template <bool Sin, class V>
+inline V trig(const V& x) {
+  if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
+    return small_trig<Sin>(x);
+  if constexpr (Sin) return by_reduction_class_slow(x, [](const V& v) { return xsimd::sin(v); });
+  else return by_reduction_class_slow(x, [](const V& v) { return xsimd::cos(v); });
+}
+#else
+template <bool Sin, class V>
+inline V trig(const V& x) {
+  if constexpr (Sin) return by_reduction_class(x, [](const V& v) { return xsimd::sin(v); });
+  else return by_reduction_class(x, [](const V& v) { return xsimd::cos(v); });
+}
+#endif
 }  // namespace detail_trig
 
 /// `sin`, on scalars (`std::sin`) and batches (xsimd's, with each element's value independent
 /// of its neighbours: see `detail_trig::by_reduction_class`).
 template <class V> V sin(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::sin(x);
-  else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::sin(v); });
+  else return detail_trig::trig<true>(x);
 }
 /// `cos`, as `sin`.
 template <class V> V cos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::cos(x);
-  else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::cos(v); });
+  else return detail_trig::trig<false>(x);
 }
 /// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
 template <class V> V tan(const V& x) {
