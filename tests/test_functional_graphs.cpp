@@ -302,3 +302,25 @@ TEST_CASE("regression: a pullback keeps scalar primals by value (it held referen
   CHECK(close(gx, -std::sin(0.5) * 2.0));
   CHECK(close(gy, std::cos(0.5)));
 }
+
+// The scalar form keeps its adjoints in place (functional/call.hpp, `array_sink`): the first
+// contribution is assigned, later ones added, and an argument nothing reaches gets +0, as
+// when the adjoints were a tuple that grew: the signs of zero tell the difference.
+TEST_CASE("scalar gradients: first contributions assigned, unreached arguments +0, duals and expressions alike") {
+  auto only_x = [](auto x, auto) { return x * x; };
+  const auto [gx, gy] = fg::grad(only_x, fg::argnums<0, 1>)(3.0, 5.0);
+  CHECK(gx == 6.0);
+  CHECK(gy == 0.0);
+  CHECK_FALSE(std::signbit(gy));  // +0: no contribution
+  auto times_neg_zero = [](auto x) { return x * -0.0; };
+  const double g0 = fg::grad(times_neg_zero)(2.0);
+  CHECK(g0 == 0.0);
+  CHECK(std::signbit(g0));  // -0, assigned: an accumulator started at +0 would give +0
+  auto two_paths = [](auto x) { return x * -0.0 + x * -0.0; };
+  CHECK(std::signbit(fg::grad(two_paths)(2.0)));  // -0 + -0
+  // second order through duals (hvp of a scalar function) and through expressions (grad of grad)
+  auto cube = [](auto x) { return x * x * x; };
+  CHECK(fg::hessian(cube)(2.0) == 12.0);
+  CHECK(fg::grad(fg::grad(cube))(2.0) == 12.0);
+  static_assert(fg::grad(fg::grad([](auto x) { return x * x * x - 2.0 * x; }))(2.0) == 12.0);
+}

@@ -162,6 +162,31 @@ struct tuple_sink {
   }
 };
 
+/// Adjoints of the scalar form kept in place, for values closed under `+` (numbers, duals):
+/// nothing is copied as the backward walks. (GCC copied `tuple_sink`'s tuples as 16-byte
+/// blocks and read their halves back, or built them from two 8-byte stores and read them as
+/// one: store-forwarding stalls that made the 2-D Rosenbrock gradient 20 ns at -O2, against
+/// 1.8 ns by hand.) `has[i]`: argument `i` has had a contribution (the first one is assigned,
+/// so the bits are those of `add_adjoint`).
+template <std::uint64_t Mask, class V>
+struct array_sink {
+  static constexpr std::uint64_t mask = Mask;
+  static constexpr bool reductions = false, hoisting = false;
+  V* adj;
+  bool* has;
+  template <std::size_t I, class T, class G>
+  constexpr array_sink leaf(const scalar_arg<I, T>&, const G& g) const {
+    if constexpr (!std::is_same_v<G, zero_t>) {
+      adj[I] = has[I] ? V(adj[I] + g) : V(g);
+      has[I] = true;
+    }
+    return *this;
+  }
+};
+template <class V> inline constexpr bool in_place_adjoints_v = false;
+template <class X> inline constexpr bool in_place_adjoints_v<num<X>> = true;
+template <class X> inline constexpr bool in_place_adjoints_v<dual<X>> = in_place_adjoints_v<X>;
+
 /// The kind of value the scalar form computes with: that of the first argument of an
 /// enclosing transform, else `num<T>`.
 template <class T, class... A>
@@ -199,6 +224,15 @@ constexpr auto scalar_value_and_grad(const F& f, const Seed& seed, const A&... a
   const std::tuple vals{arg_value<V>(a)...};
   const scalar_ctx<V, decltype(vals)> c{vals};
   const auto v = fwd<0>(c, e);
+  if constexpr (in_place_adjoints_v<V>) {
+    V adj[sizeof...(A)]{};
+    bool has[sizeof...(A)]{};
+    (void)back<0>(array_sink<Mask, V>{adj, has}, e, v, lift<V>(seed));
+    auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple{unwrap(has[I] ? adj[I] : lift<V>(T(0)))...};
+    }(std::index_sequence_for<A...>{});
+    return std::pair{unwrap(v.y), grads};
+  }
   std::tuple<decltype((void)sizeof(A), zero_t{})...> none{};
   const auto s = back<0>(tuple_sink<Mask, decltype(none)>{none}, e, v, lift<V>(seed));
   auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
