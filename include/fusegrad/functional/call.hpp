@@ -217,7 +217,7 @@ constexpr auto unwrap(const V& v) {
 /// `f`'s value and its adjoints (seeded with `seed`) for the arguments in `Mask`, in the
 /// scalar form: a pair of the value and a tuple with one entry per selected argument.
 template <std::uint64_t Mask, class F, class Seed, class... A>
-constexpr auto scalar_value_and_grad(const F& f, const Seed& seed, const A&... a) {
+[[gnu::always_inline]] constexpr auto scalar_value_and_grad(const F& f, const Seed& seed, const A&... a) {
   using T = elem_t<A...>;
   using V = typename decltype(value_kind<T, A...>())::type;
   const auto e = expression<T>(f, a...);

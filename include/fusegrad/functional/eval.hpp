@@ -256,7 +256,7 @@ template <int B, class S, class E, class VT, class G>
 constexpr auto back(S s, const E& e, const VT& v, const G& g);
 
 template <int B, std::size_t J, class S, class E, class VT, class G>
-constexpr auto back_from(S s, const E& e, const VT& v, const G& g) {
+[[gnu::always_inline]] constexpr auto back_from(S s, const E& e, const VT& v, const G& g) {
   if constexpr (J == arity_v<E>) {
     return s;
   } else if constexpr (!wanted<S, child_t<E, J>>) {
@@ -271,7 +271,7 @@ constexpr auto back_from(S s, const E& e, const VT& v, const G& g) {
 /// Pushes `g`, the adjoint of `e` (whose value tree is `v`), down to the leaves: `s.leaf(arg,
 /// share)`, `s.reduction<B>(r, share)`. Returns the sink's next state.
 template <int B, class S, class E, class VT, class G>
-constexpr auto back(S s, const E& e, const VT& v, const G& g) {
+[[gnu::always_inline]] constexpr auto back(S s, const E& e, const VT& v, const G& g) {
   if constexpr (!wanted<S, E> || is_constant_v<E>) return s;
   else if constexpr (is_arg_v<E>) return s.leaf(e, g);
   else if constexpr (S::hoisting && hoistable_v<E>) return s.template hoisted<B>(e, g);

@@ -104,7 +104,7 @@ struct value_and_grad_fn {
 
   /// `{value, gradient}` (a tuple of gradients when several arguments are selected).
   template <class... A>
-  constexpr auto operator()(const A&... a) const {
+  [[gnu::always_inline]] constexpr auto operator()(const A&... a) const {
     using namespace detail::fn;
     constexpr std::uint64_t mask = mask_of(Nums{});
     check_selected<mask, A...>();
@@ -148,7 +148,7 @@ template <class F, class Nums>
 struct grad_fn {
   F f;
   template <class... A>
-  constexpr auto operator()(const A&... a) const {
+  [[gnu::always_inline]] constexpr auto operator()(const A&... a) const {
     return value_and_grad_fn<F, Nums>{f}(a...).second;
   }
   /// Writes the gradients to `outs` (see `value_and_grad_fn::into`).
