@@ -111,6 +111,28 @@ TEST_CASE("cos(cos(x)) * y in float: value_and_grad against eager, all lengths 0
   }
 }
 
+// Sums of short calls (at most `running_sum::lanes` elements: 16 doubles, 32 floats) are taken
+// in registers (functional/engine.hpp): the same bits as eager's sum on either side of the
+// boundary, for the value and for a scalar's gradient (itself a sum over the elements).
+TEST_CASE("short and long calls: sums and scalar gradients equal eager bit for bit, double, lengths 0..40") {
+  auto f = [](const auto& x, auto s) { return fg::sum(fg::sin(x) * s + x * x); };
+  for (int n = 0; n <= 40; ++n) {
+    std::vector<double> xs(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = 0.731 * i - 7.3;
+    std::vector<double> gx(xs.size());
+    double gs = 0;
+    const double v = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<double>(gx), gs)(xs, 1.7);
+    auto tx = fg::from_vector<double>(xs);
+    auto ts = fg::full<double>({}, 1.7);
+    ts.requires_grad(true);
+    auto y = fg::sum(fg::sin(tx) * ts + tx * tx);
+    y.backward();
+    CAPTURE(n);
+    CHECK(v == y.item());
+    CHECK(gs == ts.grad().item());
+  }
+}
+
 TEST_CASE("closed forms: normal log-density in mu and sigma; log-sum-exp (two passes); mean") {
   const auto xs = sample(-3, 5, 1001);
   auto logpdf = [](const auto& x, auto mu, auto sigma) {

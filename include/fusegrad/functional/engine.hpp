@@ -378,6 +378,10 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     for (int q = NM * nc; q < NQ; ++q) used[q] = true;
   }
   alignas(64) T buf[NQ > 0 ? NQ : 1][tile];
+  // (a call of at most `lanes` elements sums its one tile in registers: `running_sum::sum`,
+  // the same bits)
+  const bool short_call = n <= running_sum<T>::lanes;
+  T tot[NQ > 0 ? NQ : 1] = {};
   running_sum<T> sums[NQ > 0 ? NQ : 1];
   for (index_t t0 = 0; t0 < n; t0 += tile) {
     const index_t m = std::min(tile, n - t0);
@@ -386,10 +390,13 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
       run_batch<Back, true, Mask, Vs, E, Slots, NM, NQ>(e, slots, io, t0 + j, W, j, buf, n);
     if (j < m) run_batch<Back, false, Mask, Vs, E, Slots, NM, NQ>(e, slots, io, t0 + j, m - j, j, buf, n);
     for (int q = 0; q < NQ; ++q)
-      if (used[q]) add_tile(sums[q], buf[q], m);
+      if (used[q]) {
+        if (short_call) tot[q] = running_sum<T>::sum(buf[q], m, 1);
+        else add_tile(sums[q], buf[q], m);
+      }
   }
-  T tot[NQ > 0 ? NQ : 1];
-  for (int q = 0; q < NQ; ++q) tot[q] = used[q] ? sums[q].total() : T(0);
+  if (!short_call)
+    for (int q = 0; q < NQ; ++q) tot[q] = used[q] ? sums[q].total() : T(0);
   each_reduction<0>(e, [&](auto b, const auto& r) {
     if (io.only >= 0 && b != io.only) return;
     Vs v = from_comps<Vs>(tot + b * nc);
