@@ -10,8 +10,9 @@
 //                  pass forward, one backward)
 //       fused_min_cut  fg::compile with AOTAutograd's min-cut (saves x only, recomputes cos(x))
 //       hand       two hand-written xsimd loops that recompute cos(x) in the backward
-//       hand_save  two hand-written xsimd loops that save cos(x) and cos(cos(x)) (the best hand
-//                  loop at a size is the faster of the two)
+//       hand_save  two hand-written xsimd loops that save cos(x) and cos(cos(x))
+//       hand_lanes, hand_save_lanes  the same two with fusegrad::lanes::cos/sin (xsimd's steps
+//                  written inline: faster); the best hand loop at a size is the fastest of the four
 //       eager      the same expression op by op on the tape
 //       eigen      Eigen arrays: forward expression, then the gradient expressions
 //   BM_xyz/<variant>  out = x * y + z, forward only (bandwidth bound: 3 reads, 1 write):
@@ -54,13 +55,14 @@ void set_bytes(benchmark::State& state, long n, int streams) {
 
 auto coscos = [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; };
 
+template <class Trig>
 void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
   const long n = state.range(0);
   inputs in(n);
   std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size());
   for (auto _ : state) {
-    hand_forward(in.x.data(), in.y.data(), out.data(), n);
-    hand_backward(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
+    hand_forward<Trig>(in.x.data(), in.y.data(), out.data(), n);
+    hand_backward<Trig>(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
     benchmark::DoNotOptimize(gx.data());
     benchmark::ClobberMemory();
   }
@@ -84,13 +86,14 @@ void BM_coscos_fwd_bwd_policy(benchmark::State& state) {
   set_bytes(state, n, 8);
 }
 
+template <class Trig>
 void BM_coscos_fwd_bwd_hand_save(benchmark::State& state) {
   const long n = state.range(0);
   inputs in(n);
   std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size()), c1(out.size()), c2(out.size());
   for (auto _ : state) {
-    hand_forward_save(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
-    hand_backward_save(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
+    hand_forward_save<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
+    hand_backward_save<Trig>(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
     benchmark::DoNotOptimize(gx.data());
     benchmark::ClobberMemory();
   }
@@ -240,8 +243,10 @@ void sizes(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_coscos_fwd_bwd_policy<fg::policy::cost>)->Name("BM_coscos_fwd_bwd_fused")->Apply(sizes);
-BENCHMARK(BM_coscos_fwd_bwd_hand)->Apply(sizes);
-BENCHMARK(BM_coscos_fwd_bwd_hand_save)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand_save<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand_save")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_lanes")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand_save<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_save_lanes")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_policy<fg::policy::min_cut>)->Name("BM_coscos_fwd_bwd_fused_min_cut")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_eager)->Apply(sizes);
 #if defined(FUSEGRAD_HAVE_EIGEN)

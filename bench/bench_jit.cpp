@@ -60,13 +60,14 @@ void BM_coscos_fwd_bwd_compiled(benchmark::State& state) {
   auto f = fg::compile(coscos);
   run_fwd_bwd(state, f);
 }
+template <class Trig>
 void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
   const long n = state.range(0);
   inputs in(n);
   std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size());
   for (auto _ : state) {
-    hand_forward(in.x.data(), in.y.data(), out.data(), n);
-    hand_backward(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
+    hand_forward<Trig>(in.x.data(), in.y.data(), out.data(), n);
+    hand_backward<Trig>(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
     benchmark::DoNotOptimize(gx.data());
     benchmark::ClobberMemory();
   }
@@ -131,7 +132,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_coscos_fwd_bwd_traced)->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_compiled)->Apply(sizes);
-BENCHMARK(BM_coscos_fwd_bwd_hand)->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_lanes")->Apply(sizes);
 BENCHMARK(BM_tiny_call_jit);
 BENCHMARK(BM_tiny_call_eager);
 BENCHMARK(BM_tiny_call_hand);

@@ -5,28 +5,44 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <fusegrad/core/simd.hpp>
+
 namespace fusegrad_bench {
 
 using B = xsimd::batch<float>;
 constexpr long W = static_cast<long>(B::size);
 
-__attribute__((noinline)) inline void hand_forward(const float* __restrict x, const float* __restrict y,
+/// Which SIMD sin/cos a hand loop calls: xsimd's (what a careful programmer reaches for), or
+/// fusegrad's `lanes::sin/cos` (the same bits, xsimd's reduction for |x| <= 20π written inline:
+/// faster, core/simd.hpp). The benchmarks take the faster loop as the reference.
+struct xsimd_trig {
+  static B cos(const B& x) { return xsimd::cos(x); }
+  static B sin(const B& x) { return xsimd::sin(x); }
+};
+struct lanes_trig {
+  static B cos(const B& x) { return fusegrad::lanes::cos(x); }
+  static B sin(const B& x) { return fusegrad::lanes::sin(x); }
+};
+
+template <class Trig = xsimd_trig>
+__attribute__((noinline)) void hand_forward(const float* __restrict x, const float* __restrict y,
                                             float* __restrict out, long n) {
   long i = 0;
   for (; i + W <= n; i += W)
-    (xsimd::cos(xsimd::cos(B::load_unaligned(x + i))) * B::load_unaligned(y + i)).store_unaligned(out + i);
+    (Trig::cos(Trig::cos(B::load_unaligned(x + i))) * B::load_unaligned(y + i)).store_unaligned(out + i);
   for (; i < n; ++i) out[i] = std::cos(std::cos(x[i])) * y[i];
 }
 
-__attribute__((noinline)) inline void hand_backward(const float* __restrict x, const float* __restrict y,
+template <class Trig = xsimd_trig>
+__attribute__((noinline)) void hand_backward(const float* __restrict x, const float* __restrict y,
                                              const float* __restrict g, float* __restrict gx,
                                              float* __restrict gy, long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
     const B xv = B::load_unaligned(x + i), gv = B::load_unaligned(g + i);
-    const B c1 = xsimd::cos(xv);
-    (gv * B::load_unaligned(y + i) * xsimd::sin(c1) * xsimd::sin(xv)).store_unaligned(gx + i);
-    (gv * xsimd::cos(c1)).store_unaligned(gy + i);
+    const B c1 = Trig::cos(xv);
+    (gv * B::load_unaligned(y + i) * Trig::sin(c1) * Trig::sin(xv)).store_unaligned(gx + i);
+    (gv * Trig::cos(c1)).store_unaligned(gy + i);
   }
   for (; i < n; ++i) {
     const float c1 = std::cos(x[i]);
@@ -37,12 +53,13 @@ __attribute__((noinline)) inline void hand_backward(const float* __restrict x, c
 
 // The saving variant: the forward keeps cos(x) and cos(cos(x)), the backward reads them back
 // (four transcendental calls per element instead of six, four more streams).
-__attribute__((noinline)) inline void hand_forward_save(const float* __restrict x, const float* __restrict y,
+template <class Trig = xsimd_trig>
+__attribute__((noinline)) void hand_forward_save(const float* __restrict x, const float* __restrict y,
                                                  float* __restrict out, float* __restrict c1s,
                                                  float* __restrict c2s, long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
-    const B c1 = xsimd::cos(B::load_unaligned(x + i)), c2 = xsimd::cos(c1);
+    const B c1 = Trig::cos(B::load_unaligned(x + i)), c2 = Trig::cos(c1);
     c1.store_unaligned(c1s + i);
     c2.store_unaligned(c2s + i);
     (c2 * B::load_unaligned(y + i)).store_unaligned(out + i);
@@ -54,14 +71,15 @@ __attribute__((noinline)) inline void hand_forward_save(const float* __restrict 
   }
 }
 
-__attribute__((noinline)) inline void hand_backward_save(const float* __restrict x, const float* __restrict y,
+template <class Trig = xsimd_trig>
+__attribute__((noinline)) void hand_backward_save(const float* __restrict x, const float* __restrict y,
                                                   const float* __restrict g, const float* __restrict c1s,
                                                   const float* __restrict c2s, float* __restrict gx,
                                                   float* __restrict gy, long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
     const B xv = B::load_unaligned(x + i), gv = B::load_unaligned(g + i), c1 = B::load_unaligned(c1s + i);
-    (gv * B::load_unaligned(y + i) * xsimd::sin(c1) * xsimd::sin(xv)).store_unaligned(gx + i);
+    (gv * B::load_unaligned(y + i) * Trig::sin(c1) * Trig::sin(xv)).store_unaligned(gx + i);
     (gv * B::load_unaligned(c2s + i)).store_unaligned(gy + i);
   }
   for (; i < n; ++i) {
