@@ -72,6 +72,9 @@ struct tolerance {
   /// (sum_to before or after a multiplication), and with infinite intermediates an
   /// algebraically equal grouping turns inf into NaN. Finite vs non-finite still differs.
   bool nonfinite_equal = false;
+  /// Elements both at most this large in magnitude count as equal (0: off); a comparison that
+  /// needed it counts one hit of `zero_by_cancellation`.
+  double noise = 0;
 };
 
 /// Empty when `got` matches `want`, else a one-line description of the first difference.

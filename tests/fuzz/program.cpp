@@ -291,12 +291,11 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
       }
     }
     if (r.defined() && r.numel() == 0) f |= f_empty_value;
-    if (log->read_values && r.defined() && !(f & f_tiny_value))
-      for (double x : r.to_vector())
-        if (x != 0 && std::abs(x) < 1e-150) {
-          f |= f_tiny_value;
-          break;
-        }
+    if (log->read_values && r.defined())
+      for (double x : r.to_vector()) {
+        if (x != 0 && std::abs(x) < 1e-150) f |= f_tiny_value;
+        if (std::isfinite(x)) log->scale = std::max(log->scale, std::abs(x));
+      }
     v.push_back(r);
   }
   std::vector<D> out;

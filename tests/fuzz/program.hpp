@@ -124,6 +124,9 @@ enum feature : std::uint32_t {
 struct run_log {
   std::vector<std::vector<double>> observed;
   std::uint32_t features = 0;
+  /// The largest finite |x| over the program's values (reference runs only; see
+  /// `zero_by_cancellation`).
+  double scale = 0;
   /// Whether the interpreter may read values (the eager reference run: reading a lazy
   /// tensor's values under fg::jit would be a sync point, changing the path under test).
   bool read_values = false;
