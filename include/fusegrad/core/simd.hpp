@@ -158,13 +158,6 @@ template <class V, class F>
   r = xsimd::select(medium, f(xsimd::select(medium && !small, x, mid)), r);          // medium lanes
   return xsimd::select(small, f(xsimd::select(small, x, V(T(0)))), r);               // small lanes
 }
-template <class V, class F>
-inline V by_reduction_class(const V& x, F f) {
-  if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
-    return f(x);  // one class: |x| <= 20π
-  return by_reduction_class_slow(x, f);
-}
-
 #if XSIMD_VERSION_MAJOR == 8
 /// `sin` (`Sin`) or `cos` of a batch whose every |x| is at most 20π: xsimd 8's own steps for
 /// that class (three Cody-Waite steps, its polynomials `sin_eval`/`cos_eval`, the quadrant's
@@ -194,39 +187,44 @@ inline V small_trig(const V& x) {
     return xsimd::select(odd, se, ce) ^ xsimd::select(flip, xsimd::constants::signmask<V>(), V(T(0)));
   }
 }
-/// `sin`/`cos` of a batch: `small_trig` inline when every |x| <= 20π, the class-by-class
-/// evaluation out of line otherwise.
-template <bool Sin, class V>
-inline V trig(const V& x) {
-  if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
-    return small_trig<Sin>(x);
-  if constexpr (Sin) return by_reduction_class_slow(x, [](const V& v) { return xsimd::sin(v); });
-  else return by_reduction_class_slow(x, [](const V& v) { return xsimd::cos(v); });
-}
 #else
 template <bool Sin, class V>
-inline V trig(const V& x) {
-  if constexpr (Sin) return by_reduction_class(x, [](const V& v) { return xsimd::sin(v); });
-  else return by_reduction_class(x, [](const V& v) { return xsimd::cos(v); });
+inline V small_trig(const V& x) {  // another xsimd: its own functions
+  if constexpr (Sin) return xsimd::sin(x);
+  else return xsimd::cos(x);
 }
 #endif
+
+/// `f` of a batch, class by class: `small` (the same bits as `f` on that class, possibly
+/// cheaper) inline when every |x| <= 20π, the evaluation per class out of line otherwise.
+template <class V, class Small, class F>
+inline V by_reduction_class(const V& x, Small small, F f) {
+  if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
+    return small(x);  // one class: |x| <= 20π
+  return by_reduction_class_slow(x, f);
+}
 }  // namespace detail_trig
 
 /// `sin`, on scalars (`std::sin`) and batches (xsimd's, with each element's value independent
 /// of its neighbours: see `detail_trig::by_reduction_class`).
 template <class V> V sin(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::sin(x);
-  else return detail_trig::trig<true>(x);
+  else return detail_trig::by_reduction_class(
+      x, [](const V& v) { return detail_trig::small_trig<true>(v); }, [](const V& v) { return xsimd::sin(v); });
 }
 /// `cos`, as `sin`.
 template <class V> V cos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::cos(x);
-  else return detail_trig::trig<false>(x);
+  else return detail_trig::by_reduction_class(
+      x, [](const V& v) { return detail_trig::small_trig<false>(v); }, [](const V& v) { return xsimd::cos(v); });
 }
 /// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
 template <class V> V tan(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::tan(x);
-  else return detail_trig::by_reduction_class(x, [](const V& v) { return xsimd::tan(v); });
+  else {
+    auto f = [](const V& v) { return xsimd::tan(v); };
+    return detail_trig::by_reduction_class(x, f, f);
+  }
 }
 
 }  // namespace lanes
