@@ -32,6 +32,15 @@ constexpr auto add_adjoint(const A& a, const B& b) {
   else return a + b;
 }
 
+/// `add_adjoint` into an accumulator whose first contribution is known only at run time
+/// (`has`): the first is assigned, later ones added, so the bits (a -0 included) are those of
+/// `add_adjoint` on a growing sum.
+template <class A, class G>
+constexpr void add_adjoint_to(A& acc, bool& has, const G& g) {
+  acc = has ? A(acc + g) : A(g);
+  has = true;
+}
+
 inline zero_t fold_add() { return {}; }
 template <class A, class... R>
 auto fold_add(const A& a, const R&... r) {

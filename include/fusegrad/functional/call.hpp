@@ -166,8 +166,7 @@ struct tuple_sink {
 /// nothing is copied as the backward walks. (GCC copied `tuple_sink`'s tuples as 16-byte
 /// blocks and read their halves back, or built them from two 8-byte stores and read them as
 /// one: store-forwarding stalls that made the 2-D Rosenbrock gradient 20 ns at -O2, against
-/// 1.8 ns by hand.) `has[i]`: argument `i` has had a contribution (the first one is assigned,
-/// so the bits are those of `add_adjoint`).
+/// 1.8 ns by hand.) `has[i]`: argument `i` has had a contribution (`add_adjoint_to`).
 template <std::uint64_t Mask, class V>
 struct array_sink {
   static constexpr std::uint64_t mask = Mask;
@@ -176,10 +175,7 @@ struct array_sink {
   bool* has;
   template <std::size_t I, class T, class G>
   constexpr array_sink leaf(const scalar_arg<I, T>&, const G& g) const {
-    if constexpr (!std::is_same_v<G, zero_t>) {
-      adj[I] = has[I] ? V(adj[I] + g) : V(g);
-      has[I] = true;
-    }
+    if constexpr (!std::is_same_v<G, zero_t>) add_adjoint_to(adj[I], has[I], g);
     return *this;
   }
 };

@@ -183,14 +183,12 @@ struct batch_sink {
   St* st;
   template <int B, class H, class G>
   batch_sink hoisted(const H&, const G& g) const {
-    st->hpend[B] = st->hhas[B] ? st->hpend[B] + g : g;
-    st->hhas[B] = true;
+    add_adjoint_to(st->hpend[B], st->hhas[B], g);
     return *this;
   }
   template <std::size_t I, class T, class G>
   batch_sink leaf(const scalar_arg<I, T>&, const G& g) const {
-    st->pend[I] = st->has[I] ? st->pend[I] + g : g;
-    st->has[I] = true;
+    add_adjoint_to(st->pend[I], st->has[I], g);
     return *this;
   }
   template <std::size_t I, class T, class G>
