@@ -36,6 +36,19 @@ struct lane_type<xsimd::batch<T, A>> {
 };
 template <class V>
 using lane_type_t = typename lane_type<V>::type;
+
+/// Ends a value's computation here: the compiler may not contract an operation that produced
+/// `v` with one that reads it (a multiply and a later add into one fused multiply-add, which
+/// GCC does by default when both are inlined into one loop). Code that evaluates several
+/// ops' values in registers calls it between ops, so each op rounds as it does alone (as the
+/// eager kernels, which run one op per loop, round it). No instruction is emitted.
+template <class V>
+inline void op_boundary([[maybe_unused]] V& v) noexcept {
+#if defined(__GNUC__)
+  if constexpr (requires { v.data; }) asm("" : "+x"(v.data));
+  else if constexpr (std::is_floating_point_v<V>) asm("" : "+x"(v));
+#endif
+}
 }  // namespace detail
 
 namespace lanes {

@@ -195,6 +195,21 @@ class fused_runner {
     grow(NW + NR, sc.wp);
     grow(NR, sc.acc, sc.tail, sc.rmax, sc.rsum, sc.cols, sc.cur, sc.colf);
     grow(N, sc.st, sc.is, sc.base);
+    // A reduction to its own input's shape (`direct`) whose input is an element-wise node of
+    // the stage not stored otherwise has that node write straight into its output (instead of
+    // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
+    grow(NC, sc.redir);
+    std::fill_n(sc.redir.begin(), NC, -1);
+    for (std::size_t j = 0; j < NR; ++j) {
+      if (!sc.direct[j]) continue;
+      for (std::size_t q = 0; q < NC; ++q)
+        if (L_.out_slot[c0 + static_cast<int>(q)] == reduce_slot[j] && tile_register[q] >= 0 && store_index[q] < 0 &&
+            sc.redir[q] < 0) {
+          sc.redir[q] = static_cast<int>(j);
+          sc.direct[j] = 2;
+          break;
+        }
+    }
     for (std::size_t j = 0; j < NR; ++j) {
       sc.rmax[j] = d(Rn[j]).rkind == detail::reduce_op::max;
       sc.cur[j] = nullptr;  // a row-form sum's current output
@@ -205,6 +220,7 @@ class fused_runner {
     const T* const divisor = sc.divisor.data();
     T* const* const wp = sc.wp.data();
     const char* const direct = sc.direct.data();
+    const int* const redir = sc.redir.data();
 
     work main{regs, loadbuf, sc.slot.data(), sc.dst.data(), sc.step.data(), sc.lrow.data(), sc.lstep.data(),
               sc.acc.data(), sc.tail.data(), sc.rsum.data(), sc.cur.data(), false};
@@ -250,6 +266,8 @@ class fused_runner {
           if (h.is[q] == 0) {
             if (mx) tile_max(src, m, h.acc[j], h.tail[j]);
             else h.rsum[j].add(src, m);
+          } else if (h.direct[j] == 2) {
+            // written in place by the row body
           } else if (h.direct[j]) {
             std::copy(src, src + m, out + i);
           } else if (mx) {
@@ -287,6 +305,11 @@ class fused_runner {
                             : (tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile
                                                      : nullptr);
         w.step[q] = to_store ? 1 : 0;
+        const int rj = redir[q];
+        if (rj >= 0 && is[NL + NW + static_cast<std::size_t>(rj)] != 0) {
+          w.dst[q] = wp[NW + static_cast<std::size_t>(rj)] + base[NL + NW + static_cast<std::size_t>(rj)];
+          w.step[q] = 1;
+        }
       }
       for (std::size_t j = 0; j < NR; ++j) {
         const std::size_t q = NL + NW + j;
@@ -499,6 +522,7 @@ class fused_runner {
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
     std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
     std::vector<char> colf;             ///< per reduction: in the column form
+    std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
   };
   /// Makes each of `vs` at least `n` long (buffers only grow).
   template <class... X>

@@ -17,8 +17,8 @@ namespace fusegrad::detail {
 // plain arrays (`fused_layout`): the stages, each stage's node lists, the tile register and
 // the slot of every element-wise node, which values are stored. The loops are ONE function
 // per element type (`fused_runner`: rows, tiles, loads, stores, reductions, broadcasting)
-// reading those arrays; per stage, only its tile loop is compiled (`row_body`: the loads and
-// direct calls of the nodes' tile kernels with constant slots, the part that must be fast). A
+// reading those arrays; per stage, only its batch loop is compiled (`row_body`: the loads and
+// each node's value in registers, with constant slots, the part that must be fast). A
 // graph thus costs the compiler its analysis, a few tables and one short function per stage.
 // The runner is fusegrad/kernel/fused_runner.hpp, the row bodies fusegrad/kernel/row_body.hpp.
 

@@ -1,8 +1,8 @@
 #pragma once
 /// \file fusegrad/kernel/row_body.hpp
-/// A stage's row body: the one part of the fused loops compiled per graph and stage (its
-/// loads and direct calls of its nodes' tile kernels, with constant slots), and what it reads
-/// from the run-time runner (`row_args`).
+/// A stage's row body: the one part of the fused loops compiled per graph and stage (each
+/// SIMD batch loaded and taken through the stage's nodes in registers, with constant slots),
+/// and what it reads from the run-time runner (`row_args`).
 
 #include <algorithm>
 #include <array>
@@ -12,6 +12,7 @@
 
 #include "fusegrad/core/element.hpp"
 #include "fusegrad/core/shape.hpp"
+#include "fusegrad/core/simd.hpp"
 #include "fusegrad/kernel/layout.hpp"
 #include "fusegrad/loops/tile.hpp"
 
@@ -34,43 +35,143 @@ struct row_args {
   void* hook_state;
 };
 
-/// A stage's row of `n` elements, tile by tile: its loads, then its element-wise nodes as direct
-/// calls of their tile kernels.
+/// A stage's row of `n` elements, tile by tile, each tile batch by batch through the stage's
+/// element-wise nodes.
 template <Element T>
 using row_body_fn = void (*)(const row_args<T>&, index_t n);
 
-/// Stage `S`'s row body (see `row_body_fn`).
+/// The most element-wise nodes a stage may have for its loop to run them batch by batch in
+/// registers (see `stage_batches::in_registers`).
+inline constexpr std::size_t register_stage_nodes = 16;
+
+/// Stage `S`'s loop body over one tile, a SIMD batch at a time (see `row_body`).
+template <class A, const auto& Active, const auto& Keep, int S, Element T>
+struct stage_batches {
+  static constexpr auto& L = fused_layout_v<A, Active, Keep>;
+  static constexpr std::size_t s = static_cast<std::size_t>(S);
+  static constexpr std::size_t c0 = static_cast<std::size_t>(L.first_compute[s]);
+  static constexpr std::size_t NL = static_cast<std::size_t>(L.first_load[s + 1] - L.first_load[s]);
+  static constexpr std::size_t NC = static_cast<std::size_t>(L.first_compute[s + 1] - L.first_compute[s]);
+  using V = simd<T>;
+  static constexpr index_t W = static_cast<index_t>(V::size);
+  /// Whether the stage's batches go through its nodes in registers: stages of up to
+  /// `register_stage_nodes` nodes (a larger one would spill its values anyway, and every op
+  /// it inlines adds to the compile time of the user's TU).
+  static constexpr bool in_registers = NC <= register_stage_nodes;
+  /// The slots a store or a reduction of the stage reads (through the runner's per-tile
+  /// hook): in memory at the end of a tile.
+  static constexpr std::array<bool, NL + NC + 1> hooked = [] {
+    std::array<bool, NL + NC + 1> h{};
+    for (int j = L.first_store[s]; j < L.first_store[s + 1]; ++j) h[static_cast<std::size_t>(L.store_slot[static_cast<std::size_t>(j)])] = true;
+    for (int j = L.first_reduce[s]; j < L.first_reduce[s + 1]; ++j)
+      h[static_cast<std::size_t>(L.reduce_slot[static_cast<std::size_t>(j)])] = true;
+    return h;
+  }();
+  /// Element-wise node `Q` of the stage is a custom node (its value is its operand's).
+  template <std::size_t Q>
+  static constexpr bool custom = L.tile_register[c0 + Q] < 0;
+  /// The op objects of the graph's nodes, by node (their constants: a scalar operand).
+  using ops_t = const void* const*;
+
+  /// Whether node `q` of the stage writes its value to `dst[q]` (`step`: the row's steps): a
+  /// node whose value a store or a reduction reads; a custom node (its value is its operand's
+  /// slot) only where it is stored.
+  static bool writes(std::size_t q, const index_t* step) {
+    return L.tile_register[c0 + q] < 0 ? step[q] != 0 : hooked[static_cast<std::size_t>(L.out_slot[c0 + q])];
+  }
+  template <std::size_t Q>
+  static void node(V* v, const ops_t& ops, T* const* dst, const index_t* step, index_t k) {
+    constexpr auto q = c0 + Q;
+    constexpr auto out = static_cast<std::size_t>(L.out_slot[q]);
+    if constexpr (!custom<Q>) {
+      using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
+      using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+      const Op& op = *static_cast<const Op*>(ops[L.compute_nodes[q]]);
+      constexpr auto a = static_cast<std::size_t>(L.a_slot[q]), b = static_cast<std::size_t>(L.b_slot[q]);
+      if constexpr (requires { op.value(v[a]); }) v[out] = op.value(v[a]);
+      else v[out] = op.value(v[a], v[b]);
+      op_boundary(v[out]);  // each node rounds as its own kernel does (eager's bits)
+      if constexpr (hooked[out]) v[out].store_unaligned(dst[Q] + k);
+    } else {
+      if (step[Q] != 0) v[out].store_unaligned(dst[Q] + k);
+    }
+  }
+  /// The batch at element `k` of the tile: loads from `src`, values to `dst` (see `writes`).
+  template <std::size_t... J, std::size_t... Q>
+  static void batch([[maybe_unused]] const ops_t& ops, [[maybe_unused]] const T* const* src,
+                    [[maybe_unused]] T* const* dst, [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k,
+                    std::index_sequence<J...>, std::index_sequence<Q...>) {
+    V v[NL + NC + 1];
+    ((v[J] = V::load_unaligned(src[J] + k)), ...);
+    (node<Q>(v, ops, dst, step, k), ...);
+  }
+  /// The batches at elements [k, end) of the tile (`end - k` a multiple of `W`): one loop for
+  /// the full batches and the padded last one.
+  static void batches(const ops_t& ops, const T* const* src, T* const* dst, const index_t* step, index_t k,
+                      index_t end) {
+    if constexpr (in_registers)
+      for (; k < end; k += W)
+        batch(ops, src, dst, step, k, std::make_index_sequence<NL>{}, std::make_index_sequence<NC>{});
+  }
+  /// A large stage runs node by node over the whole tile instead, each node with its tile
+  /// kernel (operands and results through L1).
+  template <std::size_t... Q>
+  static void tile_nodes(const row_args<T>& r, const T** slot, T* const* dst, index_t m, std::index_sequence<Q...>) {
+    (
+        [&] {
+          constexpr std::size_t q = c0 + Q;
+          if constexpr (custom<Q>) {  // its value is in another slot; copied if stored
+            if (r.step[Q] != 0) std::copy(slot[L.out_slot[q]], slot[L.out_slot[q]] + m, dst[Q]);
+          } else {
+            using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
+            using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+            tile_op(*static_cast<const Op*>(r.ops[L.compute_nodes[q]]), slot[L.a_slot[q]], slot[L.b_slot[q]], dst[Q], m);
+          }
+        }(),
+        ...);
+  }
+};
+
+/// Stage `S`'s row body (see `row_body_fn`): tile by tile, the tile's batches one after
+/// another, each batch through every element-wise node of the stage in registers (values a
+/// store or a reduction reads are written to their tile register or their tensor as they
+/// come). The last partial batch of a row runs through the same code on zero-padded copies of
+/// its operands, so an element's bits never depend on where it sits (as with the tile kernels).
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
 void row_body(const row_args<T>& r, index_t n) {
-  static constexpr auto& L = fused_layout_v<A, Active, Keep>;
-  constexpr auto at = [](int v) { return static_cast<std::size_t>(v); };
-  constexpr int c0 = L.first_compute[at(S)];
-  constexpr std::size_t NL = at(L.first_load[at(S) + 1] - L.first_load[at(S)]);
-  constexpr std::size_t NC = at(L.first_compute[at(S) + 1] - c0);
+  using B = stage_batches<A, Active, Keep, S, T>;
+  constexpr std::size_t NL = B::NL, NC = B::NC;
+  constexpr index_t W = B::W;
   const T** const slot = r.slot;
+  const void* const* const ops = r.ops;
+  T* dst[NC > 0 ? NC : 1];
   for (index_t i = 0; i < n; i += tile_elems) {
     const index_t m = std::min(tile_elems, n - i);
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      ((slot[J] = r.lrow[J] + i * r.lstep[J]), ...);
-    }(std::make_index_sequence<NL>{});
+    for (std::size_t j = 0; j < NL; ++j) slot[j] = r.lrow[j] + i * r.lstep[j];
     if (r.before) r.before(r.hook_state, i, m);
-    [&]<std::size_t... Q>(std::index_sequence<Q...>) {
-      (
-          [&] {
-            constexpr std::size_t q = at(c0) + Q;
-            constexpr auto c = at(L.compute_nodes[q]);
-            T* const d = r.dst[Q] + i * r.step[Q];
-            if constexpr (L.tile_register[q] < 0) {  // a custom node: its value is in another slot; copied if stored
-              if (r.step[Q] != 0) std::copy(slot[L.out_slot[q]], slot[L.out_slot[q]] + m, d);
-            } else {
-              using E = typename A::template node_t<c>;
-              using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-              tile_op(*static_cast<const Op*>(r.ops[c]), slot[L.a_slot[q]], slot[L.b_slot[q]], d, m);
-              slot[L.out_slot[q]] = d;
-            }
-          }(),
-          ...);
-    }(std::make_index_sequence<NC>{});
+    for (std::size_t q = 0; q < NC; ++q) {
+      dst[q] = r.dst[q] + i * r.step[q];
+      if (B::L.tile_register[B::c0 + q] >= 0) slot[B::L.out_slot[B::c0 + q]] = dst[q];
+    }
+    if constexpr (!B::in_registers) {  // node by node over the tile, each with its tile kernel
+      B::tile_nodes(r, slot, dst, m, std::make_index_sequence<NC>{});
+      if (r.after) r.after(r.hook_state, i, m);
+      continue;
+    }
+    const index_t k = m / W * W;
+    B::batches(ops, slot, dst, r.step, 0, k);
+    if (k < m) {  // the last, partial batch: padded copies in, the valid lanes out
+      const index_t rem = m - k;
+      alignas(64) T in[NL > 0 ? NL : 1][W] = {};
+      alignas(64) T out[NC > 0 ? NC : 1][W];
+      const T* src[NL > 0 ? NL : 1];
+      T* to[NC > 0 ? NC : 1];
+      for (std::size_t j = 0; j < NL; ++j) std::copy(slot[j] + k, slot[j] + k + rem, in[j]), src[j] = in[j];
+      for (std::size_t q = 0; q < NC; ++q) to[q] = out[q];
+      B::batches(ops, src, to, r.step, 0, W);
+      for (std::size_t q = 0; q < NC; ++q)
+        if (B::writes(q, r.step)) std::copy(out[q], out[q] + rem, dst[q] + k);
+    }
     if (r.after) r.after(r.hook_state, i, m);
   }
 }
