@@ -111,6 +111,29 @@ TEST_CASE("cos(cos(x)) * y in float: value_and_grad against eager, all lengths 0
   }
 }
 
+// Calls of whole tiles sum two quantities at a time (`running_sum::add_each`: the chunks of two
+// sums interleaved); every sum must keep the bits of its own running_sum, hence of eager's sum.
+TEST_CASE("long calls: the value and two scalars' gradients equal eager bit for bit, double, several chunks") {
+  auto f = [](const auto& x, auto s, auto t) { return fg::sum(fg::sin(x) * s + x * x * t); };
+  for (int n : {255, 256, 257, 512, 1000, 4099}) {
+    std::vector<double> xs(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = std::sin(0.37 * i) * 9.0 - 0.1 * (i % 7);
+    double gs = 0, gt = 0;
+    const double v = fg::value_and_grad(f, fg::argnums<1, 2>).into(gs, gt)(std::span<const double>(xs), 1.7, -0.3);
+    auto tx = fg::from_vector<double>(xs);
+    auto ts = fg::full<double>({}, 1.7);
+    auto tt = fg::full<double>({}, -0.3);
+    ts.requires_grad(true);
+    tt.requires_grad(true);
+    auto y = fg::sum(fg::sin(tx) * ts + tx * tx * tt);
+    y.backward();
+    CAPTURE(n);
+    CHECK(v == y.item());
+    CHECK(gs == ts.grad().item());
+    CHECK(gt == tt.grad().item());
+  }
+}
+
 // Sums of short calls (at most `running_sum::lanes` elements: 16 doubles, 32 floats) are taken
 // in registers (functional/engine.hpp): the same bits as eager's sum on either side of the
 // boundary, for the value and for a scalar's gradient (itself a sum over the elements).

@@ -124,6 +124,38 @@ class running_sum {
       if (pos_ == chunk) end_chunk();
     }
   }
+  /// Adds `x[j][0, n)` to `s[j]` for `j` in [0, k): what `s[j].add(x[j], n)` does, with the
+  /// whole chunks of two sums interleaved (each sum's chunk is a chain of dependent additions
+  /// per accumulator: two sums side by side keep the adder busy). The same bits.
+  static void add_each(running_sum* const* s, const T* const* x, int k, index_t n) noexcept {
+    using V = simd<T>;
+    constexpr index_t W = static_cast<index_t>(V::size), U = lanes / W;
+    int j = 0;
+    if (n == chunk)
+      for (; j + 2 <= k; j += 2) {
+        running_sum& a = *s[j];
+        running_sum& b = *s[j + 1];
+        if (a.pos_ != 0 || b.pos_ != 0) break;
+        alignas(64) T ra[lanes], rb[lanes];
+        const T* xa = x[j];
+        const T* xb = x[j + 1];
+        [&]<std::size_t... u>(std::index_sequence<u...>) {
+          V pa[U] = {V(T(-0.0)) + V::load_unaligned(xa + u * W)...};
+          V pb[U] = {V(T(-0.0)) + V::load_unaligned(xb + u * W)...};
+          for (index_t i = lanes; i < chunk; i += lanes) {
+            ((pa[u] += V::load_unaligned(xa + i + u * W)), ...);
+            ((pb[u] += V::load_unaligned(xb + i + u * W)), ...);
+          }
+          (pa[u].store_aligned(ra + u * W), ...);
+          (pb[u].store_aligned(rb + u * W), ...);
+        }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
+        T ca = fold<lanes>(ra), cb = fold<lanes>(rb);
+        sum_tree<T>::push(a.level_, 1, a.chunks_++, &ca, 1);
+        sum_tree<T>::push(b.level_, 1, b.chunks_++, &cb, 1);
+      }
+    for (; j < k; ++j) s[j]->add(x[j], n);
+  }
+
   /// Adds `n` values `step` apart (0: one value `n` times).
   void add(const T* x, index_t n, index_t step) noexcept {
     if (step == 1) return add(x, n);

@@ -341,13 +341,19 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
   }
 }
 
-/// Adds a tile of one summed quantity to its sum. Out of line on purpose: with
+/// Adds a tile of each summed quantity in use to its sum. Out of line on purpose: with
 /// `running_sum::add` inlined into the pass, GCC allocated the batch loop's registers worse
 /// (`value_and_grad` of `sum(cos(cos(x)) * y)` at N = 2^20 took 3.8-4.4 ms against 3.3 ms, at
 /// -O3); one call per tile of 256 elements costs nothing measurable.
-template <class T>
-[[gnu::noinline]] void add_tile(running_sum<T>& s, const T* x, index_t n) noexcept {
-  s.add(x, n);
+template <class T, int NQ>
+[[gnu::noinline]] void add_tiles(running_sum<T> (&sums)[NQ], const T (&buf)[NQ][tile], const bool (&used)[NQ],
+                                 index_t n) noexcept {
+  running_sum<T>* s[NQ];
+  const T* x[NQ];
+  int k = 0;
+  for (int q = 0; q < NQ; ++q)
+    if (used[q]) s[k] = &sums[q], x[k] = buf[q], ++k;
+  running_sum<T>::add_each(s, x, k, n);
 }
 
 /// One pass over the `n` elements of `e`'s element-wise parts: the reductions' values into
@@ -387,11 +393,12 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     for (; j + W <= m; j += W)
       run_batch<Back, true, Mask, Vs, E, Slots, NM, NQ>(e, slots, io, t0 + j, W, j, buf, n);
     if (j < m) run_batch<Back, false, Mask, Vs, E, Slots, NM, NQ>(e, slots, io, t0 + j, m - j, j, buf, n);
-    for (int q = 0; q < NQ; ++q)
-      if (used[q]) {
-        if (short_call) tot[q] = running_sum<T>::sum(buf[q], m, 1);
-        else add_tile(sums[q], buf[q], m);
-      }
+    if (short_call) {
+      for (int q = 0; q < NQ; ++q)
+        if (used[q]) tot[q] = running_sum<T>::sum(buf[q], m, 1);
+    } else {
+      add_tiles(sums, buf, used, m);
+    }
   }
   if (!short_call)
     for (int q = 0; q < NQ; ++q) tot[q] = used[q] ? sums[q].total() : T(0);

@@ -34,15 +34,26 @@ struct operand_traits<num<V>> {
   using element_type = typename num<V>::element_type;
 };
 
+/// Each op on a SIMD batch rounds on its own, as the eager kernels round it (one op per loop):
+/// the compiler may not contract it with the next one (a multiply and an add into one fused
+/// multiply-add), so the span engine's values and gradients keep eager's bits. On a scalar
+/// (the scalar form of the transforms: Rosenbrock-sized functions) the compiler may contract,
+/// as in hand-written code: its results can differ from eager's in the last bits.
 template <class V, class Op>
   requires UnaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& x) {
-  return {op.value(x.v)};
+  num<V> r{op.value(x.v)};
+  if constexpr (!std::is_floating_point_v<V>)
+    if (!std::is_constant_evaluated()) detail::op_boundary(r.v);
+  return r;
 }
 template <class V, class Op>
   requires BinaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& a, const num<V>& b) {
-  return {op.value(a.v, b.v)};
+  num<V> r{op.value(a.v, b.v)};
+  if constexpr (!std::is_floating_point_v<V>)
+    if (!std::is_constant_evaluated()) detail::op_boundary(r.v);
+  return r;
 }
 
 /// A custom op (`fg::function<F>`) on numbers: its `forward`, run on them.
