@@ -76,7 +76,7 @@ struct stage_batches {
   /// Whether node `q` of the stage writes its value to `dst[q]` (`step`: the row's steps): a
   /// node whose value a store or a reduction reads; a custom node (its value is its operand's
   /// slot) only where it is stored.
-  static bool writes(std::size_t q, const index_t* step) {
+  [[gnu::always_inline]] static bool writes(std::size_t q, const index_t* step) {
     return L.tile_register[c0 + q] < 0 ? step[q] != 0 : hooked[static_cast<std::size_t>(L.out_slot[c0 + q])];
   }
   template <std::size_t Q>
@@ -91,10 +91,8 @@ struct stage_batches {
       if constexpr (requires { op.value(v[a]); }) v[out] = op.value(v[a]);
       else v[out] = op.value(v[a], v[b]);
       op_boundary(v[out]);  // each node rounds as its own kernel does (eager's bits)
-      if constexpr (hooked[out]) v[out].store_unaligned(dst[Q] + k);
-    } else {
-      if (step[Q] != 0) v[out].store_unaligned(dst[Q] + k);
     }
+    if (writes(Q, step)) v[out].store_unaligned(dst[Q] + k);
   }
   /// The batch at element `k` of the tile: loads from `src`, values to `dst` (see `writes`).
   template <std::size_t... J, std::size_t... Q>
@@ -109,9 +107,8 @@ struct stage_batches {
   /// the full batches and the padded last one.
   static void batches(const ops_t& ops, const T* const* src, T* const* dst, const index_t* step, index_t k,
                       index_t end) {
-    if constexpr (in_registers)
-      for (; k < end; k += W)
-        batch(ops, src, dst, step, k, std::make_index_sequence<NL>{}, std::make_index_sequence<NC>{});
+    for (; k < end; k += W)
+      batch(ops, src, dst, step, k, std::make_index_sequence<NL>{}, std::make_index_sequence<NC>{});
   }
   /// A large stage runs node by node over the whole tile instead, each node with its tile
   /// kernel (operands and results through L1).
@@ -155,22 +152,21 @@ void row_body(const row_args<T>& r, index_t n) {
     }
     if constexpr (!B::in_registers) {  // node by node over the tile, each with its tile kernel
       B::tile_nodes(r, slot, dst, m, std::make_index_sequence<NC>{});
-      if (r.after) r.after(r.hook_state, i, m);
-      continue;
-    }
-    const index_t k = m / W * W;
-    B::batches(ops, slot, dst, r.step, 0, k);
-    if (k < m) {  // the last, partial batch: padded copies in, the valid lanes out
-      const index_t rem = m - k;
-      alignas(64) T in[NL > 0 ? NL : 1][W] = {};
-      alignas(64) T out[NC > 0 ? NC : 1][W];
-      const T* src[NL > 0 ? NL : 1];
-      T* to[NC > 0 ? NC : 1];
-      for (std::size_t j = 0; j < NL; ++j) std::copy(slot[j] + k, slot[j] + k + rem, in[j]), src[j] = in[j];
-      for (std::size_t q = 0; q < NC; ++q) to[q] = out[q];
-      B::batches(ops, src, to, r.step, 0, W);
-      for (std::size_t q = 0; q < NC; ++q)
-        if (B::writes(q, r.step)) std::copy(out[q], out[q] + rem, dst[q] + k);
+    } else {
+      const index_t k = m / W * W;
+      B::batches(ops, slot, dst, r.step, 0, k);
+      if (k < m) {  // the last, partial batch: padded copies in, the valid lanes out
+        const index_t rem = m - k;
+        alignas(64) T in[NL > 0 ? NL : 1][W] = {};
+        alignas(64) T out[NC > 0 ? NC : 1][W];
+        const T* src[NL > 0 ? NL : 1];
+        T* to[NC > 0 ? NC : 1];
+        for (std::size_t j = 0; j < NL; ++j) std::copy(slot[j] + k, slot[j] + k + rem, in[j]), src[j] = in[j];
+        for (std::size_t q = 0; q < NC; ++q) to[q] = out[q];
+        B::batches(ops, src, to, r.step, 0, W);
+        for (std::size_t q = 0; q < NC; ++q)
+          if (B::writes(q, r.step)) std::copy(out[q], out[q] + rem, dst[q] + k);
+      }
     }
     if (r.after) r.after(r.hook_state, i, m);
   }
