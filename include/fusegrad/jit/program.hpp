@@ -39,7 +39,16 @@ namespace fusegrad::ir {
 template <Element T>
 class program {
  public:
-  static constexpr index_t tile = fusegrad::detail::tile_elems;  ///< elements per tile
+  /// Elements per tile: at least `tile_elems`, and up to 4096 while the loop's tile registers
+  /// and splats hold at most `tile_bytes` (`tile_for`). Long tiles cut the per-instruction
+  /// dispatch, and a loop that streams many tensors from memory reads each in longer runs.
+  static constexpr index_t min_tile = fusegrad::detail::tile_elems, max_tile = 4096;
+  static constexpr std::size_t tile_bytes = std::size_t{64} << 10;
+  [[nodiscard]] static constexpr index_t tile_for(int buffers) noexcept {
+    index_t t = max_tile;
+    while (t > min_tile && static_cast<std::size_t>(t) * sizeof(T) * static_cast<std::size_t>(std::max(buffers, 1)) > tile_bytes) t /= 2;
+    return t;
+  }
 
   /// Compiles the nodes `outputs` of `g` need.
   program(graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) { lower(); }
@@ -82,6 +91,7 @@ class program {
     std::vector<instr> code;  ///< in order; reductions accumulate as the tiles pass
     int registers = 0;
     int splats = 0;
+    index_t tile = min_tile;  ///< `tile_for(registers + splats)`
   };
 
   [[nodiscard]] static bool reduces_all(const node<T>& n, const graph<T>& g) {
@@ -128,6 +138,7 @@ class program {
   graph<T> g_;
   std::vector<int> outputs_;
   std::vector<bool> need_;
+  std::vector<bool> dense_;  ///< read by a loop or the row step, or an output: made contiguous
   std::vector<step> steps_;
   std::vector<row_step<T>> rows_;
 };
@@ -165,7 +176,7 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
     if (x.shape() != size_of(k))
       fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
                              "; the program was compiled for ", fusegrad::to_string(size_of(k)));
-    vals[k] = x.is_contiguous() ? x : fusegrad::detail::contiguous_copy(x);
+    vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
   }
   for (const auto& st : steps_) {
     if (st.rows >= 0) {
@@ -180,7 +191,7 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
       const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
       tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(k))
                                                                                 : eval_eager(n, a, b, size_of(k));
-      vals[k] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
+      vals[k] = r.is_contiguous() || !dense_[k] ? r : fusegrad::detail::contiguous_copy(r);
     } else {
       run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), sizes);
     }
@@ -228,7 +239,7 @@ std::string program<T>::to_string() const {
       continue;
     }
     s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) +
-         " in tiles of " + std::to_string(tile) + " (" + std::to_string(st.registers) + " registers):";
+         " in tiles of " + std::to_string(st.tile) + " (" + std::to_string(st.registers) + " registers):";
     for (const auto& in : st.code) {
       s += " %" + std::to_string(in.node);
       if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
@@ -347,6 +358,15 @@ void program<T>::lower() {
       if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input && step_of[static_cast<std::size_t>(c)] != step_of[k])
         store[static_cast<std::size_t>(c)] = true;
   }
+  // Values a loop or the row step reads, and outputs, are made contiguous; a value only eager
+  // steps read stays as its step returned it (e.g. a transposed view a call's function
+  // returns for the next one to transpose back: no copies).
+  dense_.assign(N, false);
+  for (int o : outputs_) dense_[static_cast<std::size_t>(o)] = true;
+  for (std::size_t k = 0; k < N; ++k)
+    if (need_[k] && (tiled[k] || in_rows[k]))
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0) dense_[static_cast<std::size_t>(c)] = true;
   // Instructions, operand sources and tile registers (reused after their last reader).
   for (int q : order) {
     step st;
@@ -417,6 +437,7 @@ void program<T>::lower() {
       }
       st.code.push_back(in);
     }
+    st.tile = tile_for(st.registers + st.splats);
     steps_.push_back(std::move(st));
   }
 }
@@ -425,6 +446,7 @@ template <Element T>
 void program<T>::run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const {
   const auto& ns = g_.nodes();
   static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
+  const index_t tile = st.tile;
   for (index_t t0 = lo; t0 < hi; t0 += tile) {
     const index_t n = std::min(tile, hi - t0);
     for (std::size_t p = 0; p < st.code.size(); ++p) {
@@ -452,6 +474,7 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
   auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
   const auto& ns = g_.nodes();
   const index_t total = numel(space);
+  const index_t tile = st.tile;
   thread_local std::vector<T> regbuf;  // grows only: no allocation per run
   const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
   if (regbuf.size() < need) regbuf.resize(need);
@@ -485,7 +508,7 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
         if (n.kind == node_kind::expand && n.average)
           v /= static_cast<T>(fusegrad::detail::reduced_count(size_of(k), dims_mask(n.dims, size_of(k).size())));
         T* sp = splats + sr.slot * tile;
-        std::fill(sp, sp + tile, v);
+        std::fill(sp, sp + std::min(tile, total), v);
         P.src[s] = sp;
       } else {
         P.src[s] = vals[u].data_ptr();
