@@ -128,11 +128,29 @@ tensor<T> zip(std::string_view name, const Op& op, const tensor<T>& a, const ten
   return pointwise_values<T>(name, &tile_kernel<Op, T>, &op, a, &b);
 }
 
-/// A contiguous copy of any strided tensor.
+/// A contiguous copy of any strided tensor. Matrices stored column-major in the last two dims
+/// (`w.t()`, `x.transpose(-1, -2)`) are transposed block by block (`transpose_rows`).
 template <Element T>
 tensor<T> contiguous_copy(const tensor<T>& x) {
   tensor<T> out = empty<T>(x.shape(), "contiguous");
   const T* p = x.impl()->store ? x.impl()->store->data() : nullptr;
+  const auto& s = x.shape();
+  const auto& st = x.strides();
+  if (const std::size_t r = s.size(); r >= 2 && st[r - 2] == 1 && st[r - 1] >= s[r - 2] && s[r - 2] >= 4 && s[r - 1] >= 4) {
+    const index_t R = s[r - 2], C = s[r - 1], ld = st[r - 1];
+    shape lead(s.begin(), s.end() - 2);
+    strides lst(st.begin(), st.end() - 2);
+    lead.push_back(1);
+    lst.push_back(0);
+    index_t m = 0;
+    for_each_row<1>(lead, {&lst}, {x.offset()}, [&](std::array<index_t, 1> b, index_t, std::array<index_t, 1>) {
+      T* const o = out.data_ptr() + m++ * R * C;
+      const T* const src = p + b[0];
+      parallel_for(R, std::max<index_t>(8, parallel_grain() / std::max<index_t>(C, 1)),
+                   [&](index_t i0, index_t i1) { transpose_rows(src, ld, o, C, i0, i1); });
+    });
+    return out;
+  }
   const index_t len = x.shape().empty() ? 1 : x.shape().back();
   parallel_for(row_count(x.shape()), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)), [&](index_t r0, index_t r1) {
     T* o = out.data_ptr() + r0 * len;

@@ -13,10 +13,6 @@
 namespace fusegrad {
 namespace detail {
 
-/// Rows [i0, i1) of c[n×m] = a[n×k] · b[k×m], all contiguous row-major: blocks of rows and of
-/// k (a block of b's rows stays in L1/L2 while it serves the block's rows of c); the inner
-/// loop runs over m. An element of c is summed over p in order whatever the blocks, so every
-/// cut (and every thread count) gives the same bits.
 /// acc + x y: one fused multiply-add where the machine has it (whatever the optimisation level
 /// or the compiler's contraction rules: the products' bits do not depend on them), else two steps.
 template <Element T>
@@ -28,9 +24,60 @@ inline T madd(T x, T y, T acc) {
 #endif
 }
 
+/// c's rows [i, i + R) x columns [j, j + U W) (W: a SIMD batch): R x U accumulators in
+/// registers, each summed over p in order from +0 with one multiply-add per step (`madd`'s
+/// steps, so the scalar columns of `gemm_row_block` give the same bits), a row of b's batches
+/// loaded once per p and used by the R rows.
+template <index_t R, index_t U, Element T>
+[[gnu::always_inline]] inline void gemm_tile(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t i,
+                                             index_t j, index_t k, index_t m, index_t ai, index_t ap) {
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  V acc[R][U];
+  for (index_t r = 0; r < R; ++r)
+    for (index_t u = 0; u < U; ++u) acc[r][u] = V(T(0));
+  const T* const ar = a + i * ai;
+  for (index_t p = 0; p < k; ++p) {
+    V bv[U];
+    for (index_t u = 0; u < U; ++u) bv[u] = V::load_unaligned(b + p * m + j + u * W);
+    for (index_t r = 0; r < R; ++r) {
+      const V av(ar[r * ai + p * ap]);
+#if defined(__FMA__)
+      for (index_t u = 0; u < U; ++u) acc[r][u] = xsimd::fma(av, bv[u], acc[r][u]);
+#else
+      for (index_t u = 0; u < U; ++u) acc[r][u] = acc[r][u] + av * bv[u];
+#endif
+    }
+  }
+  for (index_t r = 0; r < R; ++r)
+    for (index_t u = 0; u < U; ++u) acc[r][u].store_unaligned(c + (i + r) * m + j + u * W);
+}
+
+/// Rows [i, i + R) of c: two batches of columns at a time, then one, then the last columns
+/// one by one (the same steps per element).
+template <index_t R, Element T>
+void gemm_row_block(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t i, index_t k, index_t m,
+                    index_t ai, index_t ap) {
+  constexpr index_t W = static_cast<index_t>(simd<T>::size);
+  index_t j = 0;
+  for (; j + 2 * W <= m; j += 2 * W) gemm_tile<R, 2>(a, b, c, i, j, k, m, ai, ap);
+  for (; j + W <= m; j += W) gemm_tile<R, 1>(a, b, c, i, j, k, m, ai, ap);
+  for (; j < m; ++j)
+    for (index_t r = 0; r < R; ++r) {
+      T acc{};
+      for (index_t p = 0; p < k; ++p) acc = madd<T>(a[(i + r) * ai + p * ap], b[p * m + j], acc);
+      c[(i + r) * m + j] = acc;
+    }
+}
+
+/// Rows [i0, i1) of c[n×m] = a[n×k] · b[k×m], b and c contiguous row-major, a's element
+/// (i, p) at `a[i * ai + p * ap]` (row-major: ai = k, ap = 1; a transposed view: ai = 1,
+/// ap = n): tiles of 4 rows x 2 SIMD batches of c held in registers over the whole sum
+/// (`gemm_tile`). An element of c is summed over p in order from +0 whatever the tiles and
+/// a's layout, so every cut (and every thread count) gives the same bits.
 template <Element T>
 void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t i0, index_t i1, index_t k,
-               index_t m) {
+               index_t m, index_t ai, index_t ap) {
   if (m < 4) {
     // A column or a few (a layer with one output, its backward): the loop over m below would
     // be scalar, each addition waiting on the last through memory. Eight rows side by side
@@ -42,38 +89,49 @@ void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, in
         T acc[8] = {};
         for (index_t p = 0; p < k; ++p) {
           const T bp = b[p * m + j];
-          for (index_t r = 0; r < 8; ++r) acc[r] = madd<T>(a[(i + r) * k + p], bp, acc[r]);
+          for (index_t r = 0; r < 8; ++r) acc[r] = madd<T>(a[(i + r) * ai + p * ap], bp, acc[r]);
         }
         for (index_t r = 0; r < 8; ++r) c[(i + r) * m + j] = acc[r];
       }
       for (; i < i1; ++i) {
         T acc{};
-        for (index_t p = 0; p < k; ++p) acc = madd<T>(a[i * k + p], b[p * m + j], acc);
+        for (index_t p = 0; p < k; ++p) acc = madd<T>(a[i * ai + p * ap], b[p * m + j], acc);
         c[i * m + j] = acc;
       }
     }
     return;
   }
-  std::fill(c + i0 * m, c + i1 * m, T(0));
-  constexpr index_t rows = 32;
-  const index_t kb = std::max<index_t>(16, (index_t{1} << 15) / static_cast<index_t>(sizeof(T)) / std::max<index_t>(m, 1));
-  for (index_t ib = i0; ib < i1; ib += rows)
-    for (index_t pb = 0; pb < k; pb += kb)
-      for (index_t i = ib; i < std::min(i1, ib + rows); ++i) {
-        T* __restrict ci = c + i * m;
-        for (index_t p = pb; p < std::min(k, pb + kb); ++p) {
-          const T aip = a[i * k + p];
-          const T* __restrict bp = b + p * m;
-          for (index_t j = 0; j < m; ++j) ci[j] = madd<T>(aip, bp[j], ci[j]);
-        }
-      }
+  index_t i = i0;
+  for (; i + 4 <= i1; i += 4) gemm_row_block<4>(a, b, c, i, k, m, ai, ap);
+  for (; i < i1; ++i) gemm_row_block<1>(a, b, c, i, k, m, ai, ap);
 }
 
-/// [B,n,k] x [B,k,m]: blocks of the B·n output rows on all threads.
+/// True when the [B, n, k] tensor `a`'s matrices are its storage's [B, k, n] ones transposed
+/// (`x.transpose(1, 2)` of a contiguous x, or `w.t()` seen as one batch): `gemm_rows` reads them
+/// in place.
+template <Element T>
+bool transposed_matrices(const tensor<T>& a) {
+  const auto& s = a.shape();
+  const auto& st = a.strides();
+  return s[1] > 1 && s[2] > 1 && st[1] == 1 && st[2] == s[1] && (s[0] == 1 || st[0] == s[1] * s[2]);
+}
+
+/// The same for an [n, k] matrix (`w.t()` of a contiguous w).
+template <Element T>
+bool transposed_matrix(const tensor<T>& a) {
+  const auto& s = a.shape();
+  const auto& st = a.strides();
+  return s.size() == 2 && s[0] > 1 && s[1] > 1 && st[0] == 1 && st[1] == s[0];
+}
+
+/// [B,n,k] x [B,k,m]: blocks of the B·n output rows on all threads. A transposed `a`
+/// (`transposed_matrices`) is read in place; other non-contiguous operands are copied first.
 template <Element T>
 tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {
-  const tensor<T> ac = a.is_contiguous() ? a : detail::contiguous_copy(a), bc = b.is_contiguous() ? b : detail::contiguous_copy(b);
+  const bool at = !a.is_contiguous() && transposed_matrices(a);
+  const tensor<T> ac = a.is_contiguous() || at ? a : detail::contiguous_copy(a), bc = b.is_contiguous() ? b : detail::contiguous_copy(b);
   const index_t B = a.shape()[0], n = a.shape()[1], k = a.shape()[2], m = b.shape()[2];
+  const index_t ai = at ? 1 : k, ap = at ? n : 1;
   tensor<T> c = empty<T>({B, n, m}, "matmul");
   if (c.numel() == 0) return c;
   const T* pa = ac.data_ptr();
@@ -84,7 +142,7 @@ tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {
   parallel_for(B * n, grain_rows, [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1;) {  // rows of one batch at a time
       const index_t i = r / n, e = std::min(r1, (i + 1) * n);
-      gemm_rows(pa + i * n * k, pb + i * k * m, pc + i * n * m, r - i * n, e - i * n, k, m);
+      gemm_rows(pa + i * n * k, pb + i * k * m, pc + i * n * m, r - i * n, e - i * n, k, m, ai, ap);
       r = e;
     }
   });
@@ -110,7 +168,16 @@ tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
                           r[0] = detail::call_opaque<T>("bmm", s[0].shape(),
                                                         [](const tensor<T>& gy, const tensor<T>& b) { return bmm(gy, b.transpose(1, 2)); },
                                                         g[0], s[1]);
-                        if (gb)
+                        // b a transposed view (x.transpose(1, 2)): its gradient as one too,
+                        // (gyᵀ a)ᵀ, so that the view's backward hands x a contiguous gradient
+                        // (the same products summed in the same order: the same bits).
+                        if (gb && detail::transposed_matrices(s[1]))
+                          r[1] = detail::call_opaque<T>("bmm_bt", s[1].shape(),
+                                                        [](const tensor<T>& gy, const tensor<T>& a) {
+                                                          return bmm(gy.transpose(1, 2), a).transpose(1, 2);
+                                                        },
+                                                        g[0], s[0]);
+                        else if (gb)
                           r[1] = detail::call_opaque<T>("bmm", s[1].shape(),
                                                         [](const tensor<T>& gy, const tensor<T>& a) { return bmm(a.transpose(1, 2), gy); },
                                                         g[0], s[0]);
@@ -138,7 +205,15 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
                         if (ga)
                           r[0] = detail::call_opaque<T>("mm", s[0].shape(), [](const tensor<T>& gy, const tensor<T>& b) { return mm(gy, b.t()); },
                                                         g[0], s[1]);
-                        if (gb)
+                        // b a transposed view (w.t(), as `linear` passes it): its gradient as
+                        // one too, (gyᵀ a)ᵀ, so that the view's backward hands w a contiguous
+                        // gradient (PyTorch's mm_mat2_backward; the same products summed in
+                        // the same order: the same bits).
+                        if (gb && detail::transposed_matrix(s[1]))
+                          r[1] = detail::call_opaque<T>("mm_bt", s[1].shape(),
+                                                        [](const tensor<T>& gy, const tensor<T>& a) { return mm(gy.t(), a).t(); },
+                                                        g[0], s[0]);
+                        else if (gb)
                           r[1] = detail::call_opaque<T>("mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); },
                                                         g[0], s[0]);
                         return r;

@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "fusegrad/core/shape.hpp"
 
@@ -64,6 +69,69 @@ void for_each_row(const shape& s, const std::array<const strides*, N>& st, std::
         f(base, n, step);
       },
       row_begin, row_end);
+}
+
+namespace transpose_detail {
+#if defined(__AVX__)
+/// Rows [i, i + 8) x columns [j, j + 8) of `transpose_rows`, floats: eight loads, the 8x8
+/// transpose in registers, eight stores.
+inline void block8(const float* p, index_t ld, float* o, index_t C, index_t i, index_t j) {
+  __m256 r[8];
+  for (int t = 0; t < 8; ++t) r[t] = _mm256_loadu_ps(p + i + (j + t) * ld);
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(o + (i + 0) * C + j, _mm256_permute2f128_ps(s0, s4, 0x20));
+  _mm256_storeu_ps(o + (i + 1) * C + j, _mm256_permute2f128_ps(s1, s5, 0x20));
+  _mm256_storeu_ps(o + (i + 2) * C + j, _mm256_permute2f128_ps(s2, s6, 0x20));
+  _mm256_storeu_ps(o + (i + 3) * C + j, _mm256_permute2f128_ps(s3, s7, 0x20));
+  _mm256_storeu_ps(o + (i + 4) * C + j, _mm256_permute2f128_ps(s0, s4, 0x31));
+  _mm256_storeu_ps(o + (i + 5) * C + j, _mm256_permute2f128_ps(s1, s5, 0x31));
+  _mm256_storeu_ps(o + (i + 6) * C + j, _mm256_permute2f128_ps(s2, s6, 0x31));
+  _mm256_storeu_ps(o + (i + 7) * C + j, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+/// The same for doubles, 4x4.
+inline void block4(const double* p, index_t ld, double* o, index_t C, index_t i, index_t j) {
+  const __m256d r0 = _mm256_loadu_pd(p + i + j * ld), r1 = _mm256_loadu_pd(p + i + (j + 1) * ld);
+  const __m256d r2 = _mm256_loadu_pd(p + i + (j + 2) * ld), r3 = _mm256_loadu_pd(p + i + (j + 3) * ld);
+  const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+  const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+  _mm256_storeu_pd(o + (i + 0) * C + j, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(o + (i + 1) * C + j, _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(o + (i + 2) * C + j, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(o + (i + 3) * C + j, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#endif
+}  // namespace transpose_detail
+
+/// o[i * C + j] = p[i + j * ld] for rows i in [i0, i1) and columns j in [0, C): a column-major
+/// matrix (leading dimension `ld`) copied row-major, e.g. `w.t().contiguous()`. Square
+/// blocks transposed in registers where the target has AVX (the reads of a column-major
+/// matrix along a row are `ld` apart: element by element they cost several times more).
+template <class T>
+void transpose_rows(const T* __restrict p, index_t ld, T* __restrict o, index_t C, index_t i0, index_t i1) {
+  index_t i = i0;
+#if defined(__AVX__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    constexpr index_t b = std::is_same_v<T, float> ? 8 : 4;
+    for (; i + b <= i1; i += b) {
+      index_t j = 0;
+      for (; j + b <= C; j += b) {
+        if constexpr (b == 8) transpose_detail::block8(p, ld, o, C, i, j);
+        else transpose_detail::block4(p, ld, o, C, i, j);
+      }
+      for (; j < C; ++j)
+        for (index_t r = i; r < i + b; ++r) o[r * C + j] = p[r + j * ld];
+    }
+  }
+#endif
+  for (; i < i1; ++i)
+    for (index_t j = 0; j < C; ++j) o[i * C + j] = p[i + j * ld];
 }
 
 /// The innermost rows of `s` (1 for a 0-d shape, 0 when empty).
