@@ -30,6 +30,10 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(FUSEGRAD_HAVE_EIGEN)
+#include <Eigen/Core>
+#endif
+
 #include "fusegrad/fusegrad.hpp"
 
 namespace fg = fusegrad;
@@ -115,7 +119,8 @@ HAND void bcast_add_loop(const float* __restrict a, const float* __restrict b, f
     for (index_t j = 0; j < cols; ++j) cr[j] = ar[j] + b[j];
   }
 }
-// Naive i-k-j product, c[n×n] = a · b (the loop fusegrad's gemm runs).
+// Naive i-k-j product, c[n×n] = a · b (GCC vectorises the loop over j; the row of c goes
+// through memory for every p).
 HAND void matmul_loop(const float* __restrict a, const float* __restrict b, float* __restrict c, index_t n) {
   for (index_t i = 0; i < n * n; ++i) c[i] = 0.0f;
   for (index_t i = 0; i < n; ++i) {
@@ -126,6 +131,41 @@ HAND void matmul_loop(const float* __restrict a, const float* __restrict b, floa
       for (index_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
     }
   }
+}
+// The same product with 4 rows x 16 columns of c in registers over the whole sum (the
+// register tile a careful engineer writes first; no packing, so large n re-reads b).
+HAND void matmul_loop_tiled(const float* __restrict a, const float* __restrict b, float* __restrict c, index_t n) {
+  index_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    index_t j = 0;
+    for (; j + 2 * W <= n; j += 2 * W) {
+      batch acc[4][2] = {};
+      for (index_t p = 0; p < n; ++p) {
+        const batch b0 = batch::load_unaligned(b + p * n + j), b1 = batch::load_unaligned(b + p * n + j + W);
+        for (index_t r = 0; r < 4; ++r) {
+          const batch ar(a[(i + r) * n + p]);
+          acc[r][0] = xsimd::fma(ar, b0, acc[r][0]);
+          acc[r][1] = xsimd::fma(ar, b1, acc[r][1]);
+        }
+      }
+      for (index_t r = 0; r < 4; ++r) {
+        acc[r][0].store_unaligned(c + (i + r) * n + j);
+        acc[r][1].store_unaligned(c + (i + r) * n + j + W);
+      }
+    }
+    for (; j < n; ++j)
+      for (index_t r = 0; r < 4; ++r) {
+        float acc = 0.0f;
+        for (index_t p = 0; p < n; ++p) acc = std::fma(a[(i + r) * n + p], b[p * n + j], acc);
+        c[(i + r) * n + j] = acc;
+      }
+  }
+  for (; i < n; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (index_t p = 0; p < n; ++p) acc = std::fma(a[i * n + p], b[p * n + j], acc);
+      c[i * n + j] = acc;
+    }
 }
 // loss = sum(cos(cos(x)) * y), gx = y * sin(cos x) * sin x, gy = cos(cos x): one pass.
 HAND float fwd_bwd_loop(const float* __restrict x, const float* __restrict y, float* __restrict gx,
@@ -364,17 +404,35 @@ void BM_matmul_fusegrad(benchmark::State& st) {
   check(st, to_fvec(fg::matmul(a, b)), want);
 }
 
+template <bool Tiled>
 void BM_matmul_hand(benchmark::State& st) {
   const index_t n = st.range(0);
   const fvec a = to_fvec(input({n, n}, 7)), b = to_fvec(input({n, n}, 8));
   fvec c(static_cast<std::size_t>(n * n));
   for (auto _ : st) {
-    matmul_loop(a.data(), b.data(), c.data(), n);
+    if constexpr (Tiled) matmul_loop_tiled(a.data(), b.data(), c.data(), n);
+    else matmul_loop(a.data(), b.data(), c.data(), n);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
   set_throughput(st, 2 * n * n * n, 3 * n * n * index_t{sizeof(float)});
 }
+
+#if defined(FUSEGRAD_HAVE_EIGEN)
+void BM_matmul_eigen(benchmark::State& st) {
+  const index_t n = st.range(0);
+  using M = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const fvec av = to_fvec(input({n, n}, 7)), bv = to_fvec(input({n, n}, 8));
+  const M a = Eigen::Map<const M>(av.data(), n, n), b = Eigen::Map<const M>(bv.data(), n, n);
+  M c(n, n);
+  for (auto _ : st) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_throughput(st, 2 * n * n * n, 3 * n * n * index_t{sizeof(float)});
+}
+#endif
 
 // --- forward + backward: sum(cos(cos(x)) * y).backward() -----------------------------------
 
@@ -445,7 +503,15 @@ const int registered = [] {
                  {1, 1 << 4, 1 << 10, 1 << 16, 1 << 20});
   register_cases("bcast_add", {{"fusegrad", BM_bcast_add_fusegrad}, {"hand", BM_bcast_add_hand}},
                  {1 << 4, 1 << 10, 1 << 16, 1 << 20});
-  register_cases("matmul", {{"fusegrad", BM_matmul_fusegrad}, {"hand", BM_matmul_hand}}, {64, 256});
+  register_cases("matmul",
+                 {{"fusegrad", BM_matmul_fusegrad},
+                  {"hand", BM_matmul_hand<false>},
+                  {"hand_tiled", BM_matmul_hand<true>},
+#if defined(FUSEGRAD_HAVE_EIGEN)
+                  {"eigen", BM_matmul_eigen},
+#endif
+                 },
+                 {16, 64, 256});
   register_cases("fwd_bwd",
                  {{"fusegrad", BM_fwd_bwd_fusegrad},
                   {"hand", BM_fwd_bwd_hand<false>},
