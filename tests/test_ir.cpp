@@ -152,3 +152,33 @@ TEST_CASE("IR graphs: the shape buffers kept for reuse stay bounded and are not 
   CHECK(assigned.spare_shapes() == 0);
   CHECK(assigned.at(0).sizes == fg::shape{3, 4});
 }
+
+TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few in short ones, both with eager's bits") {
+  // tile_for: 16 streamed tensors or more -> tiles up to 4096 elements; fewer -> 256. The
+  // long tiles are run over three whole tiles and a partial one, with a splatted scalar.
+  const fg::index_t n = 3 * 4096 + 123;
+  fg::ir::graph<float> g;
+  std::vector<fg::ir::value<float>> in;
+  for (int i = 0; i < 12; ++i) in.emplace_back(&g, g.add_input({n}));
+  const fg::ir::value<float> s{&g, g.add_input({})};
+  std::vector<int> outs;
+  fg::ir::value<float> h = in[0];
+  for (int i = 1; i < 12; ++i) {
+    h = fg::tanh(h * in[static_cast<std::size_t>(i)]) * s;
+    outs.push_back((h * 0.5f).id);  // 11 stored values + 12 inputs: 23 streams
+  }
+  const fg::ir::program<float> many(g, outs);
+  CHECK(many.to_string().find("in tiles of 4096") != std::string::npos);
+  std::vector<fg::tensor<float>> args;
+  for (int i = 0; i < 12; ++i) args.push_back(fg::randn<float>({n}, 40 + static_cast<std::uint64_t>(i)));
+  args.push_back(fg::full<float>({}, 0.9f));
+  const auto got = many.run(args);
+  fg::tensor<float> e = args[0];
+  for (int i = 1; i < 12; ++i) {
+    e = fg::tanh(e * args[static_cast<std::size_t>(i)]) * args[12];
+    CHECK((e * 0.5f).to_vector() == got[static_cast<std::size_t>(i - 1)].to_vector());
+  }
+  const fg::ir::program<float> few(g, {outs.front()});
+  CHECK(few.to_string().find("in tiles of 256") != std::string::npos);
+  CHECK(few.run(args)[0].to_vector() == got.front().to_vector());
+}
