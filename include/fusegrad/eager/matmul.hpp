@@ -106,22 +106,17 @@ void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, in
   for (; i < i1; ++i) gemm_row_block<1>(a, b, c, i, k, m, ai, ap);
 }
 
-/// True when the [B, n, k] tensor `a`'s matrices are its storage's [B, k, n] ones transposed
-/// (`x.transpose(1, 2)` of a contiguous x, or `w.t()` seen as one batch): `gemm_rows` reads them
-/// in place.
+/// True when `a`'s last two dims are a contiguous matrix transposed (`w.t()` of a contiguous w,
+/// `x.transpose(1, 2)` of a contiguous [B, k, n] x: its matrices one after another):
+/// `gemm_rows` reads them in place.
 template <Element T>
 bool transposed_matrices(const tensor<T>& a) {
   const auto& s = a.shape();
   const auto& st = a.strides();
-  return s[1] > 1 && s[2] > 1 && st[1] == 1 && st[2] == s[1] && (s[0] == 1 || st[0] == s[1] * s[2]);
-}
-
-/// The same for an [n, k] matrix (`w.t()` of a contiguous w).
-template <Element T>
-bool transposed_matrix(const tensor<T>& a) {
-  const auto& s = a.shape();
-  const auto& st = a.strides();
-  return s.size() == 2 && s[0] > 1 && s[1] > 1 && st[0] == 1 && st[1] == s[0];
+  const std::size_t r = s.size();
+  if (r < 2 || r > 3) return false;
+  const index_t n = s[r - 2], k = s[r - 1];
+  return n > 1 && k > 1 && st[r - 2] == 1 && st[r - 1] == n && (r == 2 || s[0] == 1 || st[0] == n * k);
 }
 
 /// [B,n,k] x [B,k,m]: blocks of the B·n output rows on all threads. A transposed `a`
@@ -209,7 +204,7 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
                         // one too, (gyᵀ a)ᵀ, so that the view's backward hands w a contiguous
                         // gradient (PyTorch's mm_mat2_backward; the same products summed in
                         // the same order: the same bits).
-                        if (gb && detail::transposed_matrix(s[1]))
+                        if (gb && detail::transposed_matrices(s[1]))
                           r[1] = detail::call_opaque<T>("mm_bt", s[1].shape(),
                                                         [](const tensor<T>& gy, const tensor<T>& a) { return mm(gy.t(), a).t(); },
                                                         g[0], s[0]);
