@@ -252,6 +252,26 @@ void each_pass_hoist(const E& e, int only, Fn&& fn) {
   });
 }
 
+/// The arguments `e`'s element-wise parts read themselves, outside hoisted subexpressions
+/// (`Elem`: `e` is inside one): a scalar among them gets an adjoint per element, summed over
+/// the elements; a scalar that only hoisted subexpressions read gets its adjoint through
+/// theirs, once (`1 / sigma` in `(x - mu) * (1 / sigma)` puts no sum over the elements on
+/// `sigma`).
+template <bool Elem, class E>
+constexpr std::uint64_t element_read_args() {
+  if constexpr (is_arg_v<E>) return Elem ? info<E>::args : 0;
+  else if constexpr (hoistable_v<E>) return 0;
+  else if constexpr (is_real_reduction_v<E>) return element_read_args<true, child_t<E, 0>>();
+  else
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (std::uint64_t{0} | ... | element_read_args<Elem || info<E>::elementwise, child_t<E, J>>());
+    }(std::make_index_sequence<arity_v<E>>{});
+}
+/// The scalars among the arguments in `Mask` whose adjoints a pass sums over the elements.
+template <std::uint64_t Mask, class E, class Slots>
+inline constexpr std::uint64_t summed_scalars =
+    slot_mask<Slots, is_scalar_slot>() & Mask & element_read_args<info<E>::elementwise, E>();
+
 /// What one pass reads and writes.
 template <class Vs, int NA>
 struct pass_io {
@@ -281,7 +301,7 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
   using T = typename kind<Vs>::elem;
   using Vb = batch_of<Vs>;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
-  constexpr std::uint64_t scalars = slot_mask<Slots, is_scalar_slot>() & Mask;
+  constexpr std::uint64_t scalars = summed_scalars<Mask, E, Slots>;
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
   const batch_ctx<Vs, Full, Slots> c{slots, io.hoisted, pos, rem};
   using State = batch_state<Vs, NA, NM>;
@@ -367,7 +387,7 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
   constexpr index_t W = static_cast<index_t>(simd<T>::size);
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
   constexpr int NM = marks<E>();
-  constexpr std::uint64_t scalars = Back ? slot_mask<Slots, is_scalar_slot>() & Mask : 0;
+  constexpr std::uint64_t scalars = Back ? summed_scalars<Mask, E, Slots> : 0;
   constexpr int NS = std::popcount(scalars);
   constexpr int NQ = (NM + NS) * nc;
   bool used[NQ > 0 ? NQ : 1] = {};
