@@ -156,6 +156,35 @@ TEST_CASE("short and long calls: sums and scalar gradients equal eager bit for b
   }
 }
 
+// The last, partial batch is read and written with masked loads and stores: nothing past a
+// range's end is written (the gradients go to the front of a longer buffer of sentinels, the
+// arguments sit at its end), and the values equal eager's.
+TEST_CASE_TEMPLATE("a partial last batch writes only its lanes: gradients into the front of a longer buffer", T, float,
+                   double) {
+  auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(x) * y + x * x); };
+  for (int n = 1; n <= 21; ++n) {
+    const auto un = static_cast<std::size_t>(n);
+    std::vector<T> mem(2 * un + 16, T(7));  // x and y at the very end of the allocation
+    std::span<T> x(mem.data() + mem.size() - 2 * un, un), y(mem.data() + mem.size() - un, un);
+    for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = T(0.3) * T(i) - T(2), y[static_cast<std::size_t>(i)] = T(1) + T(0.01) * T(i);
+    std::vector<T> gx(un + 9, T(-5)), gy(un + 9, T(-5));
+    const T v = fg::value_and_grad(f, fg::argnums<0, 1>)
+                    .into(std::span<T>(gx.data(), un), std::span<T>(gy.data(), un))(std::span<const T>(x), std::span<const T>(y));
+    auto tx = fg::from_vector<T>(std::vector<T>(x.begin(), x.end())), ty = fg::from_vector<T>(std::vector<T>(y.begin(), y.end()));
+    tx.requires_grad(true);
+    ty.requires_grad(true);
+    auto out = f(tx, ty);
+    out.backward();
+    CAPTURE(n);
+    CHECK(v == out.item());
+    for (int i = 0; i < n; ++i) {
+      CHECK(gx[static_cast<std::size_t>(i)] == tx.grad().data()[i]);
+      CHECK(gy[static_cast<std::size_t>(i)] == ty.grad().data()[i]);
+    }
+    for (std::size_t i = un; i < gx.size(); ++i) CHECK((gx[i] == T(-5) && gy[i] == T(-5)));
+  }
+}
+
 // A scalar that only hoisted subexpressions read (`1 / sigma`, `log(sigma)`) gets its gradient
 // through theirs, with no sum over the elements of its own; a scalar read both ways (`mu` in
 // `(x - mu) * (1 / mu)`) gets both shares. Against eager, bit for bit, over several chunks.

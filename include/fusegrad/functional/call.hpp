@@ -114,7 +114,7 @@ constexpr void check_selected() {
 template <std::size_t I, class T, class A>
 constexpr decltype(auto) symbol(const A& a) {
   if constexpr (kind_v<A> == arg_kind::scalar || kind_v<A> == arg_kind::value) return scalar_arg<I, T>{};
-  else if constexpr (kind_v<A> == arg_kind::range) return span_arg<I, T>{{}, 0, range_source<A>::size(a)};
+  else if constexpr (kind_v<A> == arg_kind::range) return span_arg<I, T>{0, range_source<A>::size(a)};
   else return (a);
 }
 /// The function's expression, called on the symbols.

@@ -75,18 +75,8 @@ struct batch_ctx {
   template <std::size_t I>
   Vb leaf(const span_arg<I, T>& a) const {
     const auto& sl = std::get<I>(slots);
-    if constexpr (Full) {
-      return load_comps<Vb>(sl.src, a.offset + pos);
-    } else {  // the valid lanes, padded with the first (a value of the argument: no spurious inf/NaN)
-      alignas(64) T tmp[n_comp<Vs>][W];
-      const T* q[n_comp<Vs>];
-      for (int k = 0; k < n_comp<Vs>; ++k) {
-        q[k] = sl.src[k] ? tmp[k] : nullptr;
-        if (sl.src[k])
-          for (index_t l = 0; l < W; ++l) tmp[k][l] = sl.src[k][a.offset + pos + (l < rem ? l : 0)];
-      }
-      return load_comps<Vb>(q, 0);
-    }
+    if constexpr (Full) return load_comps<Vb>(sl.src, a.offset + pos);
+    else return load_head_comps<true, Vb>(sl.src, a.offset + pos, rem);  // padded with the first valid lane
   }
   Vb constant(T x) const { return lift<Vb>(x); }
   template <int B, class H>
@@ -142,9 +132,9 @@ struct batch_state {
   static constexpr index_t W = static_cast<index_t>(simd<T>::size);
   Vb pend[NA];
   index_t off[NA];
-  bool has[NA];
+  bool has[NA] = {};
   Vb hpend[NM > 0 ? NM : 1];  ///< per mark: a hoisted subexpression's adjoint in this batch
-  bool hhas[NM > 0 ? NM : 1];
+  bool hhas[NM > 0 ? NM : 1] = {};
   T* const* out;  // out[I * n_comp + k]: component k of argument I's gradient
   const bool* add;  // add[I]: the output is a sum (zeroed first) rather than stored once
   index_t pos, rem;
@@ -164,9 +154,7 @@ struct batch_state {
       if (rem == W) {
         (accumulate ? simd<T>::load_unaligned(d) + c[k] : c[k]).store_unaligned(d);
       } else {
-        alignas(64) T tmp[W];
-        c[k].store_aligned(tmp);
-        for (index_t l = 0; l < rem; ++l) d[l] = accumulate ? d[l] + tmp[l] : tmp[l];
+        store_head(d, accumulate ? load_head<false>(d, rem) + c[k] : c[k], rem);
       }
     }
   }
@@ -305,7 +293,7 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
   const batch_ctx<Vs, Full, Slots> c{slots, io.hoisted, pos, rem};
   using State = batch_state<Vs, NA, NM>;
-  State st{};
+  State st;  // (not `{}`: the pending adjoints are written before they are read, `has` says which)
   st.out = io.out, st.add = io.add, st.pos = pos, st.rem = rem;
   auto qbuf = [&](int q) {
     std::array<T*, nc> p;
@@ -318,16 +306,7 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
     if constexpr (Back) {
       Vb g;
       if constexpr (Full) g = load_comps<Vb>(io.ybar, pos);
-      else {
-        alignas(64) T tmp[nc][State::W];
-        const T* q[nc];
-        for (int k = 0; k < nc; ++k) {
-          q[k] = io.ybar[k] ? tmp[k] : nullptr;
-          if (io.ybar[k])
-            for (index_t l = 0; l < State::W; ++l) tmp[k][l] = l < rem ? io.ybar[k][pos + l] : T(0);
-        }
-        g = load_comps<Vb>(q, 0);
-      }
+      else g = load_head_comps<false, Vb>(io.ybar, pos, rem);
       back<0>(batch_sink<Mask, State>{&st}, e, v, g);
     }
   } else {

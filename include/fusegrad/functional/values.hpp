@@ -57,6 +57,16 @@ Vb load_comps(const T* const* p, index_t i) {
     return Vb{load_comps<X>(p, i), load_comps<X>(p + n_comp<X>, i)};
   }
 }
+/// `load_comps` of a last, partial batch: its first `n` lanes (`load_head`; the padding is the
+/// first lane's value, or zero).
+template <bool PadFirst, class Vb, class T>
+Vb load_head_comps(const T* const* p, index_t i, index_t n) {
+  if constexpr (requires(Vb v) { v.v; }) return Vb{p[0] ? load_head<PadFirst>(p[0] + i, n) : simd<T>(T(0))};
+  else {
+    using X = decltype(Vb{}.p);
+    return Vb{load_head_comps<PadFirst, X>(p, i, n), load_head_comps<PadFirst, X>(p + n_comp<X>, i, n)};
+  }
+}
 /// Stores component `k` of `v` at `p[k] + i` (aligned).
 template <class Vb, class T>
 void store_comps(const Vb& v, T* const* p, index_t i) {
