@@ -103,7 +103,7 @@
   FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hook<T>(const hook<T>&, tensor<T>);                     \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hooks<T>(const std::vector<hook<T>>&, tensor<T>);      \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::add_grads<T>(const tensor<T>&, const tensor<T>&);           \
-  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, const std::vector<tensor<T>>&, const std::vector<tensor<T>*>&); \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, std::span<const tensor<T>>, std::span<tensor<T>* const>); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&, std::string_view);                                            \
   FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t);                              \
   FUSEGRAD_RT_EXTERN template std::vector<tensor<T>> detail::run_compiled<T>(const detail::compiled_graph<T>&, std::shared_ptr<const void>, const void* const*, const std::vector<tensor<T>>&); \

@@ -28,7 +28,7 @@ template <Element T>
 class graph_root final : public node<T> {
  public:
   graph_root(std::vector<edge<T>> e, std::vector<tensor<T>> grads) : grads_(std::move(grads)) {
-    this->set_next_edges(std::move(e));
+    this->set_next_edges(node_vector<edge<T>>(std::make_move_iterator(e.begin()), std::make_move_iterator(e.end())));
   }
   [[nodiscard]] std::string_view name() const override { return "GraphRoot"; }
   std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override { return grads_; }

@@ -12,9 +12,16 @@
 #include <string_view>
 #include <vector>
 
+#include "fusegrad/core/small_vector.hpp"
 #include "fusegrad/eager/tensor.hpp"
 
 namespace fusegrad {
+
+/// The vectors a tape node keeps (its edges, output shapes, hooks): drawn from this thread's
+/// small-object pool (`detail::pooled`), not `malloc`: a recorded op made about ten heap
+/// allocations, a third of its cost at small sizes.
+template <class X>
+using node_vector = std::vector<X, detail::pooled<X>>;
 
 /// A node of the backward graph (PyTorch's `torch::autograd::Node`). It receives one
 /// gradient per output of the forward op and returns one per input (`next_edges()`).
@@ -28,7 +35,7 @@ class node {
   /// 200,000 ops would otherwise nest 200,000 destructor calls and overflow the stack.
   virtual ~node() {
     std::vector<std::shared_ptr<node>> dying;
-    auto take = [&dying](std::vector<edge<T>>& edges) {
+    auto take = [&dying](node_vector<edge<T>>& edges) {
       for (auto& e : edges)
         if (e.fn && e.fn.use_count() == 1) dying.push_back(std::move(e.fn));
     };
@@ -64,7 +71,7 @@ class node {
     return false;
   }
 
-  [[nodiscard]] const std::vector<edge<T>>& next_edges() const noexcept { return edges_; }
+  [[nodiscard]] const node_vector<edge<T>>& next_edges() const noexcept { return edges_; }
   [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
   [[nodiscard]] const shape& output_shape(std::size_t i) const { return output_shapes_.at(i); }
   /// Creation order; the engine runs later nodes first.
@@ -85,16 +92,16 @@ class node {
   [[nodiscard]] bool applies_hooks() const noexcept { return applies_hooks_; }
   void set_applies_hooks(bool a) noexcept { applies_hooks_ = a; }
 
-  void set_next_edges(std::vector<edge<T>> e) { edges_ = std::move(e); }
+  void set_next_edges(node_vector<edge<T>> e) { edges_ = std::move(e); }
   void add_output(shape s) {
     output_shapes_.push_back(std::move(s));
     pre_hooks_.emplace_back();
   }
 
  private:
-  std::vector<edge<T>> edges_;
-  std::vector<shape> output_shapes_;
-  std::vector<std::vector<hook<T>>> pre_hooks_;
+  node_vector<edge<T>> edges_;
+  node_vector<shape> output_shapes_;
+  node_vector<std::vector<hook<T>>> pre_hooks_;
   std::uint64_t sequence_nr_;
   bool materialize_grads_ = true;
   bool applies_hooks_ = false;
@@ -109,6 +116,7 @@ template <Element T>
 class saving_node : public node<T> {
  public:
   saving_node(std::string_view name, std::vector<tensor<T>> saved) : name_(name), saved_(std::move(saved)) {
+    versions_.reserve(saved_.size());
     for (const auto& t : saved_) {
       versions_.push_back(t.defined() && t.impl()->store ? t.impl()->store->version() : 0);
       had_saved_ = had_saved_ || t.defined();
@@ -191,7 +199,7 @@ class saving_node : public node<T> {
   std::string_view name_;
   mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
   std::vector<tensor<T>> saved_;
-  std::vector<std::uint64_t> versions_;
+  small_vector<std::uint64_t, 4> versions_;
   std::vector<int> output_slot_;  ///< per saved tensor: which output of this node it is, or -1 (empty: none)
   std::weak_ptr<node<T>> self_;
   bool double_backward_ = false;
@@ -220,7 +228,9 @@ class rule_node final : public saving_node<T> {
   ~rule_node() override { drop_(rule_); }
 
  private:
-  static constexpr std::size_t buffer = 80;
+  /// Room for a binary op's rule (the op, which inputs take gradients, both input shapes) in
+  /// the node itself: a larger rule is allocated.
+  static constexpr std::size_t buffer = 176;
   template <class Rule>
   static constexpr bool inline_rule = sizeof(Rule) <= buffer && alignof(Rule) <= alignof(std::max_align_t);
   using call_fn = std::vector<tensor<T>> (*)(void*, const std::vector<tensor<T>>&, std::vector<tensor<T>>&);

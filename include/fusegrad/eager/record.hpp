@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <memory>
 #include <mutex>
@@ -157,9 +159,9 @@ bool needs_grad(const std::vector<tensor<T>>& ts) {
 /// Puts node `n` on the tape: one edge per input, producing `outputs` (one function per
 /// element type, whatever the node).
 template <Element T>
-std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, const std::vector<tensor<T>>& inputs,
-                                const std::vector<tensor<T>*>& outputs) {
-  std::vector<edge<T>> e;
+std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, std::span<const tensor<T>> inputs,
+                                std::span<tensor<T>* const> outputs) {
+  node_vector<edge<T>> e;
   e.reserve(inputs.size());
   for (const auto& in : inputs) e.push_back(gradient_edge(in));
   n->set_next_edges(std::move(e));
@@ -187,8 +189,8 @@ enum class double_backward : bool { unsupported = false, supported = true };
 /// cache hit skips running its rule. `twice`: the rule is written with recording ops, so a
 /// create_graph backward through it is differentiable (see `saving_node::set_double_backward`).
 template <Element T, class Rule>
-std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<T>>& inputs,
-                                const std::vector<tensor<T>*>& outputs,
+std::shared_ptr<node<T>> record(std::string_view name, std::span<const tensor<T>> inputs,
+                                std::span<tensor<T>* const> outputs,
                                 std::vector<tensor<T>> saved, Rule rule, std::optional<std::uint64_t> params = std::nullopt,
                                 double_backward twice = double_backward::unsupported) {
   std::vector<int> output_slot;
@@ -206,6 +208,16 @@ std::shared_ptr<node<T>> record(std::string_view name, const std::vector<tensor<
   if (params) n->set_params(*params);
   n->set_double_backward(twice == double_backward::supported);
   return attach<T>(std::move(n), inputs, outputs);
+}
+/// `record` with the inputs and outputs written in place (`{a, b}`, `{&y}`): no vectors made.
+template <Element T, class Rule>
+std::shared_ptr<node<T>> record(std::string_view name, std::initializer_list<tensor<T>> inputs,
+                                std::initializer_list<tensor<T>*> outputs, std::vector<tensor<T>> saved, Rule rule,
+                                std::optional<std::uint64_t> params = std::nullopt,
+                                double_backward twice = double_backward::unsupported) {
+  return record<T>(name, std::span<const tensor<T>>(inputs.begin(), inputs.size()),
+                   std::span<tensor<T>* const>(outputs.begin(), outputs.size()), std::move(saved), std::move(rule),
+                   params, twice);
 }
 
 /// The node a result of a backward rule that is not differentiable gets in a create_graph

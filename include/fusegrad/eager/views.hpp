@@ -292,7 +292,8 @@ tensor<T> cat(const std::vector<tensor<T>>& xs, index_t d = 0) {
     at += sizes[k];
   }
   if (detail::needs_grad(xs)) {
-    detail::record<T>("CatBackward0", xs, {&y}, {},
+    tensor<T>* const out[] = {&y};
+    detail::record<T>("CatBackward0", std::span<const tensor<T>>(xs), std::span<tensor<T>* const>(out), {},
                       [sizes, dd](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
                         std::vector<tensor<T>> r;
                         index_t a = 0;
