@@ -155,13 +155,15 @@ void row_body(const row_args<T>& r, index_t n) {
     } else {
       const index_t k = m / W * W;
       B::batches(ops, slot, dst, r.step, 0, k);
-      if (k < m) {  // the last, partial batch: padded copies in, the valid lanes out
+      if (k < m) {  // the last, partial batch: zero-padded copies in, the valid lanes out
         const index_t rem = m - k;
-        alignas(64) T in[NL > 0 ? NL : 1][W] = {};
+        alignas(64) T in[NL > 0 ? NL : 1][W];
         alignas(64) T out[NC > 0 ? NC : 1][W];
         const T* src[NL > 0 ? NL : 1];
         T* to[NC > 0 ? NC : 1];
-        for (std::size_t j = 0; j < NL; ++j) std::copy(slot[j] + k, slot[j] + k + rem, in[j]), src[j] = in[j];
+        // (a masked load stored whole: the batch loads below read one store, which forwards;
+        // copied element by element, each stalled)
+        for (std::size_t j = 0; j < NL; ++j) load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
         for (std::size_t q = 0; q < NC; ++q) to[q] = out[q];
         B::batches(ops, src, to, r.step, 0, W);
         for (std::size_t q = 0; q < NC; ++q)

@@ -24,8 +24,8 @@ inline constexpr index_t tile_elems = 256;
 /// the one out-of-line loop of `Op` for element type `T`, called directly (`tile_op`) or
 /// through a `tile_fn` pointer by code shared by all ops.
 ///
-/// Every element goes through the op's SIMD `value`, the last partial batch too (through a
-/// zero-padded batch): an element's result never depends on where it sits in a tensor, in a
+/// Every element goes through the op's SIMD `value`, the last partial batch too (a batch
+/// padded with zeros, read and written with masked loads and stores): an element's result never depends on where it sits in a tensor, in a
 /// row or in a tile (a scalar tail rounds differently, e.g. `std::pow` against xsimd's pow).
 /// Eager ops, the fused backend and the IR's programs all run this loop, so they agree bitwise.
 template <class Op, Element T>
@@ -42,16 +42,10 @@ template <class Op, Element T>
     for (; i + W <= n; i += W) op.value(V::load_unaligned(a + i), V::load_unaligned(b + i)).store_unaligned(out + i);
   }
   if (i == n) return;
-  alignas(64) T pa[W] = {}, po[W];
-  std::copy(a + i, a + n, pa);
-  if constexpr (unary) {
-    op.value(V::load_aligned(pa)).store_aligned(po);
-  } else {
-    alignas(64) T pb[W] = {};
-    std::copy(b + i, b + n, pb);
-    op.value(V::load_aligned(pa), V::load_aligned(pb)).store_aligned(po);
-  }
-  std::copy(po, po + (n - i), out + i);
+  // the last partial batch: masked loads (zeros past the end) and a masked store, nothing
+  // copied element by element (a batch loaded over element-wise stores stalls)
+  if constexpr (unary) store_head(out + i, op.value(load_head<false>(a + i, n - i)), n - i);
+  else store_head(out + i, op.value(load_head<false>(a + i, n - i), load_head<false>(b + i, n - i)), n - i);
 }
 
 /// `tile_kernel` of `op`'s type, on `op`.
