@@ -28,7 +28,9 @@ template <Element T>
 class graph_root final : public node<T> {
  public:
   graph_root(std::vector<edge<T>> e, std::vector<tensor<T>> grads) : grads_(std::move(grads)) {
-    this->set_next_edges(node_vector<edge<T>>(std::make_move_iterator(e.begin()), std::make_move_iterator(e.end())));
+    typename node<T>::edge_list l;
+    for (auto& x : e) l.push_back(std::move(x));
+    this->set_next_edges(std::move(l));
   }
   [[nodiscard]] std::string_view name() const override { return "GraphRoot"; }
   std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override { return grads_; }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,11 +18,61 @@
 
 namespace fusegrad {
 
-/// The vectors a tape node keeps (its edges, output shapes, hooks): drawn from this thread's
-/// small-object pool (`detail::pooled`), not `malloc`: a recorded op made about ten heap
-/// allocations, a third of its cost at small sizes.
-template <class X>
-using node_vector = std::vector<X, detail::pooled<X>>;
+/// The lists a tape node keeps (its edges, output shapes, hook lists): the first `N` elements
+/// in the node itself, more in a vector from this thread's small-object pool (`detail::pooled`).
+/// A recorded op made about ten heap allocations, a third of its cost at small sizes; most
+/// nodes have one or two inputs and one output.
+template <class X, std::size_t N>
+class node_list {
+ public:
+  node_list() = default;
+  node_list(node_list&& o) noexcept { *this = std::move(o); }
+  node_list& operator=(node_list&& o) noexcept {
+    if (this == &o) return *this;
+    more_ = std::move(o.more_);
+    for (std::size_t i = 0; i < N; ++i) inline_[i] = std::move(o.inline_[i]);
+    size_ = o.size_;
+    o.size_ = 0;
+    o.more_.clear();
+    return *this;
+  }
+  node_list(const node_list&) = delete;
+  node_list& operator=(const node_list&) = delete;
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  X* begin() noexcept { return size_ <= N ? inline_ : more_.data(); }
+  X* end() noexcept { return begin() + size_; }
+  const X* begin() const noexcept { return size_ <= N ? inline_ : more_.data(); }
+  const X* end() const noexcept { return begin() + size_; }
+  X& operator[](std::size_t i) noexcept { return begin()[i]; }
+  const X& operator[](std::size_t i) const noexcept { return begin()[i]; }
+  X& at(std::size_t i) {
+    if (i >= size_) throw std::out_of_range("fusegrad::node_list::at");
+    return begin()[i];
+  }
+  const X& at(std::size_t i) const {
+    if (i >= size_) throw std::out_of_range("fusegrad::node_list::at");
+    return begin()[i];
+  }
+  void push_back(X x) {
+    if (size_ < N) {
+      inline_[size_++] = std::move(x);
+      return;
+    }
+    if (size_ == N) {  // the inline elements move out with the new one
+      more_.reserve(2 * N + 2);
+      for (std::size_t i = 0; i < N; ++i) more_.push_back(std::move(inline_[i]));
+    }
+    more_.push_back(std::move(x));
+    ++size_;
+  }
+
+ private:
+  X inline_[N] = {};
+  std::vector<X, detail::pooled<X>> more_;
+  std::size_t size_ = 0;
+};
 
 /// A node of the backward graph (PyTorch's `torch::autograd::Node`). It receives one
 /// gradient per output of the forward op and returns one per input (`next_edges()`).
@@ -35,7 +86,7 @@ class node {
   /// 200,000 ops would otherwise nest 200,000 destructor calls and overflow the stack.
   virtual ~node() {
     std::vector<std::shared_ptr<node>> dying;
-    auto take = [&dying](node_vector<edge<T>>& edges) {
+    auto take = [&dying](edge_list& edges) {
       for (auto& e : edges)
         if (e.fn && e.fn.use_count() == 1) dying.push_back(std::move(e.fn));
     };
@@ -71,7 +122,9 @@ class node {
     return false;
   }
 
-  [[nodiscard]] const node_vector<edge<T>>& next_edges() const noexcept { return edges_; }
+  /// A node's gradient edges: one per input, up to two held in the node.
+  using edge_list = node_list<edge<T>, 2>;
+  [[nodiscard]] const edge_list& next_edges() const noexcept { return edges_; }
   [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
   [[nodiscard]] const shape& output_shape(std::size_t i) const { return output_shapes_.at(i); }
   /// Creation order; the engine runs later nodes first.
@@ -92,16 +145,16 @@ class node {
   [[nodiscard]] bool applies_hooks() const noexcept { return applies_hooks_; }
   void set_applies_hooks(bool a) noexcept { applies_hooks_ = a; }
 
-  void set_next_edges(node_vector<edge<T>> e) { edges_ = std::move(e); }
+  void set_next_edges(edge_list e) { edges_ = std::move(e); }
   void add_output(shape s) {
     output_shapes_.push_back(std::move(s));
-    pre_hooks_.emplace_back();
+    pre_hooks_.push_back({});
   }
 
  private:
-  node_vector<edge<T>> edges_;
-  node_vector<shape> output_shapes_;
-  node_vector<std::vector<hook<T>>> pre_hooks_;
+  edge_list edges_;
+  node_list<shape, 1> output_shapes_;
+  node_list<std::vector<hook<T>>, 1> pre_hooks_;
   std::uint64_t sequence_nr_;
   bool materialize_grads_ = true;
   bool applies_hooks_ = false;

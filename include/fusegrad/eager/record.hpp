@@ -161,8 +161,7 @@ bool needs_grad(const std::vector<tensor<T>>& ts) {
 template <Element T>
 std::shared_ptr<node<T>> attach(std::shared_ptr<node<T>> n, std::span<const tensor<T>> inputs,
                                 std::span<tensor<T>* const> outputs) {
-  node_vector<edge<T>> e;
-  e.reserve(inputs.size());
+  typename node<T>::edge_list e;
   for (const auto& in : inputs) e.push_back(gradient_edge(in));
   n->set_next_edges(std::move(e));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
