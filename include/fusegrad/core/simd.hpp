@@ -38,6 +38,21 @@ struct lane_type<xsimd::batch<T, A>> {
 template <class V>
 using lane_type_t = typename lane_type<V>::type;
 
+#if defined(__AVX2__)
+/// The AVX2 lane mask of a batch's first `n` lanes (all bits set in those lanes), for a
+/// `float` (8 lanes) or `double` (4 lanes) batch.
+template <class T>
+inline __m256i head_mask(std::int64_t n) noexcept {
+  if constexpr (std::is_same_v<T, float>)
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  else return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+/// Whether `T`'s batch is an AVX2 register that the masked loads and stores serve.
+template <class T>
+inline constexpr bool avx2_batch = (std::is_same_v<T, float> && simd<T>::size == 8) ||
+                                   (std::is_same_v<T, double> && simd<T>::size == 4);
+#endif
+
 /// The first `n` elements of `p` (0 < n <= the batch's size) in the first lanes of a batch,
 /// the other lanes `p[0]` (`PadFirst`: a value of the data, no spurious inf or NaN in the
 /// padding) or zero. With AVX2 one masked load, which does not touch the masked elements: a
@@ -45,20 +60,21 @@ using lane_type_t = typename lane_type<V>::type;
 /// cycles per such load; a short call has several).
 template <bool PadFirst, Element T>
 inline simd<T> load_head(const T* p, std::int64_t n) noexcept {
-  constexpr auto W = static_cast<std::int64_t>(simd<T>::size);
 #if defined(__AVX2__)
-  if constexpr (std::is_same_v<T, float> && W == 8) {
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256 v = _mm256_maskload_ps(p, m);
-    if constexpr (!PadFirst) return simd<T>(v);
-    else return simd<T>(_mm256_blendv_ps(_mm256_broadcast_ss(p), v, _mm256_castsi256_ps(m)));
-  } else if constexpr (std::is_same_v<T, double> && W == 4) {
-    const __m256i m = _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
-    const __m256d v = _mm256_maskload_pd(p, m);
-    if constexpr (!PadFirst) return simd<T>(v);
-    else return simd<T>(_mm256_blendv_pd(_mm256_broadcast_sd(p), v, _mm256_castsi256_pd(m)));
+  if constexpr (avx2_batch<T>) {
+    const __m256i m = head_mask<T>(n);
+    if constexpr (std::is_same_v<T, float>) {
+      const __m256 v = _mm256_maskload_ps(p, m);
+      if constexpr (!PadFirst) return simd<T>(v);
+      else return simd<T>(_mm256_blendv_ps(_mm256_broadcast_ss(p), v, _mm256_castsi256_ps(m)));
+    } else {
+      const __m256d v = _mm256_maskload_pd(p, m);
+      if constexpr (!PadFirst) return simd<T>(v);
+      else return simd<T>(_mm256_blendv_pd(_mm256_broadcast_sd(p), v, _mm256_castsi256_pd(m)));
+    }
   }
 #endif
+  constexpr auto W = static_cast<std::int64_t>(simd<T>::size);
   alignas(64) T tmp[W];
   for (std::int64_t l = 0; l < W; ++l) tmp[l] = l < n ? p[l] : PadFirst ? p[0] : T(0);
   return simd<T>::load_aligned(tmp);
@@ -68,16 +84,14 @@ inline simd<T> load_head(const T* p, std::int64_t n) noexcept {
 /// them (an AVX2 masked store).
 template <Element T>
 inline void store_head(T* p, const simd<T>& v, std::int64_t n) noexcept {
-  constexpr auto W = static_cast<std::int64_t>(simd<T>::size);
 #if defined(__AVX2__)
-  if constexpr (std::is_same_v<T, float> && W == 8) {
-    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
-    return;
-  } else if constexpr (std::is_same_v<T, double> && W == 4) {
-    _mm256_maskstore_pd(p, _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3)), v);
+  if constexpr (avx2_batch<T>) {
+    if constexpr (std::is_same_v<T, float>) _mm256_maskstore_ps(p, head_mask<T>(n), v);
+    else _mm256_maskstore_pd(p, head_mask<T>(n), v);
     return;
   }
 #endif
+  constexpr auto W = static_cast<std::int64_t>(simd<T>::size);
   alignas(64) T tmp[W];
   v.store_aligned(tmp);
   for (std::int64_t l = 0; l < n; ++l) p[l] = tmp[l];

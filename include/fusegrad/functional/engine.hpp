@@ -64,7 +64,6 @@ template <class Vs, bool Full, class Slots>
 struct batch_ctx {
   using T = typename kind<Vs>::elem;
   using Vb = batch_of<Vs>;
-  static constexpr index_t W = static_cast<index_t>(simd<T>::size);
   static constexpr bool hoisting = true;
   const Slots& slots;
   const Vb* hoisted_values;  ///< per mark: a hoisted subexpression's value in every lane

@@ -167,7 +167,7 @@ void row_body(const row_args<T>& r, index_t n) {
         for (std::size_t q = 0; q < NC; ++q) to[q] = out[q];
         B::batches(ops, src, to, r.step, 0, W);
         for (std::size_t q = 0; q < NC; ++q)
-          if (B::writes(q, r.step)) std::copy(out[q], out[q] + rem, dst[q] + k);
+          if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
       }
     }
     if (r.after) r.after(r.hook_state, i, m);

@@ -24,9 +24,9 @@ inline constexpr index_t tile_elems = 256;
 /// the one out-of-line loop of `Op` for element type `T`, called directly (`tile_op`) or
 /// through a `tile_fn` pointer by code shared by all ops.
 ///
-/// Every element goes through the op's SIMD `value`, the last partial batch too (a batch
-/// padded with zeros, read and written with masked loads and stores): an element's result never depends on where it sits in a tensor, in a
-/// row or in a tile (a scalar tail rounds differently, e.g. `std::pow` against xsimd's pow).
+/// Every element goes through the op's SIMD `value`, the last partial batch too (padded with
+/// zeros, read and written with masked loads and stores): an element's result never depends
+/// on where it sits in a tensor, in a row or in a tile (a scalar tail rounds differently, e.g. `std::pow` against xsimd's pow).
 /// Eager ops, the fused backend and the IR's programs all run this loop, so they agree bitwise.
 template <class Op, Element T>
 [[gnu::noinline]] void tile_kernel(const void* p, const T* __restrict a, const T* __restrict b, T* __restrict out,
