@@ -211,6 +211,49 @@ TEST_CASE("scalars read inside and outside hoisted subexpressions: gradients equ
   }
 }
 
+// A cheap body with at most two summed quantities (the value and one scalar's gradient) sums
+// whole chunks in registers, batch b into accumulator b % 4 (functional/engine.hpp): the same
+// bits as eager's sum, on either side of chunk boundaries (256 doubles, 512 floats), for a
+// sum, a mean, range gradients and a jvp's primal.
+TEST_CASE_TEMPLATE("cheap bodies summed in registers: values and gradients equal eager bit for bit", T, float, double) {
+  auto f = [](const auto& x, auto mu) { return fg::sum((x - mu) * (x - mu)); };
+  auto g = [](const auto& x, auto mu) { return fg::mean(x * x - mu); };
+  for (int n : {1, 255, 256, 257, 511, 512, 513, 1024, 1500, 2048, 4103}) {
+    const auto un = static_cast<std::size_t>(n);
+    std::vector<T> xs(un), ts(un);
+    for (int i = 0; i < n; ++i)
+      xs[static_cast<std::size_t>(i)] = T(std::sin(0.37 * i) * 3.1 + 0.2), ts[static_cast<std::size_t>(i)] = T(std::cos(0.11 * i));
+    const T mu = T(0.7);
+    std::vector<T> gx(un), gx2(un);
+    T gm = 0, gm2 = 0;
+    const T v = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<T>(gx), gm)(std::span<const T>(xs), mu);
+    const T v2 = fg::value_and_grad(g, fg::argnums<0, 1>).into(std::span<T>(gx2), gm2)(std::span<const T>(xs), mu);
+    const auto [jv, jt] = fg::jvp([](const auto& x) { return fg::sum(x * x * x); }, std::span<const T>(xs),
+                                  std::span<const T>(ts));
+    auto run = [&](auto fn, const auto& tx, const auto& tm) {
+      auto y = fn(tx, tm);
+      y.backward();
+      return y.item();
+    };
+    auto tx = fg::from_vector<T>(xs), tm = fg::full<T>({}, mu);
+    tx.requires_grad(true), tm.requires_grad(true);
+    CAPTURE(n);
+    CHECK(v == run(f, tx, tm));
+    CHECK(gm == tm.grad().item());
+    for (std::size_t i = 0; i < un; ++i) CHECK(gx[i] == tx.grad().data()[i]);
+    auto tx2 = fg::from_vector<T>(xs), tm2 = fg::full<T>({}, mu);
+    tx2.requires_grad(true), tm2.requires_grad(true);
+    CHECK(v2 == run(g, tx2, tm2));
+    CHECK(gm2 == tm2.grad().item());
+    for (std::size_t i = 0; i < un; ++i) CHECK(gx2[i] == tx2.grad().data()[i]);
+    const auto ex = fg::from_vector<T>(xs);
+    CHECK(jv == fg::sum(ex * ex * ex).item());
+    T dot = 0;
+    for (std::size_t i = 0; i < un; ++i) dot += T(3) * xs[i] * xs[i] * ts[i];
+    CHECK(jt == doctest::Approx(dot).epsilon(std::is_same_v<T, float> ? 1e-4 : 1e-11));
+  }
+}
+
 TEST_CASE("closed forms: normal log-density in mu and sigma; log-sum-exp (two passes); mean") {
   const auto xs = sample(-3, 5, 1001);
   auto logpdf = [](const auto& x, auto mu, auto sigma) {

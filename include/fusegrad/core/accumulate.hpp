@@ -156,6 +156,15 @@ class running_sum {
     for (; j < k; ++j) s[j]->add(x[j], n);
   }
 
+  /// Adds a whole chunk the caller summed in its own registers: `a[lanes]` (aligned;
+  /// clobbered) holds the accumulators after the chunk's values went in as `add` puts them
+  /// (value j into accumulator j % lanes, in order, each starting from -0). The same bits as
+  /// `add` of the values; only where a chunk starts (after `reset` or whole chunks).
+  void add_chunk(T* a) noexcept {
+    T c = fold<lanes>(a);
+    sum_tree<T>::push(level_, 1, chunks_++, &c, 1);
+  }
+
   /// Adds `n` values `step` apart (0: one value `n` times).
   void add(const T* x, index_t n, index_t step) noexcept {
     if (step == 1) return add(x, n);

@@ -17,6 +17,7 @@
 /// allocated.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <tuple>
@@ -24,6 +25,7 @@
 #include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/functional/eval.hpp"
 #include "fusegrad/functional/values.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad::detail::fn {
 
@@ -34,7 +36,7 @@ struct scalar_slot {
   batch_of<Vs> b;
 };
 /// A range argument: its elements (component `k` of element `i` at `src[k][i]`; a null
-/// component is zero, e.g. a range with no tangent) and their number.
+/// component is zero, e.g. a range with no tangent; the first is never null) and their number.
 template <class Vs>
 struct span_slot {
   const typename kind<Vs>::elem* src[n_comp<Vs>] = {};
@@ -259,6 +261,31 @@ template <std::uint64_t Mask, class E, class Slots>
 inline constexpr std::uint64_t summed_scalars =
     slot_mask<Slots, is_scalar_slot>() & Mask & element_read_args<info<E>::elementwise, E>();
 
+/// What computing one element of `E`'s element-wise parts costs (`op_cost`, ops/op.hpp: an
+/// arithmetic op 0.3, a `cos` 5.3; a custom op counted as 5), hoisted subexpressions not
+/// counted.
+template <class E>
+constexpr double element_cost() {
+  double own = 0;
+  if constexpr (info<E>::elementwise && !is_arg_v<E>) {
+    if constexpr (requires { std::declval<E>().op; }) own = op_cost<decltype(std::declval<E>().op)>();
+    else own = 5;
+  }
+  return [&]<std::size_t... J>(std::index_sequence<J...>) { return (own + ... + element_cost<child_t<E, J>>()); }(
+      std::make_index_sequence<arity_v<E>>{});
+}
+/// The hoisted subexpressions inside `E`'s element-wise parts (`each_hoist`'s count).
+template <bool Elem, class E>
+constexpr int element_hoists() {
+  if constexpr (Elem && hoistable_v<E>) return 1;
+  else if constexpr (is_real_reduction_v<E>) return element_hoists<true, child_t<E, 0>>();
+  else if constexpr (hoistable_v<E>) return 0;
+  else
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (0 + ... + element_hoists<Elem || info<E>::elementwise, child_t<E, J>>());
+    }(std::make_index_sequence<arity_v<E>>{});
+}
+
 /// What one pass reads and writes.
 template <class Vs, int NA>
 struct pass_io {
@@ -282,23 +309,19 @@ inline constexpr index_t tile = 256;
 /// cos(cos(x)) * y case 8% faster, but took the 40-node test function's TU from 26 s to over
 /// 6 minutes at -O3: its value tree has about 450 nodes, the tree repeating reused
 /// subexpressions.)
-template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, int NQ>
+/// `put(std::integral_constant<int, q>, v)` takes the batch `v` of summed quantity `q` (into a
+/// tile buffer's slot, or registers).
+template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, class Put>
 inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tuple_size_v<Slots>>& io, index_t pos,
-               index_t rem, index_t j, typename kind<Vs>::elem (&buf)[NQ > 0 ? NQ : 1][tile], index_t n) {
-  using T = typename kind<Vs>::elem;
+                      index_t rem, const Put& put, const batch_of<Vs>* red_adj) {
   using Vb = batch_of<Vs>;
-  constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
+  constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
   constexpr std::uint64_t scalars = summed_scalars<Mask, E, Slots>;
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
   const batch_ctx<Vs, Full, Slots> c{slots, io.hoisted, pos, rem};
   using State = batch_state<Vs, NA, NM>;
   State st;  // (not `{}`: the pending adjoints are written before they are read, `has` says which)
   st.out = io.out, st.add = io.add, st.pos = pos, st.rem = rem;
-  auto qbuf = [&](int q) {
-    std::array<T*, nc> p;
-    for (int k = 0; k < nc; ++k) p[static_cast<std::size_t>(k)] = buf[q * nc + k] + j;
-    return p;
-  };
   if constexpr (info<E>::elementwise) {  // one element-wise output
     auto v = fwd<0>(c, e);
     if (io.y) st.write_at(io.y, 0, v.y, false);
@@ -313,12 +336,8 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
       if (io.only >= 0 && b != io.only) return;
       constexpr int b1 = decltype(b)::value + 1;
       auto v = fwd<b1>(c, r.arg);
-      store_comps(v.y, qbuf(b).data(), 0);
-      if constexpr (Back) {
-        Vs g = io.red_adj[b];
-        if constexpr (red_kind_v<std::remove_cvref_t<decltype(r)>> == reduce_op::mean) g = g / static_cast<T>(n);
-        back<b1>(batch_sink<Mask, State>{&st}, r.arg, v, splat(g));
-      }
+      put(b, v.y);  // (b: an integral_constant)
+      if constexpr (Back) back<b1>(batch_sink<Mask, State>{&st}, r.arg, v, red_adj[b]);
     });
   }
   if constexpr (Back) {
@@ -329,12 +348,12 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
           if (st.has[I]) st.write(static_cast<int>(I), st.off[I], st.pend[I], io.add[I]);
         } else if constexpr (scalars & bit) {
           constexpr int q = NM + std::popcount(scalars & (bit - 1));
-          store_comps(st.has[I] ? st.pend[I] : Vb{}, qbuf(q).data(), 0);
+          put(std::integral_constant<int, q>{}, st.has[I] ? st.pend[I] : Vb{});
         }
       }(), ...);
     }(std::make_index_sequence<static_cast<std::size_t>(NA)>{});
     each_pass_hoist<Mask>(e, io.only, [&](auto b, const auto&) {
-      store_comps(st.hhas[b] ? st.hpend[b] : Vb{}, qbuf(b).data(), 0);
+      put(b, st.hhas[b] ? st.hpend[b] : Vb{});
     });
   }
 }
@@ -380,17 +399,74 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     for (int q = NM * nc; q < NQ; ++q) used[q] = true;
   }
   alignas(64) T buf[NQ > 0 ? NQ : 1][tile];
+  batch_of<Vs> red_adj[NM > 0 ? NM : 1];  // backward: each reduction's adjoint (a mean's over n), splat
+  if constexpr (Back && !info<E>::elementwise)
+    each_reduction<0>(e, [&](auto b, const auto& r) {
+      Vs g = io.red_adj[b];
+      if constexpr (red_kind_v<std::remove_cvref_t<decltype(r)>> == reduce_op::mean) g = g / static_cast<T>(n);
+      red_adj[b] = splat(g);
+    });
   // (a call of at most `lanes` elements sums its one tile in registers: `running_sum::sum`,
   // the same bits)
   const bool short_call = n <= running_sum<T>::lanes;
   T tot[NQ > 0 ? NQ : 1] = {};
   running_sum<T> sums[NQ > 0 ? NQ : 1];
-  for (index_t t0 = 0; t0 < n; t0 += tile) {
+  index_t start = 0;
+  // A cheap body with few sums (a normal log-density: `x - mu`, its square and the adjoint
+  // of `mu`) sums whole chunks in registers, as `running_sum` sums a chunk: the batches
+  // unrolled by the chunk's accumulators, batch b into accumulator b % U. The tile buffer's
+  // stores and reloads took a fifth of such a body's time (the factored log-density of 16384
+  // doubles: 5.9 -> 4.8 us); a costly body (cos(cos(x)) * y) unrolled spills, and its sums
+  // are noise.
+  constexpr index_t lanes = running_sum<T>::lanes, chunk = running_sum<T>::chunk, U = lanes / W;
+  constexpr int NP = (info<E>::elementwise ? 0 : info<E>::reds) + (Back ? element_hoists<false, E>() + NS : 0);
+  if constexpr (NP > 0 && NP * nc * U <= 8 && element_cost<E>() <= 2.0) {
+    for (; start + chunk <= n; start += chunk) {
+      simd<T> acc[NQ][U];
+      [&]<std::size_t... i>(std::index_sequence<i...>) {
+        ((acc[i / U][i % U] = simd<T>(T(-0.0))), ...);
+      }(std::make_index_sequence<static_cast<std::size_t>(NQ * U)>{});
+      for (index_t b = 0; b < chunk; b += lanes)
+        [&]<std::size_t... u>(std::index_sequence<u...>) {
+          (run_batch<Back, true, Mask, Vs, E, Slots, NM>(
+               e, slots, io, start + b + static_cast<index_t>(u) * W, W,
+               [&](auto qc, const batch_of<Vs>& v) {
+                 simd<T> c[n_comp<Vs>];
+                 batch_state<Vs, NA, NM>::comps(v, c);
+                 constexpr int q = decltype(qc)::value * n_comp<Vs>;
+                 acc[q][u] = acc[q][u] + c[0];
+                 if constexpr (n_comp<Vs> > 1) acc[q + 1][u] = acc[q + 1][u] + c[1];
+                 static_assert(n_comp<Vs> <= 2, "fusegrad: summed in registers: at most two components");
+               },
+               red_adj),
+           ...);
+        }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
+      // (constant indices throughout: `acc` stays in registers)
+      auto store_lanes = [&]<std::size_t... u>(const simd<T>* r, T* a, std::index_sequence<u...>) {
+        (r[u].store_aligned(a + static_cast<index_t>(u) * W), ...);
+      };
+      auto flush = [&](auto qc) {
+        constexpr int q = decltype(qc)::value;
+        if (!used[q]) return;
+        alignas(64) T a[lanes];
+        store_lanes(acc[q], a, std::make_index_sequence<static_cast<std::size_t>(U)>{});
+        sums[q].add_chunk(a);
+      };
+      [&]<std::size_t... q>(std::index_sequence<q...>) {
+        (flush(std::integral_constant<int, static_cast<int>(q)>{}), ...);
+      }(std::make_index_sequence<static_cast<std::size_t>(NQ)>{});
+    }
+  }
+  for (index_t t0 = start; t0 < n; t0 += tile) {
     const index_t m = std::min(tile, n - t0);
     index_t j = 0;
-    for (; j + W <= m; j += W)
-      run_batch<Back, true, Mask, Vs, E, Slots, NM, NQ>(e, slots, io, t0 + j, W, j, buf, n);
-    if (j < m) run_batch<Back, false, Mask, Vs, E, Slots, NM, NQ>(e, slots, io, t0 + j, m - j, j, buf, n);
+    auto put = [&](auto q, const batch_of<Vs>& v) {
+      std::array<T*, nc> p;
+      for (int k = 0; k < nc; ++k) p[static_cast<std::size_t>(k)] = buf[q * nc + k] + j;
+      store_comps(v, p.data(), 0);
+    };
+    for (; j + W <= m; j += W) run_batch<Back, true, Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, W, put, red_adj);
+    if (j < m) run_batch<Back, false, Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, m - j, put, red_adj);
     if (short_call) {
       for (int q = 0; q < NQ; ++q)
         if (used[q]) tot[q] = running_sum<T>::sum(buf[q], m, 1);

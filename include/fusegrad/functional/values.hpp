@@ -48,23 +48,28 @@ batch_of<Vs> splat(const Vs& s) {
   if constexpr (requires { s.v; }) return {simd<typename kind<Vs>::elem>(s.v)};
   else return {splat(s.p), splat(s.t)};
 }
-/// The batch whose component `k` is loaded from `p[k] + i` (zero where `p[k]` is null).
-template <class Vb, class T>
+/// The batch whose component `k` is loaded from `p[k] + i` (zero where `p[k]` is null; the
+/// first component, a range's values, is never null: no test for it per batch).
+template <class Vb, class T, bool First = true>
 Vb load_comps(const T* const* p, index_t i) {
-  if constexpr (requires(Vb v) { v.v; }) return Vb{p[0] ? simd<T>::load_unaligned(p[0] + i) : simd<T>(T(0))};
-  else {
+  if constexpr (requires(Vb v) { v.v; }) {
+    if constexpr (First) return Vb{simd<T>::load_unaligned(p[0] + i)};
+    else return Vb{p[0] ? simd<T>::load_unaligned(p[0] + i) : simd<T>(T(0))};
+  } else {
     using X = decltype(Vb{}.p);
-    return Vb{load_comps<X>(p, i), load_comps<X>(p + n_comp<X>, i)};
+    return Vb{load_comps<X, T, First>(p, i), load_comps<X, T, false>(p + n_comp<X>, i)};
   }
 }
 /// `load_comps` of a last, partial batch: its first `n` lanes (`load_head`; the padding is the
 /// first lane's value, or zero).
-template <bool PadFirst, class Vb, class T>
+template <bool PadFirst, class Vb, class T, bool First = true>
 Vb load_head_comps(const T* const* p, index_t i, index_t n) {
-  if constexpr (requires(Vb v) { v.v; }) return Vb{p[0] ? load_head<PadFirst>(p[0] + i, n) : simd<T>(T(0))};
-  else {
+  if constexpr (requires(Vb v) { v.v; }) {
+    if constexpr (First) return Vb{load_head<PadFirst>(p[0] + i, n)};
+    else return Vb{p[0] ? load_head<PadFirst>(p[0] + i, n) : simd<T>(T(0))};
+  } else {
     using X = decltype(Vb{}.p);
-    return Vb{load_head_comps<PadFirst, X>(p, i, n), load_head_comps<PadFirst, X>(p + n_comp<X>, i, n)};
+    return Vb{load_head_comps<PadFirst, X, T, First>(p, i, n), load_head_comps<PadFirst, X, T, false>(p + n_comp<X>, i, n)};
   }
 }
 /// Stores component `k` of `v` at `p[k] + i` (aligned).
