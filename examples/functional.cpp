@@ -1,6 +1,7 @@
 // The functional transforms (docs/functional.md): gradients of scalar functions and of
 // functions of ranges, forward mode, Hessian-vector products, and Newton's method on the
-// 16-dimensional Rosenbrock function with fg::grad and fg::hessian; and on eager tensors, a
+// 16-dimensional Rosenbrock function with fg::grad and fg::hessian; maximum likelihood with
+// fg::normal_lpdf; and on eager tensors, a
 // gradient-penalty step with fg::autograd::grad(..., {.create_graph = true}). Run by the
 // suite (example_functional): it fails unless Newton converges to (1, ..., 1) and the
 // penalty's gradient matches finite differences.
@@ -120,6 +121,30 @@ int main() {
     // [functional-hvp]
     std::printf("(H v)[0] = %.3f\n", hv[0]);
     if (std::abs(hv[0] - (1200 * 0.25 - 400 * 0.5 + 2 - 400 * 0.5)) > 1e-9) return 1;
+  }
+  {
+    std::vector<double> data(10000);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 3.0 + 0.5 * std::sin(0.7 * double(i)) + 0.1 * double(i % 7);
+    // [functional-normal-lpdf]
+    // Maximum likelihood for a normal sample: the log-density of the data in (mu, log sigma).
+    // Each gradient is one pass over the data (the sums of x - mu and of its square); the
+    // Fisher-scaled ascent lands on the sample's mean and standard deviation.
+    auto loglik = [](const auto& x, auto mu, auto log_sigma) { return fg::normal_lpdf(x, mu, fg::exp(log_sigma)); };
+    double mu = 0, log_sigma = 0, g_mu = 0, g_log_sigma = 0;
+    auto step = fg::value_and_grad(loglik, fg::argnums<1, 2>).into(g_mu, g_log_sigma);
+    const double n = double(data.size());
+    for (int it = 0; it < 100; ++it) {
+      step(std::span<const double>(data), mu, log_sigma);
+      mu += std::exp(2 * log_sigma) * g_mu / n;  // the inverse Fisher information: sigma^2 / n
+      log_sigma += g_log_sigma / (2 * n);        // and 1 / (2 n)
+    }
+    // [functional-normal-lpdf]
+    double mean = 0, var = 0;
+    for (double v : data) mean += v / n;
+    for (double v : data) var += (v - mean) * (v - mean) / n;
+    std::printf("normal MLE: mu = %.6f (sample mean %.6f), sigma = %.6f (sample std %.6f)\n", mu,
+                mean, std::exp(log_sigma), std::sqrt(var));
+    if (std::abs(mu - mean) > 1e-9 || std::abs(std::exp(log_sigma) - std::sqrt(var)) > 1e-9) return 1;
   }
   {
     // [functional-gradient-penalty]

@@ -27,6 +27,7 @@
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/cos.hpp"
+#include "fusegrad/ops/distributions.hpp"
 #include "fusegrad/ops/div.hpp"
 #include "fusegrad/ops/exp.hpp"
 #include "fusegrad/ops/log.hpp"

@@ -156,14 +156,25 @@ class running_sum {
     for (; j < k; ++j) s[j]->add(x[j], n);
   }
 
-  /// Adds a whole chunk the caller summed in its own registers: `a[lanes]` (aligned;
-  /// clobbered) holds the accumulators after the chunk's values went in as `add` puts them
-  /// (value j into accumulator j % lanes, in order, each starting from -0). The same bits as
-  /// `add` of the values; only where a chunk starts (after `reset` or whole chunks).
-  void add_chunk(T* a) noexcept {
-    T c = fold<lanes>(a);
-    sum_tree<T>::push(level_, 1, chunks_++, &c, 1);
+  /// A chunk's sum from its accumulators held in `lanes / W` SIMD registers (register u holds
+  /// accumulators [u W, (u + 1) W)): the pairwise fold of `fold_lanes`, the same additions in
+  /// the same pairs, its upper levels on whole registers.
+  static T fold_registers(const simd<T>* acc) noexcept {
+    using V = simd<T>;
+    constexpr index_t W = static_cast<index_t>(V::size), U = lanes / W;
+    V r[U];
+    for (index_t u = 0; u < U; ++u) r[u] = acc[u];
+    for (index_t h = U / 2; h >= 1; h /= 2)
+      for (index_t u = 0; u < h; ++u) r[u] = r[u] + r[u + h];
+    alignas(64) T a[W];
+    r[0].store_aligned(a);
+    return fold<W>(a);
   }
+  /// Adds the sum of a whole chunk the caller summed itself (value j of the chunk into
+  /// accumulator j % lanes, in order, each from -0; folded by `fold_registers` or
+  /// `fold_lanes`): the same bits as `add` of its values. Only where a chunk starts (after
+  /// `reset` or whole chunks).
+  void add_chunk_sum(T c) noexcept { sum_tree<T>::push(level_, 1, chunks_++, &c, 1); }
 
   /// Adds `n` values `step` apart (0: one value `n` times).
   void add(const T* x, index_t n, index_t step) noexcept {
@@ -183,6 +194,13 @@ class running_sum {
     return acc;
   }
 
+  /// The accumulators `l[0, lanes)` added pairwise (stride halving): a chunk's sum.
+  static T fold_lanes(const T* l) noexcept {
+    alignas(64) T a[lanes];
+    std::copy(l, l + lanes, a);
+    return fold<lanes>(a);
+  }
+
   /// The sum of `n` values `step` apart on their own: what a fresh `running_sum` fed them
   /// gives, with less work for a short run (an output of a few values, as a softmax over a
   /// short dim sums): `n` values up to `lanes` sit in the first `bit_ceil(n)` accumulators, the
@@ -197,12 +215,6 @@ class running_sum {
   }
 
  private:
-  /// The accumulators added pairwise (stride halving).
-  static T fold_lanes(const T* l) noexcept {
-    alignas(64) T a[lanes];
-    std::copy(l, l + lanes, a);
-    return fold<lanes>(a);
-  }
   /// `a[0]` after adding `a[0, P)` pairwise in place, stride halving (constant strides: it
   /// vectorises).
   template <index_t P>

@@ -66,7 +66,19 @@ struct constant_arg : symbolic {
   T value{};
 };
 
+/// A scalar statistic of a range argument that its own kernel computes in one pass (`Rule`:
+/// the normal log-density of `x` with scalar `mu` and `sigma`, functional/normal.hpp): the
+/// range `x` and the statistic's scalar parameters (expressions of scalars, no ranges).
+template <class Rule, std::size_t I, Element T, class M, class S>
+struct range_stat_expr : symbolic {
+  using element_type = T;
+  span_arg<I, T> x;
+  operands<M, S> args;
+};
+
 namespace detail {
+template <class R, std::size_t I, class T, class M, class S>
+inline constexpr bool is_expr_v<range_stat_expr<R, I, T, M, S>> = true;
 template <class T> inline constexpr bool is_expr_v<constant_arg<T>> = true;
 template <std::size_t I, class T> inline constexpr bool is_expr_v<scalar_arg<I, T>> = true;
 template <std::size_t I, class T> inline constexpr bool is_expr_v<span_arg<I, T>> = true;

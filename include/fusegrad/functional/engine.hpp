@@ -91,11 +91,14 @@ struct upper_ctx {
   static constexpr bool hoisting = false;
   const Slots& slots;
   const Vs* red;
+  const range_stat_rec<T>* rst = nullptr;  ///< per mark: a statistic of a range's sums
   template <std::size_t I>
   Vs leaf(const scalar_arg<I, T>&) const { return std::get<I>(slots).s; }
   Vs constant(T x) const { return lift<Vs>(x); }
   template <int B, class R>
   Vs reduction(const R&) const { return red[B]; }
+  template <int B, class R>
+  const range_stat_rec<T>& range_stat(const R&) const { return rst[B]; }
 };
 
 // ---- where the adjoints go -------------------------------------------------------------------
@@ -106,11 +109,30 @@ struct upper_state {
   Vs red[NR > 0 ? NR : 1]{};
   Vs arg[NA > 0 ? NA : 1]{};
 };
-template <std::uint64_t Mask, class St>
+/// Where the upper part writes ranges' gradients (a statistic of a range's): the gradients'
+/// arrays (`n_comp` per argument) and the arguments.
+template <class T, class Slots>
+struct range_out {
+  T* const* out;
+  const Slots* slots;
+};
+struct no_ranges {};
+template <std::uint64_t Mask, class St, class Rg = no_ranges>
 struct upper_sink {
   static constexpr std::uint64_t mask = Mask;
   static constexpr bool reductions = true, hoisting = false;
   St* st;
+  Rg rg{};
+  /// Adds a statistic of a range's gradient in its range (`e.x`), its adjoint being `g`.
+  template <class E, class Y, class G>
+  upper_sink range_stat_x(const E& e, const Y& mu, const Y& sigma, const G& g) const {
+    static_assert(!std::is_same_v<Rg, no_ranges>, "fusegrad (internal): a range's gradient without its array");
+    constexpr std::size_t I = std::remove_cvref_t<decltype(e.x)>::index;
+    if (auto* gx = rg.out[I])  // (numbers: one component)
+      range_rule<E>::type::add_grad_x(gx + e.x.offset, std::get<I>(*rg.slots).src[0] + e.x.offset, e.x.count, mu.v,
+                                      sigma.v, g.v);
+    return *this;
+  }
   template <std::size_t I, class T, class G>
   constexpr upper_sink leaf(const scalar_arg<I, T>&, const G& g) const {
     st->arg[I] = st->arg[I] + g;
@@ -203,6 +225,28 @@ constexpr void each_reduction(const E& e, Fn&& fn) {
     }(std::make_index_sequence<arity_v<E>>{});
   }
 }
+/// Calls `fn(std::integral_constant<int, B>{}, r)` for each statistic of a range `r` in `e`
+/// (`range_stat_expr`), numbered as `fwd` numbers it.
+template <int B, class E, class Fn>
+constexpr void each_range_stat(const E& e, Fn&& fn) {
+  if constexpr (is_range_stat_v<E>) {
+    fn(std::integral_constant<int, B>{}, e);
+  } else if constexpr (range_stats<E>() > 0) {
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (each_range_stat<child_base<E, J>(B)>(child<J>(e), fn), ...);
+    }(std::make_index_sequence<arity_v<E>>{});
+  }
+}
+/// The arguments whose ranges `E`'s statistics of ranges read.
+template <class E>
+constexpr std::uint64_t range_stat_args() {
+  if constexpr (is_range_stat_v<E>) return info<std::remove_cvref_t<decltype(std::declval<E>().x)>>::args;
+  else
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (std::uint64_t{0} | ... | range_stat_args<child_t<E, J>>());
+    }(std::make_index_sequence<arity_v<E>>{});
+}
+
 /// Calls `fn(leaf)` for each argument leaf of `e`.
 template <class E, class Fn>
 constexpr void each_leaf(const E& e, Fn&& fn) {
@@ -442,15 +486,9 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
            ...);
         }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
       // (constant indices throughout: `acc` stays in registers)
-      auto store_lanes = [&]<std::size_t... u>(const simd<T>* r, T* a, std::index_sequence<u...>) {
-        (r[u].store_aligned(a + static_cast<index_t>(u) * W), ...);
-      };
       auto flush = [&](auto qc) {
         constexpr int q = decltype(qc)::value;
-        if (!used[q]) return;
-        alignas(64) T a[lanes];
-        store_lanes(acc[q], a, std::make_index_sequence<static_cast<std::size_t>(U)>{});
-        sums[q].add_chunk(a);
+        if (used[q]) sums[q].add_chunk_sum(running_sum<T>::fold_registers(acc[q]));
       };
       [&]<std::size_t... q>(std::index_sequence<q...>) {
         (flush(std::integral_constant<int, static_cast<int>(q)>{}), ...);

@@ -16,6 +16,8 @@
 /// reductions of element-wise expressions: their values come from the context (the span
 /// engine sums them over the elements, functional/engine.hpp).
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <tuple>
 #include <type_traits>
@@ -86,6 +88,20 @@ struct info<reduce_expr<K, X, A>> {
   static constexpr int reds = real ? 1 : info<A>::reds;
 };
 
+template <class R, std::size_t I, class T, class M, class S>
+struct info<range_stat_expr<R, I, T, M, S>> {
+  static_assert(!info<M>::elementwise && !info<S>::elementwise && info<M>::reds == 0 && info<S>::reds == 0,
+                "fusegrad: a statistic of a range (fg::normal_lpdf(x, mu, sigma)) takes scalar parameters computed "
+                "from scalar arguments; a parameter that reads a range or a reduction needs the general form");
+  static constexpr std::uint64_t args = (std::uint64_t{1} << I) | info<M>::args | info<S>::args;
+  static constexpr bool elementwise = false;
+  static constexpr int reds = 0;
+};
+
+template <class E> inline constexpr bool is_range_stat_v = false;
+template <class R, std::size_t I, class T, class M, class S>
+inline constexpr bool is_range_stat_v<range_stat_expr<R, I, T, M, S>> = true;
+
 template <class E> inline constexpr bool is_constant_v = false;
 template <class T> inline constexpr bool is_constant_v<constant_arg<T>> = true;
 template <class E> inline constexpr bool is_arg_v = false;
@@ -110,6 +126,10 @@ template <class E> struct children { using type = std::tuple<>; };
 template <class Op, class... A> struct children<expr_node<Op, A...>> { using type = std::tuple<A...>; };
 template <class F, class Fwd, class... A> struct children<custom_expr<F, Fwd, A...>> { using type = std::tuple<A...>; };
 template <reduce_op K, reduce_axis X, class A> struct children<reduce_expr<K, X, A>> { using type = std::tuple<A>; };
+template <class R, std::size_t I, class T, class M, class S>
+struct children<range_stat_expr<R, I, T, M, S>> {  // (its range is not a child: the statistic reads it whole)
+  using type = std::tuple<M, S>;
+};
 template <class E> using children_t = typename children<E>::type;
 template <class E> inline constexpr std::size_t arity_v = std::tuple_size_v<children_t<E>>;
 template <class E, std::size_t J> using child_t = std::tuple_element_t<J, children_t<E>>;
@@ -119,13 +139,31 @@ constexpr const auto& child(const E& e) {
   if constexpr (requires { e.arg; }) return e.arg;
   else return operand<J>(e.args);
 }
+/// The statistics of ranges (`range_stat_expr`) in `E`.
+template <class E>
+constexpr int range_stats() {
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return (int{is_range_stat_v<E>} + ... + range_stats<child_t<E, K>>());
+  }(std::make_index_sequence<arity_v<E>>{});
+}
+template <class E>
+constexpr int marks();
+template <class E>
+constexpr int children_marks() {
+  return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }(
+      std::make_index_sequence<arity_v<E>>{});
+}
 /// Marks: the nodes whose value comes from elsewhere, numbered in pre-order: each reduction
-/// of an element-wise part (its value is summed over the elements) and each hoistable
-/// subexpression (`hoistable_v`; inside element-wise parts its value is computed once).
+/// of an element-wise part (its value is summed over the elements), each hoistable
+/// subexpression (`hoistable_v`; inside element-wise parts its value is computed once) and
+/// each statistic of a range (its value computed before the passes; one inside a hoistable
+/// subexpression keeps a number of its own).
 template <class E>
 constexpr int marks() {
-  if constexpr (hoistable_v<E>) return 1;
-  else if constexpr (is_real_reduction_v<E>) return 1 + marks<child_t<E, 0>>();
+  if constexpr (hoistable_v<E>) {
+    if constexpr (is_range_stat_v<E> || range_stats<E>() == 0) return 1;
+    else return std::max(1, children_marks<E>());
+  } else if constexpr (is_real_reduction_v<E>) return 1 + marks<child_t<E, 0>>();
   else
     return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }(
         std::make_index_sequence<arity_v<E>>{});
@@ -185,6 +223,41 @@ constexpr auto lift(T x) {
 template <int B, class C, class E>
 constexpr auto fwd(const C& c, const E& e);
 
+/// What a statistic of a range (`range_stat_expr`) summed over its range (its kernel's
+/// sums), and the range's length.
+template <class T>
+struct range_stat_rec {
+  T s1, s2;
+  index_t n;
+};
+template <class E> struct range_rule;
+template <class R, std::size_t I, class T, class M, class S>
+struct range_rule<range_stat_expr<R, I, T, M, S>> {
+  using type = R;
+};
+template <class Y> inline constexpr bool plain_num_v = false;
+template <Element T> inline constexpr bool plain_num_v<num<T>> = true;
+/// A range statistic's value from its sums and its scale parameter `s` (numbers only: under
+/// forward mode the statistic is not a kernel's).
+template <class E, class T, class Y>
+constexpr Y range_stat_value(const E&, const range_stat_rec<T>& st, const Y& s) {
+  static_assert(plain_num_v<Y>, "fusegrad: fg::normal_lpdf of a range runs under fg::grad, fg::value_and_grad and "
+                                "fg::vjp; under fg::jvp, fg::hvp and fg::hessian write the density out "
+                                "(-fg::sum(0.5 * z * z + fg::log(sigma)) with z = (x - mu) / sigma)");
+  if constexpr (plain_num_v<Y>) return Y{range_rule<E>::type::value(st.n, std::array<T, 2>{st.s1, st.s2}, s.v)};
+  else return Y{};
+}
+/// Its parameters' adjoints {mu's, sigma's} from the output's adjoint `g`.
+template <class E, class T, class Y, class G>
+constexpr auto range_stat_grads(const E&, const range_stat_rec<T>& st, const Y& s, const G& g) {
+  if constexpr (plain_num_v<Y>) {
+    const auto r = range_rule<E>::type::grads(st.n, std::array<T, 2>{st.s1, st.s2}, s.v, g.v);
+    return std::pair<Y, Y>{Y{r[0]}, Y{r[1]}};
+  } else {
+    return std::pair<Y, Y>{};
+  }
+}
+
 template <class E, class... Y>
 constexpr auto node_value(const E& e, const Y&... y) {
   if constexpr (requires { e.op; }) return apply_op(e.op, y...);
@@ -212,7 +285,13 @@ constexpr auto fwd(const C& c, const E& e) {
   else if constexpr (C::hoisting && hoistable_v<E>) return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
   else if constexpr (is_real_reduction_v<E>)
     return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e)};
-  else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
+  else if constexpr (is_range_stat_v<E>) {  // the statistics from the context; the value from them
+    auto m = fwd<child_base<E, 0>(B)>(c, child<0>(e));
+    auto s = fwd<child_base<E, 1>(B)>(c, child<1>(e));
+    const auto& st = c.template range_stat<B>(e);
+    using Y = decltype(m.y);
+    return vt<Y, std::remove_cvref_t<decltype(st)>, decltype(m), decltype(s)>{range_stat_value(e, st, s.y), st, m, s};
+  } else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
 }
 
 // ---- backward ----------------------------------------------------------------------------
@@ -276,7 +355,15 @@ template <int B, class S, class E, class VT, class G>
   else if constexpr (is_arg_v<E>) return s.leaf(e, g);
   else if constexpr (S::hoisting && hoistable_v<E>) return s.template hoisted<B>(e, g);
   else if constexpr (is_real_reduction_v<E>) return s.template reduction<B>(e, g);
-  else return back_from<B, 0>(s, e, v, g);
+  else if constexpr (is_range_stat_v<E>) {
+    // the parameters' adjoints in closed form, the range's through the sink (written whole)
+    const auto [gm, gs] = range_stat_grads(e, kid<0>(v), kid<2>(v).y, g);
+    auto s1 = back<child_base<E, 0>(B)>(s, child<0>(e), kid<1>(v), gm);
+    auto s2 = back<child_base<E, 1>(B)>(s1, child<1>(e), kid<2>(v), gs);
+    if constexpr ((info<std::remove_cvref_t<decltype(e.x)>>::args & S::mask) != 0)
+      return s2.range_stat_x(e, kid<1>(v).y, kid<2>(v).y, g);
+    else return s2;
+  } else return back_from<B, 0>(s, e, v, g);
 }
 
 }  // namespace fusegrad::detail::fn

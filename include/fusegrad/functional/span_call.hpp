@@ -121,6 +121,8 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
     }
   });
   for (std::size_t i = 0; i < NA; ++i) add[i] = add[i] || !seen[i];
+  // a statistic of a range adds its range's gradient after (or between) the passes
+  each_range_stat<0>(e, [&](auto, const auto& r) { add[std::remove_cvref_t<decltype(r.x)>::index] = true; });
   return first < 0 ? 0 : first;
 }
 
@@ -168,7 +170,30 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   // through their rules once
   Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{}, hadj[NR > 0 ? NR : 1]{};
   batch_of<Vs> hval[NR > 0 ? NR : 1]{};
-  const upper_ctx<Vs, Slots> uc{slots, red};
+  upper_ctx<Vs, Slots> uc{slots, red};
+  // statistics of ranges: each range's sums by its kernel, once, before everything that reads
+  // them (their parameters read no reduction)
+  range_stat_rec<T> rst[NR > 0 ? NR : 1]{};
+  if constexpr (range_stats<E>() > 0 && !plain_num_v<Vs>) {
+    static_assert(plain_num_v<Vs>, "fusegrad: fg::normal_lpdf of a range runs under fg::grad, fg::value_and_grad and "
+                                   "fg::vjp; under fg::jvp, fg::hvp and fg::hessian write the density out "
+                                   "(-fg::sum(0.5 * z * z + fg::log(sigma)) with z = (x - mu) / sigma)");
+  } else if constexpr (range_stats<E>() > 0) {
+    each_range_stat<0>(e, [&](auto b, const auto& r) {
+      using R = std::remove_cvref_t<decltype(r)>;
+      using Rule = typename range_rule<R>::type;
+      constexpr std::size_t I = std::remove_cvref_t<decltype(r.x)>::index;
+      const T mu = fwd<child_base<R, 0>(decltype(b)::value)>(uc, child<0>(r)).y.v;
+      const T sigma = fwd<child_base<R, 1>(decltype(b)::value)>(uc, child<1>(r)).y.v;
+      Rule::check(sigma);
+      const auto st = Rule::stats(std::get<I>(slots).src[0] + r.x.offset, r.x.count, mu);
+      rst[decltype(b)::value] = {st[0], st[1], r.x.count};
+    });
+  }
+  uc.rst = rst;
+  constexpr std::uint64_t stat_args = range_stat_args<E>() & spans;
+  using Rg = range_out<T, Slots>;
+  const Rg rg{gout, &slots};
   each_hoist<0, false>(e, [&](auto b, const auto& h) { hval[b] = splat(fwd<b>(uc, h).y); });
   io.hoisted = hval, io.hoisted_adj = hadj;
   constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
@@ -178,7 +203,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       St st{};
       each_hoist<0, false>(e, [&](auto b, const auto& h) {
         if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
-          back<b>(upper_sink<Mask & scal, St>{&st}, h, fwd<b>(uc, h), hadj[b]);
+          back<b>(upper_sink<Mask & (scal | stat_args), St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
       });
       for (int i = 0; i < NA; ++i)
         if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
@@ -194,7 +219,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       upper_state<Vs, NR, NA> st{};
       const auto v = fwd<0>(uc, e);
       if constexpr (Back) {
-        back<0>(upper_sink<M, decltype(st)>{&st}, e, v, seed);
+        back<0>(upper_sink<M, decltype(st), Rg>{&st, rg}, e, v, seed);
         for (int r = 0; r < NR; ++r) red_adj[r] = st.red[r];
         if constexpr (M != 0)
           for (int i = 0; i < NA; ++i)
@@ -209,10 +234,10 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       upper(std::integral_constant<std::uint64_t, 0>{});  // the reductions' adjoints (their values unused)
       pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
       push_hoists();
-      return upper(std::integral_constant<std::uint64_t, scal>{});
+      return upper(std::integral_constant<std::uint64_t, scal | stat_args>{});
     } else {
       pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
-      const Vs y = upper(std::integral_constant<std::uint64_t, scal>{});
+      const Vs y = upper(std::integral_constant<std::uint64_t, scal | stat_args>{});
       Vs keep[NR > 0 ? NR : 1];
       io.red_val = keep;
       pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
