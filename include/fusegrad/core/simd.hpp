@@ -218,9 +218,12 @@ namespace detail_trig {
 /// class) and selecting gives every element its own class's result, wherever it sits; a
 /// batch of one class (the usual case) costs one evaluation and two compares.
 /// The batches `by_reduction_class` does not take in one evaluation (kept out of line, so
-/// that the usual path holds one inlined copy of the function).
+/// that the usual path holds one inlined copy of the function). `x` by value, in a register:
+/// by reference, every caller kept each argument in memory for the call it rarely makes (in
+/// the span engine the values around it too: `value_and_grad` of `sum(cos(cos(x)) * y)` ran
+/// 20% more instructions).
 template <class V, class F>
-[[gnu::noinline, gnu::cold]] V by_reduction_class_slow(const V& x, F f) {
+[[gnu::noinline, gnu::cold]] V by_reduction_class_slow(V x, F f) {
   using T = typename V::value_type;
   const V ax = xsimd::abs(x);
   const auto small = ax <= xsimd::constants::twentypi<V>();
