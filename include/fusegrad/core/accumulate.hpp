@@ -28,6 +28,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -166,6 +167,16 @@ class running_sum {
     for (index_t u = 0; u < U; ++u) r[u] = acc[u];
     for (index_t h = U / 2; h >= 1; h /= 2)
       for (index_t u = 0; u < h; ++u) r[u] = r[u] + r[u + h];
+#if defined(__AVX__)
+    if constexpr (std::is_same_v<T, double> && W == 4) {  // (a0 + a2) + (a1 + a3), in registers
+      const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(r[0]), _mm256_extractf128_pd(r[0], 1));
+      return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    } else if constexpr (std::is_same_v<T, float> && W == 8) {  // halves, quarters, then the pair
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(r[0]), _mm256_extractf128_ps(r[0], 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+    }
+#endif
     alignas(64) T a[W];
     r[0].store_aligned(a);
     return fold<W>(a);
