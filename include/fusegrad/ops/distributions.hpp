@@ -72,14 +72,11 @@ struct normal_lpdf_rule {
     T level1[64], level2[64];
     std::uint64_t chunks = 0;
     const V m(mu);
-    V a1[U], a2[U];
-    auto reset = [&] {
-      for (index_t u = 0; u < U; ++u) a1[u] = V(T(-0.0)), a2[u] = V(T(-0.0));
-    };
     auto fold = [&](const V* a) { return detail::running_sum<T>::fold_registers(a); };
     index_t i = 0;
     for (; i + chunk <= n; i += chunk) {
-      reset();
+      V a1[U], a2[U];  // (per chunk: nothing of them lives past its fold)
+      for (index_t u = 0; u < U; ++u) a1[u] = V(T(-0.0)), a2[u] = V(T(-0.0));
       for (index_t b = 0; b < chunk; b += lanes)
         for (index_t u = 0; u < U; ++u) {
           const V d = V::load_unaligned(x + i + b + u * W) - m;
@@ -93,8 +90,9 @@ struct normal_lpdf_rule {
     }
     T t1 = T(0), t2 = T(0);
     const bool partial = i < n;
-    if (partial) {  // a last, partial chunk: its batches into the same accumulators
-      reset();
+    if (partial) {  // a last, partial chunk: its batches into the chunk's accumulators
+      V a1[U], a2[U];
+      for (index_t u = 0; u < U; ++u) a1[u] = V(T(-0.0)), a2[u] = V(T(-0.0));
       index_t u = 0;
       for (; i + W <= n; i += W, u = (u + 1) % U) {
         const V d = V::load_unaligned(x + i) - m;
