@@ -152,14 +152,18 @@ tensor<T> index_select(const tensor<T>& x, index_t dim, const std::vector<index_
     detail::copy_into(slice(y, static_cast<index_t>(d), static_cast<index_t>(k), static_cast<index_t>(k) + 1),
                       slice(c, static_cast<index_t>(d), indices[k], indices[k] + 1));
   detail::record_layout(std::string_view("IndexSelectBackward0"), x, y, [from = x.shape(), d, indices](const tensor<T>& g) {
-    tensor<T> z = zeros<T>(from);
-    const tensor<T> gc = g.detach().contiguous();
-    for (std::size_t k = 0; k < indices.size(); ++k) {
-      tensor<T> dst = slice(z, static_cast<index_t>(d), indices[k], indices[k] + 1);
-      detail::copy_into(dst, tensor<T>(dst + slice(gc, static_cast<index_t>(d), static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
-    }
-    return z;
-  }, /*traceable=*/false, std::nullopt, detail::double_backward::unsupported);
+    const auto dd = static_cast<index_t>(d);
+    return detail::put_into_zeros<T>(
+        "IndexSelectBackwardBackward0", g, from,
+        [dd, &indices](tensor<T>& z, const tensor<T>& v) {  // index_add: repeated indices add up
+          const tensor<T> gc = v.contiguous();
+          for (std::size_t k = 0; k < indices.size(); ++k) {
+            tensor<T> dst = slice(z, dd, indices[k], indices[k] + 1);
+            detail::copy_into(dst, tensor<T>(dst + slice(gc, dd, static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
+          }
+        },
+        [dd, indices](const tensor<T>& gg) { return index_select(gg, dd, indices); }, std::nullopt);
+  }, /*traceable=*/false, std::nullopt);
   return y;
 }
 

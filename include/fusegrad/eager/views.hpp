@@ -73,6 +73,20 @@ void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule
             params, twice);
 }
 
+/// The adjoint of a linear read (a view, `index_select`): `g` put into zeros of shape `from`
+/// by `put(z, g)` (on values: nothing recorded). In a create_graph backward, where `g` is on the
+/// tape, the result is recorded as `name` with `read` as its rule, so it is differentiable as
+/// often as `read` is (PyTorch's `SliceBackwardBackward0` pairs: the read's backward is the
+/// put, the put's backward the read).
+template <Element T, class Put, class Read>
+tensor<T> put_into_zeros(std::string_view name, const tensor<T>& g, const shape& from, Put put, Read read,
+                         std::optional<std::uint64_t> params) {
+  tensor<T> z = zeros_of<T>(from);
+  put(z, g.detach());
+  record_layout(name, g, z, read, false, params, double_backward::supported);
+  return z;
+}
+
 }  // namespace detail
 
 /// A copy of `x` with its own contiguous storage (CloneBackward0).
@@ -198,11 +212,13 @@ tensor<T> select(const tensor<T>& x, index_t d, index_t i) {
   tensor<T> y = detail::alias(x, to, st, off);
   detail::record_layout(std::string_view("SelectBackward0"), x, y,
                         [from = x.shape(), dd, ii](const tensor<T>& g) {
-                          tensor<T> z = detail::zeros_of<T>(from);
-                          detail::copy_into(select(z, static_cast<index_t>(dd), ii), g);
-                          return z;
+                          const auto d = static_cast<index_t>(dd);
+                          return detail::put_into_zeros<T>(
+                              "SelectBackwardBackward0", g, from,
+                              [d, ii](tensor<T>& z, const tensor<T>& v) { detail::copy_into(select(z, d, ii), v); },
+                              [d, ii](const tensor<T>& gg) { return select(gg, d, ii); }, detail::params_of(dd, ii));
                         },
-                        false, detail::params_of(dd, ii), detail::double_backward::unsupported);
+                        false, detail::params_of(dd, ii));
   return y;
 }
 
@@ -224,11 +240,14 @@ tensor<T> slice(const tensor<T>& x, index_t d, index_t start, index_t stop, inde
   tensor<T> y = detail::alias(x, to, st, off);
   detail::record_layout(std::string_view("SliceBackward0"), x, y,
                         [from = x.shape(), dd, b, e, step](const tensor<T>& g) {
-                          tensor<T> z = detail::zeros_of<T>(from);
-                          detail::copy_into(slice(z, static_cast<index_t>(dd), b, e, step), g);
-                          return z;
+                          const auto d = static_cast<index_t>(dd);
+                          return detail::put_into_zeros<T>(
+                              "SliceBackwardBackward0", g, from,
+                              [d, b, e, step](tensor<T>& z, const tensor<T>& v) { detail::copy_into(slice(z, d, b, e, step), v); },
+                              [d, b, e, step](const tensor<T>& gg) { return slice(gg, d, b, e, step); },
+                              detail::params_of(dd, b, e, step));
                         },
-                        false, detail::params_of(dd, b, e, step), detail::double_backward::unsupported);
+                        false, detail::params_of(dd, b, e, step));
   return y;
 }
 
