@@ -3,7 +3,8 @@
 /// `fg::normal_lpdf(x, mu, sigma)` inside a transformed function, for a range `x` and scalar
 /// `mu` and `sigma` (numbers, scalar arguments or expressions of them): a statistic of the
 /// range (`range_stat_expr`) that the span engine computes with the op's own kernel, one pass
-/// over `x` for the sums of x - mu and its square, and differentiates in closed form
+/// over `x` for the sums of x - mu and its square (each call checks `sigma` first), and
+/// differentiates in closed form
 /// (`ops::normal_lpdf_rule`, ops/distributions.hpp). Any other `x` (an element-wise expression, a
 /// range `mu`) takes the op's general form.
 
@@ -30,7 +31,6 @@ template <std::size_t I, Element T, Parameter M, Parameter S>
 constexpr auto normal_lpdf(const span_arg<I, T>& x, const M& mu, const S& sigma) {
   using PM = decltype(detail::fn::as_parameter<T>(mu));
   using PS = decltype(detail::fn::as_parameter<T>(sigma));
-  if constexpr (std::is_arithmetic_v<S>) ops::normal_lpdf_rule::check(static_cast<T>(sigma));
   return range_stat_expr<ops::normal_lpdf_rule, I, T, PM, PS>{
       {}, x, {detail::fn::as_parameter<T>(mu), detail::fn::as_parameter<T>(sigma)}};
 }

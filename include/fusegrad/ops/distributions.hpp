@@ -73,16 +73,13 @@ struct normal_lpdf_rule {
     std::uint64_t chunks = 0;
     const V m(mu);
     auto fold = [&](const V* a) { return detail::running_sum<T>::fold_registers(a); };
+    auto add = [&](V& s1, V& s2, const V& d) { s1 = s1 + d, s2 = xsimd::fma(d, d, s2); };
     index_t i = 0;
     for (; i + chunk <= n; i += chunk) {
       V a1[U], a2[U];  // (per chunk: nothing of them lives past its fold)
       for (index_t u = 0; u < U; ++u) a1[u] = V(T(-0.0)), a2[u] = V(T(-0.0));
       for (index_t b = 0; b < chunk; b += lanes)
-        for (index_t u = 0; u < U; ++u) {
-          const V d = V::load_unaligned(x + i + b + u * W) - m;
-          a1[u] = a1[u] + d;
-          a2[u] = xsimd::fma(d, d, a2[u]);
-        }
+        for (index_t u = 0; u < U; ++u) add(a1[u], a2[u], V::load_unaligned(x + i + b + u * W) - m);
       T c1 = fold(a1), c2 = fold(a2);
       detail::sum_tree<T>::push(level1, 1, chunks, &c1, 1);
       detail::sum_tree<T>::push(level2, 1, chunks, &c2, 1);
@@ -94,18 +91,15 @@ struct normal_lpdf_rule {
       V a1[U], a2[U];
       for (index_t u = 0; u < U; ++u) a1[u] = V(T(-0.0)), a2[u] = V(T(-0.0));
       index_t u = 0;
-      for (; i + W <= n; i += W, u = (u + 1) % U) {
-        const V d = V::load_unaligned(x + i) - m;
-        a1[u] = a1[u] + d;
-        a2[u] = xsimd::fma(d, d, a2[u]);
-      }
+      for (; i + W <= n; i += W, u = (u + 1) % U) add(a1[u], a2[u], V::load_unaligned(x + i) - m);
       if (i < n) {  // lanes past the end add nothing (the accumulators keep their -0)
         alignas(64) static constexpr T iota[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
         static_assert(W <= 16, "fusegrad: batches of at most 16 lanes");
         const auto in = V::load_aligned(iota) < V(static_cast<T>(n - i));
-        const V d = detail::load_head<false>(x + i, n - i) - m;
-        a1[u] = xsimd::select(in, a1[u] + d, a1[u]);
-        a2[u] = xsimd::select(in, xsimd::fma(d, d, a2[u]), a2[u]);
+        V s1 = a1[u], s2 = a2[u];
+        add(s1, s2, detail::load_head<false>(x + i, n - i) - m);
+        a1[u] = xsimd::select(in, s1, a1[u]);
+        a2[u] = xsimd::select(in, s2, a2[u]);
       }
       t1 = fold(a1), t2 = fold(a2);
     }
