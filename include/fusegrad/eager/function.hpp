@@ -70,7 +70,10 @@ tensor<T> apply_function(function_tag<F>, const tensor<T>& first, const Rest&...
                       return grads;
                     },
                     // Collectable by default: the rule reads the saved tensors and nothing else.
-                    detail::params_of(detail::type_id<F>()));  // F::backward holds no state; two functions of one name stay apart
+                    detail::params_of(detail::type_id<F>()),  // F::backward holds no state; two functions of one name stay apart
+                    // F::backward is written with fusegrad's ops: in a create_graph backward they record,
+                    // so it is differentiable again unless F says it is not (PyTorch's once_differentiable).
+                    once_differentiable<F> ? detail::double_backward::unsupported : detail::double_backward::supported);
   return out;
 }
 

@@ -149,7 +149,7 @@ tensor<T> solve(const tensor<T>& a, const tensor<T>& b) {
       const tensor<T> gb = solve(s[0].t(), g[0]);
       const tensor<T> ga = s[1].dim() == 1 ? -outer(gb, s[1]) : tensor<T>(-matmul(gb, s[1].t()));
       return std::vector<tensor<T>>{ga, gb};
-    });
+    }, std::nullopt, detail::double_backward::supported);
   return x;
 }
 /// A⁻¹.
@@ -173,7 +173,7 @@ tensor<T> det(const tensor<T>& a) {
   if (detail::needs_grad(a))
     detail::record<T>("LinalgDetBackward0", {a}, {&y}, {a, y}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
       return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * tensor<T>(g[0] * s[1]))};
-    });
+    }, std::nullopt, detail::double_backward::supported);
   return y;
 }
 /// log det A (NaN for a negative determinant, -inf for a singular matrix).
@@ -195,7 +195,7 @@ tensor<T> logdet(const tensor<T>& a) {
   if (detail::needs_grad(a))
     detail::record<T>("LogdetBackward0", {a}, {&y}, {a}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
       return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * g[0])};
-    });
+    }, std::nullopt, detail::double_backward::supported);
   return y;
 }
 
@@ -231,7 +231,7 @@ tensor<T> cholesky(const tensor<T>& a) {
       const tensor<T> li = inverse(L);
       const tensor<T> sm = matmul(matmul(li.t(), phi), li);
       return std::vector<tensor<T>>{tensor<T>((sm + sm.t()) * 0.5)};
-    });
+    }, std::nullopt, detail::double_backward::supported);
   return y;
 }
 

@@ -13,41 +13,18 @@
 
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/factories.hpp"
+#include "fusegrad/eager/lines.hpp"
+#include "fusegrad/eager/structure.hpp"
 #include "fusegrad/eager/views.hpp"
 
 namespace fusegrad {
-namespace detail {
 
-/// The lines of a tensor of shape `s` along dim `d`: `outer` blocks of `n` elements, `inner`
-/// apart; line (o, i) starts at o * n * inner + i.
-struct lines {
-  index_t outer = 1, n = 1, inner = 1;
-  lines(const shape& s, std::size_t d) {
-    for (std::size_t k = 0; k < s.size(); ++k) (k < d ? outer : k == d ? n : inner) *= s[k];
-  }
-  template <class F>
-  void each(F f) const {  // f(first element, stride)
-    for (index_t o = 0; o < outer; ++o)
-      for (index_t i = 0; i < inner; ++i) f(o * n * inner + i, inner);
-  }
-};
-
-/// `x` as a contiguous tensor viewed with one dim (a 0-d tensor becomes [1]).
 template <Element T>
-std::pair<tensor<T>, std::size_t> line_input(std::string_view op, const tensor<T>& x, index_t dim) {
-  const tensor<T> c = x.detach().contiguous();
-  if (x.dim() == 0) return {c.reshape({1}), 0};
-  return {c, normalize_dim(op, dim, x.dim())};
-}
+tensor<T> cumsum(const tensor<T>& x, index_t dim);
+template <Element T>
+tensor<T> cumprod(const tensor<T>& x, index_t dim);
 
-/// The reduced shape of `s` over dim `d`.
-inline shape drop_dim(const shape& s, std::size_t d, bool keepdim) {
-  shape r = s;
-  if (s.empty()) return r;
-  if (keepdim) r[d] = 1;
-  else r.erase(r.begin() + static_cast<std::ptrdiff_t>(d));
-  return r;
-}
+namespace detail {
 
 /// For each line, grad[k] = g · Π_{j≠k} x[j] (prefix times suffix products: exact with zeros).
 template <Element T>
@@ -72,6 +49,44 @@ tensor<T> prod_backward(const tensor<T>& g, const tensor<T>& x, std::size_t d) {
   });
   return r;
 }
+
+// In a create_graph backward (grad mode on, an operand with a history) the rules below are
+// written with recording ops, so that they are differentiable again, any number of times;
+// otherwise they are the kernels above and below. Both are exact with zeros.
+
+/// Π_{i<k} x_i along `d` (1 at k = 0), recorded: cumprod of x shifted by one.
+template <Element T>
+tensor<T> exclusive_cumprod(const tensor<T>& x, std::size_t d) {
+  const index_t n = x.shape()[d];
+  const auto di = static_cast<index_t>(d);
+  if (n <= 1) return ones_like(x);
+  return cumprod(cat(std::vector<tensor<T>>{ones_like(narrow(x, di, 0, 1)), narrow(x, di, 0, n - 1)}, di), di);
+}
+/// prod's gradient, recorded: g · (Π_{i<k} x_i) · (Π_{i>k} x_i) (`g` keeps dim `d`).
+template <Element T>
+tensor<T> prod_backward_recorded(const tensor<T>& g, const tensor<T>& x, std::size_t d) {
+  const std::vector<index_t> dim{static_cast<index_t>(d)};
+  return g * exclusive_cumprod(x, d) * flip(exclusive_cumprod(flip(x, dim), d), dim);
+}
+/// cumsum's gradient, recorded: the reversed running sum of `g`.
+template <Element T>
+tensor<T> cumsum_backward_recorded(const tensor<T>& g, std::size_t d) {
+  const std::vector<index_t> dim{static_cast<index_t>(d)};
+  return flip(cumsum(flip(g, dim), static_cast<index_t>(d)), dim);
+}
+/// cumprod's gradient, recorded: (Π_{i<k} x_i) · R_k with R_{n-1} = g_{n-1} and
+/// R_k = g_k + x_{k+1} R_{k+1} (Σ_{j>=k} g_j Π_{k<i<=j} x_i: no division, exact with zeros).
+template <Element T>
+tensor<T> cumprod_backward_recorded(const tensor<T>& g, const tensor<T>& x, std::size_t d) {
+  const index_t n = x.shape()[d];
+  const auto di = static_cast<index_t>(d);
+  if (n == 0) return g;
+  std::vector<tensor<T>> r(static_cast<std::size_t>(n));
+  r.back() = select(g, di, n - 1);
+  for (index_t k = n - 1; k-- > 0;)
+    r[static_cast<std::size_t>(k)] = select(g, di, k) + select(x, di, k + 1) * r[static_cast<std::size_t>(k) + 1];
+  return exclusive_cumprod(x, d) * stack(r, di);
+}
 }  // namespace detail
 
 /// The product of the elements along `dim` (PyTorch's `prod(x, dim, keepdim)`).
@@ -94,10 +109,13 @@ tensor<T> prod(const tensor<T>& x, index_t dim, bool keepdim = false) {
                         return std::vector<tensor<T>>{detail::call_opaque<T>(
                             "ProdBackward1", xs,
                             [d, cs, xs](const tensor<T>& gg, const tensor<T>& xx) {
-                              return detail::prod_backward(gg.contiguous().reshape(detail::drop_dim(cs, d, true)), xx.reshape(cs), d).reshape(xs);
+                              const tensor<T> gk = gg.reshape(detail::drop_dim(cs, d, true));
+                              if (detail::needs_grad(gg, xx)) return tensor<T>(detail::prod_backward_recorded(gk, xx.reshape(cs), d).reshape(xs));
+                              return detail::prod_backward(gk.contiguous(), xx.reshape(cs), d).reshape(xs);
                             },
                             g[0], s[0])};
-                      });
+                      },
+                      std::nullopt, detail::double_backward::supported);
   return y;
 }
 /// The product of all elements (a 0-d tensor).
@@ -123,6 +141,7 @@ tensor<T> cumsum(const tensor<T>& x, index_t dim) {
                         return std::vector<tensor<T>>{detail::call_opaque<T>(
                             "CumsumBackward0", xs,
                             [d, cs, xs](const tensor<T>& gg, const tensor<T>&) {
+                              if (detail::needs_grad(gg)) return tensor<T>(detail::cumsum_backward_recorded(gg.reshape(cs), d).reshape(xs));
                               const tensor<T> gc = gg.contiguous().reshape(cs);
                               tensor<T> r = detail::empty<T>(cs, "cumsum");
                               const T* gv = gc.data();
@@ -135,7 +154,8 @@ tensor<T> cumsum(const tensor<T>& x, index_t dim) {
                               return r.reshape(xs);
                             },
                             g[0])};
-                      });
+                      },
+                      std::nullopt, detail::double_backward::supported);
   return y;
 }
 
@@ -157,6 +177,8 @@ tensor<T> cumprod(const tensor<T>& x, index_t dim) {
                         return std::vector<tensor<T>>{detail::call_opaque<T>(
                             "CumprodBackward0", xs,
                             [d, cs, xs](const tensor<T>& gg, const tensor<T>& xx) {
+                              if (detail::needs_grad(gg, xx))
+                                return tensor<T>(detail::cumprod_backward_recorded(gg.reshape(cs), xx.reshape(cs), d).reshape(xs));
                               const tensor<T> gc = gg.contiguous().reshape(cs), xc = xx.contiguous().reshape(cs);
                               tensor<T> r = detail::empty<T>(cs, "cumprod");
                               const T* gv = gc.data();
@@ -177,7 +199,8 @@ tensor<T> cumprod(const tensor<T>& x, index_t dim) {
                               return r.reshape(xs);
                             },
                             g[0], s[0])};
-                      });
+                      },
+                      std::nullopt, detail::double_backward::supported);
   return y;
 }
 

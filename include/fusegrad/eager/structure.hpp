@@ -13,7 +13,7 @@
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/pointwise.hpp"
-#include "fusegrad/eager/scan.hpp"
+#include "fusegrad/eager/lines.hpp"
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/ops/where.hpp"
 
@@ -189,9 +189,10 @@ tensor<T> scatter_add(const tensor<T>& x, index_t dim, const tensor<T>& index, c
                       [dim](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                         return std::vector<tensor<T>>{g[0], detail::call_opaque<T>(
                                                                 "ScatterAddBackward0", s[0].shape(),
-                                                                [dim](const tensor<T>& gg, const tensor<T>& ii) { return gather(gg.detach(), dim, ii); },
+                                                                [dim](const tensor<T>& gg, const tensor<T>& ii) { return gather(gg, dim, ii); },
                                                                 g[0], s[0])};
-                      });
+                      },
+                      std::nullopt, detail::double_backward::supported);  // gather and scatter_add: each the other's backward
   return y;
 }
 template <Element T>
@@ -212,9 +213,10 @@ tensor<T> gather(const tensor<T>& x, index_t dim, const tensor<T>& index) {
                       [dim, from = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
                         return std::vector<tensor<T>>{detail::call_opaque<T>(
                             "GatherBackward0", from,
-                            [dim, from](const tensor<T>& gg, const tensor<T>& ii) { return scatter_add(zeros<T>(from), dim, ii, gg.detach()); },
+                            [dim, from](const tensor<T>& gg, const tensor<T>& ii) { return scatter_add(zeros<T>(from), dim, ii, gg); },
                             g[0], s[0])};
-                      });
+                      },
+                      std::nullopt, detail::double_backward::supported);
   return y;
 }
 

@@ -19,6 +19,12 @@
 /// `setup_context(inputs..., output)` returns what backward needs (optional: all inputs are
 /// saved when it is absent); `backward(saved, grad)` returns one gradient per input (a single
 /// value, or a `std::tuple` of them; an undefined tensor means "no gradient").
+/// On eager tensors `backward` runs with recording on in a create_graph backward, so a
+/// backward written with fusegrad's ops is differentiable again (double backward). One that
+/// is not (it reads raw values, or detaches) declares
+/// `static constexpr bool once_differentiable = true;`: a second backward through it then
+/// throws instead of returning a gradient that misses its terms (PyTorch's
+/// `@once_differentiable`).
 ///
 /// Like the built-in ops' functions, `function<F>::apply` is written once: it calls
 /// `apply_function(function_tag<F>{}, args...)`, which each representation overloads (eager
@@ -44,6 +50,13 @@ template <class F>
 concept CustomFunction = requires {
   { F::name } -> std::convertible_to<std::string_view>;
 };
+
+/// Whether custom op `F` declares its backward not differentiable (`once_differentiable`).
+template <class F>
+inline constexpr bool once_differentiable = [] {
+  if constexpr (requires { F::once_differentiable; }) return static_cast<bool>(F::once_differentiable);
+  else return false;
+}();
 
 /// Names custom op `F` in `apply_function` calls (found through `F`'s associated namespaces).
 template <class F>
