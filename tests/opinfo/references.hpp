@@ -54,4 +54,24 @@ inline long double tetragamma(long double x) {
   return r - z - z / x - z * z * (0.5L - z * (1.0L / 6 - z * (1.0L / 6 - z * 0.3L)));
 }
 
+/// ψ⁽ⁿ⁾(x) for n >= 1 and x > 0: ψ⁽ⁿ⁾(x) = ψ⁽ⁿ⁾(x + 1) + (-1)ⁿ⁺¹ n! / xⁿ⁺¹ up to x >= 30,
+/// then (-1)ⁿ⁺¹ [(n-1)!/xⁿ + n!/(2xⁿ⁺¹) + Σ B2k (2k+n-1)! / ((2k)! x^(2k+n))].
+inline long double polygamma(int n, long double x) {
+  auto fact = [](int m) {
+    long double f = 1;
+    for (int i = 2; i <= m; ++i) f *= i;
+    return f;
+  };
+  const long double sign = n % 2 ? 1 : -1;
+  long double r = 0;
+  while (x < 30) {
+    r += sign * fact(n) / std::pow(x, n + 1);
+    x += 1;
+  }
+  constexpr long double b2k[] = {1.0L / 6, -1.0L / 30, 1.0L / 42, -1.0L / 30, 5.0L / 66, -691.0L / 2730, 7.0L / 6};
+  long double s = fact(n - 1) / std::pow(x, n) + fact(n) / (2 * std::pow(x, n + 1));
+  for (int k = 1; k <= 7; ++k) s += b2k[k - 1] * fact(2 * k + n - 1) / (fact(2 * k) * std::pow(x, 2 * k + n));
+  return r + sign * s;
+}
+
 }  // namespace opinfo::ref
