@@ -45,7 +45,14 @@ class small_vector {
   }
   /// From a `std::vector` (dims, user code written against the old `using shape = std::vector`).
   small_vector(const std::vector<T>& v) { assign(v.begin(), v.end()); }  // NOLINT(google-explicit-constructor)
-  small_vector(const small_vector& o) { copy_from(o.data(), o.size_); }
+  small_vector(const small_vector& o) {
+    if (o.size_ <= N) {  // the usual case: one fixed-size copy of the inline slots (no call)
+      std::memcpy(local_, o.data(), sizeof(local_));
+      size_ = o.size_;
+    } else {
+      copy_from(o.data(), o.size_);
+    }
+  }
   small_vector(small_vector&& o) noexcept {
     if (o.heap_) {
       heap_ = o.heap_;
@@ -55,13 +62,19 @@ class small_vector {
       o.cap_ = N;
       o.size_ = 0;
     } else {
-      std::memcpy(local_, o.local_, o.size_ * sizeof(T));
+      std::memcpy(local_, o.local_, sizeof(local_));  // fixed size: no call
       size_ = o.size_;
       o.size_ = 0;
     }
   }
   small_vector& operator=(const small_vector& o) {
-    if (this != &o) copy_from(o.data(), o.size_);
+    if (this == &o) return *this;
+    if (!heap_ && o.size_ <= N) {
+      std::memcpy(local_, o.data(), sizeof(local_));
+      size_ = o.size_;
+    } else {
+      copy_from(o.data(), o.size_);
+    }
     return *this;
   }
   small_vector& operator=(small_vector&& o) noexcept {

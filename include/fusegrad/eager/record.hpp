@@ -130,8 +130,14 @@ class accumulate_grad final : public node<T> {
 template <Element T>
 std::shared_ptr<node<T>> grad_accumulator(const tensor<T>& leaf) {
   auto& impl = *leaf.impl();
-  std::lock_guard lock(impl.mutex);  // two threads' forwards may use one leaf
-  if (!impl.grad_accumulator) impl.grad_accumulator = std::make_shared<accumulate_grad<T>>(leaf.impl());
+  // Made once and never changed: after the flag, a copy needs no lock (the usual case, a leaf
+  // used again); before it, two threads' forwards may race to make it.
+  if (impl.has_accumulator.load(std::memory_order_acquire)) return impl.grad_accumulator;
+  std::lock_guard lock(impl.mutex);
+  if (!impl.grad_accumulator) {
+    impl.grad_accumulator = std::make_shared<accumulate_grad<T>>(leaf.impl());
+    impl.has_accumulator.store(true, std::memory_order_release);
+  }
   return impl.grad_accumulator;
 }
 

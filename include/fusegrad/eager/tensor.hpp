@@ -270,6 +270,7 @@ struct tensor_impl {
   std::shared_ptr<node<T>> grad_fn;  ///< producer (non-leaf), null for leaves
   std::size_t output_nr = 0;
   std::shared_ptr<node<T>> grad_accumulator;  ///< AccumulateGrad node of a leaf, made lazily (guarded by `mutex`)
+  std::atomic<bool> has_accumulator{false};   ///< set (release) once `grad_accumulator` is made; it never changes after
   std::vector<hook<T>> leaf_hooks;            ///< hooks of a leaf, run by AccumulateGrad
   lazy_source* lazy = nullptr;  ///< set while the run-time tracer holds this tensor uncomputed
   int lazy_node = -1;           ///< its node in the tracer's pending graph
