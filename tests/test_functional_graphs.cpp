@@ -385,6 +385,32 @@ TEST_CASE("the caller-provided-output forms allocate nothing") {
   CHECK(std::isfinite(v));
 }
 
+// Issue 18's fixed cost: recording an element-wise op that saves nothing (add, sub, neg, a
+// scalar op) makes no heap allocation: the node, its edges, the output and its buffer come
+// from the thread's pools, and the node holds no list of saved tensors and no input shapes
+// (it sums each gradient to its input's shape from its edges). Failed before (one allocation
+// per op: the list of three undefined saved tensors).
+TEST_CASE("recording an element-wise op that saves nothing allocates nothing") {
+  auto a = fg::full<float>({10}, 1.5f).requires_grad(true);
+  auto b = fg::full<float>({10}, 0.5f).requires_grad(true);
+  auto bias = fg::full<float>({1, 10}, 2.0f).requires_grad(true);
+  auto m = fg::full<float>({3, 10}, 1.0f);
+  float v = (a + b - a).data()[0] + (-(a * 2.0f + 1.0f)).data()[0] + (m + bias).data()[0];  // warm-up
+  const long before = allocations.load();
+  for (int r = 0; r < 10; ++r) {
+    v += (a + b - a).data()[0];
+    v += (-(a * 2.0f + 1.0f)).data()[0];
+    v += (m + bias).data()[0];  // broadcasting: the node holds no shapes either
+  }
+  CHECK(allocations.load() == before);
+  CHECK(v == doctest::Approx(11 * (0.5f - 4.0f + 3.0f)));
+  // The gradients, summed to each input's shape (the bias over the broadcast rows).
+  fg::sum((m + bias) * (a + b - a)).backward();
+  for (float g : bias.grad().to_vector()) CHECK(g == 3 * 0.5f);
+  for (float g : b.grad().to_vector()) CHECK(g == 3 * 3.0f);
+  for (float g : a.grad().to_vector()) CHECK(g == 0.0f);
+}
+
 TEST_CASE("fg::tensor arguments: gradients as tensors, nothing on the tape, under no_grad too") {
   auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
   const auto xs = sample(-2, 2, 12), ys = sample(-1, 1, 12, 0.5);

@@ -183,9 +183,9 @@ class saving_node : public node<T> {
     check_saved();
     // A backward with create_graph runs with grad mode on: the rule's ops are recorded, on
     // the saved tensors as they were in the forward (the outputs of this node reconnected).
-    if (is_grad_enabled()) [[unlikely]]
-      return apply_with_graph(grads);
-    return run_rule(saved_, grads);
+    std::vector<tensor<T>> r = is_grad_enabled() ? apply_with_graph(grads) : run_rule(saved_, grads);
+    if (sums_to_inputs_) sum_to_inputs(r);
+    return r;
   }
   /// The saved tensors, checked as `apply` checks them, and the fingerprint of the rule's
   /// constants given at record time (none: the node cannot be collected).
@@ -222,6 +222,10 @@ class saving_node : public node<T> {
     std::lock_guard lock(mutex_);
     return released_ ? std::vector<tensor<T>>{} : saved_;
   }
+  /// Makes `apply` sum each input's gradient to that input's shape, as its edge records it
+  /// (the inverse of broadcasting, done once here rather than by each rule holding its
+  /// inputs' shapes; PyTorch's engine does it in `validate_outputs`).
+  void set_sums_to_inputs() noexcept { sums_to_inputs_ = true; }
   /// Sets the fingerprint of the rule's constants (what makes the node collectable).
   void set_params(std::uint64_t p) noexcept {
     params_ = p;
@@ -234,6 +238,8 @@ class saving_node : public node<T> {
  private:
   /// `apply` in a create_graph backward (defined in record.hpp, with the tape's recording).
   std::vector<tensor<T>> apply_with_graph(std::vector<tensor<T>>& grads);
+  /// See `set_sums_to_inputs` (defined in record.hpp, with the recorded `sum_to`).
+  void sum_to_inputs(std::vector<tensor<T>>& grads) const;
   /// Refuses freed or modified saved tensors (`mutex_` held).
   void check_saved() const {
     if (released_ && had_saved_)
@@ -260,6 +266,7 @@ class saving_node : public node<T> {
   bool had_saved_ = false;
   bool released_ = false;
   bool has_params_ = false;
+  bool sums_to_inputs_ = false;
 };
 
 /// A node whose backward is a callable `rule(saved, grads) -> input grads`: the form every

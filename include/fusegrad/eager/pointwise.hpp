@@ -16,28 +16,6 @@
 namespace fusegrad {
 
 namespace detail {
-/// Sums `g` down to `target` (the inverse of broadcasting); recorded only in a create_graph
-/// backward.
-template <Element T>
-tensor<T> sum_to(const tensor<T>& g, const shape& target) {
-  if (g.shape() == target) return g;
-  if (auto* r = active_recorder<T>()) [[unlikely]]
-    return r->sum_to(g, target);
-  const auto& s = g.shape();
-  const std::size_t lead = s.size() - target.size();
-  std::vector<bool> mask(s.size(), false);
-  for (std::size_t d = 0; d < s.size(); ++d)
-    mask[d] = d < lead || (target[d - lead] == 1 && s[d] != 1);
-  tensor<T> r = reduce_keepdim(g, mask, reduce_op::sum);
-  tensor<T> y = alias(r, target, contiguous_strides(target), 0);
-  if (needs_grad(g)) [[unlikely]]  // a create_graph backward: the sum is differentiated again
-    record<T>("SumBackward1", {g}, {&y}, {},
-              [from = s](const std::vector<tensor<T>>&, std::vector<tensor<T>>& gy) {
-                return std::vector<tensor<T>>{gy[0].expand(from)};
-              },
-              std::nullopt, double_backward::supported);
-  return y;
-}
 /// The `params` of an op's tape node (`record`): its scalar and `extra` when the op's state is
 /// that scalar (every op of the op table), none otherwise (the node is not collected).
 template <Element T, class Op, class... A>
@@ -56,11 +34,15 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
   tensor<T> y = detail::map(op, x);
   if constexpr (detail::has_unary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(x)) {
-      std::vector<tensor<T>> saved{detail::uses_input<Op>() ? x : tensor<T>{},
-                                   detail::uses_output<Op>() ? y : tensor<T>{}};
+      constexpr bool saves = detail::uses_input<Op>() || detail::uses_output<Op>();
+      std::vector<tensor<T>> saved;  // nothing saved, nothing allocated (neg, the scalar ops)
+      if constexpr (saves)
+        saved = {detail::uses_input<Op>() ? x : tensor<T>{}, detail::uses_output<Op>() ? y : tensor<T>{}};
       detail::record<T>(Op::grad_fn, {x}, {&y}, std::move(saved),
                         [op](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                          return std::vector<tensor<T>>{tensor<T>(op.derivative(s[0], s[1], g[0]))};
+                          const tensor<T> none;
+                          return std::vector<tensor<T>>{
+                              tensor<T>(op.derivative(saves ? s[0] : none, saves ? s[1] : none, g[0]))};
                         },
                         detail::op_params<T>(op), detail::double_backward::supported);
     }
@@ -78,19 +60,27 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
   if constexpr (detail::has_binary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(a, b)) {
       const bool ga = a.requires_grad(), gb = b.requires_grad();
-      std::vector<tensor<T>> saved{detail::uses_input<Op>() ? a : tensor<T>{},
-                                   detail::uses_input<Op>() ? b : tensor<T>{},
-                                   detail::uses_output<Op>() ? y : tensor<T>{}};
-      detail::record<T>(
+      constexpr bool saves = detail::uses_input<Op>() || detail::uses_output<Op>();
+      std::vector<tensor<T>> saved;  // nothing saved, nothing allocated (add, sub)
+      if constexpr (saves)
+        saved = {detail::uses_input<Op>() ? a : tensor<T>{}, detail::uses_input<Op>() ? b : tensor<T>{},
+                 detail::uses_output<Op>() ? y : tensor<T>{}};
+      // The rule holds no shapes: its node sums each gradient to its input's shape (the
+      // inverse of broadcasting; `saving_node::set_sums_to_inputs`).
+      auto n = detail::record<T>(
           Op::grad_fn, {a, b}, {&y}, std::move(saved),
-          [op, ga, gb, sa = a.shape(), sb = b.shape()](const std::vector<tensor<T>>& s,
-                                                       std::vector<tensor<T>>& g) {
+          [op, ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+            const tensor<T> none;
+            const tensor<T>& s0 = saves ? s[0] : none;
+            const tensor<T>& s1 = saves ? s[1] : none;
+            const tensor<T>& s2 = saves ? s[2] : none;
             std::vector<tensor<T>> r(2);
-            if (ga) r[0] = detail::sum_to(tensor<T>(op.da(s[0], s[1], s[2], g[0])), sa);
-            if (gb) r[1] = detail::sum_to(tensor<T>(op.db(s[0], s[1], s[2], g[0])), sb);
+            if (ga) r[0] = tensor<T>(op.da(s0, s1, s2, g[0]));
+            if (gb) r[1] = tensor<T>(op.db(s0, s1, s2, g[0]));
             return r;
           },
-          detail::op_params<T>(op, ga, gb), detail::double_backward::supported);  // sa, sb: the key holds the inputs' shapes
+          detail::op_params<T>(op, ga, gb), detail::double_backward::supported);  // the key holds the inputs' shapes
+      static_cast<detail::saving_node<T>&>(*n).set_sums_to_inputs();
     }
   }
   return y;

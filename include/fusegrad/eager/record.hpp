@@ -225,6 +225,28 @@ std::shared_ptr<node<T>> record(std::string_view name, std::initializer_list<ten
                    params, twice);
 }
 
+/// Sums `g` down to `target` (the inverse of broadcasting); recorded only in a create_graph
+/// backward.
+template <Element T>
+tensor<T> sum_to(const tensor<T>& g, const shape& target) {
+  if (g.shape() == target) return g;
+  if (auto* r = active_recorder<T>()) [[unlikely]]
+    return r->sum_to(g, target);
+  const auto& s = g.shape();
+  const std::size_t lead = s.size() - target.size();
+  std::vector<bool> mask(s.size(), false);
+  for (std::size_t d = 0; d < s.size(); ++d)
+    mask[d] = d < lead || (target[d - lead] == 1 && s[d] != 1);
+  tensor<T> r = reduce_keepdim(g, mask, reduce_op::sum);
+  tensor<T> y = alias(r, target, contiguous_strides(target), 0);
+  if (needs_grad(g)) [[unlikely]]  // a create_graph backward: the sum is differentiated again
+    record<T>("SumBackward1", {g}, {&y}, {},
+              [from = s](const std::vector<tensor<T>>&, std::vector<tensor<T>>& gy) {
+                return std::vector<tensor<T>>{gy[0].expand(from)};
+              },
+              std::nullopt, double_backward::supported);
+  return y;
+}
 /// The node a result of a backward rule that is not differentiable gets in a create_graph
 /// backward: a second backward that reaches it throws (PyTorch's `DelayedError`).
 template <Element T>
@@ -241,6 +263,13 @@ class double_backward_error final : public node<T> {
  private:
   std::string_view of_;
 };
+
+template <Element T>
+void saving_node<T>::sum_to_inputs(std::vector<tensor<T>>& grads) const {
+  const auto& e = this->next_edges();
+  for (std::size_t j = 0; j < grads.size() && j < e.size(); ++j)
+    if (grads[j].defined() && e[j].fn) grads[j] = sum_to(grads[j], e[j].fn->output_shape(e[j].input_nr));
+}
 
 template <Element T>
 std::vector<tensor<T>> saving_node<T>::apply_with_graph(std::vector<tensor<T>>& grads) {
