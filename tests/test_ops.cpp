@@ -646,6 +646,20 @@ void transposed_operands() {
     fg::sum(fg::sin(fg::mm(in, w2.t().contiguous()))).backward();
     CHECK(w.grad().to_vector() == w2.grad().to_vector());
     CHECK(w.grad().is_contiguous());
+    // A row vector times a transposed matrix (`linear` on one sample) is computed as w xᵀ with
+    // w read in place, one batch or several: the bits of the product through wᵀ's copy.
+    const tt v = fg::randn<T>({C}, 15);
+    CHECK(fg::matmul(v, w.detach().t()).to_vector() == fg::matmul(v, w.detach().t().contiguous()).to_vector());
+    const tt vb = fg::randn<T>({3, 1, C}, 16), wb = fg::randn<T>({3, R, C}, 17);
+    CHECK(fg::bmm(vb, wb.transpose(1, 2)).to_vector() == fg::bmm(vb, wb.transpose(1, 2).contiguous()).to_vector());
+    // Left operands of any strides are read in place: an expanded one (the gradient of a sum),
+    // a column slice; the bits of their copies.
+    const tt g = fg::full<T>({1}, T(0.75)).expand({R, 1}), r = fg::randn<T>({1, C}, 18);
+    CHECK(fg::mm(g, r).to_vector() == fg::mm(g.contiguous(), r).to_vector());
+    const tt wide = fg::randn<T>({R, 2 * C}, 19), mc = fg::randn<T>({C, 6}, 20);
+    const tt cols = fg::slice(wide, 1, 0, 2 * C, 2);  // every other column: strides {2C, 2}
+    CHECK_FALSE(cols.is_contiguous());
+    CHECK(fg::mm(cols, mc).to_vector() == fg::mm(cols.contiguous(), mc).to_vector());
   }
 }
 

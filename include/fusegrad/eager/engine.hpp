@@ -33,7 +33,8 @@ class graph_root final : public node<T> {
     this->set_next_edges(std::move(l));
   }
   [[nodiscard]] std::string_view name() const override { return "GraphRoot"; }
-  std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override { return grads_; }
+  /// Applied once: each pass makes its root.
+  std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override { return std::move(grads_); }
 
  private:
   std::vector<tensor<T>> grads_;
@@ -275,12 +276,24 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
       return a->sequence_nr() < b->sequence_nr();
     }
   };
-  std::priority_queue<std::shared_ptr<node<T>>, std::vector<std::shared_ptr<node<T>>>, later_first> ready;
-  ready.push(root);
+  // The ready nodes, latest first (a binary heap, as std::priority_queue keeps it), in a vector
+  // whose capacity the thread reuses, as the gradient buffers keep theirs in the table: a pass
+  // allocates no bookkeeping once the thread has run one of its size.
+  thread_local std::vector<std::shared_ptr<node<T>>> ready_buffer;
+  std::vector<std::shared_ptr<node<T>>> ready;
+  ready.swap(ready_buffer);  // a nested pass gets an empty one
+  ready.clear();
+  auto push_ready = [&ready](std::shared_ptr<node<T>> r) {
+    ready.push_back(std::move(r));
+    std::push_heap(ready.begin(), ready.end(), later_first{});
+  };
+  push_ready(root);
+  std::vector<tensor<T>> in;
   while (!ready.empty()) {
-    std::shared_ptr<node<T>> n = ready.top();
-    ready.pop();
-    std::vector<tensor<T>> in = std::move(table.at(n.get()).buffer);
+    std::pop_heap(ready.begin(), ready.end(), later_first{});
+    std::shared_ptr<node<T>> n = std::move(ready.back());
+    ready.pop_back();
+    in.swap(table.at(n.get()).buffer);  // the slot's buffer, given back below with its capacity
     in.resize(n->num_outputs());
     bool any = n->num_outputs() == 0 ||
                std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
@@ -289,8 +302,10 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
       any = any && table.at(n.get()).needed == 1 && n->name() != "AccumulateGrad";
     }
     if (!any) {  // nothing flows into this node (or nothing is asked of it): nothing flows out
+      in.clear();
+      in.swap(table.at(n.get()).buffer);
       for (const auto& e : n->next_edges())
-        if (e.valid() && --table.at(e.fn.get()).deps == 0) ready.push(e.fn);
+        if (e.valid() && --table.at(e.fn.get()).deps == 0) push_ready(e.fn);
       continue;
     }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
@@ -302,6 +317,8 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
       if (!n->applies_hooks()) in[i] = run_hooks(n->pre_hooks(i), std::move(in[i]));
     }
     std::vector<tensor<T>> out = n->apply(in);
+    in.clear();
+    in.swap(table.at(n.get()).buffer);
     if (!retain_graph) n->release_saved();
     const auto& edges = n->next_edges();
     for (std::size_t j = 0; j < edges.size(); ++j) {
@@ -317,9 +334,10 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
         if (!slot.defined()) slot = out[j];
         else slot = add_grads(slot, out[j]);
       }
-      if (--table.at(e.fn.get()).deps == 0) ready.push(e.fn);
+      if (--table.at(e.fn.get()).deps == 0) push_ready(e.fn);
     }
   }
+  ready.swap(ready_buffer);
 }
 
 }  // namespace detail

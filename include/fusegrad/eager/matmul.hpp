@@ -119,25 +119,44 @@ bool transposed_matrices(const tensor<T>& a) {
   return n > 1 && k > 1 && st[r - 2] == 1 && st[r - 1] == n && (r == 2 || s[0] == 1 || st[0] == n * k);
 }
 
-/// [B,n,k] x [B,k,m]: blocks of the B·n output rows on all threads. A transposed `a`
-/// (`transposed_matrices`) is read in place; other non-contiguous operands are copied first.
+/// [B,n,k] x [B,k,m]: blocks of the B·n output rows on all threads. `a` is read in place
+/// whatever its strides (a transposed view, an expanded gradient: `gemm_rows` takes its row and
+/// column steps); `b` is copied when it is not contiguous, except in a row vector times
+/// transposed matrices (x wᵀ, `linear` on one sample), computed as w xᵀ with w read in place.
+/// Every element of c is summed over p in order from +0 with one multiply-add per step, so
+/// each form gives the bits of the copied one.
 template <Element T>
 tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {
-  const bool at = !a.is_contiguous() && transposed_matrices(a);
-  const tensor<T> ac = a.is_contiguous() || at ? a : detail::contiguous_copy(a), bc = b.is_contiguous() ? b : detail::contiguous_copy(b);
   const index_t B = a.shape()[0], n = a.shape()[1], k = a.shape()[2], m = b.shape()[2];
-  const index_t ai = at ? 1 : k, ap = at ? n : 1;
+  const auto& as = a.strides();
+  const index_t aq = B == 1 ? 0 : as[0];  // a's batch step
+  if (n == 1 && as[2] == 1 && !b.is_contiguous() && transposed_matrices(b)) {
+    tensor<T> c = empty<T>({B, 1, m}, "matmul");
+    if (c.numel() == 0) return c;
+    const T* pa = a.data_ptr();
+    const T* pb = b.data_ptr();
+    T* pc = c.data_ptr();
+    // c's row q is w_q x_q: w_q [m, k] row-major (b's matrix q transposed), x_q a column.
+    const index_t grain_rows = std::max<index_t>(1, 4 * parallel_grain() / std::max<index_t>(k, 1));
+    for (index_t q = 0; q < B; ++q)
+      parallel_for(m, grain_rows, [&](index_t r0, index_t r1) {
+        gemm_rows(pb + q * k * m, pa + q * aq, pc + q * m, r0, r1, k, 1, k, 1);
+      });
+    return c;
+  }
+  const tensor<T> bc = b.is_contiguous() ? b : detail::contiguous_copy(b);
   tensor<T> c = empty<T>({B, n, m}, "matmul");
   if (c.numel() == 0) return c;
-  const T* pa = ac.data_ptr();
+  const T* pa = a.data_ptr();
   const T* pb = bc.data_ptr();
   T* pc = c.data_ptr();
+  const index_t ai = as[1], ap = as[2];
   // About 4 multiply-adds per element of the grain (one SIMD madd costs less than a cheap op).
   const index_t grain_rows = std::max<index_t>(1, 4 * parallel_grain() / std::max<index_t>(k * m, 1));
   parallel_for(B * n, grain_rows, [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1;) {  // rows of one batch at a time
       const index_t i = r / n, e = std::min(r1, (i + 1) * n);
-      gemm_rows(pa + i * n * k, pb + i * k * m, pc + i * n * m, r - i * n, e - i * n, k, m, ai, ap);
+      gemm_rows(pa + i * aq, pb + i * k * m, pc + i * n * m, r - i * n, e - i * n, k, m, ai, ap);
       r = e;
     }
   });

@@ -200,12 +200,16 @@ class saving_node : public node<T> {
   /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
   /// nothing and may run again.
   void release_saved() override {
-    std::vector<tensor<T>> freed;  // freed after the lock is released
+    tensor<T> freed[4];  // freed after the lock is released (no allocation for up to 4)
+    std::vector<tensor<T>> more;
     std::lock_guard lock(mutex_);
     released_ = true;
-    freed.reserve(saved_.size());
+    std::size_t k = 0;
     for (auto& t : saved_)
-      if (t.defined()) freed.push_back(std::move(t));
+      if (t.defined()) {
+        if (k < 4) freed[k++] = std::move(t);
+        else more.push_back(std::move(t));
+      }
   }
   /// Which saved tensors are outputs of this node (held detached: saving an output makes no
   /// reference cycle) and the node itself, so that a create_graph backward reconnects them.
@@ -288,9 +292,10 @@ class rule_node final : public saving_node<T> {
   ~rule_node() override { drop_(rule_); }
 
  private:
-  /// Room for a binary op's rule (the op, which inputs take gradients, both input shapes) in
-  /// the node itself: a larger rule is allocated.
-  static constexpr std::size_t buffer = 176;
+  /// Room in the node itself for the rules of the built-in ops (a reduction's: its input shape
+  /// and dim mask, twice wrapped): a larger rule is allocated. The node with its control block
+  /// stays in the pool's 1 KiB class (static_assert below).
+  static constexpr std::size_t buffer = 256;
   template <class Rule>
   static constexpr bool inline_rule = sizeof(Rule) <= buffer && alignof(Rule) <= alignof(std::max_align_t);
   using call_fn = std::vector<tensor<T>> (*)(void*, const std::vector<tensor<T>>&, std::vector<tensor<T>>&);
@@ -313,6 +318,9 @@ class rule_node final : public saving_node<T> {
   call_fn call_;
   void (*drop_)(void*) noexcept;
 };
+static_assert(sizeof(rule_node<double>) + 64 <= 1024,
+              "fusegrad: a tape node with its shared_ptr control block must fit the pool's 1 KiB size class; "
+              "shrink rule_node's inline buffer");
 
 }  // namespace detail
 

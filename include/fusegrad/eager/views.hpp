@@ -66,7 +66,7 @@ void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule
   if (!needs_grad(x)) return;
   if (params) params = params_of(*params, traceable);
   record<T>(name, {x}, {&y}, {},
-            [rule, name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
+            [rule = std::move(rule), name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
               if (traceable) return std::vector<tensor<T>>{rule(g[0])};
               return std::vector<tensor<T>>{call_opaque<T>(name, from, [rule](const tensor<T>& v, const tensor<T>&) { return rule(v); }, g[0])};
             },
