@@ -674,6 +674,71 @@ TEST_CASE("transposed operands: copies and products read in place keep the bits"
   CHECK(fg::gradcheck({}, [](const td& a, const td& b) { return fg::bmm(a.transpose(1, 2), b); }, yb, xb));
 }
 
+/// `linear` is one node (LinearBackward0) with the values and gradients of its composition
+/// `matmul(x, w.t()) + b` (x flattened to its rows), bit for bit: vector, matrix and batched inputs, strided inputs, a
+/// transposed weight, with and without a bias, each input with or without grad.
+template <class T>
+void linear_as_composition() {
+  using tt = fg::tensor<T>;
+  const fg::index_t in = 13, out = 9;
+  const tt big = fg::randn<T>({4, 2 * in}, 21);
+  const std::vector<tt> inputs{fg::randn<T>({in}, 22), fg::randn<T>({5, in}, 23), fg::randn<T>({2, 3, in}, 24),
+                               fg::slice(big, 1, 0, 2 * in, 2), fg::randn<T>({in, 6}, 25).t(),
+                               fg::randn<T>({3, in, 2}, 26).transpose(1, 2), fg::randn<T>({0, in}, 27)};
+  const std::vector<tt> weights{fg::randn<T>({out, in}, 28), fg::randn<T>({in, out}, 29).t()};
+  for (std::size_t xi = 0; xi < inputs.size(); ++xi)
+    for (std::size_t wi = 0; wi < weights.size(); ++wi)
+      for (int mode = 0; mode < 4; ++mode) {  // bit 0: a bias; bit 1: x requires grad
+        CAPTURE(xi);
+        CAPTURE(wi);
+        CAPTURE(mode);
+        const bool bias = mode & 1, xg = mode & 2;
+        const tt x1 = xg ? inputs[xi].detach().requires_grad(true) : inputs[xi];
+        const tt x2 = xg ? inputs[xi].detach().requires_grad(true) : inputs[xi];
+        const tt w1 = weights[wi].detach().requires_grad(true), w2 = weights[wi].detach().requires_grad(true);
+        const tt b0 = fg::randn<T>({out}, 30);
+        const tt b1 = bias ? b0.detach().requires_grad(true) : tt{}, b2 = bias ? b0.detach().requires_grad(true) : tt{};
+        const tt y1 = fg::linear(x1, w1, b1);
+        // A batched x as its rows, [N, in] (as PyTorch's linear flattens it for addmm): the
+        // weight's gradient summed over all rows in order, not batch by batch.
+        const tt x2f = x2.dim() > 2 ? x2.reshape({-1, in}) : x2;
+        const tt m2 = fg::matmul(x2f, w2.t());
+        fg::shape ys(x2.shape().begin(), x2.shape().end() - 1);
+        ys.push_back(out);
+        const tt y2 = (bias ? tt(m2 + b2) : m2).reshape(ys);
+        CHECK(y1.grad_fn_name() == "LinearBackward0");
+        REQUIRE(y1.shape() == y2.shape());
+        CHECK(y1.to_vector() == y2.to_vector());
+        const tt u = fg::randn<T>(y1.shape(), 31);  // a weighted sum: every output counts
+        fg::sum(fg::sin(y1) * u).backward();
+        fg::sum(fg::sin(y2) * u).backward();
+        CHECK(w1.grad().to_vector() == w2.grad().to_vector());
+        if (xg) CHECK(x1.grad().to_vector() == x2.grad().to_vector());
+        if (bias) CHECK(b1.grad().to_vector() == b2.grad().to_vector());
+      }
+}
+
+TEST_CASE("linear: one node, the values and gradients of matmul(x, w.t()) + b") {
+  SUBCASE("float") { linear_as_composition<float>(); }
+  SUBCASE("double") { linear_as_composition<double>(); }
+  // Derivatives in double: first (gradcheck) and second (gradgradcheck, create_graph).
+  const td x = fg::randn<double>({3, 5}, 32).requires_grad(true), w = fg::randn<double>({4, 5}, 33).requires_grad(true),
+           b = fg::randn<double>({4}, 34).requires_grad(true), v = fg::randn<double>({5}, 35).requires_grad(true);
+  const auto lin = [](const td& a, const td& c, const td& d) { return fg::linear(a, c, d); };
+  CHECK(fg::gradcheck({}, lin, x, w, b));
+  CHECK(fg::gradcheck({}, lin, v, w, b));
+  // The gradient of sum(sin(linear)) (create_graph) projected on fixed directions, checked in turn.
+  const auto projected = [](const td& a, const td& c, const td& d) {
+    fg::enable_grad on;  // gradcheck's finite differences run under no_grad
+    const td y = fg::sum(fg::sin(fg::linear(a, c, d)));
+    const auto g = fg::autograd::grad({y}, {a, c, d}, {.create_graph = true});
+    return fg::sum(g[0] * 0.7) + fg::sum(fg::sin(g[1])) + fg::sum(g[2] * g[2]);
+  };
+  constexpr fg::gradcheck_options second{.eps = 1e-6, .atol = 1e-5, .rtol = 1e-4};
+  CHECK(fg::gradcheck(second, projected, x, w, b));
+  CHECK(fg::gradcheck(second, projected, v, w, b));
+}
+
 TEST_CASE("comparisons / step / sign: exact values and no gradient") {
   td a = fg::from_vector<double>({-1, 0, 2, 2, 3, -0.5}), b = fg::from_vector<double>({0, 0, 1, 2, 4, -0.5});
   a.requires_grad(true);
@@ -737,7 +802,7 @@ TEST_CASE("grad_fn names") {
       {fg::sum(a, 1, true), "SumBackward1"}, {fg::mean(a), "MeanBackward0"}, {fg::mean(a, {0, 1}), "MeanBackward1"},
       {fg::max(a), "MaxBackward1"},    {fg::max(a, -1, true), "MaxBackward0"}, {fg::mm(a, b.t()), "MmBackward0"},
       {fg::matmul(a, b.t()), "MmBackward0"}, {fg::bmm(a.unsqueeze(0), b.t().unsqueeze(0)), "BmmBackward0"},
-      {fg::linear(a, b, v.slice(0, 0, 3)), "AddBackward0"}, {a.reshape({12}), "ViewBackward0"},
+      {fg::linear(a, b, v.slice(0, 0, 3)), "LinearBackward0"}, {a.reshape({12}), "ViewBackward0"},
       {a.view({4, 3}), "ViewBackward0"}, {a.select(0, 0).expand({2, 4}), "ExpandBackward0"},
       {a.permute({1, 0}), "PermuteBackward0"}, {a.transpose(0, 1), "TransposeBackward0"},
       {a.select(1, 2), "SelectBackward0"}, {a.slice(0, 0, 3, 2), "SliceBackward0"},

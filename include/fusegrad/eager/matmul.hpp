@@ -263,15 +263,62 @@ tensor<T> matmul(const tensor<T>& a, const tensor<T>& b) {
   return y;
 }
 
-/// `x wᵀ + b` with x [..., in], w [out, in] and an optional bias b [out].
+/// `x wᵀ + b` with x [..., in], w [out, in] and an optional bias b [out]: one tape node
+/// (`LinearBackward0`, as PyTorch's `addmm` is one), not a transpose, a product and an add
+/// (and, for a vector x, an unsqueeze and a squeeze). The values are those of
+/// `matmul(x, w.t()) + b`, bit for bit: the same products summed in the same order, then the
+/// bias added; the gradients those of that composition (gx = gy w, gw = gyᵀ x over x's rows,
+/// gb = gy summed over them), written with the public ops, so differentiable again.
 template <Element T>
 tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}) {
   detail::check_linear(x.shape(), w.shape());
   if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))
     detail::fail("linear", "bias of shape ", to_string(b.shape()), " does not fit weight ", to_string(w.shape()),
                  "; expected bias [", w.shape()[0], "]");
-  tensor<T> y = matmul(x, w.t());
-  return b.defined() ? tensor<T>(y + b) : y;
+  const index_t in = w.shape()[1], out = w.shape()[0];
+  // x as [1, rows, in] (read in place when it is 1-D or 2-D, whatever its strides), w as the
+  // transposed matrix [1, in, out].
+  const tensor<T> xc = x.dim() <= 2 || x.is_contiguous() ? x : x.contiguous();
+  const index_t rows = in == 0 ? numel(shape(x.shape().begin(), x.shape().end() - 1)) : xc.numel() / in;
+  const auto& xs = xc.strides();
+  const index_t row_step = xc.dim() >= 2 ? xs[xc.dim() - 2] : in;
+  const tensor<T> x3 = detail::alias(xc, {1, rows, in}, {0, row_step, xs.back()}, xc.offset());
+  const tensor<T> wt = detail::alias(w, {1, in, out}, {0, w.strides()[1], w.strides()[0]}, w.offset());
+  tensor<T> c = detail::bmm_values(x3, wt);
+  shape ys(x.shape().begin(), x.shape().end() - 1);
+  ys.push_back(out);
+  tensor<T> y = detail::alias(c, ys, contiguous_strides(ys), 0);
+  if (b.defined() && rows > 0 && out > 0) {  // the bias, added to each row (one rounding, as y + b)
+    const tensor<T> bc = b.is_contiguous() ? b : b.contiguous();
+    const T* __restrict pb = bc.data_ptr();
+    T* __restrict py = c.data_ptr();
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < out; ++j) py[r * out + j] += pb[j];
+  }
+  if (detail::needs_grad(x, w, b)) {
+    const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+    detail::record<T>(
+        "LinearBackward0", {x, w, b}, {&y}, {x, w},
+        [gx, gw, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          std::vector<tensor<T>> r(3);
+          // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
+          if (gx)
+            r[0] = detail::call_opaque<T>("linear_dx", s[0].shape(),
+                                          [](const tensor<T>& gy, const tensor<T>& w) { return matmul(gy, w); }, g[0], s[1]);
+          if (gw)
+            r[1] = detail::call_opaque<T>("linear_dw", s[1].shape(),
+                                          [](const tensor<T>& gy, const tensor<T>& x) {
+                                            const index_t o = gy.shape().back(), i = x.shape().back();
+                                            const index_t n = o == 0 ? 0 : gy.numel() / o;
+                                            return mm(gy.reshape({n, o}).t(), x.reshape({n, i}));
+                                          },
+                                          g[0], s[0]);
+          if (gb) r[2] = detail::sum_to(g[0], shape{g[0].shape().back()});
+          return r;
+        },
+        detail::params_of(gx, gw, gb), detail::double_backward::supported);
+  }
+  return y;
 }
 
 }  // namespace fusegrad
