@@ -715,6 +715,14 @@ void linear_as_composition() {
         CHECK(w1.grad().to_vector() == w2.grad().to_vector());
         if (xg) CHECK(x1.grad().to_vector() == x2.grad().to_vector());
         if (bias) CHECK(b1.grad().to_vector() == b2.grad().to_vector());
+        // A plain sum: the gradient reaching the node is expanded (stride 0), read in place.
+        for (tt t : {x1, x2, w1, w2, b1, b2})  // handles to the same tensors
+          if (t.defined() && t.requires_grad()) t.zero_grad();
+        fg::sum(fg::linear(x1, w1, b1)).backward();
+        fg::sum(bias ? tt(fg::matmul(x2f, w2.t()) + b2) : fg::matmul(x2f, w2.t())).backward();
+        CHECK(w1.grad().to_vector() == w2.grad().to_vector());
+        if (xg) CHECK(x1.grad().to_vector() == x2.grad().to_vector());
+        if (bias) CHECK(b1.grad().to_vector() == b2.grad().to_vector());
       }
 }
 

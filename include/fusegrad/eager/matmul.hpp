@@ -163,6 +163,32 @@ tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {
   return c;
 }
 
+/// The number of rows of `t` [..., k]: the product of its leading dims.
+template <Element T>
+index_t leading_count(const tensor<T>& t) {
+  index_t n = 1;
+  for (std::size_t d = 0; d + 1 < t.dim(); ++d) n *= t.shape()[d];
+  return n;
+}
+
+/// `t` itself where `as_rows` can read it in place (1-D or 2-D with any strides, or contiguous),
+/// else a contiguous copy (the same values).
+template <Element T>
+tensor<T> row_readable(const tensor<T>& t) {
+  return t.dim() <= 2 || t.is_contiguous() ? t : detail::contiguous_copy(t);
+}
+
+/// `t` [..., k] (as `row_readable` returns it) as the matrix of its rows [1, rows, k], or with
+/// `transposed` as that matrix's transpose [1, k, rows]: a view, nothing copied.
+template <Element T>
+tensor<T> as_rows(const tensor<T>& t, bool transposed) {
+  const auto& st = t.strides();
+  const index_t k = t.shape().back(), rows = leading_count(t);
+  const index_t row_step = t.dim() >= 2 ? st[t.dim() - 2] : k, col_step = st.back();
+  return transposed ? alias(t, {1, k, rows}, {0, col_step, row_step}, t.offset())
+                    : alias(t, {1, rows, k}, {0, row_step, col_step}, t.offset());
+}
+
 }  // namespace detail
 
 /// Batched matrix product of [B, n, k] and [B, k, m] tensors.
@@ -278,13 +304,10 @@ tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}
   const index_t in = w.shape()[1], out = w.shape()[0];
   // x as [1, rows, in] (read in place when it is 1-D or 2-D, whatever its strides), w as the
   // transposed matrix [1, in, out].
-  const tensor<T> xc = x.dim() <= 2 || x.is_contiguous() ? x : x.contiguous();
-  const index_t rows = in == 0 ? numel(shape(x.shape().begin(), x.shape().end() - 1)) : xc.numel() / in;
-  const auto& xs = xc.strides();
-  const index_t row_step = xc.dim() >= 2 ? xs[xc.dim() - 2] : in;
-  const tensor<T> x3 = detail::alias(xc, {1, rows, in}, {0, row_step, xs.back()}, xc.offset());
+  const tensor<T> xc = detail::row_readable(x);
+  const index_t rows = detail::leading_count(x);
   const tensor<T> wt = detail::alias(w, {1, in, out}, {0, w.strides()[1], w.strides()[0]}, w.offset());
-  tensor<T> c = detail::bmm_values(x3, wt);
+  tensor<T> c = detail::bmm_values(detail::as_rows(xc, false), wt);
   shape ys(x.shape().begin(), x.shape().end() - 1);
   ys.push_back(out);
   tensor<T> y = detail::alias(c, ys, contiguous_strides(ys), 0);
@@ -302,15 +325,33 @@ tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}
         [gx, gw, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
           std::vector<tensor<T>> r(3);
           // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
+          // Without a graph to record (no create_graph), the products are computed from the
+          // operands read in place, as the forward does: the same products summed in the same
+          // order as the public ops' (the same bits), without their views and checks.
           if (gx)
             r[0] = detail::call_opaque<T>("linear_dx", s[0].shape(),
-                                          [](const tensor<T>& gy, const tensor<T>& w) { return matmul(gy, w); }, g[0], s[1]);
+                                          [](const tensor<T>& gy, const tensor<T>& w) {
+                                            if (detail::needs_grad(gy, w)) return matmul(gy, w);
+                                            const auto& ws = w.strides();
+                                            const index_t o = w.shape()[0], i = w.shape()[1];
+                                            const tensor<T> w3 = detail::alias(w, {1, o, i}, {0, ws[0], ws[1]}, w.offset());
+                                            tensor<T> c = detail::bmm_values(detail::as_rows(detail::row_readable(gy), false), w3);
+                                            shape xs(gy.shape().begin(), gy.shape().end() - 1);
+                                            xs.push_back(i);
+                                            return detail::alias(c, xs, contiguous_strides(xs), 0);
+                                          },
+                                          g[0], s[1]);
           if (gw)
             r[1] = detail::call_opaque<T>("linear_dw", s[1].shape(),
                                           [](const tensor<T>& gy, const tensor<T>& x) {
                                             const index_t o = gy.shape().back(), i = x.shape().back();
-                                            const index_t n = o == 0 ? 0 : gy.numel() / o;
-                                            return mm(gy.reshape({n, o}).t(), x.reshape({n, i}));
+                                            if (detail::needs_grad(gy, x)) {
+                                              const index_t n = o == 0 ? 0 : gy.numel() / o;
+                                              return mm(gy.reshape({n, o}).t(), x.reshape({n, i}));
+                                            }
+                                            tensor<T> c = detail::bmm_values(detail::as_rows(detail::row_readable(gy), true),
+                                                                             detail::as_rows(detail::row_readable(x), false));
+                                            return detail::alias(c, {o, i}, {i, 1}, 0);
                                           },
                                           g[0], s[0]);
           if (gb) r[2] = detail::sum_to(g[0], shape{g[0].shape().back()});
