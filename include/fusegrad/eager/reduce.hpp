@@ -5,6 +5,8 @@
 /// value body (`reduce_values`) and the broadcast back of a reduced gradient (`unreduce`).
 /// Mean over nothing is NaN (like PyTorch); an empty max throws.
 
+#include <algorithm>
+
 #include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/ops/div.hpp"
@@ -19,6 +21,24 @@ template <Element T>
 tensor<T> unreduce(const tensor<T>& g, const shape& from, const std::vector<bool>& mask) {
   if (auto* r = active_recorder<T>()) [[unlikely]]
     return r->expand(g, from, mask);
+  if (!needs_grad(g)) {
+    // Nothing to record: the view reshape + expand would make, in one step (each reduced dim
+    // read with step 0, each kept one with g's step). g without or with the reduced dims.
+    const std::size_t r = from.size();
+    const bool keep = g.dim() == r;
+    strides st(r, 0);
+    std::size_t gd = 0;
+    bool fits = keep || g.dim() == static_cast<std::size_t>(std::count(mask.begin(), mask.end(), false));
+    for (std::size_t d = 0; d < r && fits; ++d) {
+      if (!mask[d]) {
+        fits = g.shape()[gd] == from[d];
+        st[d] = g.strides()[gd++];
+      } else if (keep) {
+        fits = g.shape()[gd++] == 1;
+      }
+    }
+    if (fits) return alias(g, from, std::move(st), g.offset());
+  }
   return g.reshape(reduced_shape(from, mask, true)).expand(from);
 }
 
@@ -33,21 +53,26 @@ tensor<T> reduce_values(reduce_op op, const tensor<T>& x, const std::vector<bool
     return rec->reduce(op, x, mask, keepdim);
   tensor<T> r = reduce_keepdim(x, mask, op == reduce_op::max ? reduce_op::max : reduce_op::sum);
   if (op == reduce_op::mean) r = map(ops::div_scalar_op<T>{static_cast<T>(n)}, r);
-  const shape out = reduced_shape(x.shape(), mask, keepdim);
-  return alias(r, out, contiguous_strides(out), 0);
+  // r is fresh (no other handle, no history): its shape set in place, not through another view.
+  auto& ri = *r.raw_impl();
+  ri.sizes = reduced_shape(x.shape(), mask, keepdim);
+  ri.st = contiguous_strides(ri.sizes);
+  return r;
 }
 }  // namespace detail
 
 /// Sum over `dims` (all dims when empty); reduced dims are dropped unless `keepdim`.
 template <Element T>
 tensor<T> sum(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim = false) {
-  const auto mask = detail::reduce_mask("sum", x.shape(), dims);
+  auto mask = detail::reduce_mask("sum", x.shape(), dims);
   tensor<T> y = detail::reduce_values(detail::reduce_op::sum, x, mask, keepdim);
   if (detail::active_recorder<T>()) [[unlikely]]
     return y;  // traced: the tracer derives the backward
+  if (!detail::needs_grad(x)) return y;
+  const auto params = detail::params_of(mask);  // before the mask moves into the rule
   detail::record_layout(std::string_view(dims.empty() ? "SumBackward0" : "SumBackward1"), x, y,
-                        [from = x.shape(), mask](const tensor<T>& g) { return detail::unreduce(g, from, mask); }, false,
-                        detail::params_of(mask));
+                        [from = x.shape(), mask = std::move(mask)](const tensor<T>& g) { return detail::unreduce(g, from, mask); },
+                        false, params);
   return y;
 }
 /// Sum of all elements, as a 0-d tensor.

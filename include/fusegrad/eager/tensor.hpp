@@ -322,7 +322,7 @@ void for_each_offset(const shape& s, const strides& st, index_t offset, F&& f) {
     f(offset);
     return;
   }
-  std::vector<index_t> idx(r, 0);
+  shape idx(r, 0);  // inline up to 6 dims: no allocation per call
   const index_t inner = s[r - 1], inner_st = st[r - 1];
   index_t base = offset;
   for (index_t done = 0; done < n; done += inner) {

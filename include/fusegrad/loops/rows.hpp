@@ -36,7 +36,7 @@ void for_each_row_n(const shape& s, std::size_t N, const strides* const* st, ind
   for (std::size_t k = 0; k < N; ++k) inner[k] = (*st[k])[r - 1];
   const index_t rows = fusegrad::numel(s) / s[r - 1];
   if (row_end < 0 || row_end > rows) row_end = rows;
-  std::vector<index_t> idx(r, 0);
+  shape idx(r, 0);  // inline up to 6 dims: no allocation per call
   // The first row's index and offsets.
   for (index_t rest = row_begin, d = static_cast<index_t>(r) - 1; d-- > 0 && rest > 0; rest /= s[static_cast<std::size_t>(d)]) {
     const auto u = static_cast<std::size_t>(d);
