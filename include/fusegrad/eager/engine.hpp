@@ -27,10 +27,8 @@ namespace detail {
 template <Element T>
 class graph_root final : public node<T> {
  public:
-  graph_root(std::vector<edge<T>> e, std::vector<tensor<T>> grads) : grads_(std::move(grads)) {
-    typename node<T>::edge_list l;
-    for (auto& x : e) l.push_back(std::move(x));
-    this->set_next_edges(std::move(l));
+  graph_root(typename node<T>::edge_list e, std::vector<tensor<T>> grads) : grads_(std::move(grads)) {
+    this->set_next_edges(std::move(e));
   }
   [[nodiscard]] std::string_view name() const override { return "GraphRoot"; }
   /// Applied once: each pass makes its root.
@@ -105,6 +103,10 @@ class engine_table {
     }
     return s;
   }
+
+  /// The slot of `n`, which the pass has made (every node the counting walk reached has one):
+  /// no check for growth, so the references it hands out stay valid through the pass.
+  slot& find(node<T>* n) noexcept { return slots_[probe(slots_, n)]; }
 
  private:
   static std::size_t probe(const std::vector<slot>& v, const node<T>* p) {
@@ -215,7 +217,7 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
 template <Element T>
 void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt) {
   const bool retain_graph = opt.retain_graph || opt.create_graph;
-  std::vector<edge<T>> root_edges;
+  typename node<T>::edge_list root_edges;  // inline for one or two roots
   for (std::size_t i = 0; i < roots.size(); ++i) {
     const auto& r = roots[i];
     edge<T> e = gradient_edge(r);
@@ -293,19 +295,20 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     std::pop_heap(ready.begin(), ready.end(), later_first{});
     std::shared_ptr<node<T>> n = std::move(ready.back());
     ready.pop_back();
-    in.swap(table.at(n.get()).buffer);  // the slot's buffer, given back below with its capacity
+    auto& own = table.find(n.get());
+    in.swap(own.buffer);  // the slot's buffer, given back below with its capacity
     in.resize(n->num_outputs());
     bool any = n->num_outputs() == 0 ||
                std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
     if (opt.capture) [[unlikely]] {
       if (any) capture_into(*n, in, opt);
-      any = any && table.at(n.get()).needed == 1 && n->name() != "AccumulateGrad";
+      any = any && own.needed == 1 && n->name() != "AccumulateGrad";
     }
     if (!any) {  // nothing flows into this node (or nothing is asked of it): nothing flows out
       in.clear();
-      in.swap(table.at(n.get()).buffer);
+      in.swap(own.buffer);
       for (const auto& e : n->next_edges())
-        if (e.valid() && --table.at(e.fn.get()).deps == 0) push_ready(e.fn);
+        if (e.valid() && --table.find(e.fn.get()).deps == 0) push_ready(e.fn);
       continue;
     }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
@@ -318,23 +321,24 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     }
     std::vector<tensor<T>> out = n->apply(in);
     in.clear();
-    in.swap(table.at(n.get()).buffer);
+    in.swap(own.buffer);
     if (!retain_graph) n->release_saved();
     const auto& edges = n->next_edges();
     for (std::size_t j = 0; j < edges.size(); ++j) {
       const auto& e = edges[j];
       if (!e.valid()) continue;
+      auto& next = table.find(e.fn.get());
       if (j < out.size() && out[j].defined()) {
         if (out[j].shape() != e.fn->output_shape(e.input_nr))
           fail("backward", n->name(), " returned a gradient of shape ", to_string(out[j].shape()),
                " for its input ", j, "; expected ", to_string(e.fn->output_shape(e.input_nr)));
-        auto& buf = table.at(e.fn.get()).buffer;
+        auto& buf = next.buffer;
         buf.resize(e.fn->num_outputs());
         auto& slot = buf[e.input_nr];
-        if (!slot.defined()) slot = out[j];
+        if (!slot.defined()) slot = std::move(out[j]);
         else slot = add_grads(slot, out[j]);
       }
-      if (--table.at(e.fn.get()).deps == 0) push_ready(e.fn);
+      if (--next.deps == 0) push_ready(e.fn);
     }
   }
   ready.swap(ready_buffer);
