@@ -4,7 +4,7 @@
 //   cmake --preset bench && cmake --build --preset bench
 //   ./build/bench/bench/bench_compiled --benchmark_min_time=0.2   (figures: docs/performance.md)
 //
-// Cases (N = 2^10 ... 2^24 floats):
+// Cases (N = 10, the fixed cost of a call, and 2^10 ... 2^24 floats):
 //   BM_coscos_fwd_bwd/<variant>  out = cos(cos(x)) * y, then backward with a given gradient g:
 //       fused      fg::compile, default policy::cost (the plan of the call's size class; one
 //                  pass forward, one backward)
@@ -236,6 +236,7 @@ void BM_coscos_fwd_hand(benchmark::State& state) {
 }
 
 void sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(10);  // the fixed cost of a call (issue 18: compiled forward + backward at N = 10)
   for (int e = 10; e <= 24; e += 2) b->Arg(1L << e);
   b->Unit(benchmark::kMicrosecond);
 }

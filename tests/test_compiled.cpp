@@ -233,6 +233,29 @@ TEST_CASE("compiled functions compose with the tape") {
   for (fg::index_t n : {1, 7, 64}) CHECK(f(fg::ones<double>({n}), fg::ones<double>({n})).numel() == n);
 }
 
+TEST_CASE("compiled functions read strided inputs and strided output gradients as eager does") {
+  // Inputs that are views (a transpose, a column slice, an expanded row) and a transposed
+  // gradient of the output: a compiled call copies what is not contiguous, and its values and
+  // gradients are eager's, bit for bit; contiguous inputs are read as they are.
+  const auto f = fg::compile(coscos_mul);
+  const auto base = fg::randn<double>({5, 4}, 11), wide = fg::randn<double>({4, 10}, 12), row = fg::randn<double>({1, 5}, 13);
+  const std::vector<std::pair<fg::tensor<double>, fg::tensor<double>>> cases{
+      {base.t(), fg::slice(wide, 1, 0, 10, 2)}, {row.expand({4, 5}), base.t()}, {fg::randn<double>({4, 5}, 14), base.t()}};
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    CAPTURE(k);
+    const auto& [xv, yv] = cases[k];
+    auto x1 = xv.detach().requires_grad(true), y1 = yv.detach().requires_grad(true);
+    auto x2 = xv.detach().requires_grad(true), y2 = yv.detach().requires_grad(true);
+    const fg::tensor<double> a = f(x1, y1), b = coscos_mul(x2, y2);
+    CHECK(a.to_vector() == b.to_vector());
+    const auto g = fg::randn<double>({5, 4}, 15).t();  // [4, 5], not contiguous
+    a.backward(g);
+    b.backward(g);
+    CHECK(x1.grad().to_vector() == x2.grad().to_vector());
+    CHECK(y1.grad().to_vector() == y2.grad().to_vector());
+  }
+}
+
 TEST_CASE("errors inside compile name the problem") {
   CHECK_THROWS_WITH_AS((void)fg::compile([](auto x) { return fg::sum(x, 0); })(fg::ones<double>({2, 3})),
                        doctest::Contains("last dim"), fg::error);

@@ -5,8 +5,10 @@
 /// one `CompiledFunctionBackward` node on the tape: the run-time side of `fg::compile`,
 /// compiled once per element type.
 
+#include <algorithm>
 #include <array>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "fusegrad/compile/backend.hpp"
@@ -100,12 +102,19 @@ struct compiled_graph_of {
 template <Element T>
 std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<const void> inst,
                                     const void* const* state, const std::vector<tensor<T>>& in) {
-  std::vector<tensor<T>> inputs;
-  inputs.reserve(in.size());
-  for (const auto& t : in) inputs.push_back(t.is_contiguous() ? t : contiguous_copy(t));
+  // The inputs as they are when contiguous (the usual case: no copy of the list either).
+  std::vector<tensor<T>> copies;
+  if (!std::all_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.is_contiguous(); })) {
+    copies.reserve(in.size());
+    for (const auto& t : in) copies.push_back(t.is_contiguous() ? t : contiguous_copy(t));
+  }
+  const std::vector<tensor<T>>& inputs = copies.empty() ? in : copies;
   const bool grad = needs_grad(in);
   std::vector<tensor<T>> values(G.m);
-  std::vector<shape> shapes(G.m);
+  // The nodes' shapes, then (below, for the backward) the inputs' shapes: one list.
+  std::vector<shape> shapes;
+  shapes.reserve(G.m + (grad ? in.size() : 0));
+  shapes.resize(G.m);
   const std::vector<tensor<T>> no_grads;
   G.forward(inst.get(), values, shapes, inputs, no_grads);
   std::vector<tensor<T>> outs(G.n_out);
@@ -118,17 +127,18 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   if (!grad) return outs;
 
   std::vector<tensor<T>> saved;
+  saved.reserve(static_cast<std::size_t>(G.saved_count));
   for (int s = 0; s < G.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(G.saved_nodes[s])]);
-  std::vector<shape> in_shapes;
-  std::vector<bool> wants;
+  // Which inputs take a gradient (bit i), and their shapes after the nodes' (shapes[G.m + i]).
+  small_vector<unsigned char, 8> wants;
   for (const auto& t : in) {
-    in_shapes.push_back(t.shape());
-    wants.push_back(t.requires_grad());
+    shapes.push_back(t.shape());
+    wants.push_back(t.requires_grad() ? 1 : 0);
   }
-  std::vector<tensor<T>*> out_ptrs;
+  small_vector<tensor<T>*, 4> out_ptrs;
   for (auto& o : outs) out_ptrs.push_back(&o);
-  record<T>("CompiledFunctionBackward", in, out_ptrs, std::move(saved),
-            [g = &G, inst = std::move(inst), state, shapes = std::move(shapes), in_shapes = std::move(in_shapes),
+  record<T>("CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
+            [g = &G, inst = std::move(inst), state, shapes = std::move(shapes),
              wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
               const compiled_graph<T>& G = *g;
               std::vector<tensor<T>> values(G.m);
@@ -136,12 +146,15 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
               for (int s = 0; s < G.saved_count; ++s)
                 values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
               const std::vector<tensor<T>> no_inputs;
-              std::vector<tensor<T>> grads;
-              bool all_given = true;
-              for (const auto& x : gs) {
-                all_given = all_given && x.defined();
-                grads.push_back(!x.defined() || x.is_contiguous() ? x : contiguous_copy(x));
+              // The outputs' gradients as the engine hands them when all are given and
+              // contiguous (the usual case), else with copies and absent ones marked.
+              const bool all_given = std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return x.defined(); });
+              std::vector<tensor<T>> copied;
+              if (!std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return !x.defined() || x.is_contiguous(); })) {
+                copied.reserve(gs.size());
+                for (const auto& x : gs) copied.push_back(!x.defined() || x.is_contiguous() ? x : contiguous_copy(x));
               }
+              const std::vector<tensor<T>>& grads = copied.empty() ? gs : copied;
               if (!all_given) [[unlikely]] {
                 // Outputs nothing used: node by node, leaving their gradients' terms out.
                 for (std::size_t c = 0; c < G.m; ++c)
@@ -165,7 +178,8 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
                 if (!wants[i] || G.grad_node[i] < 0) continue;
                 const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
                 if (!gi.defined()) continue;  // only absent gradients reach it
-                result[i] = gi.shape() == in_shapes[i] ? gi : sum_to(gi, in_shapes[i]);
+                const shape& in_shape = shapes[G.m + i];
+                result[i] = gi.shape() == in_shape ? gi : sum_to(gi, in_shape);
                 if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
                   result[i] = contiguous_copy(result[i]);
               }
