@@ -341,3 +341,40 @@ TEST_CASE("hooks that register hooks under compiled autograd") {
   CHECK(inner == 1);
   for (double g : w.grad().to_vector()) CHECK(g == 4.0);
 }
+
+TEST_CASE("small_vector: copies and moves between inline and heap storage keep the values") {
+  // shape and strides hold up to 6 dims inline; past that, on the heap. Every pairing of the
+  // two forms through copy and move, construction and assignment, against std::vector.
+  using sv = fg::small_vector<fg::index_t, 6>;
+  auto make = [](std::size_t n, fg::index_t from) {
+    sv v;
+    for (std::size_t i = 0; i < n; ++i) v.push_back(from + static_cast<fg::index_t>(i));
+    return v;
+  };
+  auto same = [](const sv& v, std::size_t n, fg::index_t from) {
+    std::vector<fg::index_t> want(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = from + static_cast<fg::index_t>(i);
+    return std::vector<fg::index_t>(v.begin(), v.end()) == want;
+  };
+  for (std::size_t a : {0u, 3u, 6u, 7u, 12u})
+    for (std::size_t b : {0u, 2u, 6u, 9u}) {
+      CAPTURE(a);
+      CAPTURE(b);
+      sv x = make(a, 100), y = make(b, 200);
+      sv c(x);
+      CHECK(same(c, a, 100));
+      c = y;  // copy-assign over either form
+      CHECK(same(c, b, 200));
+      sv m = make(a, 300);
+      m = make(b, 400);  // move-assign over either form
+      CHECK(same(m, b, 400));
+      sv src = make(b, 500);
+      sv moved(std::move(src));
+      CHECK(same(moved, b, 500));
+      moved.push_back(7);  // still usable, growing past inline storage where it must
+      CHECK(moved.size() == b + 1);
+      CHECK(moved.back() == 7);
+      CHECK(same(x, a, 100));  // sources of copies unchanged
+      CHECK(same(y, b, 200));
+    }
+}
