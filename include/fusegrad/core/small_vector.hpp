@@ -87,10 +87,6 @@ class small_vector {
       o.heap_ = nullptr;
       o.cap_ = N;
       o.size_ = 0;
-    } else if (!heap_) {  // both inline: one fixed-size copy of the slots (no call)
-      std::memcpy(local_, o.local_, sizeof(local_));
-      size_ = o.size_;
-      o.size_ = 0;
     } else {
       copy_from(o.data(), o.size_);
       o.size_ = 0;

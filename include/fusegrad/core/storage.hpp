@@ -47,14 +47,42 @@ class buffer_cache {
     return bytes < min_bytes ? std::max<std::size_t>(std::bit_ceil(bytes), storage_alignment) : bytes;
   }
 
-  static void* allocate(std::size_t bytes) {
+  /// A small buffer from its class's free list, inline in every caller (tensors and tape
+  /// nodes are made by the million; whether GCC inlined the whole function varied from one
+  /// translation unit to the next); anything else out of line.
+  [[gnu::always_inline]] static void* allocate(std::size_t bytes) {
     const std::size_t b = rounded(bytes);
+    if (b < min_bytes && !dead()) {
+      auto& fl = local().small[class_of(b)];
+      if (fl.count > 0) return fl.ptr[--fl.count];
+    }
+    return allocate_slow(b);
+  }
+  /// Bytes and buffers of large sizes this thread's cache holds (for tests and diagnostics).
+  static std::size_t cached_bytes() noexcept { return dead() ? 0 : local().total; }
+  static std::size_t cached_buffers() noexcept { return dead() ? 0 : local().count; }
+
+  /// Keeps `p` (allocated for `bytes`) for reuse; when the large cache is full, the oldest
+  /// buffers make room (a loop that moved on to other sizes must not leave it clogged).
+  [[gnu::always_inline]] static void release(void* p, std::size_t bytes) noexcept {
+    const std::size_t b = rounded(bytes);
+    if (b < min_bytes && !dead()) {
+      auto& fl = local().small[class_of(b)];
+      if (fl.count < small_per_class) {
+        fl.ptr[fl.count++] = p;
+        return;
+      }
+    }
+    release_slow(p, b);
+  }
+
+ private:
+  /// `allocate` of `b` (rounded) bytes past the small free lists: a large buffer of that size
+  /// from the cache, else a new one.
+  [[gnu::noinline]] static void* allocate_slow(std::size_t b) {
     if (!dead()) {
       auto& c = local();
-      if (b < min_bytes) {
-        auto& fl = c.small[class_of(b)];
-        if (fl.count > 0) return fl.ptr[--fl.count];
-      } else {
+      if (b >= min_bytes) {
         for (std::size_t i = c.count; i-- > 0;)
           if (c.entries[i].bytes == b) {  // the newest of that size; the order stays oldest first
             void* p = c.entries[i].ptr;
@@ -67,23 +95,12 @@ class buffer_cache {
     }
     return ::operator new(b, std::align_val_t{storage_alignment});
   }
-  /// Bytes and buffers of large sizes this thread's cache holds (for tests and diagnostics).
-  static std::size_t cached_bytes() noexcept { return dead() ? 0 : local().total; }
-  static std::size_t cached_buffers() noexcept { return dead() ? 0 : local().count; }
-
-  /// Keeps `p` (allocated for `bytes`) for reuse; when the large cache is full, the oldest
-  /// buffers make room (a loop that moved on to other sizes must not leave it clogged).
-  static void release(void* p, std::size_t bytes) noexcept {
-    const std::size_t b = rounded(bytes);
+  /// `release` of `b` (rounded) bytes past the small free lists: into the large cache, else
+  /// back to the allocator.
+  [[gnu::noinline]] static void release_slow(void* p, std::size_t b) noexcept {
     if (!dead()) {
       auto& c = local();
-      if (b < min_bytes) {
-        auto& fl = c.small[class_of(b)];
-        if (fl.count < small_per_class) {
-          fl.ptr[fl.count++] = p;
-          return;
-        }
-      } else if (b <= max_cached_bytes) {
+      if (b >= min_bytes && b <= max_cached_bytes) {
         while (c.count > 0 && (c.count == max_entries || c.total + b > max_cached_bytes)) {
           ::operator delete(c.entries[0].ptr, std::align_val_t{storage_alignment});
           c.total -= c.entries[0].bytes;
@@ -98,7 +115,6 @@ class buffer_cache {
     ::operator delete(p, std::align_val_t{storage_alignment});
   }
 
- private:
   static std::size_t class_of(std::size_t b) noexcept {
     return static_cast<std::size_t>(std::countr_zero(b) - std::countr_zero(storage_alignment));
   }
