@@ -96,6 +96,46 @@ struct compiled_graph_of {
       &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>};
 };
 
+/// The lists a compiled call works in (the nodes' values, and shapes that do not outlive the
+/// call), reused from call to call on a thread so that a small call allocates none of them;
+/// a call made while one runs (a custom op that calls a compiled function, a hook) takes the
+/// next pair. A `lease` empties the values when the call ends, however it ends.
+template <Element T>
+class call_scratch {
+ public:
+  struct lists {
+    std::vector<tensor<T>> values;
+    std::vector<shape> shapes;
+  };
+  class lease {
+   public:
+    lease() : s_(local()), l_(s_.acquire()) {}
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() {
+      l_.values.clear();  // releases the values, keeps the capacity
+      --s_.depth_;
+    }
+    lists* operator->() const noexcept { return &l_; }
+
+   private:
+    call_scratch& s_;
+    lists& l_;
+  };
+
+ private:
+  static call_scratch& local() {
+    thread_local call_scratch s;
+    return s;
+  }
+  lists& acquire() {
+    if (depth_ == stack_.size()) stack_.push_back(std::make_unique<lists>());
+    return *stack_[depth_++];
+  }
+  std::vector<std::unique_ptr<lists>> stack_;
+  std::size_t depth_ = 0;
+};
+
 /// Runs a compiled function's forward on `in` and, when a gradient is needed, puts its one
 /// `CompiledFunctionBackward` node on the tape (holding the instance, the saved values and the
 /// forward's shapes). `state`: the instance's node states.
@@ -110,10 +150,14 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   }
   const std::vector<tensor<T>>& inputs = copies.empty() ? in : copies;
   const bool grad = needs_grad(in);
-  std::vector<tensor<T>> values(G.m);
-  // The nodes' shapes, then (below, for the backward) the inputs' shapes: one list.
-  std::vector<shape> shapes;
-  shapes.reserve(G.m + (grad ? in.size() : 0));
+  const typename call_scratch<T>::lease scratch;
+  std::vector<tensor<T>>& values = scratch->values;
+  values.resize(G.m);
+  // The nodes' shapes, then (below, for the backward) the inputs' shapes: one list, which the
+  // backward node keeps (without a gradient to record, the scratch list).
+  std::vector<shape> kept;
+  std::vector<shape>& shapes = grad ? kept : scratch->shapes;
+  if (grad) shapes.reserve(G.m + in.size());
   shapes.resize(G.m);
   const std::vector<tensor<T>> no_grads;
   G.forward(inst.get(), values, shapes, inputs, no_grads);
@@ -138,11 +182,14 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   small_vector<tensor<T>*, 4> out_ptrs;
   for (auto& o : outs) out_ptrs.push_back(&o);
   record<T>("CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
-            [g = &G, inst = std::move(inst), state, shapes = std::move(shapes),
+            [g = &G, inst = std::move(inst), state, shapes = std::move(kept),
              wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
               const compiled_graph<T>& G = *g;
-              std::vector<tensor<T>> values(G.m);
-              std::vector<shape> sh = shapes;
+              const typename call_scratch<T>::lease scratch;
+              std::vector<tensor<T>>& values = scratch->values;
+              values.resize(G.m);
+              std::vector<shape>& sh = scratch->shapes;  // the forward's, which this pass extends
+              sh.assign(shapes.begin(), shapes.end());
               for (int s = 0; s < G.saved_count; ++s)
                 values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
               const std::vector<tensor<T>> no_inputs;
