@@ -376,5 +376,14 @@ TEST_CASE("small_vector: copies and moves between inline and heap storage keep t
       CHECK(moved.back() == 7);
       CHECK(same(x, a, 100));  // sources of copies unchanged
       CHECK(same(y, b, 200));
+      // Equality: sizes first, then every element, whatever the storage.
+      CHECK(sv(x) == x);
+      CHECK((make(a, 100) == make(b, 100)) == (a == b));
+      if (a > 0) {
+        sv z = x;
+        z[a - 1] += 1;  // the last element differs
+        CHECK_FALSE(z == x);
+        CHECK(z != x);
+      }
     }
 }

@@ -202,8 +202,15 @@ class small_vector {
     *this = std::move(t);
   }
 
+  /// Element by element in a loop: shapes are a few dims, and `std::equal` on them is a
+  /// `memcmp` call (a shape is compared on every binary op and in every fused pass).
   friend bool operator==(const small_vector& a, const small_vector& b) noexcept {
-    return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+    if (a.size_ != b.size_) return false;
+    const T* const pa = a.data();
+    const T* const pb = b.data();
+    for (size_type i = 0; i < a.size_; ++i)
+      if (!(pa[i] == pb[i])) return false;
+    return true;
   }
   friend bool operator==(const small_vector& a, const std::vector<T>& b) noexcept {
     return a.size_ == b.size() && std::equal(a.begin(), a.end(), b.begin());
