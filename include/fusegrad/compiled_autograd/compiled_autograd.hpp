@@ -298,7 +298,7 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   auto mix = [](std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ULL; };
   auto add_shape = [&](const shape& s) {
     key.sizes.push_back(static_cast<index_t>(s.size()));
-    key.sizes.insert(key.sizes.end(), s.begin(), s.end());
+    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
   };
   auto add_hooks = [&](std::uint64_t h, const std::vector<hook<T>>& hs) {
     for (const auto& hk : hs) {
@@ -349,7 +349,7 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
     }
     std::uint64_t params = 0;
     const std::size_t first = col.tensors.size();
-    const bool accumulates = name == "AccumulateGrad";
+    const bool accumulates = n->accumulates();
     if (n->applies_hooks() || !n->collect(params, col.tensors)) {
       col.all = false;
       col.tensors.resize(first);
@@ -363,9 +363,9 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
         else key.sizes.push_back(-1);
       }
     }
-    if (accumulates)
-      if (auto* acc = dynamic_cast<fusegrad::detail::accumulate_grad<T>*>(n))
-        if (auto leaf = acc->variable(); leaf.defined()) h = add_hooks(mix(h, 0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
+    if (accumulates)  // only accumulate_grad says so
+      if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable(); leaf.defined())
+        h = add_hooks(mix(h, 0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
     key.structure.push_back(h);
     key.names.push_back(name);
     key.bytes.push_back(static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
@@ -560,8 +560,8 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
   for (const auto* t : rec.targets) {
     bool found = false;
     for (std::size_t q = 0; q < col.order.size() && !found; ++q)
-      if (col.order[q]->name() == "AccumulateGrad")
-        if (auto* acc = dynamic_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[q]))
+      if (col.order[q]->accumulates())
+        if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[q]))
           if (auto leaf = acc->variable(); leaf.defined() && leaf.raw_impl()->grad.raw_impl().get() == t) {
             p->out_node.push_back(static_cast<std::uint32_t>(q));
             const auto flat = col.offsets[q];  // the gradient it had: an input of the graph?
@@ -587,8 +587,8 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
             found = true;
           }
       }
-      if (!found && n->name() == "AccumulateGrad")
-        if (auto* acc = dynamic_cast<fusegrad::detail::accumulate_grad<T>*>(n))
+      if (!found && n->accumulates())
+        if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(n))
           if (auto leaf = acc->variable(); leaf.defined()) {
             const auto& hs = leaf.raw_impl()->leaf_hooks;
             for (std::size_t j = 0; j < hs.size() && !found; ++j)

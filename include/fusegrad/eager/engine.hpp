@@ -201,8 +201,9 @@ void capture_into(node<T>& n, std::vector<tensor<T>>& in, const pass_options<T>&
     const auto& e = (*opt.capture)[i];
     if (e.fn.get() != &n || e.input_nr >= in.size() || !in[e.input_nr].defined()) continue;
     tensor<T> g = in[e.input_nr];
-    if (auto* acc = dynamic_cast<accumulate_grad<T>*>(&n))  // a leaf's own hooks, as a backward runs them
-      if (auto leaf = acc->variable(); leaf.defined()) g = run_hooks(leaf.raw_impl()->leaf_hooks, std::move(g));
+    if (n.accumulates())  // a leaf's own hooks, as a backward runs them
+      if (auto leaf = static_cast<accumulate_grad<T>&>(n).variable(); leaf.defined())
+        g = run_hooks(leaf.raw_impl()->leaf_hooks, std::move(g));
     (*opt.captured)[i] = std::move(g);
   }
 }
@@ -302,7 +303,7 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
                std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
     if (opt.capture) [[unlikely]] {
       if (any) capture_into(*n, in, opt);
-      any = any && own.needed == 1 && n->name() != "AccumulateGrad";
+      any = any && own.needed == 1 && !n->accumulates();
     }
     if (!any) {  // nothing flows into this node (or nothing is asked of it): nothing flows out
       in.clear();

@@ -102,6 +102,10 @@ class node {
 
   /// PyTorch's name for this node kind: "MulBackward0", "AccumulateGrad", ...
   [[nodiscard]] virtual std::string_view name() const = 0;
+  /// Whether this is a leaf's `AccumulateGrad` node (`detail::accumulate_grad`, the only one
+  /// that says so): what the engine and compiled autograd's key walk ask of every node,
+  /// without comparing names or a `dynamic_cast`.
+  [[nodiscard]] virtual bool accumulates() const noexcept { return false; }
   /// Computes input gradients from output gradients (`grads[i]` has `output_shape(i)`).
   /// An undefined entry in the result means "no gradient for that input".
   virtual std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) = 0;

@@ -87,6 +87,7 @@ class accumulate_grad final : public node<T> {
     this->add_output(leaf->sizes);
   }
   [[nodiscard]] std::string_view name() const override { return "AccumulateGrad"; }
+  [[nodiscard]] bool accumulates() const noexcept override { return true; }
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
     auto leaf = leaf_.lock();
     if (!leaf) return {};
