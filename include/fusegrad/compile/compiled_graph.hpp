@@ -96,45 +96,16 @@ struct compiled_graph_of {
       &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>};
 };
 
-/// The lists a compiled call works in (the nodes' values, and shapes that do not outlive the
-/// call), reused from call to call on a thread so that a small call allocates none of them;
-/// a call made while one runs (a custom op that calls a compiled function, a hook) takes the
-/// next pair. A `lease` empties the values when the call ends, however it ends.
+/// `ts` as they are when every defined one is contiguous (the usual case: no list copied),
+/// else `copies` filled with them, the strided ones as contiguous copies (the same values).
 template <Element T>
-class call_scratch {
- public:
-  struct lists {
-    std::vector<tensor<T>> values;
-    std::vector<shape> shapes;
-  };
-  class lease {
-   public:
-    lease() : s_(local()), l_(s_.acquire()) {}
-    lease(const lease&) = delete;
-    lease& operator=(const lease&) = delete;
-    ~lease() {
-      l_.values.clear();  // releases the values, keeps the capacity
-      --s_.depth_;
-    }
-    lists* operator->() const noexcept { return &l_; }
-
-   private:
-    call_scratch& s_;
-    lists& l_;
-  };
-
- private:
-  static call_scratch& local() {
-    thread_local call_scratch s;
-    return s;
-  }
-  lists& acquire() {
-    if (depth_ == stack_.size()) stack_.push_back(std::make_unique<lists>());
-    return *stack_[depth_++];
-  }
-  std::vector<std::unique_ptr<lists>> stack_;
-  std::size_t depth_ = 0;
-};
+const std::vector<tensor<T>>& contiguous_list(const std::vector<tensor<T>>& ts, std::vector<tensor<T>>& copies) {
+  const auto readable = [](const tensor<T>& t) { return !t.defined() || t.is_contiguous(); };
+  if (std::all_of(ts.begin(), ts.end(), readable)) return ts;
+  copies.reserve(ts.size());
+  for (const auto& t : ts) copies.push_back(readable(t) ? t : contiguous_copy(t));
+  return copies;
+}
 
 /// Runs a compiled function's forward on `in` and, when a gradient is needed, puts its one
 /// `CompiledFunctionBackward` node on the tape (holding the instance, the saved values and the
@@ -142,22 +113,13 @@ class call_scratch {
 template <Element T>
 std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<const void> inst,
                                     const void* const* state, const std::vector<tensor<T>>& in) {
-  // The inputs as they are when contiguous (the usual case: no copy of the list either).
   std::vector<tensor<T>> copies;
-  if (!std::all_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.is_contiguous(); })) {
-    copies.reserve(in.size());
-    for (const auto& t : in) copies.push_back(t.is_contiguous() ? t : contiguous_copy(t));
-  }
-  const std::vector<tensor<T>>& inputs = copies.empty() ? in : copies;
+  const std::vector<tensor<T>>& inputs = contiguous_list(in, copies);
   const bool grad = needs_grad(in);
-  const typename call_scratch<T>::lease scratch;
-  std::vector<tensor<T>>& values = scratch->values;
-  values.resize(G.m);
-  // The nodes' shapes, then (below, for the backward) the inputs' shapes: one list, which the
-  // backward node keeps (without a gradient to record, the scratch list).
-  std::vector<shape> kept;
-  std::vector<shape>& shapes = grad ? kept : scratch->shapes;
-  if (grad) shapes.reserve(G.m + in.size());
+  std::vector<tensor<T>> values(G.m);
+  // The nodes' shapes, then (below, for the backward) the inputs' shapes: one list.
+  std::vector<shape> shapes;
+  shapes.reserve(G.m + (grad ? in.size() : 0));
   shapes.resize(G.m);
   const std::vector<tensor<T>> no_grads;
   G.forward(inst.get(), values, shapes, inputs, no_grads);
@@ -173,7 +135,8 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   std::vector<tensor<T>> saved;
   saved.reserve(static_cast<std::size_t>(G.saved_count));
   for (int s = 0; s < G.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(G.saved_nodes[s])]);
-  // Which inputs take a gradient (bit i), and their shapes after the nodes' (shapes[G.m + i]).
+  // Which inputs take a gradient (wants[i] != 0), and their shapes after the nodes'
+  // (shapes[G.m + i]).
   small_vector<unsigned char, 8> wants;
   for (const auto& t : in) {
     shapes.push_back(t.shape());
@@ -182,26 +145,17 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   small_vector<tensor<T>*, 4> out_ptrs;
   for (auto& o : outs) out_ptrs.push_back(&o);
   record<T>("CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
-            [g = &G, inst = std::move(inst), state, shapes = std::move(kept),
+            [g = &G, inst = std::move(inst), state, shapes = std::move(shapes),
              wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
               const compiled_graph<T>& G = *g;
-              const typename call_scratch<T>::lease scratch;
-              std::vector<tensor<T>>& values = scratch->values;
-              values.resize(G.m);
-              std::vector<shape>& sh = scratch->shapes;  // the forward's, which this pass extends
-              sh.assign(shapes.begin(), shapes.end());
+              std::vector<tensor<T>> values(G.m);
+              std::vector<shape> sh = shapes;  // the forward's, which this pass extends
               for (int s = 0; s < G.saved_count; ++s)
                 values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
               const std::vector<tensor<T>> no_inputs;
-              // The outputs' gradients as the engine hands them when all are given and
-              // contiguous (the usual case), else with copies and absent ones marked.
               const bool all_given = std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return x.defined(); });
-              std::vector<tensor<T>> copied;
-              if (!std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return !x.defined() || x.is_contiguous(); })) {
-                copied.reserve(gs.size());
-                for (const auto& x : gs) copied.push_back(!x.defined() || x.is_contiguous() ? x : contiguous_copy(x));
-              }
-              const std::vector<tensor<T>>& grads = copied.empty() ? gs : copied;
+              std::vector<tensor<T>> copies;
+              const std::vector<tensor<T>>& grads = contiguous_list(gs, copies);
               if (!all_given) [[unlikely]] {
                 // Outputs nothing used: node by node, leaving their gradients' terms out.
                 for (std::size_t c = 0; c < G.m; ++c)
