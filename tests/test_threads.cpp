@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <cmath>
 #include <latch>
 #include <string>
@@ -311,4 +313,34 @@ TEST_CASE("8 user threads' parallel loops run on at most 8 + 3 threads at once (
   CHECK(peak_lent <= 3);
   CHECK(fg::detail::workers_busy().load() == 0);
   fg::set_num_threads(before);
+}
+
+TEST_CASE("light_mutex: mutual exclusion under contention, waiters woken, try_lock") {
+  // The lock of tape nodes and tensors' autograd state (core/mutex.hpp). A plain counter
+  // incremented under it by 4 threads must end exact (a lost update shows a broken lock); a
+  // holder that sleeps makes the others wait on the word and be woken (they finish).
+  fg::detail::light_mutex mu;
+  long counter = 0;  // not atomic: only the lock orders its updates
+  volatile int sink = 0;
+  constexpr int threads = 4, rounds = 50000;
+  std::latch start(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int r = 0; r < rounds; ++r) {
+        std::lock_guard lock(mu);
+        const long v = counter;  // read, wait, write: without the lock, updates are lost
+        for (int k = 0; k < 16; ++k) sink = k;
+        counter = v + 1;
+        if (t == 0 && r % 10000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(counter == static_cast<long>(threads) * rounds);
+  CHECK(mu.try_lock());
+  CHECK_FALSE(mu.try_lock());  // not recursive
+  mu.unlock();
+  CHECK(mu.try_lock());
+  mu.unlock();
 }

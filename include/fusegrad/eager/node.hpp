@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fusegrad/core/mutex.hpp"
 #include "fusegrad/core/small_vector.hpp"
 #include "fusegrad/eager/tensor.hpp"
 
@@ -264,7 +265,7 @@ class saving_node : public node<T> {
   }
 
   std::string_view name_;
-  mutable std::mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
+  mutable light_mutex mutex_;  ///< guards `saved_` and `released_` (PyTorch's `Node::mutex_`)
   std::vector<tensor<T>> saved_;
   small_vector<std::uint64_t, 4> versions_;
   std::vector<int> output_slot_;  ///< per saved tensor: which output of this node it is, or -1 (empty: none)

@@ -22,6 +22,7 @@
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/operand.hpp"
 #include "fusegrad/core/grad_mode.hpp"
+#include "fusegrad/core/mutex.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/storage.hpp"
 
@@ -277,7 +278,7 @@ struct tensor_impl {
   /// Serialises what concurrent backwards (and forwards) through this tensor change: the
   /// accumulation into `grad` and the making of `grad_accumulator` (PyTorch's
   /// `AutogradMeta::mutex_`). Never held while user code (a hook) runs.
-  mutable std::mutex mutex;
+  mutable light_mutex mutex;
 };
 
 /// A fresh contiguous tensor of shape `s` (uninitialised elements) for op `op`. A shape

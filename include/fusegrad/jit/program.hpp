@@ -533,7 +533,7 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
         P.adv[s] = true;
       }
     }
-    red[p].reset(n.kind == node_kind::max);
+    if (reduces) red[p].reset(n.kind == node_kind::max);  // an element-wise instruction has none
   }
   // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
   // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
