@@ -29,6 +29,7 @@
 #include "fusegrad/compile/compiled_graph.hpp"
 #include "fusegrad/compile/node_eval.hpp"
 #include "fusegrad/core/machine.hpp"
+#include "fusegrad/core/mutex.hpp"
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/kernel/fused.hpp"  // backend::fused, the default
 
@@ -51,7 +52,7 @@ class instance_cache {
   }
 
  private:
-  std::mutex mutex_;
+  light_mutex mutex_;  ///< taken on every call: core/mutex.hpp's lock costs no libpthread call
   std::vector<std::pair<const void*, std::shared_ptr<const void>>> entries_;
 };
 }  // namespace detail
