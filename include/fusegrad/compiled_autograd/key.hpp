@@ -1,0 +1,332 @@
+#pragma once
+/// \file fusegrad/compiled_autograd/key.hpp
+/// The cache key of a backward and what the same walk collects: the tape walked from its
+/// roots in NodeCall order (`make_key`), each node's kind, edges, output shapes, saved
+/// tensors' shapes, rule constants and hook kinds hashed into a per-thread key, its saved
+/// tensors collected (versions checked) for a hit to run on; the process-wide cache of keys
+/// (`lookup`, `reset`).
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusegrad/compiled_autograd/options.hpp"
+#include "fusegrad/eager/engine.hpp"
+#include "fusegrad/jit/entry.hpp"
+#include "fusegrad/jit/log.hpp"
+
+namespace fusegrad {
+namespace compiled_autograd {
+
+namespace detail {
+
+/// The cache key of one backward, in NodeCall order (breadth-first from GraphRoot): per node
+/// a hash of its kind, edges and hook ids, its name, and its output sizes (ranks included),
+/// all nodes' sizes in one array. Built into a per-thread buffer: no allocation once warm.
+struct walk_key {
+  std::vector<std::uint64_t> structure;
+  std::vector<std::string_view> names;  ///< the nodes' own names (valid while the tape lives)
+  std::vector<std::uint32_t> bytes;     ///< the key's size for each node (for the verbose log)
+  std::vector<std::uint32_t> offsets;   ///< node i's sizes: [offsets[i], offsets[i + 1])
+  std::vector<index_t> sizes;
+  [[nodiscard]] std::size_t size() const noexcept { return structure.size(); }
+};
+
+/// A key the cache holds: the same, names owned, and which sizes are dynamic.
+struct cached_key {
+  std::vector<std::uint64_t> structure;
+  std::vector<std::string> names;
+  std::vector<std::uint32_t> bytes, offsets;
+  std::vector<index_t> sizes;
+  std::vector<char> dynamic;  ///< per entry of `sizes`
+  /// How a hit runs the captured graph directly (`plan<T>`s, one per set of sizes, most
+  /// recent first; none fits: the hit retraces and adds one).
+  std::vector<std::shared_ptr<const void>> plans;
+  bool no_plan = false;  ///< a capture found the tape's graph cannot be run from collected inputs
+};
+
+struct state {
+  std::mutex mu;
+  std::recursive_mutex capture_mu;  ///< held by each captured backward (see `run`; a hook's may nest)
+  std::vector<cached_key> keys;
+  std::unique_ptr<fusegrad::detail::jit::function_state> programs[2][2];  // [backend][fullgraph]
+  fusegrad::detail::jit::function_state& programs_for(const options& o) {
+    std::lock_guard lock(mu);  // backwards on several threads make it on first use
+    auto& p = programs[o.backend == jit_backend::eager][o.fullgraph];
+    if (!p) {
+      jit_options jo;
+      jo.name = "compiled_autograd";
+      jo.fullgraph = o.fullgraph;
+      jo.backend = o.backend;
+      jo.recompile_limit = 64;
+      jo.graph_log = logs::compiled_autograd;
+      p = std::make_unique<fusegrad::detail::jit::function_state>(std::move(jo));
+    }
+    return *p;
+  }
+};
+inline state& global_state() {
+  static state s;
+  return s;
+}
+
+/// Node pointer -> NodeCall index, open addressing (reused: no allocation once warm; a new
+/// generation empties it without touching its slots).
+class call_index {
+ public:
+  void clear() {
+    if (slots_.empty()) slots_.resize(64);
+    if (++gen_ == 0) {  // wrapped: every stale slot could look current
+      std::fill(slots_.begin(), slots_.end(), slot{});
+      gen_ = 1;
+    }
+    count_ = 0;
+  }
+  /// The index of `p`, given `next` if it has none yet; second: it was new.
+  std::pair<int, bool> find_or_add(const void* p, int next) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    slot& s = probe(slots_, p, gen_);
+    if (s.gen == gen_) return {s.value, false};
+    s = {p, next, gen_};
+    ++count_;
+    return {next, true};
+  }
+
+ private:
+  struct slot {
+    const void* key = nullptr;
+    int value = -1;
+    std::uint32_t gen = 0;
+  };
+  /// `p`'s slot of this generation, or the free (stale) slot where it goes.
+  static slot& probe(std::vector<slot>& v, const void* p, std::uint32_t gen) {
+    const std::size_t mask = v.size() - 1;
+    std::size_t i = static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    while (v[i].gen == gen && v[i].key != p) i = (i + 1) & mask;
+    return v[i];
+  }
+  void grow() {
+    std::vector<slot> bigger(slots_.size() * 2);
+    for (const slot& s : slots_)
+      if (s.gen == gen_) probe(bigger, s.key, gen_) = s;
+    slots_.swap(bigger);
+  }
+  std::vector<slot> slots_;
+  std::size_t count_ = 0;
+  std::uint32_t gen_ = 0;
+};
+
+/// What the key walk collects from the nodes of one tape (`node::collect`), in NodeCall order:
+/// the tensors each node's backward reads (node q's: [offsets[q], offsets[q + 1])), the
+/// nodes, and the backward's root gradients. Per thread, reused.
+template <Element T>
+struct collected {
+  std::vector<node<T>*> order;  ///< NodeCall q + 1
+  std::vector<const tensor<T>*> tensors;  ///< as the nodes hold them (valid until a node runs)
+  std::vector<tensor<T>> owned;           ///< a capture's copy of `tensors`, taken before the engine runs
+  std::vector<std::uint32_t> offsets;
+  std::vector<tensor<T>> grads;  ///< the root gradients (given or implicit ones)
+  bool all = true;               ///< every node could say what it reads (a hit may skip the rules)
+};
+template <Element T>
+collected<T>& collected_of() {
+  thread_local collected<T> c;
+  return c;
+}
+
+/// The hash of a node's name, memoised by the name's address (names are string literals).
+inline std::uint64_t name_hash(std::string_view name) {
+  struct slot {
+    const char* p = nullptr;
+    std::size_t n = 0;
+    std::uint64_t h = 0;
+    char c0 = 0, c1 = 0;
+  };
+  thread_local slot memo[64];
+  slot& m = memo[(reinterpret_cast<std::uintptr_t>(name.data()) >> 3) & 63];
+  if (m.p == name.data() && m.n == name.size() && (name.empty() || (m.c0 == name.front() && m.c1 == name.back()))) return m.h;
+  std::uint64_t h = 1469598103934665603ULL;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  m = {name.data(), name.size(), h, name.empty() ? '\0' : name.front(), name.empty() ? '\0' : name.back()};
+  return h;
+}
+
+/// The cache key of the tape below `roots` (a per-thread buffer, valid until the next call),
+/// built in the same pass that collects what each node's backward reads (`collected_of<T>()`:
+/// its saved tensors, whose shapes join the key, checked for in-place changes as `apply`
+/// checks them). Hooks enter the key by position and kind, not by id: an opaque hook is an
+/// input of the captured graph, collected from the tape on every hit.
+template <Element T>
+const walk_key& make_key(const std::vector<tensor<T>>& roots) {
+  thread_local walk_key key;
+  thread_local call_index call;
+  collected<T>& col = collected_of<T>();
+  std::vector<node<T>*>& order = col.order;
+  key.structure.clear();
+  key.names.clear();
+  key.bytes.clear();
+  key.offsets.clear();
+  key.sizes.clear();
+  order.clear();
+  col.tensors.clear();
+  col.offsets.clear();
+  col.all = true;
+  call.clear();
+  constexpr std::uint64_t basis = 1469598103934665603ULL;
+  auto mix = [](std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ULL; };
+  auto add_shape = [&](const shape& s) {
+    key.sizes.push_back(static_cast<index_t>(s.size()));
+    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
+  };
+  auto add_hooks = [&](std::uint64_t h, const std::vector<hook<T>>& hs) {
+    for (const auto& hk : hs) {
+      if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
+        col.all = false;
+        h = mix(h, hk.id);
+      } else {
+        h = mix(h, hk.retains_grad ? 0x52ULL : 0x48ULL);
+      }
+    }
+    return h;
+  };
+  // NodeCall 0: the root, with one edge per backward root.
+  std::uint64_t h = mix(basis, sizeof(T));
+  key.offsets.push_back(0);
+  for (const auto& r : roots) {
+    const auto e = fusegrad::detail::gradient_edge(r);
+    add_shape(r.shape());
+    std::uint64_t target = ~0ULL;
+    if (e.fn) {
+      auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
+      if (fresh) order.push_back(e.fn.get());
+      target = static_cast<std::uint64_t>(idx);
+    }
+    h = mix(h, target);
+  }
+  key.structure.push_back(h);
+  key.names.emplace_back("GraphRoot");
+  key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
+  for (std::size_t q = 0; q < order.size(); ++q) {
+    node<T>* n = order[q];
+    const std::string_view name = n->name();
+    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+    h = name_hash(name);
+    for (const auto& e : n->next_edges()) {
+      std::uint64_t target = ~0ULL;
+      if (e.fn) {
+        auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
+        if (fresh) order.push_back(e.fn.get());
+        target = static_cast<std::uint64_t>(idx) << 8 | e.input_nr;
+      }
+      h = mix(h, target);
+    }
+    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
+      h = add_hooks(mix(h, 0x4F5554ULL), n->pre_hooks(i));
+      add_shape(n->output_shape(i));
+    }
+    std::uint64_t params = 0;
+    const std::size_t first = col.tensors.size();
+    const bool accumulates = n->accumulates();
+    if (n->applies_hooks() || !n->collect(params, col.tensors)) {
+      col.all = false;
+      col.tensors.resize(first);
+      h = mix(h, 0xC0FFEEULL);
+    } else {
+      h = mix(h, params);
+      // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
+      // captured graph did not; see `run_plan`.)
+      for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
+        if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
+        else key.sizes.push_back(-1);
+      }
+    }
+    if (accumulates)  // only accumulate_grad says so
+      if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable(); leaf.defined())
+        h = add_hooks(mix(h, 0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
+    key.structure.push_back(h);
+    key.names.push_back(name);
+    key.bytes.push_back(static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
+  }
+  key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+  col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+  return key;
+}
+
+/// Looks `key` up (true: a hit); on a miss, records it and logs why. `found`, when given, gets
+/// the cached key (valid while the caller holds `capture_mu`).
+inline bool lookup(const walk_key& key, cached_key** found = nullptr) {
+  auto& st = global_state();
+  std::lock_guard lock(st.mu);
+  // The cached key sharing the longest structural prefix.
+  std::size_t best = 0;
+  cached_key* best_key = nullptr;
+  for (auto& c : st.keys) {
+    std::size_t p = 0;
+    const std::size_t m = std::min(key.size(), c.structure.size());
+    if (c.structure.size() == key.size() && c.sizes == key.sizes && c.offsets == key.offsets &&
+        std::equal(c.structure.begin(), c.structure.end(), key.structure.begin())) {
+      if (found) *found = &c;  // the common hit: everything equal (memcmp-speed compares)
+      return true;
+    }
+    while (p < m && c.structure[p] == key.structure[p]) ++p;
+    if (p == key.size() && p == c.structure.size()) {
+      // Same structure: a hit unless a static size changed.
+      if (c.sizes.size() == key.sizes.size() && c.offsets == key.offsets) {
+        bool same = true;
+        for (std::size_t j = 0; j < key.sizes.size(); ++j)
+          if (c.sizes[j] != key.sizes[j] && !c.dynamic[j]) {
+            same = false;
+            c.dynamic[j] = 1;
+            const auto node = static_cast<std::size_t>(std::upper_bound(c.offsets.begin(), c.offsets.end(), j) - c.offsets.begin()) - 1;
+            logs::emit(logs::compiled_autograd_verbose, "Cache miss due to changed shapes: marking size idx " +
+                                                            std::to_string(j - c.offsets[node]) + " of " + c.names[node] +
+                                                            " (NodeCall " + std::to_string(node) + ") as dynamic");
+          }
+        if (found) *found = &c;
+        if (same) return true;
+        c.sizes = key.sizes;
+        return false;
+      }
+      // Same structure, other ranks: a new key.
+    }
+    if (p >= best) best = p, best_key = &c;
+  }
+  std::string prev = "[";
+  for (const auto& c : st.keys)
+    if (best < c.structure.size() && (!best_key || best_key == &c || best == 0))
+      prev += (prev.size() > 1 ? ", " : "") + std::to_string(c.bytes[best]);
+  prev += "]";
+  if (best < key.size())
+    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + std::string(key.names[best]) + " (NodeCall " +
+                                                    std::to_string(best) + ") with key size " + std::to_string(key.bytes[best]) +
+                                                    ", previous key sizes=" + prev);
+  cached_key c;
+  c.structure = key.structure;
+  c.names.assign(key.names.begin(), key.names.end());
+  c.bytes = key.bytes;
+  c.offsets = key.offsets;
+  c.sizes = key.sizes;
+  c.dynamic.assign(key.sizes.size(), 0);
+  st.keys.push_back(std::move(c));
+  if (found) *found = &st.keys.back();
+  return false;
+}
+
+}  // namespace detail
+
+/// Forgets every cached key and compiled backward (like `torch._dynamo.reset()`).
+inline void reset() {
+  auto& st = detail::global_state();
+  std::lock_guard lock(st.mu);
+  st.keys.clear();
+  for (auto& row : st.programs)
+    for (auto& p : row) p.reset();
+}
+
+}  // namespace compiled_autograd
+}  // namespace fusegrad

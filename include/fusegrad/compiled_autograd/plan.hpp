@@ -1,0 +1,246 @@
+#pragma once
+/// \file fusegrad/compiled_autograd/plan.hpp
+/// How a cache hit runs a captured backward without running a rule: the `plan` a capture
+/// makes (`make_plan`: where each input of the compiled graph comes from in what the key walk
+/// collects, which hook each call slot is, which leaf each output accumulates into), its
+/// printed signature, and `run_plan`, which runs it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusegrad/compiled_autograd/key.hpp"
+#include "fusegrad/jit/trace.hpp"
+
+namespace fusegrad {
+namespace compiled_autograd {
+
+namespace detail {
+
+/// How a cache hit runs a captured backward without running a rule (the seed's
+/// `forward(inputs, sizes, scalars, hooks)`): the captured graph's cache entry, where each of
+/// its inputs comes from in what the key walk collects, the leaves its outputs accumulate
+/// into, and its call slots: a matmul's or a view's backward (kept from the capture: the
+/// rule's constants are in the key) or a tensor hook, collected from the tape on each hit.
+template <Element T>
+struct plan {
+  std::shared_ptr<const fusegrad::detail::jit::entry<T>> e;
+  /// The key's sizes at the capture: a plan runs on those only (equal structure, constants
+  /// and sizes trace to the same graph; the graph's own inputs do not give every size a
+  /// rule baked in, such as a sum's input shape in its backward's `call` node).
+  std::vector<index_t> key_sizes;
+  std::vector<shape> shapes;  ///< the entry's node shapes for these sizes (a shape-generic entry)
+  /// Per graph input: a collected tensor (`collected::tensors` index) or root gradient `index`.
+  struct source {
+    bool root = false;
+    std::uint32_t index = 0;
+  };
+  std::vector<source> inputs;
+  /// Sources that were one tensor at the capture (a tensor two nodes saved: the graph reads it
+  /// once, from the first): a hit runs the plan only where they are one tensor again.
+  std::vector<std::pair<source, source>> same;
+  std::vector<std::uint32_t> out_node;  ///< per graph output: its AccumulateGrad (NodeCall - 1)
+  std::vector<char> out_added;          ///< per graph output: the graph adds the leaf's gradient so far
+  std::vector<ir::call_fn<T>> fns;      ///< per call slot (a hook's is made on each hit)
+  /// A hook slot: the hook at `index` of output `output` of node `node` (-1: the leaf's hooks).
+  struct hook_source {
+    std::uint32_t slot, node;
+    int output;
+    std::uint32_t index;
+  };
+  std::vector<hook_source> hooks;
+};
+
+/// The signature of a plan's graph, as the seed prints it.
+template <Element T>
+std::string signature(const plan<T>& p, const collected<T>& col) {
+  auto node_of = [&](std::uint32_t flat) {
+    const auto q = static_cast<std::size_t>(std::upper_bound(col.offsets.begin(), col.offsets.end(), flat) - col.offsets.begin()) - 1;
+    return std::pair<std::size_t, std::uint32_t>{q, flat - col.offsets[q]};
+  };
+  std::string s = "compiled autograd graph: forward(inputs, sizes, scalars, hooks)\n  inputs:";
+  for (std::size_t i = 0; i < p.inputs.size(); ++i) {
+    const auto& src = p.inputs[i];
+    s += "\n    inputs[" + std::to_string(i) + "] ";
+    if (src.root) {
+      s += "GraphRoot (NodeCall 0) grad " + std::to_string(src.index);
+    } else {
+      const auto [q, k] = node_of(src.index);
+      const std::string_view name = col.order[q]->name();
+      s += std::string(name) + " (NodeCall " + std::to_string(q + 1) + ") " + (name == "AccumulateGrad" ? "grad so far" : "saved " + std::to_string(k));
+    }
+    const auto& g = p.e->inputs[i];
+    s += std::string(": ") + (sizeof(T) == 4 ? "f32" : "f64") + "[";
+    for (std::size_t d = 0; d < g.sizes.size(); ++d)
+      s += (d ? ", " : "") + ((g.dynamic >> d) & 1U ? "s" + std::to_string(i) + "_" + std::to_string(d) : std::to_string(g.sizes[d]));
+    s += "]";
+  }
+  s += "\n  sizes: ";
+  bool any = false;
+  for (std::size_t i = 0; i < p.e->inputs.size(); ++i)
+    for (std::size_t d = 0; d < p.e->inputs[i].sizes.size(); ++d)
+      if ((p.e->inputs[i].dynamic >> d) & 1U) s += std::string(any ? ", " : "") + "s" + std::to_string(i) + "_" + std::to_string(d), any = true;
+  if (!any) s += "(all static)";
+  s += "\n  scalars: (specialised, keyed on each node's constants)\n  hooks:";
+  for (const auto& h : p.hooks)
+    s += "\n    hooks[" + std::to_string(h.slot) + "] " + std::string(col.order[h.node]->name()) + " (NodeCall " + std::to_string(h.node + 1) + ") " +
+         (h.output < 0 ? std::string("leaf") : "output " + std::to_string(h.output)) + " hook " + std::to_string(h.index);
+  if (p.hooks.empty()) s += " (none)";
+  s += "\n  outputs:";
+  for (std::size_t o = 0; o < p.out_node.size(); ++o) s += " accumulate_grad(NodeCall " + std::to_string(p.out_node[o] + 1) + ")";
+  return s;
+}
+
+/// The plan of a capture that ran as one compiled graph, or null where its graph cannot run
+/// from collected values alone (a graph break, an eager fallback, an input the walk did not
+/// collect, an output that is not a leaf's gradient, a hook traced into the graph).
+template <Element T>
+std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::trace<T>::flush_record& rec, const collected<T>& col,
+                                         const std::vector<index_t>& key_sizes) {
+  if (!col.all || rec.flushes != 1 || !rec.compiled || !rec.e || rec.e->bwd || rec.e->eager) return nullptr;
+  auto p = std::make_shared<plan<T>>();
+  p->e = rec.e;
+  p->key_sizes = key_sizes;
+  if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
+  // Every collected tensor and root gradient by its impl (one source per impl).
+  std::vector<std::pair<const void*, typename plan<T>::source>> by_impl;
+  for (std::size_t j = 0; j < col.owned.size(); ++j)
+    if (col.owned[j].defined()) by_impl.push_back({col.owned[j].raw_impl().get(), {false, static_cast<std::uint32_t>(j)}});
+  for (std::size_t j = 0; j < col.grads.size(); ++j) by_impl.push_back({col.grads[j].raw_impl().get(), {true, static_cast<std::uint32_t>(j)}});
+  std::stable_sort(by_impl.begin(), by_impl.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  {  // one tensor, several sources (saved inputs are the tensors themselves): the first reads it
+    std::size_t w = 0;
+    for (std::size_t j = 0; j < by_impl.size(); ++j) {
+      if (w > 0 && by_impl[j].first == by_impl[w - 1].first) {
+        p->same.emplace_back(by_impl[w - 1].second, by_impl[j].second);
+        continue;
+      }
+      by_impl[w++] = by_impl[j];
+    }
+    by_impl.resize(w);
+  }
+  for (const auto& in : rec.inputs) {
+    const void* k = in.raw_impl().get();
+    auto it = std::lower_bound(by_impl.begin(), by_impl.end(), k, [](const auto& a, const void* b) { return a.first < b; });
+    if (it == by_impl.end() || it->first != k) return nullptr;  // made by a rule (zeros, ...): not collectable
+    p->inputs.push_back(it->second);
+  }
+  // Outputs: the leaves' gradients.
+  for (const auto* t : rec.targets) {
+    bool found = false;
+    for (std::size_t q = 0; q < col.order.size() && !found; ++q)
+      if (col.order[q]->accumulates())
+        if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[q]))
+          if (auto leaf = acc->variable(); leaf.defined() && leaf.raw_impl()->grad.raw_impl().get() == t) {
+            p->out_node.push_back(static_cast<std::uint32_t>(q));
+            const auto flat = col.offsets[q];  // the gradient it had: an input of the graph?
+            p->out_added.push_back(std::any_of(p->inputs.begin(), p->inputs.end(), [&](const auto& src) { return !src.root && src.index == flat; }));
+            found = true;
+          }
+    if (!found) return nullptr;
+  }
+  // Call slots: matmul's and views' functions kept; hooks found on the tape by id.
+  p->fns = rec.calls;
+  for (std::size_t k = 0; k < rec.calls.size(); ++k) {
+    const std::uint64_t id = rec.call_hook_ids[k];
+    if (id == 0) continue;
+    if (id == ~std::uint64_t{0}) return nullptr;
+    bool found = false;
+    for (std::size_t q = 0; q < col.order.size() && !found; ++q) {
+      node<T>* n = col.order[q];
+      for (std::size_t i = 0; i < n->num_outputs() && !found; ++i) {
+        const auto& hs = n->pre_hooks(i);
+        for (std::size_t j = 0; j < hs.size() && !found; ++j)
+          if (hs[j].id == id) {
+            p->hooks.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), static_cast<int>(i), static_cast<std::uint32_t>(j)});
+            found = true;
+          }
+      }
+      if (!found && n->accumulates())
+        if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(n))
+          if (auto leaf = acc->variable(); leaf.defined()) {
+            const auto& hs = leaf.raw_impl()->leaf_hooks;
+            for (std::size_t j = 0; j < hs.size() && !found; ++j)
+              if (hs[j].id == id) {
+                p->hooks.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), -1, static_cast<std::uint32_t>(j)});
+                found = true;
+              }
+          }
+    }
+    if (!found) return nullptr;
+    p->fns[k] = nullptr;
+  }
+  return p;
+}
+
+/// A cache hit: the captured graph run on the values the key walk collected, its outputs
+/// accumulated into the leaves (PyTorch's AccumulateGrad: a fresh buffer is taken over).
+/// False, having changed nothing, where the inputs do not fit the plan's program (the caller
+/// then captures again).
+template <Element T>
+bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
+  const auto& e = *p.e;
+  thread_local std::vector<tensor<T>> inputs;
+  inputs.clear();
+  struct clear_inputs {
+    ~clear_inputs() { inputs.clear(); }
+  } clear_on_exit;
+  auto tensor_of = [&](const typename plan<T>::source& src) {
+    return src.root ? &col.grads[src.index] : col.tensors[src.index];
+  };
+  for (const auto& [a, b] : p.same) {
+    const tensor<T>*ta = tensor_of(a), *tb = tensor_of(b);
+    if (!ta || !tb || ta->raw_impl() != tb->raw_impl()) return false;
+  }
+  for (const auto& src : p.inputs) {
+    const tensor<T>* t = tensor_of(src);
+    if (!t || !t->defined()) return false;
+    inputs.push_back(*t);
+  }
+  if (!e.accepts(inputs, false, e.alias_of)) return false;
+  const std::vector<ir::call_fn<T>>* fns = &p.fns;
+  std::vector<ir::call_fn<T>> with_hooks;
+  if (!p.hooks.empty()) {
+    with_hooks = p.fns;
+    for (const auto& hs : p.hooks) {
+      node<T>* n = col.order[hs.node];
+      hook<T> h;
+      if (hs.output >= 0) {
+        h = n->pre_hooks(static_cast<std::size_t>(hs.output)).at(hs.index);
+      } else {
+        auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable();
+        if (!leaf.defined()) return false;
+        h = leaf.raw_impl()->leaf_hooks.at(hs.index);
+      }
+      with_hooks[hs.slot] = [h = std::move(h)](const tensor<T>& g, const tensor<T>&) { return fusegrad::detail::apply_hook(h, g); };
+    }
+    fns = &with_hooks;
+  }
+  fusegrad::detail::bump(fusegrad::detail::counter_cells().cache_hits);
+  std::vector<tensor<T>> res;
+  {
+    no_grad off;
+    res = e.fwd->run(inputs, e.dynamic ? &p.shapes : nullptr, fns);
+  }
+  inputs.clear();
+  for (std::size_t o = 0; o < p.out_node.size(); ++o) {
+    auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[p.out_node[o]])->variable();
+    if (!leaf.defined()) continue;
+    auto& impl = *leaf.raw_impl();
+    tensor<T> g = std::move(res[o]);
+    std::lock_guard lock(impl.mutex);
+    if (!p.out_added[o] && impl.grad.defined()) {  // captured without a gradient so far: added here, as eagerly
+      impl.grad = fusegrad::detail::zip("AccumulateGrad", fusegrad::detail::accumulate_values{}, impl.grad, g);
+    } else {
+      if (!fusegrad::detail::owned_alone(g)) g = fusegrad::detail::contiguous_copy(g);
+      impl.grad = std::move(g);
+    }
+  }
+  if (!retain_graph)
+    for (node<T>* n : col.order) n->release_saved();
+  return true;
+}
+
+}  // namespace detail
+}  // namespace compiled_autograd
+}  // namespace fusegrad
