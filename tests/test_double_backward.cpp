@@ -141,6 +141,9 @@ const std::map<std::string, hessian_form>& closed_hessians() {
       {"fmod_scalar", zero1}, {"maximum", zero2}, {"minimum", zero2}, {"fmod", zero2}, {"lerp_scalar", zero2},
       {"lerp_scalar_high", zero2}, {"where_scalar_b", zero2}, {"where_scalar_a", zero2}, {"masked_fill", zero2}, {"where", zero3},
       {"mul", [](const L*) -> std::vector<L> { return {0, 1, 1, 0}; }},
+      // a (1 - b²) and a b (1 - b): tanh's and sigmoid's gradients from their outputs
+      {"tanh_backward", [](const L* v) -> std::vector<L> { const L a = v[0], b = v[1]; return {0, -2 * b, -2 * b, -2 * a}; }},
+      {"sigmoid_backward", [](const L* v) -> std::vector<L> { const L a = v[0], b = v[1]; return {0, 1 - 2 * b, 1 - 2 * b, -2 * a}; }},
       {"div", [](const L* v) -> std::vector<L> { const L a = v[0], b = v[1]; return {0, -1 / (b * b), -1 / (b * b), 2 * a / (b * b * b)}; }},
       {"pow", [](const L* v) -> std::vector<L> {
          const L a = v[0], b = v[1], la = std::log(a);

@@ -121,6 +121,10 @@ inline const auto& registry() {
           .edges({{{0, 0}, 0}, {{-0.0, -0.0}, -pi}, {{0, -0.0}, pi}, {{inf, inf}, pi / 4}, {{-inf, -inf}, -3 * pi / 4}, {{1, 0}, pi / 2}})
           .grad_edges({{{0, 0}, {nan, nan}}}),
       FG_OP1("tanh", "tanh(x)", "1 - y²", fg::tanh(x), std::tanh(v)).edges({{{-0.0}, -0.0}, {{inf}, 1}, {{-inf}, -1}}),
+      // tanh's gradient from its output (ATen's tanh_backward(grad, output)): g (1 - y²)
+      FG_OP2("tanh_backward", "tanh_backward(g, y)", "1 - y², -2gy", fg::tanh_backward(a, b), a * (1 - b * b))
+          .domains({any, unit})
+          .edges({{{2, 0}, 2}, {{1, 1}, 0}, {{inf, 0}, inf}, {{inf, 1}, nan}, {{nan, 0}, nan}}),
       FG_OP1("sinh", "sinh(x)", "cosh(x)", fg::sinh(x), std::sinh(v)).edges({{{-0.0}, -0.0}, {{inf}, inf}, {{-inf}, -inf}}),
       FG_OP1("cosh", "cosh(x)", "sinh(x)", fg::cosh(x), std::cosh(v)).edges({{{0}, 1}, {{-inf}, inf}, {{nan}, nan}}),
       FG_OP1("asinh", "asinh(x)", "1/√(x² + 1)", fg::asinh(x), std::asinh(v))
@@ -164,6 +168,11 @@ inline const auto& registry() {
       // ---- activations ---------------------------------------------------------------------
       FG_OP1("sigmoid", "sigmoid(x)", "y (1 - y)", fg::sigmoid(x), 1 / (1 + std::exp(-v)))
           .edges({{{0}, 0.5}, {{inf}, 1}, {{-inf}, 0}, {{nan}, nan}}),
+      // sigmoid's gradient from its output (ATen's sigmoid_backward(grad, output)): g y (1 - y)
+      FG_OP2("sigmoid_backward", "sigmoid_backward(g, y)", "y (1 - y), g (1 - 2y)", fg::sigmoid_backward(a, b),
+             a * (b * (1 - b)))
+          .domains({any, domain{0.05, 0.95}})
+          .edges({{{1, 0.5}, 0.25}, {{2, 1}, 0}, {{2, 0}, 0}, {{inf, 0.5}, inf}, {{inf, 0}, nan}}),
       FG_OP1("relu", "relu(x)", "[y > 0]", fg::relu(x), v > 0 ? v : 0)
           .skip([](const double* v) { return std::abs(v[0]) < 0.1; })
           .edges({{{0}, 0}, {{-1}, 0}, {{inf}, inf}, {{-inf}, 0}, {{nan}, nan}})

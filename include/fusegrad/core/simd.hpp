@@ -109,6 +109,12 @@ inline void op_boundary([[maybe_unused]] V& v) noexcept {
   else if constexpr (std::is_floating_point_v<V>) asm("" : "+x"(v));
 #endif
 }
+/// `op_boundary` between the steps of an op whose `value` composes several ops (`tanh_backward`:
+/// g (1 - y²)), so that it rounds as the composition does; nothing in a constant evaluation.
+template <class V>
+constexpr void round_here(V& v) noexcept {
+  if (!std::is_constant_evaluated()) op_boundary(v);
+}
 }  // namespace detail
 
 namespace lanes {

@@ -1,10 +1,31 @@
 #pragma once
 /// \file fusegrad/ops/sigmoid.hpp
-/// 1 / (1 + exp(-x)); d/dx = y (1 - y), read from the saved output.
+/// 1 / (1 + exp(-x)); d/dx = y (1 - y), read from the saved output: `sigmoid_backward(g, y)`,
+/// one op (ATen's `sigmoid_backward`), so that every path runs sigmoid's gradient as one pass
+/// over memory (eager) or one instruction (a captured backward) instead of three.
 #include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
+template <Operand G, Operand Y> constexpr auto sigmoid_backward(const G& g, const Y& y);
+
 namespace ops {
+/// g (y (1 - y)), rounded after each of its three steps as the three ops `g * (y * (1 - y))`
+/// round (the gradient's bits are those of the composition, on every path).
+struct sigmoid_backward_op {
+  static constexpr std::string_view name = "sigmoid_backward", grad_fn = "SigmoidBackwardBackward0";
+  static constexpr bool uses_input = true, uses_output = false;
+  static constexpr double cost = 0.9;  ///< three arithmetic ops
+  template <class V> static constexpr V value(const V& g, const V& y) {
+    V u = V(1) - y;
+    detail::round_here(u);
+    V d = y * u;
+    detail::round_here(d);
+    return g * d;
+  }
+  static constexpr auto da(const auto&, const auto& y, const auto&, const auto& g) { return sigmoid_backward(g, y); }
+  static constexpr auto db(const auto& a, const auto& y, const auto&, const auto& g) { return (g * a) * (1.0 - 2.0 * y); }
+};
+
 struct sigmoid_op {
   static constexpr std::string_view name = "sigmoid", grad_fn = "SigmoidBackward0";
   static constexpr bool uses_input = false, uses_output = true;
@@ -13,9 +34,13 @@ struct sigmoid_op {
     using std::exp;
     return V(1) / (V(1) + exp(-x));
   }
-  static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return g * (y * (1.0 - y)); }
+  static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return sigmoid_backward(g, y); }
 };
 }  // namespace ops
 
 template <Operand X> constexpr auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
+/// sigmoid's gradient from its output: g y (1 - y).
+template <Operand G, Operand Y> constexpr auto sigmoid_backward(const G& g, const Y& y) {
+  return apply_op(ops::sigmoid_backward_op{}, g, y);
+}
 }  // namespace fusegrad
