@@ -929,3 +929,27 @@ TEST_CASE("regression: sum(x, {}) reduces over all dims, not dim 0") {
   CHECK(fg::mean(x, {}).shape() == fg::shape{});
   CHECK(fg::max(x, {}).shape() == fg::shape{});
 }
+
+TEST_CASE("tanh_backward and sigmoid_backward equal their three-op compositions bit for bit") {
+  // Each is one op whose value rounds after each step as g * (1 - y * y) and g * (y * (1 - y))
+  // round as three eager ops (GCC would otherwise contract a multiply and an add into one
+  // fused multiply-add): the gradients of tanh and sigmoid keep their bits on every path. 37
+  // elements: the SIMD body and the scalar tail, in float and double.
+  auto check = [](auto zero) {
+    using T = decltype(zero);
+    const auto g = fg::randn<T>({37}, 11) * T(3);
+    const auto y = fg::tanh(fg::randn<T>({37}, 12) * T(2));  // outputs of tanh and sigmoid's range
+    const auto s = fg::sigmoid(fg::randn<T>({37}, 13) * T(3));
+    const fg::tensor<T> t_op = fg::tanh_backward(g, y), t_ref = g * (T(1) - y * y);
+    const fg::tensor<T> s_op = fg::sigmoid_backward(g, s), s_ref = g * (s * (T(1) - s));
+    int t_bad = 0, s_bad = 0;
+    for (fg::index_t i = 0; i < 37; ++i) {
+      t_bad += t_op.data_ptr()[i] != t_ref.data_ptr()[i];
+      s_bad += s_op.data_ptr()[i] != s_ref.data_ptr()[i];
+    }
+    CHECK(t_bad == 0);
+    CHECK(s_bad == 0);
+  };
+  check(0.0f);
+  check(0.0);
+}
