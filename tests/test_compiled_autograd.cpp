@@ -551,13 +551,13 @@ TEST_CASE("two ops of one node name and equal scalars are told apart: square and
     }
 }
 
-TEST_CASE("long tiles: a captured chain over three tiles of 4096 and a partial one equals the eager engine bit for bit") {
+TEST_CASE("long tiles: a captured chain over three long tiles and a partial one equals the eager engine bit for bit") {
   // The captured backward of an 8-layer chain streams 26 tensors, so its loop walks its space
-  // in tiles of up to 4096 elements (program::tile_for): the whole tiles, the partial last
-  // one and the splatted scalar must give eager's bits, on the capture and on hits.
+  // in tiles of up to program::max_tile elements (program::tile_for): the whole tiles, the
+  // partial last one and the splatted scalar must give eager's bits, on the capture and on hits.
   ca_off guard;
   fg::compiled_autograd::reset();
-  const fg::index_t n = 3 * 4096 + 123;
+  const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
   const auto x = fg::randn<float>({n}, 21).requires_grad(true);
   std::vector<fg::tensor<float>> w;
   for (int i = 0; i < 8; ++i) w.push_back((fg::randn<float>({n}, 22 + static_cast<std::uint64_t>(i)) * 0.5f + 1.0f).detach().requires_grad(true));

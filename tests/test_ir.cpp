@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
@@ -154,9 +155,10 @@ TEST_CASE("IR graphs: the shape buffers kept for reuse stay bounded and are not 
 }
 
 TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few in short ones, both with eager's bits") {
-  // tile_for: 16 streamed tensors or more -> tiles up to 4096 elements; fewer -> 256. The
-  // long tiles are run over three whole tiles and a partial one, with a splatted scalar.
-  const fg::index_t n = 3 * 4096 + 123;
+  // tile_for: 16 streamed tensors or more -> tiles up to program::max_tile elements (as long
+  // as the tile registers fit in tile_bytes); fewer -> 256. The long tiles are run over three
+  // whole tiles (or more) and a partial one, with a splatted scalar.
+  const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
   fg::ir::graph<float> g;
   std::vector<fg::ir::value<float>> in;
   for (int i = 0; i < 12; ++i) in.emplace_back(&g, g.add_input({n}));
@@ -168,7 +170,13 @@ TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few
     outs.push_back((h * 0.5f).id);  // 11 stored values + 12 inputs: 23 streams
   }
   const fg::ir::program<float> many(g, outs);
-  CHECK(many.to_string().find("in tiles of 4096") != std::string::npos);
+  const std::string code = many.to_string();
+  const auto at = code.find("in tiles of ");
+  REQUIRE(at != std::string::npos);
+  const long tile = std::stol(code.substr(at + 12));
+  CHECK(tile > 256);
+  CHECK(tile <= fg::ir::program<float>::max_tile);
+  CHECK(n > 3 * tile);
   std::vector<fg::tensor<float>> args;
   for (int i = 0; i < 12; ++i) args.push_back(fg::randn<float>({n}, 40 + static_cast<std::uint64_t>(i)));
   args.push_back(fg::full<float>({}, 0.9f));

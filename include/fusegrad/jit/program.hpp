@@ -41,13 +41,14 @@ class program {
  public:
   /// Elements per tile (`tile_for`): `tile_elems` (a tile's values stay in L1), except in a
   /// loop that streams at least `many_streams` tensors (reads from memory or stores), whose
-  /// tiles grow up to 4096 elements while its tile registers and splats hold at most
-  /// `tile_bytes`: there the memory system, not L1, sets the pace, and it keeps up only when
-  /// each tensor is read in long runs (a captured 20-layer chain's backward streams 62 tensors:
-  /// at 2^20, 32-34 ms in tiles of 256, 23-24 ms in tiles of 4096). A loop of few streams and
-  /// costly ops (cos(cos(x)) * y) is 10-20% slower with long tiles.
-  static constexpr index_t min_tile = fusegrad::detail::tile_elems, max_tile = 4096;
-  static constexpr std::size_t tile_bytes = std::size_t{64} << 10;
+  /// tiles grow up to 16384 elements while its tile registers and splats hold at most
+  /// `tile_bytes` (half of a 512 KiB L2): there the memory system, not L1, sets the pace, and
+  /// it keeps up only when each tensor is read in long runs (a captured 20-layer chain's
+  /// backward streams 62 tensors: at 2^20, 32-34 ms in tiles of 256, 23-24 ms in tiles of
+  /// 4096; with tanh_backward, 12.2-13.1 ms in tiles of 4096 and 11.3-11.6 in tiles of 16384).
+  /// A loop of few streams and costly ops (cos(cos(x)) * y) is 10-20% slower with long tiles.
+  static constexpr index_t min_tile = fusegrad::detail::tile_elems, max_tile = 16384;
+  static constexpr std::size_t tile_bytes = std::size_t{256} << 10;
   static constexpr int many_streams = 16;
   [[nodiscard]] static constexpr index_t tile_for(int streams, int buffers) noexcept {
     if (streams < many_streams) return min_tile;
