@@ -13,6 +13,7 @@
 #include "fusegrad/core/element.hpp"
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/grad_mode.hpp"
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/core/mutex.hpp"
 #include "fusegrad/core/operand.hpp"
 #include "fusegrad/core/parallel.hpp"

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/compiled_autograd/options.hpp"
 #include "fusegrad/eager/engine.hpp"
 #include "fusegrad/jit/entry.hpp"
@@ -105,7 +106,7 @@ class call_index {
   /// `p`'s slot of this generation, or the free (stale) slot where it goes.
   static slot& probe(std::vector<slot>& v, const void* p, std::uint32_t gen) {
     const std::size_t mask = v.size() - 1;
-    std::size_t i = static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    std::size_t i = fusegrad::detail::pointer_slot(p, mask);
     while (v[i].gen == gen && v[i].key != p) i = (i + 1) & mask;
     return v[i];
   }

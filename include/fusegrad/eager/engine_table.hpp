@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/eager/node.hpp"
 #include "fusegrad/eager/tensor.hpp"
 
@@ -64,7 +65,7 @@ class engine_table {
  private:
   static std::size_t probe(const std::vector<slot>& v, const node<T>* p) {
     const std::size_t mask = v.size() - 1;
-    std::size_t i = static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & mask;
+    std::size_t i = pointer_slot(p, mask);
     while (v[i].key && v[i].key != p) i = (i + 1) & mask;
     return i;
   }

@@ -22,8 +22,9 @@ struct sigmoid_backward_op {
     detail::round_here(d);
     return g * d;
   }
-  static constexpr auto da(const auto&, const auto& y, const auto&, const auto& g) { return sigmoid_backward(g, y); }
-  static constexpr auto db(const auto& a, const auto& y, const auto&, const auto& g) { return (g * a) * (1.0 - 2.0 * y); }
+  // Operands (g, y), this op's result, and the gradient flowing back to it (gg).
+  static constexpr auto da(const auto&, const auto& y, const auto&, const auto& gg) { return sigmoid_backward(gg, y); }
+  static constexpr auto db(const auto& g, const auto& y, const auto&, const auto& gg) { return (gg * g) * (1.0 - 2.0 * y); }
 };
 
 struct sigmoid_op {

@@ -22,8 +22,9 @@ struct tanh_backward_op {
     detail::round_here(u);
     return g * u;
   }
-  static constexpr auto da(const auto&, const auto& y, const auto&, const auto& g) { return tanh_backward(g, y); }
-  static constexpr auto db(const auto& a, const auto& y, const auto&, const auto& g) { return -2.0 * (g * a * y); }
+  // Operands (g, y), this op's result, and the gradient flowing back to it (gg).
+  static constexpr auto da(const auto&, const auto& y, const auto&, const auto& gg) { return tanh_backward(gg, y); }
+  static constexpr auto db(const auto& g, const auto& y, const auto&, const auto& gg) { return -2.0 * (gg * g * y); }
 };
 
 struct tanh_op {

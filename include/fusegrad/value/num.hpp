@@ -43,16 +43,14 @@ template <class V, class Op>
   requires UnaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& x) {
   num<V> r{op.value(x.v)};
-  if constexpr (!std::is_floating_point_v<V>)
-    if (!std::is_constant_evaluated()) detail::op_boundary(r.v);
+  if constexpr (!std::is_floating_point_v<V>) detail::round_here(r.v);
   return r;
 }
 template <class V, class Op>
   requires BinaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& a, const num<V>& b) {
   num<V> r{op.value(a.v, b.v)};
-  if constexpr (!std::is_floating_point_v<V>)
-    if (!std::is_constant_evaluated()) detail::op_boundary(r.v);
+  if constexpr (!std::is_floating_point_v<V>) detail::round_here(r.v);
   return r;
 }
 
