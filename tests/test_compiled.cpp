@@ -198,6 +198,55 @@ TEST_CASE("FUSEGRAD_LOGS=output_code names the plan a compiled function runs, pe
   CHECK(lines[1].find("values that stream from memory): saves 2 of") != std::string::npos);
 }
 
+// A weight used by every layer: its gradient is a sum of one term per layer, each summed to
+// the weight's shape (`sumto`). Where nothing was broadcast those sums are the identity and
+// the fused backward adds the terms in the same loop (`unreduced`); a broadcast weight takes
+// the general loops, which store each term and add them in a second loop.
+auto tanh4 = [](auto x, auto w) { return fg::tanh(fg::tanh(fg::tanh(fg::tanh(x * w) * w) * w) * w); };
+using tanh4_a = decltype(fg::compile(tanh4))::analysis<double, 2>;
+using tanh4_g = fg::detail::compiled_graph_of<fg::backend::fused, fg::policy::cost_streamed, tanh4_a>;
+static_assert(fg::detail::schedule_v<tanh4_a, tanh4_g::backward, tanh4_g::grad_roots>.stages == 2,
+              "with its sums to shapes, the backward of the tanh chain needs a second loop");
+static_assert(fg::detail::schedule_v<fg::detail::unreduced<tanh4_a>, tanh4_g::backward, tanh4_g::grad_roots>.stages == 1,
+              "with those sums the identity, one loop");
+static_assert(fg::detail::unreduced_loops_pay<tanh4_a, tanh4_g::backward, tanh4_g::grad_roots>(),
+              "so the fused backend compiles both (the one loop keeps its batches in registers)");
+static_assert(!fg::detail::unreduced_loops_pay<tanh4_a, tanh4_g::forward, tanh4_g::keep>(),
+              "and the forward, which has no sum, once");
+
+TEST_CASE("a weight's gradient summed over layers: one loop unbroadcast, two broadcast, both eager's values") {
+  const auto eq = [](const fg::tensor<double>& a, const fg::tensor<double>& b) {
+    return a.shape() == b.shape() && a.to_vector() == b.to_vector();
+  };
+  // (x, w) of one shape (the one-loop backward), then w broadcast along x's rows, then x
+  // broadcast along w's (the general loops); 67 elements per row leave a SIMD tail.
+  const std::vector<std::pair<fg::tensor<double>, fg::tensor<double>>> cases{
+      {fg::randn<double>({3, 67}, 1), fg::randn<double>({3, 67}, 2)},
+      {fg::randn<double>({3, 67}, 3), fg::randn<double>({67}, 4)},
+      {fg::randn<double>({67}, 5), fg::randn<double>({3, 67}, 6)}};
+  for (std::size_t k = 0; k < cases.size(); ++k) {
+    CAPTURE(k);
+    const auto& [x, w] = cases[k];
+    same_as_eager<fg::backend::fused>(tanh4, x, w);
+    // Bit for bit the node-by-node backend's values (the same nodes, rounded the same way).
+    std::vector<fg::tensor<double>> grads[2];
+    fg::tensor<double> ys[2];
+    const auto fused = fg::compile<fg::backend::fused>(tanh4);
+    const auto nodes = fg::compile<fg::backend::aot_eager>(tanh4);
+    for (int p = 0; p < 2; ++p) {
+      auto xa = x.detach().clone().requires_grad(true), wa = w.detach().clone().requires_grad(true);
+      ys[p] = p == 0 ? fused(xa, wa) : nodes(xa, wa);
+      ys[p].backward(fg::randn<double>(ys[p].shape(), 7));
+      grads[p] = {xa.grad(), wa.grad()};
+    }
+    CHECK(eq(ys[0], ys[1]));
+    CHECK(eq(grads[0][0], grads[1][0]));
+    CHECK(eq(grads[0][1], grads[1][1]));
+    const auto r = fg::gradcheck([&](auto a, auto b) { return fused(a, b); }, x * 0.5, w);
+    CHECK_MESSAGE(r, r.message);
+  }
+}
+
 TEST_CASE("gradcheck of fused compiled functions") {
   const auto f = fg::compile(coscos_mul);
   auto r = fg::gradcheck([&](auto... xs) { return f(xs...); }, fg::randn<double>({3, 1}, 3), fg::randn<double>({4}, 4));

@@ -15,6 +15,7 @@
 #include "fusegrad/core/simd.hpp"
 #include "fusegrad/kernel/layout.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/ops/op.hpp"
 
 namespace fusegrad::detail {
 
@@ -41,8 +42,54 @@ template <Element T>
 using row_body_fn = void (*)(const row_args<T>&, index_t n);
 
 /// The most element-wise nodes a stage may have for its loop to run them batch by batch in
-/// registers (see `stage_batches::in_registers`).
+/// registers (see `stage_in_registers`), and the most when none of them is a slow op.
 inline constexpr std::size_t register_stage_nodes = 16;
+inline constexpr std::size_t register_cheap_stage_nodes = 64;
+/// The most slow ops (a transcendental function: see `slow_op_cost`) one path through a stage
+/// may hold for its loop to run batch by batch in registers.
+inline constexpr int register_slow_chain = 2;
+/// An op costing this much (3 streamed loads per element, in the plan's units) or more is slow:
+/// its latency (tens of cycles per batch) is what a batch waits for.
+inline constexpr int slow_op_cost = 3 * cost_units_per_load;
+
+/// The most slow ops on one path through the nodes of stage `S` (a chain a batch waits on).
+template <class A, const auto& Active, const auto& Keep>
+constexpr int slow_chain(int S) {
+  constexpr auto& L = fused_layout_v<A, Active, Keep>;
+  const auto s = static_cast<std::size_t>(S);
+  std::array<int, A::M> depth{};  // per node: slow ops on the longest path to it in the stage
+  int most = 0;
+  for (auto q = static_cast<std::size_t>(L.first_compute[s]); q < static_cast<std::size_t>(L.first_compute[s + 1]); ++q) {
+    const auto c = static_cast<std::size_t>(L.compute_nodes[q]);
+    int d = 0;
+    for (int ch : A::cg.children[c])
+      if (ch >= 0) d = std::max(d, depth[static_cast<std::size_t>(ch)]);
+    if (L.tile_register[q] >= 0 && A::cg.cost[c] >= slow_op_cost) ++d;
+    depth[c] = d;
+    most = std::max(most, d);
+  }
+  return most;
+}
+
+/// Whether the batches of stage `S` go through its nodes in registers (the values of a batch
+/// never leave them), else node by node over each tile (each node's tile kernel, operands
+/// through L1). Node by node where a batch would wait on a chain of slow ops: a batch through
+/// ten `tanh` in a row waits for ten latencies, where node by node the batches of one `tanh`
+/// overlap (the ten-layer chain's forward at 2^22: 34 ms by tiles, 80 ms in registers). In
+/// registers where the stage is small, or larger but of cheap ops only, whose operands through
+/// L1 would cost more than the ops (the chain's backward, 50 nodes of arithmetic: 12 ms in
+/// registers, 28 ms by tiles); a large stage with slow ops runs as fast by tiles (a 40-node
+/// function: within 3%), and every op a batch inlines adds to the compile time of the user's
+/// TU (slow ops are also the long ones).
+template <class A, const auto& Active, const auto& Keep>
+constexpr bool stage_in_registers(int S) {
+  constexpr auto& L = fused_layout_v<A, Active, Keep>;
+  const auto s = static_cast<std::size_t>(S);
+  const auto nodes = static_cast<std::size_t>(L.first_compute[s + 1] - L.first_compute[s]);
+  const int chain = slow_chain<A, Active, Keep>(S);
+  return chain <= register_slow_chain &&
+         (nodes <= register_stage_nodes || (chain == 0 && nodes <= register_cheap_stage_nodes));
+}
 
 /// Stage `S`'s loop body over one tile, a SIMD batch at a time (see `row_body`).
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
@@ -54,10 +101,8 @@ struct stage_batches {
   static constexpr std::size_t NC = static_cast<std::size_t>(L.first_compute[s + 1] - L.first_compute[s]);
   using V = simd<T>;
   static constexpr index_t W = static_cast<index_t>(V::size);
-  /// Whether the stage's batches go through its nodes in registers: stages of up to
-  /// `register_stage_nodes` nodes (a larger one would spill its values anyway, and every op
-  /// it inlines adds to the compile time of the user's TU).
-  static constexpr bool in_registers = NC <= register_stage_nodes;
+  /// Whether the stage's batches go through its nodes in registers (`stage_in_registers`).
+  static constexpr bool in_registers = stage_in_registers<A, Active, Keep>(S);
   /// The slots a store or a reduction of the stage reads (through the runner's per-tile
   /// hook): in memory at the end of a tile.
   static constexpr std::array<bool, NL + NC + 1> hooked = [] {

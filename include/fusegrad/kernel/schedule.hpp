@@ -104,6 +104,23 @@ enum class part : unsigned char { compute, reduce, load, store, matmul };
 template <class A, const auto& Active, const auto& Keep>
 inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 
+/// Analysis `A` with every `sumto` node read as the identity, as a custom node is (its value
+/// is its operand's): the graph a pass runs when no gradient it sums to an operand's shape
+/// was broadcast (every `sumto` keeps its operand's shape: the usual case, operands of one
+/// shape). Its schedule needs no loop boundary after such a gradient, so the sum of a
+/// weight's gradient terms over ten layers is added up in registers in the same loop instead
+/// of stored ten times and read back by a second one. The values are those of the general
+/// schedule bit for bit: a sum to the same shape copies its operand.
+template <class A>
+struct unreduced : A {
+  static constexpr auto cg = [] {
+    auto g = A::cg;
+    for (std::size_t c = 0; c < g.count; ++c)
+      if (g.kind[c] == gkind::sumto) g.kind[c] = gkind::custom;
+    return g;
+  }();
+};
+
 /// For every stage, which nodes its loop reads from memory: one pass over the graph (asking
 /// node by node is quadratic, and was a large part of the compile time of big graphs).
 template <class A, const auto& Active, const auto& Keep>
