@@ -213,6 +213,8 @@ static_assert(fg::detail::unreduced_loops_pay<tanh4_a, tanh4_g::backward, tanh4_
               "so the fused backend compiles both (the one loop keeps its batches in registers)");
 static_assert(!fg::detail::unreduced_loops_pay<tanh4_a, tanh4_g::forward, tanh4_g::keep>(),
               "and the forward, which has no sum, once");
+static_assert(fg::detail::stage_batches<tanh4_a, tanh4_g::forward, tanh4_g::keep, 0, double>::clusters == 4,
+              "the forward's chain of four tanh runs in four clusters, one tanh in each");
 
 TEST_CASE("a weight's gradient summed over layers: one loop unbroadcast, two broadcast, both eager's values") {
   const auto eq = [](const fg::tensor<double>& a, const fg::tensor<double>& b) {

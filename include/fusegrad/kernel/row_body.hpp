@@ -48,6 +48,9 @@ inline constexpr std::size_t register_cheap_stage_nodes = 64;
 /// The most slow ops (a transcendental function: see `slow_op_cost`) one path through a stage
 /// may hold for its loop to run batch by batch in registers.
 inline constexpr int register_slow_chain = 2;
+/// The most element-wise nodes of a stage run in clusters (see `stage_batches::cluster_of`)
+/// when they cannot all run in registers; a larger stage runs node by node over each tile.
+inline constexpr std::size_t cluster_stage_nodes = 32;
 /// An op costing this much (3 streamed loads per element, in the plan's units) or more is slow:
 /// its latency (tens of cycles per batch) is what a batch waits for.
 inline constexpr int slow_op_cost = 3 * cost_units_per_load;
@@ -103,6 +106,59 @@ struct stage_batches {
   static constexpr index_t W = static_cast<index_t>(V::size);
   /// Whether the stage's batches go through its nodes in registers (`stage_in_registers`).
   static constexpr bool in_registers = stage_in_registers<A, Active, Keep>(S);
+  /// Per element-wise node of the stage, its cluster: consecutive nodes that run batch by
+  /// batch in registers over the whole tile before the next cluster starts, a path through
+  /// one of them holding at most one slow op (a stage in registers is one cluster). Values a
+  /// later cluster reads go through their tile registers (L1). The ten-layer tanh chain's
+  /// forward runs as a careful hand loop does, one `tanh(h * w)` per cluster over a tile.
+  static constexpr std::array<int, NC + 1> cluster_of = [] {
+    std::array<int, NC + 1> k{};
+    if (in_registers || NC > cluster_stage_nodes) return k;
+    std::array<int, A::M> depth{}, home{};  // per node: slow ops on a path to it in its cluster; its cluster
+    home.fill(-1);
+    int cur = 0;
+    for (std::size_t q = 0; q < NC; ++q) {
+      const auto c = static_cast<std::size_t>(L.compute_nodes[c0 + q]);
+      const bool slow = L.tile_register[c0 + q] >= 0 && A::cg.cost[c] >= slow_op_cost;
+      int d = 0;
+      for (int ch : A::cg.children[c])
+        if (ch >= 0 && home[static_cast<std::size_t>(ch)] == cur) d = std::max(d, depth[static_cast<std::size_t>(ch)]);
+      if (d + (slow ? 1 : 0) > 1) {
+        ++cur;
+        d = 0;
+      }
+      depth[c] = d + (slow ? 1 : 0);
+      home[c] = cur;
+      k[q] = cur;
+    }
+    return k;
+  }();
+  static constexpr int clusters = in_registers ? 1 : (NC > cluster_stage_nodes ? 0 : cluster_of[NC > 0 ? NC - 1 : 0] + 1);
+  /// Per cluster, the slots its batches load (read, not computed in it), and per node whether
+  /// a later cluster reads its value (it writes it to its tile register).
+  static constexpr std::size_t NS = NL + NC + 1;
+  static constexpr auto cluster_loads = [] {
+    std::array<std::array<bool, NS>, (clusters > 0 ? clusters : 1)> need{};
+    std::array<int, NS> made{};  // per slot: the cluster computing it (-1: a load)
+    made.fill(-1);
+    for (std::size_t q = 0; q < NC; ++q)
+      if (L.tile_register[c0 + q] >= 0) made[static_cast<std::size_t>(L.out_slot[c0 + q])] = cluster_of[q];
+    for (std::size_t q = 0; q < NC; ++q) {
+      const auto K = static_cast<std::size_t>(cluster_of[q]);
+      const bool custom_node = L.tile_register[c0 + q] < 0;
+      for (int sl : {custom_node ? L.out_slot[c0 + q] : L.a_slot[c0 + q], custom_node ? -1 : L.b_slot[c0 + q]})
+        if (sl >= 0 && static_cast<std::size_t>(sl) != NS - 1 && made[static_cast<std::size_t>(sl)] != static_cast<int>(K))
+          need[K][static_cast<std::size_t>(sl)] = true;
+    }
+    return need;
+  }();
+  static constexpr std::array<bool, NC + 1> crosses = [] {
+    std::array<bool, NC + 1> x{};
+    for (std::size_t q = 0; q < NC; ++q)
+      for (int K = cluster_of[q] + 1; K < clusters; ++K)
+        x[q] = x[q] || (L.tile_register[c0 + q] >= 0 && cluster_loads[static_cast<std::size_t>(K)][static_cast<std::size_t>(L.out_slot[c0 + q])]);
+    return x;
+  }();
   /// The slots a store or a reduction of the stage reads (through the runner's per-tile
   /// hook): in memory at the end of a tile.
   static constexpr std::array<bool, NL + NC + 1> hooked = [] {
@@ -124,6 +180,10 @@ struct stage_batches {
   [[gnu::always_inline]] static bool writes(std::size_t q, const index_t* step) {
     return L.tile_register[c0 + q] < 0 ? step[q] != 0 : hooked[static_cast<std::size_t>(L.out_slot[c0 + q])];
   }
+  /// The same, or a later cluster reads it.
+  [[gnu::always_inline]] static bool writes_in_cluster(std::size_t q, const index_t* step) {
+    return crosses[q] || writes(q, step);
+  }
   template <std::size_t Q>
   static void node(V* v, const ops_t& ops, T* const* dst, const index_t* step, index_t k) {
     constexpr auto q = c0 + Q;
@@ -137,23 +197,59 @@ struct stage_batches {
       else v[out] = op.value(v[a], v[b]);
       op_boundary(v[out]);  // each node rounds as its own kernel does (eager's bits)
     }
-    if (writes(Q, step)) v[out].store_unaligned(dst[Q] + k);
+    if (writes_in_cluster(Q, step)) v[out].store_unaligned(dst[Q] + k);
   }
-  /// The batch at element `k` of the tile: loads from `src`, values to `dst` (see `writes`).
-  template <std::size_t... J, std::size_t... Q>
+  /// Cluster `K`'s slots to load and its nodes, as lists (a batch instantiates nothing else).
+  template <int K>
+  static constexpr auto load_list = [] {
+    constexpr std::size_t n = [] {
+      std::size_t c = 0;
+      for (std::size_t j = 0; j + 1 < NS; ++j) c += cluster_loads[static_cast<std::size_t>(K)][j] ? 1 : 0;
+      return c;
+    }();
+    std::array<std::size_t, n> r{};
+    std::size_t c = 0;
+    for (std::size_t j = 0; j + 1 < NS; ++j)
+      if (cluster_loads[static_cast<std::size_t>(K)][j]) r[c++] = j;
+    return r;
+  }();
+  template <int K>
+  static constexpr auto node_list = [] {
+    constexpr std::size_t n = [] {
+      std::size_t c = 0;
+      for (std::size_t q = 0; q < NC; ++q) c += cluster_of[q] == K ? 1 : 0;
+      return c;
+    }();
+    std::array<std::size_t, n> r{};
+    std::size_t c = 0;
+    for (std::size_t q = 0; q < NC; ++q)
+      if (cluster_of[q] == K) r[c++] = q;
+    return r;
+  }();
+  /// The batch at element `k` of the tile through cluster `K`: the slots it loads from `src`
+  /// (by slot: loads, then earlier clusters' values), values to `dst` (see `writes`).
+  template <int K, std::size_t... I, std::size_t... P>
   static void batch([[maybe_unused]] const ops_t& ops, [[maybe_unused]] const T* const* src,
                     [[maybe_unused]] T* const* dst, [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k,
-                    std::index_sequence<J...>, std::index_sequence<Q...>) {
-    V v[NL + NC + 1];
-    ((v[J] = V::load_unaligned(src[J] + k)), ...);
-    (node<Q>(v, ops, dst, step, k), ...);
+                    std::index_sequence<I...>, std::index_sequence<P...>) {
+    V v[NS];
+    ((v[load_list<K>[I]] = V::load_unaligned(src[load_list<K>[I]] + k)), ...);
+    (node<node_list<K>[P]>(v, ops, dst, step, k), ...);
   }
-  /// The batches at elements [k, end) of the tile (`end - k` a multiple of `W`): one loop for
-  /// the full batches and the padded last one.
+  /// The batches at elements [k, end) of the tile (`end - k` a multiple of `W`) through
+  /// cluster `K`: one loop for the full batches and the padded last one.
+  template <int K>
   static void batches(const ops_t& ops, const T* const* src, T* const* dst, const index_t* step, index_t k,
                       index_t end) {
     for (; k < end; k += W)
-      batch(ops, src, dst, step, k, std::make_index_sequence<NL>{}, std::make_index_sequence<NC>{});
+      batch<K>(ops, src, dst, step, k, std::make_index_sequence<load_list<K>.size()>{},
+               std::make_index_sequence<node_list<K>.size()>{});
+  }
+  /// Every cluster in turn over [k, end).
+  template <int... K>
+  static void all_batches(const ops_t& ops, const T* const* src, T* const* dst, const index_t* step, index_t k,
+                          index_t end, std::integer_sequence<int, K...>) {
+    (batches<K>(ops, src, dst, step, k, end), ...);
   }
   /// A large stage runs node by node over the whole tile instead, each node with its tile
   /// kernel (operands and results through L1).
@@ -195,22 +291,24 @@ void row_body(const row_args<T>& r, index_t n) {
       dst[q] = r.dst[q] + i * r.step[q];
       if (B::L.tile_register[B::c0 + q] >= 0) slot[B::L.out_slot[B::c0 + q]] = dst[q];
     }
-    if constexpr (!B::in_registers) {  // node by node over the tile, each with its tile kernel
+    if constexpr (B::clusters == 0) {  // node by node over the tile, each with its tile kernel
       B::tile_nodes(r, slot, dst, m, std::make_index_sequence<NC>{});
     } else {
+      constexpr auto clusters = std::make_integer_sequence<int, B::clusters>{};
       const index_t k = m / W * W;
-      B::batches(ops, slot, dst, r.step, 0, k);
+      B::all_batches(ops, slot, dst, r.step, 0, k, clusters);
       if (k < m) {  // the last, partial batch: zero-padded copies in, the valid lanes out
         const index_t rem = m - k;
         alignas(64) T in[NL > 0 ? NL : 1][W];
         alignas(64) T out[NC > 0 ? NC : 1][W];
-        const T* src[NL > 0 ? NL : 1];
+        const T* src[B::NS];  // by slot: the loads' copies, the nodes' values (a later cluster reads)
         T* to[NC > 0 ? NC : 1];
         // (a masked load stored whole: the batch loads below read one store, which forwards;
         // copied element by element, each stalled)
         for (std::size_t j = 0; j < NL; ++j) load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
-        for (std::size_t q = 0; q < NC; ++q) to[q] = out[q];
-        B::batches(ops, src, to, r.step, 0, W);
+        for (std::size_t q = 0; q < NC; ++q) src[NL + q] = to[q] = out[q];
+        src[NL + NC] = nullptr;
+        B::all_batches(ops, src, to, r.step, 0, W, clusters);
         for (std::size_t q = 0; q < NC; ++q)
           if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
       }
