@@ -1297,17 +1297,19 @@ TEST_CASE("a leaf takes over a fresh gradient, but never one that someone else h
 
 TEST_CASE("the per-thread buffer cache makes room for new sizes") {
   using cache = fg::detail::buffer_cache;
+  const std::size_t limit = std::size_t{512} << 20, before = fg::buffer_cache_limit();
+  fg::set_buffer_cache_limit(limit);
   // Fill the cache past its byte budget with sizes a loop no longer uses...
   {
     std::vector<fg::tensor<float>> old;
     for (fg::index_t k = 0; k < 14; ++k) old.push_back(fg::zeros<float>({(40 << 20) / 4 + 1024 * k}));
   }
-  CHECK(cache::cached_bytes() <= cache::max_cached_bytes);
-  CHECK(cache::cached_bytes() + (64u << 20) > cache::max_cached_bytes);  // no room for 64 MiB without evicting
+  CHECK(cache::cached_bytes() <= limit);
+  CHECK(cache::cached_bytes() + (64u << 20) > limit);  // no room for 64 MiB without evicting
   // ...then a new size is cached (oldest buffers evicted), and comes back from the cache.
   { auto big = fg::full<float>({16 << 20}, 1.0f); }
   const std::size_t after = cache::cached_bytes();
-  CHECK(after <= cache::max_cached_bytes);
+  CHECK(after <= limit);
   CHECK(after >= (64u << 20));
   {
     auto again = fg::full<float>({16 << 20}, 2.0f);
@@ -1315,6 +1317,38 @@ TEST_CASE("the per-thread buffer cache makes room for new sizes") {
     CHECK(again.data()[(16 << 20) - 1] == 2.0f);
   }
   CHECK(cache::cached_buffers() <= cache::max_entries);
+  fg::set_buffer_cache_limit(before);
+}
+
+TEST_CASE("the buffer cache's limit is the user's: a step's buffers stay cached; 0 keeps none; empty_cache frees") {
+  using cache = fg::detail::buffer_cache;
+  const std::size_t before = fg::buffer_cache_limit();
+  CHECK(before >= (std::size_t{256} << 20));
+  CHECK(before <= (std::size_t{4} << 30));
+  fg::empty_cache();
+  CHECK(cache::cached_bytes() == 0);
+  // Nine buffers of 64 MiB (a step of a ten-layer chain over 2^24 floats) fit a 1 GiB limit...
+  fg::set_buffer_cache_limit(std::size_t{1} << 30);
+  {
+    std::vector<fg::tensor<float>> step;
+    for (int k = 0; k < 9; ++k) step.push_back(fg::zeros<float>({16 << 20}));
+  }
+  CHECK(cache::cached_bytes() == 9 * (std::size_t{64} << 20));
+  // ...and a next step takes them all back from the cache.
+  {
+    std::vector<fg::tensor<float>> step;
+    for (int k = 0; k < 9; ++k) step.push_back(fg::zeros<float>({16 << 20}));
+    CHECK(cache::cached_bytes() == 0);
+  }
+  fg::empty_cache();
+  CHECK(cache::cached_bytes() == 0);
+  CHECK(cache::cached_buffers() == 0);
+  // A limit of 0 keeps no large buffer.
+  fg::set_buffer_cache_limit(0);
+  { auto t = fg::zeros<float>({1 << 20}); }
+  CHECK(cache::cached_bytes() == 0);
+  fg::set_buffer_cache_limit(before);
+  CHECK(fg::buffer_cache_limit() == before);
 }
 
 TEST_CASE("small buffers come back from the per-thread cache, in their size class") {
