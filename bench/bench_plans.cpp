@@ -5,8 +5,12 @@
 // faster of the two.
 //
 //   cmake --preset bench && cmake --build build/bench --target bench_plans
-//   build/bench/bench/bench_plans --benchmark_min_time=0.2 --benchmark_enable_random_interleaving=true \
-//       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//   FUSEGRAD_NUM_THREADS=1 build/bench/bench/bench_plans --benchmark_min_time=0.2 \
+//       --benchmark_min_warmup_time=0.2
+//
+// Keep the warm-up: at 2^24 a case runs one iteration in its minimum time, and without a
+// warm-up that is the library's first call, whose every new buffer faults its pages in, against
+// hand loops whose buffers were allocated and zeroed before the timed loop.
 //
 // Functions (the backward gets a given gradient g of the output's shape):
 //   coscos  out = cos(cos(x)) * y

@@ -45,7 +45,9 @@ void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::s
 /// would only add to the compile time.
 template <class A, const auto& Active, const auto& Keep>
 constexpr bool unreduced_loops_pay() {
-  if constexpr (schedule_v<unreduced<A>, Active, Keep>.stages >= schedule_v<A, Active, Keep>.stages) {
+  if constexpr (!reads_a_sum_to_shape<A, Active>()) {
+    return false;
+  } else if constexpr (schedule_v<unreduced<A>, Active, Keep>.stages >= schedule_v<A, Active, Keep>.stages) {
     return false;
   } else {
     for (int S = 0; S < schedule_v<unreduced<A>, Active, Keep>.stages; ++S)

@@ -55,23 +55,26 @@ inline constexpr std::size_t cluster_stage_nodes = 32;
 /// its latency (tens of cycles per batch) is what a batch waits for.
 inline constexpr int slow_op_cost = 3 * cost_units_per_load;
 
-/// The most slow ops on one path through the nodes of stage `S` (a chain a batch waits on).
+/// The most slow ops on one path through the nodes of stage `S` (a chain a batch waits on),
+/// and how many element-wise nodes the stage has: read from the schedule alone (deciding
+/// whether a pass's `unreduced` loops are worth compiling builds no layout).
 template <class A, const auto& Active, const auto& Keep>
-constexpr int slow_chain(int S) {
-  constexpr auto& L = fused_layout_v<A, Active, Keep>;
-  const auto s = static_cast<std::size_t>(S);
+constexpr std::pair<int, std::size_t> slow_chain(int S) {
+  constexpr auto& sch = schedule_v<A, Active, Keep>;
   std::array<int, A::M> depth{};  // per node: slow ops on the longest path to it in the stage
   int most = 0;
-  for (auto q = static_cast<std::size_t>(L.first_compute[s]); q < static_cast<std::size_t>(L.first_compute[s + 1]); ++q) {
-    const auto c = static_cast<std::size_t>(L.compute_nodes[q]);
+  std::size_t nodes = 0;
+  for (std::size_t c = 0; c < A::M; ++c) {
+    if (sch.roles[c] != role::compute || sch.stage[c] != S) continue;
+    ++nodes;
     int d = 0;
     for (int ch : A::cg.children[c])
       if (ch >= 0) d = std::max(d, depth[static_cast<std::size_t>(ch)]);
-    if (L.tile_register[q] >= 0 && A::cg.cost[c] >= slow_op_cost) ++d;
+    if (A::cg.kind[c] != gkind::custom && A::cg.cost[c] >= slow_op_cost) ++d;
     depth[c] = d;
     most = std::max(most, d);
   }
-  return most;
+  return {most, nodes};
 }
 
 /// Whether the batches of stage `S` go through its nodes in registers (the values of a batch
@@ -86,10 +89,7 @@ constexpr int slow_chain(int S) {
 /// TU (slow ops are also the long ones).
 template <class A, const auto& Active, const auto& Keep>
 constexpr bool stage_in_registers(int S) {
-  constexpr auto& L = fused_layout_v<A, Active, Keep>;
-  const auto s = static_cast<std::size_t>(S);
-  const auto nodes = static_cast<std::size_t>(L.first_compute[s + 1] - L.first_compute[s]);
-  const int chain = slow_chain<A, Active, Keep>(S);
+  const auto [chain, nodes] = slow_chain<A, Active, Keep>(S);
   return chain <= register_slow_chain &&
          (nodes <= register_stage_nodes || (chain == 0 && nodes <= register_cheap_stage_nodes));
 }

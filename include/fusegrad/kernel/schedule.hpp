@@ -113,13 +113,34 @@ inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 /// schedule bit for bit: a sum to the same shape copies its operand.
 template <class A>
 struct unreduced : A {
-  static constexpr auto cg = [] {
-    auto g = A::cg;
-    for (std::size_t c = 0; c < g.count; ++c)
-      if (g.kind[c] == gkind::sumto) g.kind[c] = gkind::custom;
+  /// The canonical nodes' facts the loops read (kind, operands, cost), `sumto` made `custom`.
+  struct graph {
+    std::size_t count = A::M;
+    std::array<gkind, A::M> kind{};
+    std::array<std::array<int, 3>, A::M> children{};
+    std::array<int, A::M> cost{};
+  };
+  static constexpr graph cg = [] {
+    graph g;
+    for (std::size_t c = 0; c < A::M; ++c) {
+      g.kind[c] = A::cg.kind[c] == gkind::sumto ? gkind::custom : A::cg.kind[c];
+      g.children[c] = A::cg.children[c];
+      g.cost[c] = A::cg.cost[c];
+    }
     return g;
   }();
 };
+
+/// Whether pass `Active` of `A` reads a `sumto` node's value in another node (the case where
+/// `unreduced<A>` can have fewer loops).
+template <class A, const auto& Active>
+constexpr bool reads_a_sum_to_shape() {
+  for (std::size_t p = 0; p < A::M; ++p)
+    if (Active[p])
+      for (int ch : A::cg.children[p])
+        if (ch >= 0 && A::cg.kind[static_cast<std::size_t>(ch)] == gkind::sumto) return true;
+  return false;
+}
 
 /// For every stage, which nodes its loop reads from memory: one pass over the graph (asking
 /// node by node is quadratic, and was a large part of the compile time of big graphs).
