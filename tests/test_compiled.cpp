@@ -215,6 +215,10 @@ static_assert(!fg::detail::unreduced_loops_pay<tanh4_a, tanh4_g::forward, tanh4_
               "and the forward, which has no sum, once");
 static_assert(fg::detail::stage_batches<tanh4_a, tanh4_g::forward, tanh4_g::keep, 0, double>::clusters == 4,
               "the forward's chain of four tanh runs in four clusters, one tanh in each");
+using coscos_a = decltype(fg::compile(coscos_mul))::analysis<float, 2>;
+using coscos_g = fg::detail::compiled_graph_of<fg::backend::fused, fg::policy::cost_cached, coscos_a>;
+static_assert(fg::detail::stage_batches<coscos_a, coscos_g::forward, coscos_g::keep, 0, float>::clusters == 2,
+              "cos(cos(x)) * y's forward: the two cos in two clusters, not one batch waiting on both");
 
 TEST_CASE("a weight's gradient summed over layers: one loop unbroadcast, two broadcast, both eager's values") {
   const auto eq = [](const fg::tensor<double>& a, const fg::tensor<double>& b) {
