@@ -59,10 +59,13 @@ constexpr bool unreduced_loops_pay() {
 /// Whether every `sumto` node of pass `Active` keeps its operand's shape (see `unreduced`).
 template <class A, const auto& Active, Element T>
 bool sums_unreduced(const node_eval<T>& g) {
-  for (std::size_t c = 0; c < A::M; ++c)
-    if (Active[c] && A::cg.kind[c] == gkind::sumto &&
-        !(g.shapes[c] == g.shapes[static_cast<std::size_t>(A::cg.children[c][0])]))
-      return false;
+  static constexpr auto sums = index_list([] {
+    std::array<bool, A::M> m{};
+    for (std::size_t c = 0; c < A::M; ++c) m[c] = Active[c] && A::cg.kind[c] == gkind::sumto;
+    return m;
+  });
+  for (std::size_t c : sums)
+    if (!(g.shapes[c] == g.shapes[static_cast<std::size_t>(A::cg.children[c][0])])) return false;
   return true;
 }
 

@@ -56,6 +56,13 @@ inline constexpr std::size_t cluster_stage_nodes = 32;
 /// its latency (tens of cycles per batch) is what a batch waits for.
 inline constexpr int slow_op_cost = 3 * cost_units_per_load;
 
+/// Whether canonical node `c` of `A` computes a slow op (a custom node computes nothing: its
+/// value is its operand's).
+template <class A>
+constexpr bool slow_node(std::size_t c) {
+  return A::cg.kind[c] != gkind::custom && A::cg.cost[c] >= slow_op_cost;
+}
+
 /// The most slow ops on one path through the nodes of stage `S` (a chain a batch waits on),
 /// and how many element-wise nodes the stage has: read from the schedule alone (deciding
 /// whether a pass's `unreduced` loops are worth compiling builds no layout).
@@ -71,7 +78,7 @@ constexpr std::pair<int, std::size_t> slow_chain(int S) {
     int d = 0;
     for (int ch : A::cg.children[c])
       if (ch >= 0) d = std::max(d, depth[static_cast<std::size_t>(ch)]);
-    if (A::cg.kind[c] != gkind::custom && A::cg.cost[c] >= slow_op_cost) ++d;
+    if (slow_node<A>(c)) ++d;
     depth[c] = d;
     most = std::max(most, d);
   }
@@ -120,7 +127,7 @@ struct stage_batches {
     int cur = 0;
     for (std::size_t q = 0; q < NC; ++q) {
       const auto c = static_cast<std::size_t>(L.compute_nodes[c0 + q]);
-      const bool slow = L.tile_register[c0 + q] >= 0 && A::cg.cost[c] >= slow_op_cost;
+      const bool slow = slow_node<A>(c);
       int d = 0;
       for (int ch : A::cg.children[c])
         if (ch >= 0 && home[static_cast<std::size_t>(ch)] == cur) d = std::max(d, depth[static_cast<std::size_t>(ch)]);
@@ -202,31 +209,17 @@ struct stage_batches {
   }
   /// Cluster `K`'s slots to load and its nodes, as lists (a batch instantiates nothing else).
   template <int K>
-  static constexpr auto load_list = [] {
-    constexpr std::size_t n = [] {
-      std::size_t c = 0;
-      for (std::size_t j = 0; j + 1 < NS; ++j) c += cluster_loads[static_cast<std::size_t>(K)][j] ? 1 : 0;
-      return c;
-    }();
-    std::array<std::size_t, n> r{};
-    std::size_t c = 0;
-    for (std::size_t j = 0; j + 1 < NS; ++j)
-      if (cluster_loads[static_cast<std::size_t>(K)][j]) r[c++] = j;
-    return r;
-  }();
+  static constexpr auto load_list = index_list([] {
+    auto m = cluster_loads[static_cast<std::size_t>(K)];
+    m[NS - 1] = false;  // the null slot
+    return m;
+  });
   template <int K>
-  static constexpr auto node_list = [] {
-    constexpr std::size_t n = [] {
-      std::size_t c = 0;
-      for (std::size_t q = 0; q < NC; ++q) c += cluster_of[q] == K ? 1 : 0;
-      return c;
-    }();
-    std::array<std::size_t, n> r{};
-    std::size_t c = 0;
-    for (std::size_t q = 0; q < NC; ++q)
-      if (cluster_of[q] == K) r[c++] = q;
-    return r;
-  }();
+  static constexpr auto node_list = index_list([] {
+    std::array<bool, NC> m{};
+    for (std::size_t q = 0; q < NC; ++q) m[q] = cluster_of[q] == K;
+    return m;
+  });
   /// The batch at element `k` of the tile through cluster `K`: the slots it loads from `src`
   /// (by slot: loads, then earlier clusters' values), values to `dst` (see `writes`).
   template <int K, std::size_t... I, std::size_t... P>

@@ -9,6 +9,7 @@
 /// Element-wise nodes join the stage of their latest operand; a reduction's result, a matrix
 /// product and a broadcast of a reduced value (`unreduce`) are available one stage later.
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -93,14 +94,6 @@ constexpr schedule<A::M> make_schedule() {
   return s;
 }
 
-/// The nodes of stage `S` with a given part in its loop, as a compile-time list.
-///   compute: element-wise nodes evaluated in registers (topological order)
-///   reduce:  reductions accumulated by the loop
-///   load:    values the loop reads from memory (leaves, earlier results, unreduce views)
-///   store:   element-wise values the loop writes
-///   matmul:  matrix products run before the loop
-enum class part : unsigned char { compute, reduce, load, store, matmul };
-
 template <class A, const auto& Active, const auto& Keep>
 inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 
@@ -165,34 +158,17 @@ struct stage_loads {
   }();
 };
 
-template <class A, const auto& Active, const auto& Keep, int S, part P>
-constexpr bool stage_member(std::size_t c) {
-  constexpr auto& sch = schedule_v<A, Active, Keep>;
-  const role r = sch.roles[c];
-  switch (P) {
-    case part::compute: return r == role::compute && sch.stage[c] == S;
-    case part::store: return r == role::compute && sch.stage[c] == S && sch.store[c];
-    case part::reduce: return r == role::reduce && sch.stage[c] == S;
-    case part::matmul: return r == role::matmul && sch.stage[c] == S;
-    case part::load: return stage_loads<A, Active, Keep>::value[static_cast<std::size_t>(S)][c];
-  }
-  return false;
-}
-
-template <class A, const auto& Active, const auto& Keep, int S, part P>
-constexpr std::size_t stage_count() {
-  std::size_t k = 0;
-  for (std::size_t c = 0; c < A::M; ++c) k += stage_member<A, Active, Keep, S, P>(c) ? 1 : 0;
-  return k;
-}
-
-template <class A, const auto& Active, const auto& Keep, int S, part P>
-constexpr auto stage_nodes() {
-  std::array<int, stage_count<A, Active, Keep, S, P>()> out{};
-  std::size_t k = 0;
-  for (std::size_t c = 0; c < A::M; ++c)
-    if (stage_member<A, Active, Keep, S, P>(c)) out[k++] = static_cast<int>(c);
-  return out;
+/// The positions where a mask is true, as an array of just that many: `MaskFn` is a
+/// captureless lambda returning the mask (a mask is never a template argument by value: see
+/// `evaluate_pass` in fusegrad/compile/compiled_graph.hpp).
+template <class MaskFn>
+constexpr auto index_list(MaskFn) {
+  constexpr auto mask = MaskFn{}();
+  std::array<std::size_t, static_cast<std::size_t>(std::count(mask.begin(), mask.end(), true))> r{};
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < mask.size(); ++i)
+    if (mask[i]) r[n++] = i;
+  return r;
 }
 
 }  // namespace fusegrad::detail
