@@ -311,6 +311,53 @@ TEST_CASE("compiled functions read strided inputs and strided output gradients a
   }
 }
 
+TEST_CASE("a compiled function remembers the shapes of its calls: changing shapes, eager's values, errors") {
+  // One compiled object called on ten sets of shapes in turn, twice (more than its memo keeps,
+  // so plans are dropped and made again), with broadcasting and reductions whose shapes
+  // follow the inputs'. Every call must give the values of a fresh compiled object (which
+  // infers every shape) bit for bit, and eager's; a call that fails a shape check fails every
+  // time, and leaves nothing behind.
+  const auto softmax_mul = [](auto x, auto y) {
+    auto e = fg::exp(x - fg::max(x, -1, true));
+    return fg::cos(fg::cos(x)) * y + e / fg::sum(e, -1, true);
+  };
+  const std::vector<std::pair<fg::shape, fg::shape>> shapes{
+      {{2, 5}, {5}}, {{3, 5}, {5}}, {{2, 5}, {1}}, {{1, 5}, {2, 5}}, {{4, 1}, {4, 3}}, {{7}, {7}},
+      {{2, 3, 4}, {3, 1}}, {{1}, {6}}, {{6}, {1}}, {{3, 67}, {67}}};
+  const auto check_all = [&](auto backend) {
+    using B = decltype(backend);
+    const auto f = fg::compile<B>(softmax_mul);
+    for (int round = 0; round < 2; ++round)
+      for (std::size_t k = 0; k < shapes.size(); ++k) {
+        CAPTURE(round);
+        CAPTURE(k);
+        const auto seed = static_cast<std::uint64_t>(10 * k + 1);
+        const auto x = fg::randn<double>(shapes[k].first, seed), y = fg::randn<double>(shapes[k].second, seed + 1);
+        fg::tensor<double> outs[3], gx[3], gy[3];
+        for (int p = 0; p < 3; ++p) {  // the remembering object, a fresh one, eager
+          auto xa = x.detach().clone().requires_grad(true), ya = y.detach().clone().requires_grad(true);
+          outs[p] = p == 0 ? f(xa, ya) : p == 1 ? fg::compile<B>(softmax_mul)(xa, ya) : softmax_mul(xa, ya);
+          outs[p].backward(fg::randn<double>(outs[p].shape(), seed + 2));
+          gx[p] = xa.grad();
+          gy[p] = ya.grad();
+        }
+        REQUIRE(outs[0].shape() == outs[2].shape());
+        CHECK(outs[0].to_vector() == outs[1].to_vector());
+        CHECK(gx[0].to_vector() == gx[1].to_vector());
+        CHECK(gy[0].to_vector() == gy[1].to_vector());
+        CHECK(max_rel(outs[0], outs[2]) < 1e-12);
+        CHECK(max_rel(gx[0], gx[2]) < 1e-12);
+        CHECK(max_rel(gy[0], gy[2]) < 1e-12);
+      }
+    for (int twice = 0; twice < 2; ++twice)
+      CHECK_THROWS_WITH_AS((void)f(fg::ones<double>({2, 3}), fg::ones<double>({4})), doctest::Contains("[2, 3] and [4]"),
+                           fg::error);
+    CHECK(f(fg::ones<double>({2, 3}), fg::ones<double>({3})).shape() == fg::shape{2, 3});
+  };
+  check_all(fg::backend::fused{});
+  check_all(fg::backend::aot_eager{});
+}
+
 TEST_CASE("errors inside compile name the problem") {
   CHECK_THROWS_WITH_AS((void)fg::compile([](auto x) { return fg::sum(x, 0); })(fg::ones<double>({2, 3})),
                        doctest::Contains("last dim"), fg::error);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <tuple>
 
+#include "fusegrad/compile/shape_memo.hpp"
 #include "fusegrad/expr/graph.hpp"
 #include "fusegrad/partition/costs.hpp"
 #include "fusegrad/partition/plan.hpp"
@@ -363,6 +364,7 @@ struct analysis {
     joint_t joint;
     std::array<const void*, tree_nodes> nodes{};
     std::array<const void*, M> state{};
+    mutable shape_memo memo;  ///< what its calls inferred about shapes (compile/shape_memo.hpp)
   };
   static std::shared_ptr<const instance> instantiate(const Fn& fn) {
     std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}});

@@ -101,7 +101,8 @@ class compiled_function {
     using A = detail::analysis<T, Fn, N>;
     auto inst = cache_->template get<A>(fn_);
     const void* const* state = inst->state.data();
-    return detail::run_compiled<T>(graph_for<A>(in), std::move(inst), state, in);
+    detail::shape_memo* memo = &inst->memo;
+    return detail::run_compiled<T>(graph_for<A>(in), std::move(inst), state, in, memo);
   }
 
  public:

@@ -13,6 +13,7 @@
 
 #include "fusegrad/compile/backend.hpp"
 #include "fusegrad/compile/node_eval.hpp"
+#include "fusegrad/compile/shape_memo.hpp"
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/eager/tensor.hpp"
@@ -33,8 +34,9 @@ constexpr std::array<bool, M> to_array(const bool (&a)[M]) {
 template <Element T>
 struct compiled_graph {
   /// Evaluates the nodes of one pass on an instance (`A::instance`).
+  /// `shapes_known`: see `eval_context::shapes_known`.
   using eval_fn = void (*)(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
-                           const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads);
+                           bool shapes_known, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads);
   std::size_t m, n_in, n_out;
   const int* out_node;         ///< per output, its canonical node
   const int* saved_nodes;      ///< the plan's saved nodes
@@ -45,6 +47,7 @@ struct compiled_graph {
   const std::array<int, 3>* children;
   const tile_fn<T>* kernels;
   eval_fn forward, backward;
+  bool reads_known_shapes;  ///< the backend honours `shapes_known` (else it is always false)
 };
 
 /// Pass `Active` of analysis `A` on an instance, with backend `B`.
@@ -59,9 +62,9 @@ struct compiled_graph {
 /// values it never computed. A reference is mangled by the name of the array, which is unique.
 template <class B, class A, const auto& Active, const auto& Keep, Element T>
 void evaluate_pass(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
-                   const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
+                   bool shapes_known, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
   const auto& inst = *static_cast<const typename A::instance*>(instance);
-  eval_context<A, T> ctx{inst, inst.nodes.data(), values, shapes, inputs, grads};
+  eval_context<A, T> ctx{inst, inst.nodes.data(), values, shapes, inputs, grads, shapes_known};
   B::template evaluate<A, Active, Keep, T>(ctx);
 }
 
@@ -93,7 +96,7 @@ struct compiled_graph_of {
   static constexpr compiled_graph<T> value{
       M, A::n_in, A::n_out, A::out_node.data(), P.saved_nodes, P.saved_count, A::grad_node.data(),
       backward.data(), node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(),
-      &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>};
+      &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>, reads_known_shapes<B>()};
 };
 
 /// `ts` as they are when every defined one is contiguous (the usual case: no list copied),
@@ -107,22 +110,43 @@ const std::vector<tensor<T>>& contiguous_list(const std::vector<tensor<T>>& ts, 
   return copies;
 }
 
+/// The forward's shapes of a call of `G` on `in`: remembered in `memo` (null: none) from an
+/// earlier call on inputs of the same shapes, else inferred by the forward itself, which
+/// `run_forward` runs either way into `values`.
+template <Element T>
+std::shared_ptr<shape_plan> run_forward(const compiled_graph<T>& G, const void* inst, shape_memo* memo,
+                                        const std::vector<tensor<T>>& in, const std::vector<tensor<T>>& inputs,
+                                        std::vector<tensor<T>>& values) {
+  const std::vector<tensor<T>> no_grads;
+  if (!G.reads_known_shapes) memo = nullptr;
+  if (memo)
+    if (std::shared_ptr<shape_plan> plan = memo->find(&G, in)) {
+      G.forward(inst, values, plan->forward, true, inputs, no_grads);
+      return plan;
+    }
+  auto plan = std::make_shared<shape_plan>();
+  plan->graph = &G;
+  plan->m = G.m;
+  // The nodes' shapes, then the inputs' (the backward's sums to them, and the memo's key).
+  plan->forward.reserve(G.m + in.size());
+  plan->forward.resize(G.m);
+  G.forward(inst, values, plan->forward, false, inputs, no_grads);
+  for (const auto& t : in) plan->forward.push_back(t.shape());
+  if (memo) memo->insert(plan);  // only once the forward has passed every check
+  return plan;
+}
+
 /// Runs a compiled function's forward on `in` and, when a gradient is needed, puts its one
 /// `CompiledFunctionBackward` node on the tape (holding the instance, the saved values and the
-/// forward's shapes). `state`: the instance's node states.
+/// call's shapes). `state`: the instance's node states; `memo`: its shapes of earlier calls.
 template <Element T>
 std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<const void> inst,
-                                    const void* const* state, const std::vector<tensor<T>>& in) {
+                                    const void* const* state, const std::vector<tensor<T>>& in, shape_memo* memo) {
   std::vector<tensor<T>> copies;
   const std::vector<tensor<T>>& inputs = contiguous_list(in, copies);
   const bool grad = needs_grad(in);
   std::vector<tensor<T>> values(G.m);
-  // The nodes' shapes, then (below, for the backward) the inputs' shapes: one list.
-  std::vector<shape> shapes;
-  shapes.reserve(G.m + (grad ? in.size() : 0));
-  shapes.resize(G.m);
-  const std::vector<tensor<T>> no_grads;
-  G.forward(inst.get(), values, shapes, inputs, no_grads);
+  std::shared_ptr<shape_plan> plan = run_forward(G, inst.get(), memo, in, inputs, values);
   std::vector<tensor<T>> outs(G.n_out);
   for (std::size_t k = 0; k < G.n_out; ++k) {
     const auto node = static_cast<std::size_t>(G.out_node[k]);
@@ -135,21 +159,16 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   std::vector<tensor<T>> saved;
   saved.reserve(static_cast<std::size_t>(G.saved_count));
   for (int s = 0; s < G.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(G.saved_nodes[s])]);
-  // Which inputs take a gradient (wants[i] != 0), and their shapes after the nodes'
-  // (shapes[G.m + i]).
-  small_vector<unsigned char, 8> wants;
-  for (const auto& t : in) {
-    shapes.push_back(t.shape());
-    wants.push_back(t.requires_grad() ? 1 : 0);
-  }
+  small_vector<unsigned char, 8> wants;  // which inputs take a gradient
+  for (const auto& t : in) wants.push_back(t.requires_grad() ? 1 : 0);
   small_vector<tensor<T>*, 4> out_ptrs;
   for (auto& o : outs) out_ptrs.push_back(&o);
   record<T>("CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
-            [g = &G, inst = std::move(inst), state, shapes = std::move(shapes),
+            [g = &G, inst = std::move(inst), state, plan = std::move(plan),
              wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
               const compiled_graph<T>& G = *g;
+              const std::vector<shape>& shapes = plan->forward;
               std::vector<tensor<T>> values(G.m);
-              std::vector<shape> sh = shapes;  // the forward's, which this pass extends
               for (int s = 0; s < G.saved_count; ++s)
                 values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
               const std::vector<tensor<T>> no_inputs;
@@ -158,6 +177,7 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
               const std::vector<tensor<T>>& grads = contiguous_list(gs, copies);
               if (!all_given) [[unlikely]] {
                 // Outputs nothing used: node by node, leaving their gradients' terms out.
+                std::vector<shape> sh = shapes;  // the forward's, which this pass extends
                 for (std::size_t c = 0; c < G.m; ++c)
                   if (const node_desc& d = G.desc[c]; d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
                     sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
@@ -169,10 +189,22 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
                 // A traced backward (compiled autograd): node by node into the captured graph;
                 // the nodes print as aot<id>_<k>.
                 const std::size_t from = rec->inline_begin();
+                std::vector<shape> sh = shapes;
                 node_eval<T>{G.desc, G.children, G.kernels, state, values, sh, no_inputs, grads}.run(G.backward_active, G.m);
                 rec->inline_end(from);
               } else {
-                G.backward(inst.get(), values, sh, no_inputs, grads);
+                // The backward's shapes follow from the forward's and the gradients': where
+                // each gradient has its output's shape (the usual case), the plan keeps them.
+                bool usual = G.reads_known_shapes;
+                for (std::size_t k = 0; k < G.n_out && usual; ++k)
+                  usual = grads[k].shape() == shapes[static_cast<std::size_t>(G.out_node[k])];
+                if (std::vector<shape>* known = usual ? plan->backward_shapes() : nullptr) {
+                  G.backward(inst.get(), values, *known, true, no_inputs, grads);
+                } else {
+                  std::vector<shape> sh = shapes;  // the forward's, which this pass extends
+                  G.backward(inst.get(), values, sh, false, no_inputs, grads);
+                  if (usual) plan->publish_backward(std::move(sh));
+                }
               }
               std::vector<tensor<T>> result(G.n_in);
               for (std::size_t i = 0; i < G.n_in; ++i) {

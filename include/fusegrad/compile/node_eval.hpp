@@ -176,6 +176,7 @@ struct node_eval {
   std::vector<shape>& shapes;
   const std::vector<tensor<T>>& inputs;
   const std::vector<tensor<T>>& grads;  ///< gradients of the outputs (backward only)
+  bool shapes_known = false;  ///< `run` leaves `shapes` as they are (see `eval_context::shapes_known`)
 
   const tensor<T>& arg(int c, int k) const {
     return values[static_cast<std::size_t>(children[static_cast<std::size_t>(c)][static_cast<std::size_t>(k)])];
@@ -308,7 +309,7 @@ void node_eval<T>::run(const bool* active, std::size_t m) {
   for (std::size_t c = 0; c < m; ++c)
     if (active[c]) {
       values[c] = eval(static_cast<int>(c));
-      shapes[c] = values[c].shape();
+      if (!shapes_known) shapes[c] = values[c].shape();
     }
 }
 

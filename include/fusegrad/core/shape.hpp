@@ -42,14 +42,19 @@ inline index_t numel(const shape& s) noexcept {
   return n;
 }
 
-/// Row-major strides of a contiguous tensor of shape `s`.
-inline strides contiguous_strides(const shape& s) {
-  strides st(s.size());
+/// Sets `st` to the row-major strides of a contiguous tensor of shape `s` (in place).
+inline void set_contiguous_strides(strides& st, const shape& s) {
+  st.resize(s.size());
   index_t acc = 1;
   for (std::size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
     acc *= std::max<index_t>(s[i], 1);
   }
+}
+/// The row-major strides of `s` (see `set_contiguous_strides`).
+inline strides contiguous_strides(const shape& s) {
+  strides st;
+  set_contiguous_strides(st, s);
   return st;
 }
 

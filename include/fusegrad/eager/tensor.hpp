@@ -298,7 +298,7 @@ tensor<T> empty(const shape& s, std::string_view op = "empty") {
          "; expected an allocation that fits in memory");
   }
   impl->sizes = s;
-  impl->st = contiguous_strides(s);
+  set_contiguous_strides(impl->st, s);  // in place: no temporary moved in
   return tensor<T>(std::move(impl));
 }
 

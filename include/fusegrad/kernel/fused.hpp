@@ -24,7 +24,8 @@
 
 namespace fusegrad::detail {
 
-/// The leaves' values and every other scheduled node's shape, in topological order.
+/// The leaves' values and every other scheduled node's shape, in topological order (the
+/// inputs' values alone where the shapes are known: `fused_evaluate`).
 template <Element T>
 void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::size_t m) {
   for (std::size_t c = 0; c < m; ++c) {
@@ -84,7 +85,18 @@ template <class A, const auto& Active, const auto& Keep, Element T>
 void fused_evaluate(eval_context<A, T>& ctx) {
   static constexpr auto& sch = schedule_v<A, Active, Keep>;
   node_eval<T> g = nodes_of<A>(ctx.instance, ctx.values, ctx.shapes, ctx.inputs, ctx.grads);
-  fused_shapes(g, sch.roles.data(), Active.data(), A::M);
+  if (!ctx.shapes_known) {
+    fused_shapes(g, sch.roles.data(), Active.data(), A::M);
+  } else {  // the shapes of an earlier call: only the inputs' values to fetch
+    static constexpr auto inputs = index_list([] {
+      std::array<bool, A::M> m{};
+      for (std::size_t c = 0; c < A::M; ++c)
+        m[c] = Active[c] && sch.roles[c] == role::leaf &&
+               (A::cg.kind[c] == gkind::input || A::cg.kind[c] == gkind::grad_input);
+      return m;
+    });
+    for (std::size_t c : inputs) ctx.values[c] = g.eval(static_cast<int>(c));
+  }
   // Where a pass sums gradients to their operands' shapes between element-wise nodes, a
   // second set of loops for the case where nothing was broadcast (Inductor specialises on
   // shapes the same way), chosen per call by the shapes just inferred.
@@ -101,6 +113,7 @@ struct fused {
   static constexpr std::string_view name = "fused";
   bool fullgraph = false;  ///< as a compiled-autograd backend: a graph break throws
   static constexpr bool runs_graph = true;
+  static constexpr bool reads_known_shapes = true;  ///< see `eval_context::shapes_known`
   template <class A, const auto& Active, const auto& Keep, Element T>
   static void evaluate(eval_context<A, T>& ctx) {
     detail::fused_evaluate<A, Active, Keep, T>(ctx);
