@@ -552,10 +552,15 @@ TEST_CASE("two ops of one node name and equal scalars are told apart: square and
 }
 
 TEST_CASE("long tiles: a captured chain over three long tiles and a partial one equals the eager engine bit for bit") {
-  // The captured backward of an 8-layer chain streams 26 tensors, so its loop walks its space
-  // in tiles of up to program::max_tile elements (program::tile_for): the whole tiles, the
-  // partial last one and the splatted scalar must give eager's bits, on the capture and on hits.
+  // The captured backward of an 8-layer chain streams 26 tensors, so where they stream from
+  // memory (here: a last-level cache of one byte) its loop walks its space in tiles of up to
+  // program::max_tile elements (program::tile_for, tile_of): the whole tiles, the partial last
+  // one and the splatted scalar must give eager's bits, on the capture and on hits.
   ca_off guard;
+  fg::set_last_cache_bytes(1);
+  struct restore {
+    ~restore() { fg::set_last_cache_bytes(0); }
+  } restore_last_cache;
   fg::compiled_autograd::reset();
   const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
   const auto x = fg::randn<float>({n}, 21).requires_grad(true);

@@ -14,6 +14,16 @@
 #include <fusegrad/jit/program.hpp>
 
 namespace fg = fusegrad;
+
+namespace {
+/// Sets fg::last_cache_bytes() for a scope (the run-time programs' long tiles follow it).
+struct last_cache_guard {
+  explicit last_cache_guard(std::size_t bytes) { fg::set_last_cache_bytes(bytes); }
+  ~last_cache_guard() { fg::set_last_cache_bytes(0); }
+  last_cache_guard(const last_cache_guard&) = delete;
+  last_cache_guard& operator=(const last_cache_guard&) = delete;
+};
+}  // namespace
 using fusegrad_test::max_rel;
 using fusegrad_test::max_normwise;
 
@@ -155,9 +165,10 @@ TEST_CASE("IR graphs: the shape buffers kept for reuse stay bounded and are not 
 }
 
 TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few in short ones, both with eager's bits") {
-  // tile_for: 16 streamed tensors or more -> tiles up to program::max_tile elements (as long
-  // as the tile registers fit in tile_bytes); fewer -> 256. The long tiles are run over three
-  // whole tiles (or more) and a partial one, with a splatted scalar.
+  // tile_for: many_streams streamed tensors or more -> tiles up to program::max_tile elements
+  // (as long as the tile registers fit in tile_bytes) where the loop streams more than the
+  // last-level cache holds; else 256. The long tiles are run over three whole tiles (or more)
+  // and a partial one, with a splatted scalar; the same loop in cache, in short tiles.
   const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
   fg::ir::graph<float> g;
   std::vector<fg::ir::value<float>> in;
@@ -171,20 +182,29 @@ TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few
   }
   const fg::ir::program<float> many(g, outs);
   const std::string code = many.to_string();
-  const auto at = code.find("in tiles of ");
+  const auto at = code.find("where it streams from memory");
   REQUIRE(at != std::string::npos);
-  const long tile = std::stol(code.substr(at + 12));
+  const long tile = std::stol(code.substr(code.rfind("(of ", at) + 4));
   CHECK(tile > 256);
   CHECK(tile <= fg::ir::program<float>::max_tile);
   CHECK(n > 3 * tile);
   std::vector<fg::tensor<float>> args;
   for (int i = 0; i < 12; ++i) args.push_back(fg::randn<float>({n}, 40 + static_cast<std::uint64_t>(i)));
   args.push_back(fg::full<float>({}, 0.9f));
-  const auto got = many.run(args);
+  std::vector<fg::tensor<float>> got, in_cache;
+  {
+    last_cache_guard streaming(1);  // every run streams from memory: long tiles
+    got = many.run(args);
+  }
+  {
+    last_cache_guard cached(std::size_t{1} << 40);  // in cache: tiles of 256
+    in_cache = many.run(args);
+  }
   fg::tensor<float> e = args[0];
   for (int i = 1; i < 12; ++i) {
     e = fg::tanh(e * args[static_cast<std::size_t>(i)]) * args[12];
     CHECK((e * 0.5f).to_vector() == got[static_cast<std::size_t>(i - 1)].to_vector());
+    CHECK(in_cache[static_cast<std::size_t>(i - 1)].to_vector() == got[static_cast<std::size_t>(i - 1)].to_vector());
   }
   const fg::ir::program<float> few(g, {outs.front()});
   CHECK(few.to_string().find("in tiles of 256") != std::string::npos);

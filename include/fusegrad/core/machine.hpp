@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/core/machine.hpp
 /// Facts about the machine that plans depend on: the size of the cache a call's values must
-/// fit in for the "cached" save/recompute plan (partition/costs.hpp) to be the faster one.
+/// fit in for the "cached" save/recompute plan (partition/costs.hpp) to be the faster one, and
+/// the size beyond which a loop's values stream from memory.
 
 #include <atomic>
 #include <cstddef>
@@ -30,6 +31,22 @@ inline std::atomic<std::size_t>& cache_bytes_setting() noexcept {
   static std::atomic<std::size_t> bytes{query_cache_bytes()};
   return bytes;
 }
+/// The last-level cache (L3), as the C library reports it (32 MiB when it does not).
+inline std::size_t query_last_cache_bytes() noexcept {
+  if (const char* e = std::getenv("FUSEGRAD_LAST_CACHE_BYTES")) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(e, &end, 10);
+    if (end != e && v > 0) return static_cast<std::size_t>(v);
+  }
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  if (const long v = ::sysconf(_SC_LEVEL3_CACHE_SIZE); v > 0) return static_cast<std::size_t>(v);
+#endif
+  return std::size_t{32} << 20;
+}
+inline std::atomic<std::size_t>& last_cache_bytes_setting() noexcept {
+  static std::atomic<std::size_t> bytes{query_last_cache_bytes()};
+  return bytes;
+}
 }  // namespace detail
 
 /// The cache size (bytes) below which a compiled function's values count as cache-resident:
@@ -38,6 +55,17 @@ inline std::size_t cache_bytes() noexcept { return detail::cache_bytes_setting()
 /// Sets `cache_bytes()` (0 restores the queried value).
 inline void set_cache_bytes(std::size_t bytes) noexcept {
   detail::cache_bytes_setting().store(bytes ? bytes : detail::query_cache_bytes(), std::memory_order_relaxed);
+}
+
+/// The size (bytes) of the last-level cache, above which what a loop reads and writes comes
+/// from memory (a run-time program's loops then walk longer tiles: fusegrad/jit/program.hpp):
+/// queried once at start-up; `FUSEGRAD_LAST_CACHE_BYTES` overrides it.
+inline std::size_t last_cache_bytes() noexcept {
+  return detail::last_cache_bytes_setting().load(std::memory_order_relaxed);
+}
+/// Sets `last_cache_bytes()` (0 restores the queried value).
+inline void set_last_cache_bytes(std::size_t bytes) noexcept {
+  detail::last_cache_bytes_setting().store(bytes ? bytes : detail::query_last_cache_bytes(), std::memory_order_relaxed);
 }
 
 }  // namespace fusegrad

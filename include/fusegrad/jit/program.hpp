@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "fusegrad/core/machine.hpp"
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ir/graph.hpp"
@@ -39,17 +40,21 @@ namespace fusegrad::ir {
 template <Element T>
 class program {
  public:
-  /// Elements per tile (`tile_for`): `tile_elems` (a tile's values stay in L1), except in a
-  /// loop that streams at least `many_streams` tensors (reads from memory or stores), whose
-  /// tiles grow up to 16384 elements while its tile registers and splats hold at most
-  /// `tile_bytes` (half of a 512 KiB L2): there the memory system, not L1, sets the pace, and
-  /// it keeps up only when each tensor is read in long runs (a captured 20-layer chain's
-  /// backward streams 62 tensors: at 2^20, 32-34 ms in tiles of 256, 23-24 ms in tiles of
-  /// 4096; with tanh_backward, 12.2-13.1 ms in tiles of 4096 and 11.3-11.6 in tiles of 16384).
-  /// A loop of few streams and costly ops (cos(cos(x)) * y) is 10-20% slower with long tiles.
+  /// Elements per tile: `tile_elems` (a tile's values stay in L1), except in a run of a loop
+  /// that streams at least `many_streams` tensors (reads from memory or stores) and more bytes
+  /// than the last-level cache holds (`fg::last_cache_bytes()`, `tile_of`): its tiles grow up
+  /// to 16384 elements (`tile_for`)
+  /// while its tile registers and splats hold at most `tile_bytes` (half of a 512 KiB L2).
+  /// There the memory system, not L1, sets the pace, and it keeps up only when each tensor is
+  /// read in long runs (a captured 20-layer chain's backward streams 62 tensors: at 2^20, 32-34
+  /// ms in tiles of 256, 23-24 ms in tiles of 4096; with tanh_backward, 12.2-13.1 ms in tiles
+  /// of 4096 and 11.3-11.6 in tiles of 16384; the 10-layer tanh(h * w) chain's backward, 15
+  /// streams, 6.1-6.9 against 4.6-5.2 ms). In cache, L2 or L3, long tiles are slower: that
+  /// backward at 2^16, 136-150 us in tiles of 256 against 173-182 us in tiles of 16384; at 2^18
+  /// (15 MB streamed) 0.57 against 0.74 ms.
   static constexpr index_t min_tile = fusegrad::detail::tile_elems, max_tile = 16384;
   static constexpr std::size_t tile_bytes = std::size_t{256} << 10;
-  static constexpr int many_streams = 16;
+  static constexpr int many_streams = 12;
   [[nodiscard]] static constexpr index_t tile_for(int streams, int buffers) noexcept {
     if (streams < many_streams) return min_tile;
     index_t t = max_tile;
@@ -98,8 +103,14 @@ class program {
     std::vector<instr> code;  ///< in order; reductions accumulate as the tiles pass
     int registers = 0;
     int splats = 0;
-    index_t tile = min_tile;  ///< `tile_for(streamed tensors, registers + splats)`
+    index_t tile = min_tile;  ///< `tile_for(streams, registers + splats)`: its tiles when it streams from memory
+    int streams = 0;          ///< the tensors it reads from memory or stores
   };
+  /// The tiles a run of loop `st` over `total` elements walks (see `min_tile`).
+  [[nodiscard]] static index_t tile_of(const step& st, index_t total) noexcept {
+    const auto bytes = static_cast<std::size_t>(total) * sizeof(T) * static_cast<std::size_t>(st.streams);
+    return bytes > last_cache_bytes() ? st.tile : min_tile;
+  }
 
   [[nodiscard]] static bool reduces_all(const node<T>& n, const graph<T>& g) {
     if (n.kind == node_kind::sum_to) return numel(n.sizes) == 1;
@@ -138,7 +149,7 @@ class program {
   };
 
   /// The loop's tiles [lo, hi) with tile registers `regs` and reductions into `red`.
-  void run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const;
+  void run_tiles(const step& st, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const;
 
   void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const;
 
@@ -246,7 +257,9 @@ std::string program<T>::to_string() const {
       continue;
     }
     s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) +
-         " in tiles of " + std::to_string(st.tile) + " (" + std::to_string(st.registers) + " registers):";
+         " in tiles of " + std::to_string(min_tile) +
+         (st.tile != min_tile ? " (of " + std::to_string(st.tile) + " where it streams from memory)" : std::string()) + " (" +
+         std::to_string(st.registers) + " registers):";
     for (const auto& in : st.code) {
       s += " %" + std::to_string(in.node);
       if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
@@ -455,17 +468,18 @@ void program<T>::lower() {
       }
       std::sort(streamed.begin(), streamed.end());
       const auto streams = std::unique(streamed.begin(), streamed.end()) - streamed.begin();
-      st.tile = tile_for(static_cast<int>(streams), st.registers + st.splats);
+      st.streams = static_cast<int>(streams);
+      st.tile = tile_for(st.streams, st.registers + st.splats);
     }
     steps_.push_back(std::move(st));
   }
 }
 
 template <Element T>
-void program<T>::run_tiles(const step& st, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const {
+void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
+                           reduction_state* red) const {
   const auto& ns = g_.nodes();
   static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
-  const index_t tile = st.tile;
   for (index_t t0 = lo; t0 < hi; t0 += tile) {
     const index_t n = std::min(tile, hi - t0);
     for (std::size_t p = 0; p < st.code.size(); ++p) {
@@ -493,7 +507,7 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
   auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
   const auto& ns = g_.nodes();
   const index_t total = numel(space);
-  const index_t tile = st.tile;
+  const index_t tile = tile_of(st, total);
   thread_local std::vector<T> regbuf;  // grows only: no allocation per run
   const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
   if (regbuf.size() < need) regbuf.resize(need);
@@ -540,7 +554,7 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
   // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
   const auto split = fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
   if (split.count <= 1) {
-    run_tiles(st, pv.data(), 0, total, regs, red.data());
+    run_tiles(st, tile, pv.data(), 0, total, regs, red.data());
   } else {
     const std::size_t NP = st.code.size();
     std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);
@@ -551,7 +565,7 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
       thread_local std::vector<T> block_regs;  // this thread's tile registers
       const auto nr = static_cast<std::size_t>(st.registers * tile);
       if (block_regs.size() < nr) block_regs.resize(nr);
-      run_tiles(st, shared, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
+      run_tiles(st, tile, shared, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
                 part.data() + static_cast<std::size_t>(b) * NP);
     });
     std::vector<T> totals(static_cast<std::size_t>(split.count));
