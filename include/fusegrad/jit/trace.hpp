@@ -213,9 +213,9 @@ class trace final : public recorder<T>, public lazy_source {
     return id;
   }
   tensor<T> make_lazy(int id) {
-    auto impl = std::make_shared<tensor_impl<T>>();
+    auto impl = make_pooled<tensor_impl<T>>();  // the buffer cache's free lists, as eager's tensors
     impl->sizes = g_.at(id).sizes;
-    impl->st = contiguous_strides(impl->sizes);
+    set_contiguous_strides(impl->st, impl->sizes);
     impl->requires_grad = rg_[static_cast<std::size_t>(id)];
     impl->lazy = this;
     impl->lazy_node = id;
