@@ -16,22 +16,15 @@
 namespace fusegrad {
 
 namespace detail {
-/// The L2 cache of one core, as the C library reports it (512 KiB when it does not).
-inline std::size_t query_cache_bytes() noexcept {
-  if (const char* e = std::getenv("FUSEGRAD_CACHE_BYTES")) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(e, &end, 10);
-    if (end != e && v > 0) return static_cast<std::size_t>(v);
-  }
-#if defined(_SC_LEVEL2_CACHE_SIZE)
-  if (const long v = ::sysconf(_SC_LEVEL2_CACHE_SIZE); v > 0) return static_cast<std::size_t>(v);
-#endif
-  return std::size_t{512} << 10;
+/// A positive byte count from environment variable `name`, or 0.
+inline std::size_t env_bytes(const char* name) noexcept {
+  const char* e = std::getenv(name);
+  if (!e) return 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(e, &end, 10);
+  return end != e ? static_cast<std::size_t>(v) : 0;
 }
-inline std::atomic<std::size_t>& cache_bytes_setting() noexcept {
-  static std::atomic<std::size_t> bytes{query_cache_bytes()};
-  return bytes;
-}
+
 /// The size of CPU 0's level-`level` cache as Linux's sysfs gives it (what `lscpu` shows), or
 /// 0. Read before the C library's figure, which comes from `cpuid` and can be the whole host's:
 /// on this project's virtual machines glibc says 384 MiB of L3 where the core sees 32 MiB.
@@ -59,18 +52,35 @@ inline std::size_t sysfs_cache_bytes(int level) noexcept {
   return 0;
 }
 
-/// The last-level cache (L3): sysfs's figure, else the C library's, else 32 MiB.
-inline std::size_t query_last_cache_bytes() noexcept {
-  if (const char* e = std::getenv("FUSEGRAD_LAST_CACHE_BYTES")) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(e, &end, 10);
-    if (end != e && v > 0) return static_cast<std::size_t>(v);
-  }
-  if (const std::size_t v = sysfs_cache_bytes(3); v > 0) return v;
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-  if (const long v = ::sysconf(_SC_LEVEL3_CACHE_SIZE); v > 0) return static_cast<std::size_t>(v);
+/// The size of CPU 0's level-`level` cache: environment variable `env` where it is set, else
+/// sysfs's figure, else the C library's (`sc`: its `sysconf` name, or -1), else `fallback`.
+inline std::size_t query_cache_level(const char* env, int level, [[maybe_unused]] int sc, std::size_t fallback) noexcept {
+  if (const std::size_t v = env_bytes(env); v > 0) return v;
+  if (const std::size_t v = sysfs_cache_bytes(level); v > 0) return v;
+#if defined(__unix__) || defined(__APPLE__)
+  if (sc >= 0)
+    if (const long v = ::sysconf(sc); v > 0) return static_cast<std::size_t>(v);
 #endif
-  return std::size_t{32} << 20;
+  return fallback;
+}
+
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+inline constexpr int sc_level2 = _SC_LEVEL2_CACHE_SIZE, sc_level3 = _SC_LEVEL3_CACHE_SIZE;
+#else
+inline constexpr int sc_level2 = -1, sc_level3 = -1;
+#endif
+
+/// The L2 cache of one core (512 KiB where nothing says).
+inline std::size_t query_cache_bytes() noexcept {
+  return query_cache_level("FUSEGRAD_CACHE_BYTES", 2, sc_level2, std::size_t{512} << 10);
+}
+inline std::atomic<std::size_t>& cache_bytes_setting() noexcept {
+  static std::atomic<std::size_t> bytes{query_cache_bytes()};
+  return bytes;
+}
+/// The last-level cache, L3 (32 MiB where nothing says).
+inline std::size_t query_last_cache_bytes() noexcept {
+  return query_cache_level("FUSEGRAD_LAST_CACHE_BYTES", 3, sc_level3, std::size_t{32} << 20);
 }
 inline std::atomic<std::size_t>& last_cache_bytes_setting() noexcept {
   static std::atomic<std::size_t> bytes{query_last_cache_bytes()};
