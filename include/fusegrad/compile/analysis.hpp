@@ -367,7 +367,7 @@ struct analysis {
     mutable shape_memo memo;  ///< what its calls inferred about shapes (compile/shape_memo.hpp)
   };
   static std::shared_ptr<const instance> instantiate(const Fn& fn) {
-    std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}});
+    std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}, {}});
     std::size_t pos = 0;
     collect_addresses(p->joint, p->nodes.data(), pos);
     p->state = node_tables<analysis>::states(p->nodes.data());
