@@ -294,7 +294,10 @@ void row_body(const row_args<T>& r, index_t n) {
       if (k < m) {  // the last, partial batch: zero-padded copies in, the valid lanes out
         const index_t rem = m - k;
         alignas(64) T in[NL > 0 ? NL : 1][W];
-        alignas(64) T out[NC > 0 ? NC : 1][W];
+        // Every node writes its `out` row before a store reads it (`writes` implies
+        // `writes_in_cluster`); zeroed anyway, as GCC cannot see that through the clusters'
+        // fold and warns (-Wmaybe-uninitialized) in a release build.
+        alignas(64) T out[NC > 0 ? NC : 1][W] = {};
         const T* src[B::NS];  // by slot: the loads' copies, the nodes' values (a later cluster reads)
         T* to[NC > 0 ? NC : 1];
         // (a masked load stored whole: the batch loads below read one store, which forwards;
