@@ -613,7 +613,7 @@ TEST_CASE("values: matmul / mm / bmm / linear vs naive triple loop") {
 template <class T>
 void transposed_operands() {
   using tt = fg::tensor<T>;
-  for (const auto [R, C] : {std::pair<fg::index_t, fg::index_t>{4, 4}, {9, 13}, {16, 8}, {37, 5}, {64, 64}}) {
+  for (const auto& [R, C] : {std::pair<fg::index_t, fg::index_t>{4, 4}, {9, 13}, {16, 8}, {37, 5}, {64, 64}}) {
     CAPTURE(R);
     CAPTURE(C);
     const tt x = fg::randn<T>({C, R}, 3);
