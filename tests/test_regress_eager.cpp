@@ -342,6 +342,32 @@ TEST_CASE("hooks that register hooks under compiled autograd") {
   for (double g : w.grad().to_vector()) CHECK(g == 4.0);
 }
 
+TEST_CASE("reused_vector: a scope's buffer is the thread's next one; a nested scope gets its own") {
+  // What a compiled function's calls keep their node values in (compile/compiled_graph.hpp).
+  struct tag;
+  using reused = fg::detail::reused_vector<fg::tensor<float>, tag>;
+  const fg::tensor<float> a = fg::ones<float>({3});
+  const fg::tensor<float>* first = nullptr;
+  {
+    reused v;
+    v->resize(4, a);
+    first = v->data();
+    {
+      reused nested;  // the thread's buffer is taken: a buffer of its own, empty
+      CHECK(nested->empty());
+      nested->resize(2);
+      CHECK(nested->data() != first);
+    }
+    CHECK(v->size() == 4);  // the outer scope's values untouched by the nested one
+    CHECK(v->data() == first);
+    for (const auto& t : *v) CHECK(t.is_same(a));
+  }
+  CHECK(a.raw_impl().use_count() == 1);  // the values went with the scope
+  reused again;
+  CHECK(again->empty());
+  CHECK(again->capacity() >= 4);  // the larger buffer was kept for the next scope
+}
+
 TEST_CASE("small_vector: copies and moves between inline and heap storage keep the values") {
   // shape and strides hold up to 6 dims inline; past that, on the heap. Every pairing of the
   // two forms through copy and move, construction and assignment, against std::vector.

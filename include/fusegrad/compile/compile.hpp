@@ -30,6 +30,7 @@
 #include "fusegrad/compile/node_eval.hpp"
 #include "fusegrad/core/machine.hpp"
 #include "fusegrad/core/mutex.hpp"
+#include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/kernel/fused.hpp"  // backend::fused, the default
 
@@ -82,7 +83,11 @@ class compiled_function {
           if constexpr (forward_runs_as_written<A>()) return tensor<T>(fn_(x0, xs...));
           else return trace_forward<T, 1 + sizeof...(Ts)>({x0, xs...});
         }
-      auto outs = run_n<T, 1 + sizeof...(Ts)>({x0, xs...});
+      struct input_list;  // the thread's buffer for the inputs, kept between calls
+      detail::reused_vector<tensor<T>, input_list> in;
+      in->push_back(x0);
+      (in->push_back(xs), ...);
+      auto outs = run_n<T, 1 + sizeof...(Ts)>(*in);
       if constexpr (A::n_out == 1) return outs[0];
       else return [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{((void)K, outs[K])...};

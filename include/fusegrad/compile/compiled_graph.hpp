@@ -14,6 +14,7 @@
 #include "fusegrad/compile/backend.hpp"
 #include "fusegrad/compile/node_eval.hpp"
 #include "fusegrad/compile/shape_memo.hpp"
+#include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/eager/tensor.hpp"
@@ -145,7 +146,10 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   std::vector<tensor<T>> copies;
   const std::vector<tensor<T>>& inputs = contiguous_list(in, copies);
   const bool grad = needs_grad(in);
-  std::vector<tensor<T>> values(G.m);
+  struct forward_values;  // the thread's buffer of every node's value, kept between calls
+  reused_vector<tensor<T>, forward_values> values_buffer;
+  std::vector<tensor<T>>& values = *values_buffer;
+  values.resize(G.m);
   std::shared_ptr<shape_plan> plan = run_forward(G, inst.get(), memo, in, inputs, values);
   std::vector<tensor<T>> outs(G.n_out);
   for (std::size_t k = 0; k < G.n_out; ++k) {
@@ -168,7 +172,10 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
              wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
               const compiled_graph<T>& G = *g;
               const std::vector<shape>& shapes = plan->forward;
-              std::vector<tensor<T>> values(G.m);
+              struct backward_values;
+              reused_vector<tensor<T>, backward_values> values_buffer;
+              std::vector<tensor<T>>& values = *values_buffer;
+              values.resize(G.m);
               for (int s = 0; s < G.saved_count; ++s)
                 values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
               const std::vector<tensor<T>> no_inputs;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fusegrad/core/machine.hpp"
+#include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ir/graph.hpp"
@@ -172,20 +173,9 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
   auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : ns[k].sizes; };
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
   // which eager steps never start, gets its own).
-  thread_local std::vector<tensor<T>> scratch;
-  thread_local bool busy = false;
-  std::vector<tensor<T>> own;
-  std::vector<tensor<T>>& vals = busy ? own : scratch;
-  const bool mine = !busy;
-  busy = true;
-  struct release {
-    std::vector<tensor<T>>& v;
-    bool mine;
-    ~release() {
-      v.clear();  // drops the values, keeps the buffer
-      if (mine) busy = false;
-    }
-  } release_on_exit{vals, mine};
+  struct program_values;
+  fusegrad::detail::reused_vector<tensor<T>, program_values> buffer;
+  std::vector<tensor<T>>& vals = *buffer;
   vals.resize(ns.size());
   for (std::size_t k = 0; k < ns.size(); ++k) {
     const auto& n = ns[k];
