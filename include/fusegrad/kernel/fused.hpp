@@ -77,8 +77,8 @@ void fused_run(node_eval<T>& g) {
   fused_runner<T> run(fused_view_v<G, Active, Keep>, fused_bodies<G, Active, Keep, T>::value.data(), g);
   for (int s = 0; s < layout.stages; ++s) run.stage(s);
   // A kept broadcast-of-a-reduction is materialised directly.
-  for (std::size_t c = 0; c < G::M; ++c)
-    if (layout.kept_unreduce[c]) run.eval(static_cast<int>(c));
+  static constexpr auto kept_unreduce = index_list([] { return layout.kept_unreduce; });
+  for (std::size_t c : kept_unreduce) run.eval(static_cast<int>(c));
 }
 
 template <class A, const auto& Active, const auto& Keep, Element T>

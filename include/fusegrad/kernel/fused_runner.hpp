@@ -110,20 +110,33 @@ class fused_runner {
       }
       return *best;
     }();
-    bool one_space = true;
-    for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.reduce_nodes[j])[0]) == space;
-    // A store is written by visiting the space's elements: a store with elements over an
-    // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
-    // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
+    // The usual case: every load and store has the space's shape and every reduction
+    // reads all of it, into the same shape or into one element: one row, no strides, and
+    // nothing more to check.
+    bool same_shapes = true;
+    for (int j = L_.first_load[S]; j < L_.first_load[S + 1] && same_shapes; ++j)
+      same_shapes = d(L_.load_nodes[j]).kind != gkind::unreduce && shp(L_.load_nodes[j]) == space;
+    for (int j = w0; j < w1 && same_shapes; ++j) same_shapes = shp(L_.store_nodes[j]) == space;
+    for (int j = r0; j < r1 && same_shapes; ++j) {
+      const shape& out = shp(L_.reduce_nodes[j]);
+      same_shapes = shp(ch(L_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1);
+    }
     const bool empty_space = numel(space) == 0;
-    for (int j = w0; j < w1; ++j)
-      one_space = one_space && broadcasts_to(shp(L_.store_nodes[j]), space) &&
-                  !(empty_space && numel(shp(L_.store_nodes[j])) > 0);
-    // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
-    // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
-    for (int j = r0; j < r1 && one_space; ++j)
-      one_space = d(L_.reduce_nodes[j]).rkind == detail::reduce_op::max ||
-                  sum_rows_in_order(space, sum_view(L_.reduce_nodes[j], space));
+    bool one_space = true;
+    if (!same_shapes) {
+      for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.reduce_nodes[j])[0]) == space;
+      // A store is written by visiting the space's elements: a store with elements over an
+      // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
+      // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
+      for (int j = w0; j < w1; ++j)
+        one_space = one_space && broadcasts_to(shp(L_.store_nodes[j]), space) &&
+                    !(empty_space && numel(shp(L_.store_nodes[j])) > 0);
+      // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
+      // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
+      for (int j = r0; j < r1 && one_space; ++j)
+        one_space = d(L_.reduce_nodes[j]).rkind == detail::reduce_op::max ||
+                    sum_rows_in_order(space, sum_view(L_.reduce_nodes[j], space));
+    }
     if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
       for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j)
         if (d(L_.load_nodes[j]).kind == gkind::unreduce && !val(L_.load_nodes[j]).defined()) eval(L_.load_nodes[j]);
@@ -147,7 +160,7 @@ class fused_runner {
       sc.direct[static_cast<std::size_t>(j - r0)] = direct;
       if (!direct) fill(val(c), d(c).rkind == detail::reduce_op::max ? -std::numeric_limits<T>::infinity() : T(0));
     }
-    if (!empty_space) pass(S, space);  // an empty space: its stores are empty, the fills are the sums
+    if (!empty_space) pass(S, space, same_shapes);  // an empty space: its stores are empty, the fills are the sums
     for (int j = r0; j < r1; ++j) {
       const int c = L_.reduce_nodes[j];
       if (d(c).rkind != detail::reduce_op::mean) continue;
@@ -163,8 +176,9 @@ class fused_runner {
   }
 
   /// One pass of loop `S` over the space `it`: every sink of the stage, walked in rows, each
-  /// row in tiles; the stage's tile body runs every node over the whole tile.
-  void pass(int S, const shape& it) {
+  /// row in tiles; the stage's tile body runs every node over the whole tile. `same_shapes`:
+  /// every operand has the shape `it` (or is a reduction of all of it to one element).
+  void pass(int S, const shape& it, bool same_shapes) {
     const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
     const int* Rn = L_.reduce_nodes + r0;
     const int* Ln = L_.load_nodes + l0;
@@ -187,18 +201,12 @@ class fused_runner {
     T* const regs = sc.regs.data();
     T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
     // Buffers only grow; every entry a pass reads is written first.
-    grow(NL + NC + 1, sc.slot);
+    sc.fit(NL, NC, NW, NR);
     sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
-    grow(NC, sc.dst, sc.step);
-    grow(NL, sc.lrow, sc.lstep, sc.lp, sc.divisor);
     std::fill_n(sc.divisor.begin(), NL, T(1));
-    grow(NW + NR, sc.wp);
-    grow(NR, sc.acc, sc.tail, sc.rmax, sc.rsum, sc.cols, sc.cur, sc.colf);
-    grow(N, sc.st, sc.is, sc.base);
     // A reduction to its own input's shape (`direct`) whose input is an element-wise node of
     // the stage not stored otherwise has that node write straight into its output (instead of
     // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
-    grow(NC, sc.redir);
     std::fill_n(sc.redir.begin(), NC, -1);
     for (std::size_t j = 0; j < NR; ++j) {
       if (!sc.direct[j]) continue;
@@ -344,14 +352,9 @@ class fused_runner {
       }
     };
 
-    // Fast path: every operand has the iteration shape (or is a full reduction): one flat row,
-    // no strides to compute.
+    // Operands of one shape: one flat row, no strides to compute.
     {
-      bool fast = true;
-      for (std::size_t j = 0; j < NL && fast; ++j) fast = d(Ln[j]).kind != gkind::unreduce && shp(Ln[j]) == it;
-      for (std::size_t j = 0; j < NW && fast; ++j) fast = shp(Wn[j]) == it;
-      for (std::size_t j = 0; j < NR && fast; ++j) fast = val(Rn[j]).numel() == 1 || shp(Rn[j]) == it;
-      if (fast) {
+      if (same_shapes) {
         const index_t total = numel(it);
         std::fill_n(sc.is.begin(), N, total == 1 ? 0 : 1);
         std::fill_n(sc.base.begin(), N, 0);
@@ -523,6 +526,20 @@ class fused_runner {
     std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
     std::vector<char> colf;             ///< per reduction: in the column form
     std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
+    std::size_t nl = 0, nc = 0, nw = 0, nr = 0;  ///< the counts the buffers fit
+
+    /// Makes the buffers fit `NL` loads, `NC` element-wise nodes, `NW` stores, `NR` reductions
+    /// (a few comparisons when they do already).
+    void fit(std::size_t NL, std::size_t NC, std::size_t NW, std::size_t NR) {
+      if (NL <= nl && NC <= nc && NW <= nw && NR <= nr) return;
+      nl = std::max(nl, NL), nc = std::max(nc, NC), nw = std::max(nw, NW), nr = std::max(nr, NR);
+      grow(nl + nc + 1, slot);
+      grow(nc, dst, step, redir);
+      grow(nl, lrow, lstep, lp, divisor);
+      grow(nw + nr, wp);
+      grow(nr, acc, tail, rmax, rsum, cols, cur, colf);
+      grow(nl + nw + nr, st, is, base);
+    }
   };
   /// Makes each of `vs` at least `n` long (buffers only grow).
   template <class... X>
