@@ -75,8 +75,9 @@ tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor
 template <Element T>
 bool owned_alone(const tensor<T>& g) {
   const auto& i = g.impl();
-  return i && i.use_count() == 1 && !i->grad_fn && i->store && i->store.use_count() == 1 && i->store->owned() &&
-         i->offset == 0 && static_cast<std::size_t>(g.numel()) == i->store->size() && g.is_contiguous();
+  return i && i.use_count() == 1 && !i->grad_fn && i->store && i->store.use_count() == 1 &&
+         i->store->owned() && i->offset == 0 && static_cast<std::size_t>(numel(i->sizes)) == i->store->size() &&
+         is_contiguous(i->sizes, i->st);
 }
 
 /// The node that accumulates into a leaf's `.grad()`; runs the leaf's hooks first.

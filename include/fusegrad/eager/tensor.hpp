@@ -124,7 +124,8 @@ class tensor {
   }
   [[nodiscard]] index_t numel() const { return fusegrad::numel(shape()); }
   [[nodiscard]] bool is_contiguous() const {
-    return fusegrad::is_contiguous(shape(), strides());
+    const auto& i = checked("is_contiguous");
+    return fusegrad::is_contiguous(i.sizes, i.st);
   }
   [[nodiscard]] index_t offset() const { return checked("offset").offset; }
 
