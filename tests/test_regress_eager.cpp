@@ -413,3 +413,51 @@ TEST_CASE("small_vector: copies and moves between inline and heap storage keep t
       }
     }
 }
+
+TEST_CASE("linear reads a dense view whose dims of size 1 have other strides as the dense tensor it is") {
+  // Found by the differential fuzzer at 16 threads (seed 2, graph 66): linear(x [1, 4, 1, 10])
+  // under a permute, whose backward hands linear a [1, 4, 1, 1] gradient with strides
+  // [4, 1, 4, 4]. Such a view is dense (is_contiguous: a dim of size 1 steps nowhere), so it
+  // was read in place, and its rows were taken to step by the stride of the dim of size 1
+  // before the last (4 instead of 1): reads past the gradient's 4 values (AddressSanitizer: a
+  // heap-buffer-overflow) and a wrong gradient. The same view as linear's input gave wrong rows.
+  using td = fg::tensor<double>;
+  const td w = fg::randn<double>({3, 10}, 2), b = fg::randn<double>({3}, 3);
+  // An input [4, 1, 10] with strides [10, 1, 1]: dense, its dim of size 1 stepping by 1.
+  const td x_view = fg::randn<double>({4, 10, 1}, 1).permute({0, 2, 1});
+  REQUIRE(x_view.is_contiguous());
+  REQUIRE(x_view.strides()[1] != 10);
+  const td x_dense = x_view.clone();  // contiguous() would hand back the view itself
+  REQUIRE(x_dense.strides() == fg::strides{10, 10, 1});
+  CHECK(fg::linear(x_view, w, b).to_vector() == fg::linear(x_dense, w, b).to_vector());
+  CHECK(fg::linear(x_view, w).to_vector() == fg::matmul(x_dense, w.t()).to_vector());
+
+  // The fuzzer's graph: the gradient of linear arrives as that kind of view.
+  td x = fg::randn<double>({1, 4, 1, 10}, 4).requires_grad(true);
+  td w1 = fg::randn<double>({1, 10}, 5).requires_grad(true);
+  td b1 = fg::randn<double>({1}, 6).requires_grad(true);
+  const td g = fg::randn<double>({1, 1, 1, 4}, 7);
+  const auto grads = [&](const td& gy) {
+    x.zero_grad();
+    w1.zero_grad();
+    b1.zero_grad();
+    fg::linear(x, w1, b1).backward(gy);
+    return std::vector<std::vector<double>>{x.grad().to_vector(), w1.grad().to_vector(), b1.grad().to_vector()};
+  };
+  const td gy_view = g.permute({0, 3, 2, 1});  // [1, 4, 1, 1], strides [4, 1, 4, 4]
+  REQUIRE(gy_view.is_contiguous());
+  const td gy_dense = gy_view.clone();
+  REQUIRE(gy_dense.strides() == fg::strides{4, 1, 1, 1});
+  const auto from_view = grads(gy_view), from_dense = grads(gy_dense);
+  CHECK(from_view == from_dense);
+  // Row i of x's gradient is g_i w1 (rows differ: the wrong reads gave equal or zero rows).
+  const auto gx = from_dense[0], wv = w1.to_vector(), gv = g.to_vector();
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t k = 0; k < 10; ++k) CHECK(gx[i * 10 + k] == doctest::Approx(gv[i] * wv[k]));
+  // And through the fuzzer's ops, against finite differences.
+  const auto f = [](const td& a, const td& c, const td& d) {
+    return fg::sum(fg::linear(a, c, d).permute({0, 3, 2, 1}), std::vector<fg::index_t>{2}, false) *
+           fg::from_vector<double>({0.5, -0.2, 0.1, -0.8}, {1, 1, 4});
+  };
+  CHECK(fg::gradcheck(f, x, w1, b1));
+}

@@ -179,12 +179,15 @@ tensor<T> row_readable(const tensor<T>& t) {
 }
 
 /// `t` [..., k] (as `row_readable` returns it) as the matrix of its rows [1, rows, k], or with
-/// `transposed` as that matrix's transpose [1, k, rows]: a view, nothing copied.
+/// `transposed` as that matrix's transpose [1, k, rows]: a view, nothing copied. A dense `t`
+/// steps by k and 1, whatever strides its dims of size 1 carry (a permuted [1, 4, 1, 1] view
+/// has strides [4, 1, 4, 4]: its rows do not step by the 4 of the dim of size 1 before the last).
 template <Element T>
 tensor<T> as_rows(const tensor<T>& t, bool transposed) {
   const auto& st = t.strides();
   const index_t k = t.shape().back(), rows = leading_count(t);
-  const index_t row_step = t.dim() >= 2 ? st[t.dim() - 2] : k, col_step = st.back();
+  const bool dense = t.is_contiguous();
+  const index_t row_step = dense || t.dim() < 2 ? k : st[t.dim() - 2], col_step = dense ? 1 : st.back();
   return transposed ? alias(t, {1, k, rows}, {0, col_step, row_step}, t.offset())
                     : alias(t, {1, rows, k}, {0, row_step, col_step}, t.offset());
 }
