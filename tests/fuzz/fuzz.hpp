@@ -115,6 +115,7 @@ struct stats {
   long compile_graphs = 0;  ///< compile-time graph cases (one graph on one shape/value set)
   long compile_executions = 0;
   long mismatches = 0;
+  long fd_checks = 0;       ///< run-time programs whose eager gradients matched finite differences
 };
 
 /// The run-time program fuzzer (tests/fuzz/runtime_fuzz.cpp); returns false on a mismatch.

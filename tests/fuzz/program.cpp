@@ -189,6 +189,18 @@ void add_hook(const instr& in, D t, const std::shared_ptr<hook_log>& log) {
 }
 }  // namespace
 
+/// Ops whose double result goes flat (to a bound, or to 0) for operands far from 0: a finite
+/// difference across such a value sees steps of rounding, not the derivative.
+bool saturates(op k) {
+  switch (k) {
+    case op::tanh: case op::sigmoid: case op::erf: case op::softplus: case op::silu: case op::gelu:
+    case op::exp: case op::expm1: case op::sinh:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::shared_ptr<hook_log>& log) {
   std::vector<D> v;
   std::vector<D> retained(static_cast<std::size_t>(p.retained));
@@ -291,6 +303,12 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
       }
     }
     if (r.defined() && r.numel() == 0) f |= f_empty_value;
+    if (log->read_values && A.defined() && saturates(i.k))
+      for (double x : A.to_vector())
+        if (std::abs(x) > 8) {
+          f |= f_saturated;
+          break;
+        }
     if (log->read_values && r.defined())
       for (double x : r.to_vector()) {
         if (x != 0 && std::abs(x) < 1e-150) f |= f_tiny_value;

@@ -198,6 +198,99 @@ bool ill_conditioned(const outcome& ref, const std::string& d) {
          (cls == "grad" || cls == "retained grad" || cls == "hook");
 }
 
+/// Whether a finite difference of `p`'s loss may stand as an oracle for eager's gradients: no
+/// gradient changed or cut on purpose (replacing hooks, detach) and no invalid op. Kinks and
+/// steps (abs, relu, max, comparisons, branches) stay: at random inputs a small step rarely
+/// crosses one, and one that does makes the differences disagree from step to step (below).
+bool smooth(const program& p) {
+  for (const instr& i : p.code) {
+    if (i.k == op::detach || i.k >= op::bad_reshape) return false;
+    if (i.k == op::hook && (i.hk == hook_kind::scale || i.hk == hook_kind::scale_generic)) return false;
+  }
+  return true;
+}
+
+/// The second oracle, for eager itself (the paths are compared with eager, so a wrong eager
+/// gradient that every path shares would pass them all; found so: linear's backward on a
+/// permuted gradient): along a random direction v over the inputs that take a gradient, the
+/// central difference of the loss against the sum of <grad, v> of an eager run on shape set 0. Tried at three steps: a mismatch at all three whose differences agree with each
+/// other is reported ("" if none); `checks` counts the comparisons made.
+std::string finite_difference_mismatch(const program& p0, const shape_set& ss, long* checks) {
+  // Without the special input values (inf, nan, zeros: no derivative to check there), run
+  // eagerly as the reference runs.
+  program p = p0;
+  for (input& in : p.inputs) in.specials.clear();
+  if (!smooth(p)) return "";
+  const outcome ref = execute(p, ss, 0, {"eager"}, nullptr, nullptr, nullptr);
+  // Values at which the loss is flat in double (tanh(-20) + 1 is 0) are skipped too.
+  if (ref.threw || (ref.features & (f_tiny_value | f_empty_value | f_saturated))) return "";
+  const std::vector<D> x = make_inputs(p, ss, 0);
+  std::vector<D> dir(x.size());
+  double analytic = 0, terms = 0, reach = 0;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    if (!ref.grads[k].defined) continue;
+    dir[k] = fg::randn<double>(x[k].shape(), input_seed(p, k, 0) ^ 0x9e3779b97f4a7c15ULL);
+    const std::vector<double> v = dir[k].to_vector();
+    for (std::size_t e = 0; e < v.size(); ++e) {
+      // A huge derivative (tanh(x)^-2 near x = 0) comes with huge higher ones: no step of a
+      // difference is small enough there.
+      const double g = ref.grads[k].v[e];
+      if (!std::isfinite(g) || std::abs(g) > 1e5) return "";
+      analytic += g * v[e];
+      terms += std::abs(g * v[e]);
+      reach += std::abs(v[e]);
+    }
+  }
+  if (terms == 0) return "";
+  // A gradient element that is zero up to rounding (terms of the program's size cancelling:
+  // x - cat(x, x)) is off by up to a few eps of that size (as `zero_by_cancellation`).
+  const double cancelled = 64 * std::numeric_limits<double>::epsilon() * ref.scale * reach;
+  // The program as the reference ran it (with grad: its hooks and retain_grad need it), on
+  // x + h v; NaN where it throws.
+  auto loss_at = [&](double h) {
+    try {
+      std::vector<D> in;
+      for (std::size_t k = 0; k < x.size(); ++k) {
+        in.push_back(dir[k].defined() ? D((x[k] + dir[k] * h).detach()) : x[k].detach());
+        in.back().requires_grad(p.inputs[k].rg);
+      }
+      auto log = std::make_shared<hook_log>();
+      log->observed.resize(static_cast<std::size_t>(p.slots));
+      const std::vector<D> out = interpret(p, in, log);
+      double l = 0;
+      for (std::size_t k = 0; k < p.outputs.size(); ++k)
+        if (ref.outs[k].requires_grad) l += fg::sum(out[k] * loss_weight(p, k, out[k].shape())).item();
+      return l;
+    } catch (const std::exception&) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+  };
+  // Truncation (h^2 times a third derivative) within 1e-5 of the terms' size, rounding of the
+  // loss (its size times 1e-14) over the step.
+  double fd[3];
+  const double steps[3] = {1e-6, 1e-5, 1e-7};
+  for (int j = 0; j < 3; ++j) {
+    const double h = steps[j], up = loss_at(h), down = loss_at(-h);
+    if (!std::isfinite(up) || !std::isfinite(down)) return "";
+    fd[j] = (up - down) / (2 * h);
+    if (std::abs(fd[j] - analytic) <= 1e-5 * terms + cancelled + 1e-14 * (std::abs(up) + std::abs(down)) / h) {
+      if (checks) ++*checks;
+      return "";
+    }
+  }
+  // Differences that do not settle as the step shrinks (a value near a pole: sin(0.5 / x) at
+  // x near 0) say nothing of the gradient.
+  const double spread = std::max({fd[0], fd[1], fd[2]}) - std::min({fd[0], fd[1], fd[2]});
+  if (spread > 1e-3 * (std::abs(fd[0]) + terms) + cancelled) return "";
+  if (checks) ++*checks;
+  char why[256];
+  std::snprintf(why, sizeof why,
+                "grad (finite differences): along a random direction eager's gradients give %.9g (terms of size %.3g), "
+                "central differences of the loss %.9g (steps 1e-6, 1e-5, 1e-7 agree)",
+                analytic, terms, fd[0]);
+  return why;
+}
+
 struct checker {
   const std::vector<shape_set>& sets;
   long* executions = nullptr;
@@ -413,6 +506,10 @@ bool run_runtime_fuzz(const options& o, stats& st, double deadline_s) {
         failing = &eager_plan;
         call = static_cast<int>(s);
       }
+    if (failure.empty() && !refs.empty()) {
+      failure = finite_difference_mismatch(p, sets[0], &st.fd_checks);
+      if (!failure.empty()) failing = &eager_plan, call = 0;
+    }
     for (const plan& pl : plans()) {
       if (!failure.empty()) break;
       failure = ck.check(p, pl, refs, &call);
