@@ -507,8 +507,10 @@ bool run_runtime_fuzz(const options& o, stats& st, double deadline_s) {
         call = static_cast<int>(s);
       }
     if (failure.empty() && !refs.empty()) {
+      const long before = st.fd_checks;
       failure = finite_difference_mismatch(p, sets[0], &st.fd_checks);
       if (!failure.empty()) failing = &eager_plan, call = 0;
+      if (o.verbose) std::printf("  finite differences: %s\n", st.fd_checks > before ? "compared" : "skipped");
     }
     for (const plan& pl : plans()) {
       if (!failure.empty()) break;
