@@ -170,3 +170,26 @@ TEST_CASE("item 7: reductions over dim -1 of a 0-d input, as eager") {
   same_on_every_path([](auto x, auto y) { return fg::mean(x * y, -1) + fg::max(fg::exp(x), -1, true); },
                      fg::randn<double>({}, 1), fg::randn<double>({}, 2));
 }
+
+TEST_CASE("a stage whose operands all have one shape (the fused loops' plain pass) writes every element as eager") {
+  // The plain pass (kernel/fused_runner.hpp) runs such a stage on this thread without the
+  // per-tile hooks: its stores and the sums a node writes straight into are fresh buffers it
+  // never fills. Poisoned buffers show an element left unwritten; the sizes put elements in
+  // the SIMD body, the scalar tail, one partial tile and several tiles, and one element (the
+  // general pass). `x * y + z`'s backward sums a load (the output's gradient) to z's shape:
+  // no node writes it, so that stage takes the general pass; the others take the plain one.
+  auto coscos = [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; };
+  auto xyz = [](auto x, auto y, auto z) { return x * y + z; };
+  auto shared = [](auto x, auto y) {
+    auto c = fg::cos(x);
+    return c * y + fg::exp(c) * x;
+  };
+  for (const fg::index_t n : {1, 2, 7, 8, 9, 300, 1000, 4099}) {
+    CAPTURE(n);
+    poison_buffers(n);
+    const D x = fg::randn<double>({n}, 1), y = fg::randn<double>({n}, 2), z = fg::randn<double>({n}, 3);
+    same_on_every_path(coscos, x, y);
+    same_on_every_path(xyz, x, y, z);
+    same_on_every_path(shared, x, y);
+  }
+}

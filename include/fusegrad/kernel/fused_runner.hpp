@@ -121,6 +121,7 @@ class fused_runner {
       const shape& out = shp(L_.reduce_nodes[j]);
       same_shapes = shp(ch(L_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1);
     }
+    if (same_shapes && plain_pass(S, space)) return;
     const bool empty_space = numel(space) == 0;
     bool one_space = true;
     if (!same_shapes) {
@@ -170,6 +171,75 @@ class fused_runner {
     }
   }
 
+  /// Has the element-wise node of stage `S` whose value reduction `j` of the stage sums (to
+  /// its own shape) write straight into the reduction's output: `redir[q] = j` for that node
+  /// `q`, where it has a tile register, is not stored and writes no other reduction.
+  bool redirect(int S, std::size_t j, int* redir) const {
+    const int c0 = L_.first_compute[S], NC = L_.first_compute[S + 1] - c0;
+    const int rslot = L_.reduce_slot[L_.first_reduce[S] + static_cast<int>(j)];
+    for (int q = 0; q < NC; ++q)
+      if (L_.out_slot[c0 + q] == rslot && L_.tile_register[c0 + q] >= 0 && L_.store_index[c0 + q] < 0 && redir[q] < 0) {
+        redir[q] = static_cast<int>(j);
+        return true;
+      }
+    return false;
+  }
+
+  /// The usual stage without the general bookkeeping of `pass`: every operand has the
+  /// space's shape (`same_shapes`), the space has more than one element and runs on this
+  /// thread in one row, and each reduction is a sum to its own input's shape that an
+  /// element-wise node of the stage writes straight into (no per-tile hooks). The same row
+  /// body on the same pointers as `pass` (the same bits); false, having changed nothing,
+  /// where the stage is not of that kind.
+  bool plain_pass(int S, const shape& space) {
+    const index_t total = numel(space);
+    if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
+    const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
+    const auto NC = static_cast<std::size_t>(L_.first_compute[S + 1] - c0);
+    const auto NR = static_cast<std::size_t>(L_.first_reduce[S + 1] - r0);
+    const auto NL = static_cast<std::size_t>(L_.first_load[S + 1] - l0);
+    const auto NW = static_cast<std::size_t>(L_.first_store[S + 1] - w0);
+    scratch& sc = scratch_();
+    sc.fit(NL, NC, NW, NR);
+    int* const redir = sc.redir.data();
+    std::fill_n(redir, NC, -1);
+    for (std::size_t j = 0; j < NR; ++j) {
+      const int c = L_.reduce_nodes[r0 + static_cast<int>(j)];
+      if (d(c).rkind == detail::reduce_op::max || numel(shp(c)) != total || !redirect(S, j, redir)) return false;
+    }
+    const int nregs = L_.register_count[S];
+    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
+    if (sc.regs.size() < need) sc.regs.resize(need);
+    T* const regs = sc.regs.data();
+    for (std::size_t j = 0; j < NL; ++j) {
+      sc.lrow[j] = val(L_.load_nodes[l0 + static_cast<int>(j)]).data_ptr();
+      sc.lstep[j] = 1;
+    }
+    for (std::size_t j = 0; j < NW; ++j) {
+      const int c = L_.store_nodes[w0 + static_cast<int>(j)];
+      val(c) = empty<T>(shp(c));
+    }
+    for (std::size_t j = 0; j < NR; ++j) {
+      const int c = L_.reduce_nodes[r0 + static_cast<int>(j)];
+      val(c) = empty<T>(shp(c));
+    }
+    for (std::size_t q = 0; q < NC; ++q) {
+      const int cq = c0 + static_cast<int>(q);
+      const int sw = L_.store_index[cq];
+      const int reg = L_.tile_register[cq];
+      T* to = reg >= 0 ? regs + static_cast<std::ptrdiff_t>(reg) * tile_elems : nullptr;
+      index_t step = 0;
+      if (sw >= 0) to = val(L_.store_nodes[w0 + sw]).data_ptr(), step = 1;
+      else if (redir[q] >= 0) to = val(L_.reduce_nodes[r0 + redir[q]]).data_ptr(), step = 1;
+      sc.dst[q] = to;
+      sc.step[q] = step;
+    }
+    sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
+    const row_args<T> args{g_.state, sc.slot.data(), sc.lrow.data(), sc.lstep.data(), sc.dst.data(), sc.step.data(), nullptr, nullptr, nullptr};
+    bodies_[S](args, total);
+    return true;
+  }
+
   /// Reduction `c` of a value of shape `it`, seen with `it`'s rank (1 on the reduced dims).
   shape sum_view(int c, const shape& it) const {
     return d(c).kind == gkind::reduction ? keepdim_shape(it, d(c).raxis) : shp(c);
@@ -209,14 +279,7 @@ class fused_runner {
     // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
     std::fill_n(sc.redir.begin(), NC, -1);
     for (std::size_t j = 0; j < NR; ++j) {
-      if (!sc.direct[j]) continue;
-      for (std::size_t q = 0; q < NC; ++q)
-        if (L_.out_slot[c0 + static_cast<int>(q)] == reduce_slot[j] && tile_register[q] >= 0 && store_index[q] < 0 &&
-            sc.redir[q] < 0) {
-          sc.redir[q] = static_cast<int>(j);
-          sc.direct[j] = 2;
-          break;
-        }
+      if (sc.direct[j] && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
     }
     for (std::size_t j = 0; j < NR; ++j) {
       sc.rmax[j] = d(Rn[j]).rkind == detail::reduce_op::max;
