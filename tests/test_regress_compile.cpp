@@ -177,7 +177,7 @@ TEST_CASE("a stage whose operands all have one shape (the fused loops' plain pas
   // never fills. Poisoned buffers show an element left unwritten; the sizes put elements in
   // the SIMD body, the scalar tail, one partial tile and several tiles, and one element (the
   // general pass). `x * y + z`'s backward sums a load (the output's gradient) to z's shape:
-  // no node writes it, so that stage takes the general pass; the others take the plain one.
+  // no node writes it, and the plain pass copies it after the row.
   auto coscos = [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; };
   auto xyz = [](auto x, auto y, auto z) { return x * y + z; };
   auto shared = [](auto x, auto y) {

@@ -188,9 +188,9 @@ class fused_runner {
   /// The usual stage without the general bookkeeping of `pass`: every operand has the
   /// space's shape (`same_shapes`), the space has more than one element and runs on this
   /// thread in one row, and each reduction is a sum to its own input's shape that an
-  /// element-wise node of the stage writes straight into (no per-tile hooks). The same row
-  /// body on the same pointers as `pass` (the same bits); false, having changed nothing,
-  /// where the stage is not of that kind.
+  /// element-wise node of the stage writes straight into, or a copy of a load (no per-tile
+  /// hooks). The same row body on the same pointers as `pass` (the same bits); false, having
+  /// made no value, where the stage is not of that kind.
   bool plain_pass(int S, const shape& space) {
     const index_t total = numel(space);
     if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
@@ -203,9 +203,15 @@ class fused_runner {
     sc.fit(NL, NC, NW, NR);
     int* const redir = sc.redir.data();
     std::fill_n(redir, NC, -1);
+    grow(NR, sc.direct);
     for (std::size_t j = 0; j < NR; ++j) {
       const int c = L_.reduce_nodes[r0 + static_cast<int>(j)];
-      if (d(c).rkind == detail::reduce_op::max || numel(shp(c)) != total || !redirect(S, j, redir)) return false;
+      if (d(c).rkind == detail::reduce_op::max || numel(shp(c)) != total) return false;
+      // Written by its node (2), or a copy of a load (1: the general pass copies it tile by
+      // tile; here in one piece after the row).
+      if (redirect(S, j, redir)) sc.direct[j] = 2;
+      else if (L_.reduce_slot[r0 + static_cast<int>(j)] < static_cast<int>(NL)) sc.direct[j] = 1;
+      else return false;
     }
     const int nregs = L_.register_count[S];
     const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
@@ -237,6 +243,11 @@ class fused_runner {
     sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
     const row_args<T> args{g_.state, sc.slot.data(), sc.lrow.data(), sc.lstep.data(), sc.dst.data(), sc.step.data(), nullptr, nullptr, nullptr};
     bodies_[S](args, total);
+    for (std::size_t j = 0; j < NR; ++j)
+      if (sc.direct[j] == 1) {
+        const T* from = sc.lrow[static_cast<std::size_t>(L_.reduce_slot[r0 + static_cast<int>(j)])];
+        std::copy(from, from + total, val(L_.reduce_nodes[r0 + static_cast<int>(j)]).data_ptr());
+      }
     return true;
   }
 
