@@ -221,3 +221,42 @@ TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few
   CHECK(few.to_string().find("in tiles of 256") != std::string::npos);
   CHECK(few.run(args)[0].to_vector() == got.front().to_vector());
 }
+
+TEST_CASE("IR programs drop a value once the last step that reads it has run") {
+  // Three eager steps in a row: %1 = f0(%0), %2 = f1(%1), %3 = f2(%2). Only the second reads
+  // %1: by the third the program holds it no more (its buffer is back in the buffer cache,
+  // warm, for the next step), as the eager engine frees a gradient once it is used. The
+  // input and the output stay the caller's.
+  fg::ir::graph<float> g;
+  const int x = g.add_input({1000});
+  const int a = g.add_call(x, -1, 0, {1000});
+  const int b = g.add_call(a, -1, 1, {1000});
+  const int c = g.add_call(b, -1, 2, {1000});
+  const fg::ir::program<float> p(g, {c});
+  std::weak_ptr<fg::detail::tensor_impl<float>> first, second;
+  bool first_alive = true, second_alive = false;
+  using tf = fg::tensor<float>;
+  const std::vector<fg::ir::call_fn<float>> fns{
+      [&](const tf& v, const tf&) {
+        tf r = v * 2.0f;
+        first = r.raw_impl();
+        return r;
+      },
+      [&](const tf& v, const tf&) {
+        tf r = v + 1.0f;
+        second = r.raw_impl();
+        return r;
+      },
+      [&](const tf& v, const tf&) {
+        first_alive = !first.expired();
+        second_alive = !second.expired();  // the operand of this very step
+        return v * v;
+      }};
+  const tf in = fg::randn<float>({1000}, 5);
+  const tf r = p.run({in}, nullptr, &fns)[0];
+  CHECK_FALSE(first_alive);
+  CHECK(second_alive);
+  CHECK(second.expired());  // after the run, nothing holds the intermediates
+  const tf e = (in * 2.0f + 1.0f) * (in * 2.0f + 1.0f);
+  CHECK(r.to_vector() == e.to_vector());
+}

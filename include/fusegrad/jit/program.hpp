@@ -160,6 +160,10 @@ class program {
   std::vector<bool> dense_;  ///< read by a loop or the row step, or an output: made contiguous
   std::vector<step> steps_;
   std::vector<row_step<T>> rows_;
+  /// Per step: the values no later step reads and no output is, dropped once it has run (a
+  /// long graph keeps only what is still to be read, as the eager engine frees a gradient
+  /// once used: a freed buffer goes back to the buffer cache, warm, for the next step).
+  std::vector<std::vector<int>> last_read_;
 };
 
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
@@ -186,7 +190,8 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
                              "; the program was compiled for ", fusegrad::to_string(size_of(k)));
     vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
   }
-  for (const auto& st : steps_) {
+  for (std::size_t l = 0; l < steps_.size(); ++l) {
+    const step& st = steps_[l];
     if (st.rows >= 0) {
       rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
     } else if (st.eager) {
@@ -203,6 +208,7 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
     } else {
       run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), sizes);
     }
+    for (const int k : last_read_[l]) vals[static_cast<std::size_t>(k)] = tensor<T>{};
   }
   std::vector<tensor<T>> out;
   out.reserve(outputs_.size());
@@ -377,6 +383,20 @@ void program<T>::lower() {
     if (need_[k] && (tiled[k] || in_rows[k]))
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0) dense_[static_cast<std::size_t>(c)] = true;
+  // The step after which each value is read no more (outputs: never dropped).
+  {
+    std::vector<int> position(L, 0);
+    for (std::size_t i = 0; i < order.size(); ++i) position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
+    std::vector<int> last(N, -1);
+    for (std::size_t k = 0; k < N; ++k)
+      if (step_of[k] >= 0)
+        for (int c : {ns[k].a, ns[k].b})
+          if (c >= 0) last[static_cast<std::size_t>(c)] = std::max(last[static_cast<std::size_t>(c)], position[static_cast<std::size_t>(step_of[k])]);
+    for (int o : outputs_) last[static_cast<std::size_t>(o)] = -1;
+    last_read_.assign(L, {});
+    for (std::size_t k = 0; k < N; ++k)
+      if (last[k] >= 0) last_read_[static_cast<std::size_t>(last[k])].push_back(static_cast<int>(k));
+  }
   // Instructions, operand sources and tile registers (reused after their last reader).
   for (int q : order) {
     step st;
