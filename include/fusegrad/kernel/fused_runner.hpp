@@ -171,6 +171,26 @@ class fused_runner {
     }
   }
 
+  /// Where stage `S`'s lists start in the layout's tables, and their lengths.
+  struct stage_span {
+    int c0, l0, w0, r0;
+    std::size_t NC, NR, NL, NW;
+  };
+  stage_span span_of(int S) const {
+    const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
+    return {c0, l0, w0, r0, static_cast<std::size_t>(L_.first_compute[S + 1] - c0), static_cast<std::size_t>(L_.first_reduce[S + 1] - r0),
+            static_cast<std::size_t>(L_.first_load[S + 1] - l0), static_cast<std::size_t>(L_.first_store[S + 1] - w0)};
+  }
+  /// The thread's scratch fitted to stage `S` (`sp`): its tile registers, then a load buffer
+  /// per load, and the per-node lists (buffers only grow).
+  auto& fit_scratch(int S, const stage_span& sp) {  // (`scratch` is declared below)
+    scratch& sc = scratch_();
+    const auto need = static_cast<std::size_t>((L_.register_count[S] + static_cast<int>(sp.NL)) * tile_elems);
+    if (sc.regs.size() < need) sc.regs.resize(need);
+    sc.fit(sp.NL, sp.NC, sp.NW, sp.NR);
+    return sc;
+  }
+
   /// Has the element-wise node of stage `S` whose value reduction `j` of the stage sums (to
   /// its own shape) write straight into the reduction's output: `redir[q] = j` for that node
   /// `q`, where it has a tile register, is not stored and writes no other reduction.
@@ -194,13 +214,10 @@ class fused_runner {
   bool plain_pass(int S, const shape& space) {
     const index_t total = numel(space);
     if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
-    const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
-    const auto NC = static_cast<std::size_t>(L_.first_compute[S + 1] - c0);
-    const auto NR = static_cast<std::size_t>(L_.first_reduce[S + 1] - r0);
-    const auto NL = static_cast<std::size_t>(L_.first_load[S + 1] - l0);
-    const auto NW = static_cast<std::size_t>(L_.first_store[S + 1] - w0);
-    scratch& sc = scratch_();
-    sc.fit(NL, NC, NW, NR);
+    const stage_span span = span_of(S);
+    const int c0 = span.c0, l0 = span.l0, w0 = span.w0, r0 = span.r0;
+    const std::size_t NC = span.NC, NR = span.NR, NL = span.NL, NW = span.NW;
+    scratch& sc = fit_scratch(S, span);
     int* const redir = sc.redir.data();
     std::fill_n(redir, NC, -1);
     grow(NR, sc.direct);
@@ -213,9 +230,6 @@ class fused_runner {
       else if (L_.reduce_slot[r0 + static_cast<int>(j)] < static_cast<int>(NL)) sc.direct[j] = 1;
       else return false;
     }
-    const int nregs = L_.register_count[S];
-    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
-    if (sc.regs.size() < need) sc.regs.resize(need);
     T* const regs = sc.regs.data();
     for (std::size_t j = 0; j < NL; ++j) {
       sc.lrow[j] = val(L_.load_nodes[l0 + static_cast<int>(j)]).data_ptr();
@@ -260,7 +274,9 @@ class fused_runner {
   /// row in tiles; the stage's tile body runs every node over the whole tile. `same_shapes`:
   /// every operand has the shape `it` (or is a reduction of all of it to one element).
   void pass(int S, const shape& it, bool same_shapes) {
-    const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
+    const stage_span span = span_of(S);
+    const int c0 = span.c0, l0 = span.l0, w0 = span.w0, r0 = span.r0;
+    const std::size_t NC = span.NC, NR = span.NR, NL = span.NL, NW = span.NW;  // (not bindings: the lambdas below capture them)
     const int* Rn = L_.reduce_nodes + r0;
     const int* Ln = L_.load_nodes + l0;
     const int* Wn = L_.store_nodes + w0;
@@ -268,21 +284,14 @@ class fused_runner {
     const int* store_index = L_.store_index + c0;
     const int* store_slot = L_.store_slot + w0;
     const int* reduce_slot = L_.reduce_slot + r0;
-    const auto NC = static_cast<std::size_t>(L_.first_compute[S + 1] - c0);
-    const auto NR = static_cast<std::size_t>(L_.first_reduce[S + 1] - r0);
-    const auto NL = static_cast<std::size_t>(L_.first_load[S + 1] - l0);
-    const auto NW = static_cast<std::size_t>(L_.first_store[S + 1] - w0);
     const std::size_t N = NL + NW + NR;
     using V = simd<T>;
     constexpr index_t tile = tile_elems;
-    scratch& sc = scratch_();
+    scratch& sc = fit_scratch(S, span);
     const int nregs = L_.register_count[S];
-    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile);
-    if (sc.regs.size() < need) sc.regs.resize(need);
     T* const regs = sc.regs.data();
     T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
-    // Buffers only grow; every entry a pass reads is written first.
-    sc.fit(NL, NC, NW, NR);
+    // Buffers only grow (`fit_scratch`); every entry a pass reads is written first.
     sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
     std::fill_n(sc.divisor.begin(), NL, T(1));
     // A reduction to its own input's shape (`direct`) whose input is an element-wise node of
