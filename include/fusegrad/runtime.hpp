@@ -107,6 +107,10 @@
   FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, std::span<const tensor<T>>, std::span<tensor<T>* const>); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&, std::string_view);                                            \
   FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t);                              \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::sin, T>(const T*, T*, int); \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::cos, T>(const T*, T*, int); \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::tan, T>(const T*, T*, int); \
+  FUSEGRAD_RT_EXTERN template void detail::log_plan<T>(std::string_view, const detail::compiled_graph<T>&, std::size_t); \
   FUSEGRAD_RT_EXTERN template std::vector<tensor<T>> detail::run_compiled<T>(const detail::compiled_graph<T>&, std::shared_ptr<const void>, const void* const*, const std::vector<tensor<T>>&, detail::shape_memo*); \
   FUSEGRAD_RT_EXTERN template gradcheck_result detail::gradcheck_values<T>(const gradcheck_options&, const detail::gradcheck_call<T>&, std::vector<tensor<T>>&); \
   FUSEGRAD_RT_EXTERN template void detail::fused_shapes<T>(detail::node_eval<T>&, const detail::role*, const bool*, std::size_t);

@@ -16,6 +16,7 @@
 /// compiled graph at run time is fusegrad/compile/compiled_graph.hpp.
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,6 +57,19 @@ class instance_cache {
   light_mutex mutex_;  ///< taken on every call: core/mutex.hpp's lock costs no libpthread call
   std::vector<std::pair<const void*, std::shared_ptr<const void>>> entries_;
 };
+
+/// Logs compiled graph `g`'s plan (`FUSEGRAD_LOGS=output_code`): what it saves of its
+/// `forward_values` forward values and what its backward computes. `which`: the plan's name.
+template <Element T>
+void log_plan(std::string_view which, const compiled_graph<T>& g, std::size_t forward_values) {
+  std::string text = "fg::compile plan" + std::string(which) + ": saves " + std::to_string(g.saved_count) + " of " +
+                     std::to_string(forward_values) + " forward values:";
+  for (int k = 0; k < g.saved_count; ++k) text += " %" + std::to_string(g.saved_nodes[k]);
+  text += "; the backward computes";
+  for (std::size_t c = 0; c < g.m; ++c)
+    if (g.backward_active[c]) text += " %" + std::to_string(c);
+  logs::emit(logs::output_code, text);
+}
 }  // namespace detail
 
 /// A function compiled by `fg::compile`. Call it with tensors of one element type.
@@ -151,21 +165,14 @@ class compiled_function {
       return logged<A, Policy>("");
     }
   }
-  /// The compiled graph of plan `P`; its first use logs the plan (`FUSEGRAD_LOGS=output_code`).
+  /// The compiled graph of plan `P`; its first use logs the plan (`FUSEGRAD_LOGS=output_code`,
+  /// written by `detail::log_plan`, compiled once per element type, not once per plan).
   template <class A, class P>
   static const auto& logged(std::string_view which) {
     const auto& g = detail::compiled_graph_of<B, P, A>::value;
-    static std::once_flag once;
-    if (logs::enabled(logs::output_code))
-      std::call_once(once, [&] {
-        std::string text = "fg::compile plan" + std::string(which) + ": saves " + std::to_string(g.saved_count) +
-                           " of " + std::to_string(A::MF) + " forward values:";
-        for (int k = 0; k < g.saved_count; ++k) text += " %" + std::to_string(g.saved_nodes[k]);
-        text += "; the backward computes";
-        for (std::size_t c = 0; c < A::M; ++c)
-          if (g.backward_active[c]) text += " %" + std::to_string(c);
-        logs::emit(logs::output_code, text);
-      });
+    static std::atomic<bool> done{false};
+    if (logs::enabled(logs::output_code) && !done.exchange(true, std::memory_order_relaxed))
+      detail::log_plan<typename A::element_type>(which, g, A::MF);
     return g;
   }
 

@@ -3,6 +3,7 @@
 /// The SIMD vocabulary shared by every kernel: the batch type, and the few helpers that let
 /// one generic op definition serve a scalar (`float`, `double`) and an xsimd batch alike.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -223,22 +224,45 @@ namespace detail_trig {
 /// each of those three classes on its own (the other lanes filled with a member of the
 /// class) and selecting gives every element its own class's result, wherever it sits; a
 /// batch of one class (the usual case) costs one evaluation and two compares.
-/// The batches `by_reduction_class` does not take in one evaluation (kept out of line, so
-/// that the usual path holds one inlined copy of the function). `x` by value, in a register:
-/// by reference, every caller kept each argument in memory for the call it rarely makes (in
-/// the span engine the values around it too: `value_and_grad` of `sum(cos(cos(x)) * y)` ran
-/// 20% more instructions).
-template <class V, class F>
-[[gnu::noinline, gnu::cold]] V by_reduction_class_slow(V x, F f) {
+///
+/// `trig_fn`: which of xsimd's functions a batch goes through class by class.
+enum class trig_fn { sin, cos, tan };
+template <trig_fn F, class V>
+inline V xsimd_trig(const V& v) {
+  if constexpr (F == trig_fn::sin) return xsimd::sin(v);
+  else if constexpr (F == trig_fn::cos) return xsimd::cos(v);
+  else return xsimd::tan(v);
+}
+/// `F` of a batch that `by_reduction_class` does not take in one evaluation: each class of
+/// lanes on its own (the other lanes filled with a member of the class), then selected.
+template <trig_fn F, class V>
+V per_reduction_class(V x) {
   using T = typename V::value_type;
   const V ax = xsimd::abs(x);
   const auto small = ax <= xsimd::constants::twentypi<V>();
   const auto medium = ax <= xsimd::constants::mediumpi<V>();  // false for NaN
-  if (!xsimd::any(medium) || (xsimd::all(medium) && xsimd::none(small))) return f(x);  // one class
-  V r = f(xsimd::select(medium, V(std::numeric_limits<T>::infinity()), x));          // large lanes
+  if (!xsimd::any(medium) || (xsimd::all(medium) && xsimd::none(small))) return xsimd_trig<F>(x);  // one class
+  V r = xsimd_trig<F>(xsimd::select(medium, V(std::numeric_limits<T>::infinity()), x));          // large lanes
   const V mid = V(T(64));  // in (20π, mediumpi] for float and double
-  r = xsimd::select(medium, f(xsimd::select(medium && !small, x, mid)), r);          // medium lanes
-  return xsimd::select(small, f(xsimd::select(small, x, V(T(0)))), r);               // small lanes
+  r = xsimd::select(medium, xsimd_trig<F>(xsimd::select(medium && !small, x, mid)), r);          // medium lanes
+  return xsimd::select(small, xsimd_trig<F>(xsimd::select(small, x, V(T(0)))), r);               // small lanes
+}
+/// `out[i] = F(x[i])` for `n` lanes, class by class, in batches of this TU's `simd<T>` (zeros,
+/// of the small class, fill a last partial batch: no lane's class depends on another's).
+/// Out of line and typed by the element, not the batch, so that the precompiled runtime
+/// holds it (fusegrad/runtime.hpp) and a TU that calls `sin` compiles none of xsimd's
+/// large-argument reduction (Payne-Hanek: about 6 KB of code per TU); the usual path holds one
+/// inlined copy of the function.
+template <trig_fn F, class T>
+[[gnu::noinline, gnu::cold]] void trig_by_class(const T* x, T* out, int n) {
+  using V = xsimd::batch<T>;
+  for (int i = 0; i < n; i += static_cast<int>(V::size)) {
+    const int m = std::min(static_cast<int>(V::size), n - i);
+    T in[V::size] = {}, r[V::size];
+    std::copy(x + i, x + i + m, in);
+    per_reduction_class<F>(V::load_unaligned(in)).store_unaligned(r);
+    std::copy(r, r + m, out + i);
+  }
 }
 #if XSIMD_VERSION_MAJOR == 8
 /// `sin` (`Sin`) or `cos` of a batch whose every |x| is at most 20π: xsimd 8's own steps for
@@ -277,13 +301,18 @@ inline V small_trig(const V& x) {  // another xsimd: its own functions
 }
 #endif
 
-/// `f` of a batch, class by class: `small` (the same bits as `f` on that class, possibly
-/// cheaper) inline when every |x| <= 20π, the evaluation per class out of line otherwise.
-template <class V, class Small, class F>
-inline V by_reduction_class(const V& x, Small small, F f) {
+/// `F` of a batch, class by class: `small` (the same bits as `F` on that class, possibly
+/// cheaper) inline when every |x| <= 20π, the evaluation per class out of line otherwise
+/// (its lanes through memory to a function of the element type).
+template <trig_fn F, class V, class Small>
+inline V by_reduction_class(const V& x, Small small) {
   if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
     return small(x);  // one class: |x| <= 20π
-  return by_reduction_class_slow(x, f);
+  using T = typename V::value_type;
+  T lanes[V::size];  // (in place: `trig_by_class` reads each batch before it writes it)
+  x.store_unaligned(lanes);
+  trig_by_class<F, T>(lanes, lanes, static_cast<int>(V::size));
+  return V::load_unaligned(lanes);
 }
 }  // namespace detail_trig
 
@@ -291,22 +320,17 @@ inline V by_reduction_class(const V& x, Small small, F f) {
 /// of its neighbours: see `detail_trig::by_reduction_class`).
 template <class V> V sin(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::sin(x);
-  else return detail_trig::by_reduction_class(
-      x, [](const V& v) { return detail_trig::small_trig<true>(v); }, [](const V& v) { return xsimd::sin(v); });
+  else return detail_trig::by_reduction_class<detail_trig::trig_fn::sin>(x, [](const V& v) { return detail_trig::small_trig<true>(v); });
 }
 /// `cos`, as `sin`.
 template <class V> V cos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::cos(x);
-  else return detail_trig::by_reduction_class(
-      x, [](const V& v) { return detail_trig::small_trig<false>(v); }, [](const V& v) { return xsimd::cos(v); });
+  else return detail_trig::by_reduction_class<detail_trig::trig_fn::cos>(x, [](const V& v) { return detail_trig::small_trig<false>(v); });
 }
 /// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
 template <class V> V tan(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::tan(x);
-  else {
-    auto f = [](const V& v) { return xsimd::tan(v); };
-    return detail_trig::by_reduction_class(x, f, f);
-  }
+  else return detail_trig::by_reduction_class<detail_trig::trig_fn::tan>(x, [](const V& v) { return xsimd::tan(v); });
 }
 
 }  // namespace lanes
