@@ -1,6 +1,7 @@
 // The floor of compile time: only what fusegrad's headers include from outside fusegrad (the
 // standard library and xsimd). tools/compile_ratios.sh measures TUs against it. Keep the list
-// equal to `grep -rh '#include <' include | sort -u`.
+// equal to `grep -rh '#include <' include | sort -u`, less the optional ones (Eigen, oneTBB,
+// OpenMP's omp.h, <thread> under them) and those that xsimd includes (immintrin.h).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <iterator>
@@ -26,7 +29,9 @@
 #include <optional>
 #include <ostream>
 #include <queue>
+#include <ranges>
 #include <set>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
