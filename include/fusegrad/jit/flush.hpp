@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/ir/backward.hpp"
@@ -230,10 +231,13 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   }
   if (e->bwd) {
     std::vector<tensor<T>> saved(res.begin() + static_cast<std::ptrdiff_t>(outs.size()), res.end());
-    std::vector<tensor<T>> grad_outs;
-    std::vector<tensor<T>*> out_ptrs;
-    for (int p : e->grad_outputs) grad_outs.emplace_back(targets[static_cast<std::size_t>(p)]);
-    for (auto& t : grad_outs) out_ptrs.push_back(&t);
+    // The outputs the node is recorded on (the thread's buffers: no allocation per call).
+    struct grad_out_list;
+    struct grad_out_ptrs;
+    reused_vector<tensor<T>, grad_out_list> grad_outs;
+    reused_vector<tensor<T>*, grad_out_ptrs> out_ptrs;
+    for (int p : e->grad_outputs) grad_outs->emplace_back(targets[static_cast<std::size_t>(p)]);
+    for (auto& t : *grad_outs) out_ptrs->push_back(&t);
     auto jshapes = dyn ? std::make_shared<const std::vector<shape>>(std::move(shapes)) : nullptr;
     const std::size_t n_in = inputs_.size();
     // This call's hooks (the graph's, by slot); hooks registered later on its outputs join
@@ -242,10 +246,18 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     auto self = std::make_shared<node<T>*>(nullptr);  // the node: the rule lives in it
     // The engine leaves the gradient of an output nothing used undefined (no zeros): the
     // backward of the outputs that received one runs instead (`backward_for`).
-    const auto n = record<T>("CompiledFunctionBackward", inputs_, out_ptrs, std::move(saved),
+    const auto n = record<T>("CompiledFunctionBackward", inputs_, *out_ptrs, std::move(saved),
               [e, jshapes, n_in, graph_hooks, self](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
-                std::vector<tensor<T>> bin(s.begin(), s.end());
-                std::vector<char> given(grads.size());
+                // The program's inputs and which gradients came (the thread's buffers; a
+                // backward nested in this one, from a hook, gets its own).
+                struct backward_inputs;
+                struct given_grads;
+                reused_vector<tensor<T>, backward_inputs> bin_buffer;
+                reused_vector<char, given_grads> given_buffer;
+                std::vector<tensor<T>>& bin = *bin_buffer;
+                std::vector<char>& given = *given_buffer;
+                bin.assign(s.begin(), s.end());
+                given.resize(grads.size());
                 for (std::size_t j = 0; j < grads.size(); ++j) {
                   given[j] = grads[j].defined();
                   if (given[j]) bin.push_back(grads[j]);
