@@ -491,68 +491,57 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
   const auto& ns = g_.nodes();
   static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
   const std::size_t np = st.code.size();
-  // Instruction `p` on the tile at `t0` of `n` elements, its operands resolved.
-  auto run = [&](std::size_t p, node_kind kind, detail::kernel_fn<T> fn, T scalar, const T* a, const T* b, T* d, index_t n) {
-    if (fn) [[likely]] return fn(scalar, a, b, d, n);
-    switch (kind) {
-      case node_kind::expand: std::copy(a, a + n, d); break;
-      case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
-      default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
-    }
-  };
-  // Where an operand is: a tile register (this thread's), or a pointer that moves with the
-  // tile (`adv`) or stays (a splat; null: no operand); `mask` is all ones where it moves.
-  auto at = [&](int reg, const T* ptr, bool adv, index_t& mask) -> const T* {
-    mask = reg < 0 && adv ? ~index_t{0} : index_t{0};
-    return reg >= 0 ? regs + reg * tile : ptr;
-  };
-  auto kernel_of = [&](const ir::node<T>& nd) -> detail::kernel_fn<T> {
-    return nd.kind == node_kind::pointwise ? kernels[static_cast<std::size_t>(nd.op)] : nullptr;
-  };
-  if (hi - lo <= tile) {  // one tile (or none): each instruction once, resolved as it runs
-    if (hi <= lo) return;
-    for (std::size_t p = 0; p < np; ++p) {
-      const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
-      const ptrs& P = pv[p];
-      index_t am, bm, dm;
-      const T* a = at(P.src_reg[0], P.src[0], P.adv[0], am);
-      const T* b = at(P.src_reg[1], P.src[1], P.adv[1], bm);
-      T* d = const_cast<T*>(at(P.dst_reg, P.dst, P.dst_adv, dm));
-      run(p, nd.kind, kernel_of(nd), nd.scalar, a + (lo & am), b + (lo & bm), d + (lo & dm), hi - lo);
-    }
-    return;
-  }
-  // Several tiles: each instruction resolved once (a pointer and a mask per operand, the
-  // kernel, its constant); the loop over the tiles then only adds offsets.
+  // Instruction `p` resolved for these tiles: where each operand is (a tile register, this
+  // thread's; or a pointer that moves with the tile, or stays: a splat, null for no operand),
+  // with a mask of all ones where it moves; the kernel (null: not element-wise) and its constant.
   struct resolved {
     const T* a;
     const T* b;
     T* d;
     index_t am, bm, dm;
-    detail::kernel_fn<T> fn;  ///< null: not element-wise (`kind` says what)
+    detail::kernel_fn<T> fn;
     T scalar;
     node_kind kind;
   };
-  thread_local std::vector<resolved> rv;  // grows only; a block of a parallel loop: its thread's
-  if (rv.size() < np) rv.resize(np);
-  resolved* const R = rv.data();
-  for (std::size_t p = 0; p < np; ++p) {
+  auto resolve = [&](std::size_t p) {
     const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
     const ptrs& P = pv[p];
-    resolved& r = R[p];
+    auto at = [&](int reg, const T* ptr, bool adv, index_t& mask) -> const T* {
+      mask = reg < 0 && adv ? ~index_t{0} : index_t{0};
+      return reg >= 0 ? regs + reg * tile : ptr;
+    };
+    resolved r;
     r.a = at(P.src_reg[0], P.src[0], P.adv[0], r.am);
     r.b = at(P.src_reg[1], P.src[1], P.adv[1], r.bm);
     r.d = const_cast<T*>(at(P.dst_reg, P.dst, P.dst_adv, r.dm));
-    r.kind = nd.kind;
-    r.fn = kernel_of(nd);
+    r.fn = nd.kind == node_kind::pointwise ? kernels[static_cast<std::size_t>(nd.op)] : nullptr;
     r.scalar = nd.scalar;
+    r.kind = nd.kind;
+    return r;
+  };
+  // Instruction `p` (resolved as `r`) on the `n` elements of the tile at `t0`.
+  auto run = [&](std::size_t p, const resolved& r, index_t t0, index_t n) {
+    const T* a = r.a + (t0 & r.am);
+    if (r.fn) [[likely]] return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
+    switch (r.kind) {
+      case node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
+      case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
+      default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
+    }
+  };
+  if (hi - lo <= tile) {  // one tile (or none): each instruction resolved as it runs
+    if (hi <= lo) return;
+    for (std::size_t p = 0; p < np; ++p) run(p, resolve(p), lo, hi - lo);
+    return;
   }
+  // Several tiles: each instruction resolved once; the loop over the tiles only adds offsets.
+  thread_local std::vector<resolved> rv;  // grows only; a block of a parallel loop: its thread's
+  if (rv.size() < np) rv.resize(np);
+  resolved* const R = rv.data();
+  for (std::size_t p = 0; p < np; ++p) R[p] = resolve(p);
   for (index_t t0 = lo; t0 < hi; t0 += tile) {
     const index_t n = std::min(tile, hi - t0);
-    for (std::size_t p = 0; p < np; ++p) {
-      const resolved& r = R[p];
-      run(p, r.kind, r.fn, r.scalar, r.a + (t0 & r.am), r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
-    }
+    for (std::size_t p = 0; p < np; ++p) run(p, R[p], t0, n);
   }
 }
 
