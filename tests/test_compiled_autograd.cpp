@@ -335,6 +335,7 @@ TEST_CASE("a cache hit runs the captured graph on collected inputs and equals th
 TEST_CASE("a changed scalar in a rule is not a stale constant on a hit") {
   ca_off guard;
   fg::compiled_autograd::reset();
+  fg::reset_counters();
   for (double k : {0.5, 2.0, 0.5, -3.0}) {
     CAPTURE(k);
     const auto want = eager_grads(k);
@@ -344,6 +345,37 @@ TEST_CASE("a changed scalar in a rule is not a stale constant on a hit") {
     CHECK(max_normwise(t.x.grad(), want[0]) < 1e-12);
     CHECK(max_normwise(t.w.grad(), want[1]) < 1e-12);
   }
+  // `* k` is an input of the captured graph (the seed's `scalars`), not a constant: one capture.
+  CHECK(fg::counters().compiled_autograd_captures == 1);
+  CHECK(fg::counters().compiled_autograd_direct == 3);
+}
+
+TEST_CASE("scalars: x * s and x / s are graph inputs (bit for bit), x + s is not read, a pow exponent is a guard") {
+  ca_off guard;
+  fg::compiled_autograd::reset();
+  fg::reset_counters();
+  // Gradients of sum(tanh(x * w) * a / b + c + x^p) under `compiled` or the eager engine.
+  auto grads = [](double a, double b, double c, double p, bool compiled) {
+    auto x = fg::randn<double>({5, 7}, 31).requires_grad(true);
+    auto w = fg::randn<double>({7}, 32).requires_grad(true);
+    auto loss = fg::sum((fg::tanh(x * w) * a) / b + c + fg::pow(x, p));
+    backward_with(compiled, loss);
+    return std::pair{x.grad().to_vector(), w.grad().to_vector()};
+  };
+  const double steps[][4] = {{0.5, 3.0, 1.0, 2.0}, {0.25, -7.0, 2.0, 2.0}, {3.0, 0.1, -4.0, 2.0}, {0.5, 3.0, 1.0, 3.0}, {1.5, 2.0, 0.0, 3.0}};
+  for (const auto& s : steps) {
+    CAPTURE(s[0]);
+    CAPTURE(s[1]);
+    CAPTURE(s[3]);
+    const auto want = grads(s[0], s[1], s[2], s[3], false);
+    const auto got = grads(s[0], s[1], s[2], s[3], true);
+    CHECK(got.first == want.first);  // bit for bit: g * s and g * (0-d s) round alike
+    CHECK(got.second == want.second);
+  }
+  // a, b, c changing: hits; the exponent is specialised (its integer powers are exact
+  // multiplications, which a run-time exponent would not give): a new exponent, a capture.
+  CHECK(fg::counters().compiled_autograd_captures == 2);
+  CHECK(fg::counters().compiled_autograd_direct == 3);
 }
 
 TEST_CASE("a saved tensor modified in place between capture and hit is the eager engine's error") {
@@ -473,6 +505,9 @@ TEST_CASE("FUSEGRAD_LOGS=compiled_autograd prints the graph's signature: inputs,
   CHECK(text.find("saved 1: f64[4, 3]") != std::string::npos);
   CHECK(text.find("GraphRoot (NodeCall 0) grad 0: f64[]") != std::string::npos);
   CHECK(text.find("output 0 hook 0") != std::string::npos);
+  // small_tape's `* k`: an input of the graph, listed under scalars.
+  CHECK(text.find("MulBackward1 (NodeCall 4) scalar: f64[]") != std::string::npos);
+  CHECK(text.find("scalars: inputs[") != std::string::npos);
 }
 
 TEST_CASE("a view's constants and a size change are never served a stale captured graph") {

@@ -81,6 +81,7 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
       c.tensors.clear();
       c.owned.clear();
       c.grads.clear();
+      c.scalar_tensors.clear();
     }
   } clear_on_exit{col};
   cached_key* ck = nullptr;
@@ -113,11 +114,32 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
     trace_t& t;
     ~stop_recording() { t.recording = nullptr; }
   } stop{tr};
+  // The nodes' scalar inputs as 0-d tensors their rules read (graph inputs, not constants).
+  // Each rule uses its own up; one left over means a rule did not run with it (no plan then:
+  // the graph may hold that scalar as a constant, which the key does not guard).
+  struct scalar_inputs {
+    collected<T>& c;
+    bool all_used() {
+      bool used = true;
+      for (std::size_t j = 0; j < c.scalar_tensors.size(); ++j)
+        if (c.order[c.scalar_node[j]]->exchange_scalar_input(tensor<T>{}).defined()) used = false;
+      c.scalar_tensors.clear();
+      return used;
+    }
+    ~scalar_inputs() { all_used(); }  // (an error in a rule: no node keeps one)
+  } lifted{col};
+  for (std::size_t j = 0; j < col.scalars.size(); ++j) {
+    col.scalar_tensors.push_back(fusegrad::full<T>(shape{}, col.scalars[j]));
+    col.order[col.scalar_node[j]]->exchange_scalar_input(col.scalar_tensors.back());
+  }
   fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
   fr.finish();
   tr.recording = nullptr;
+  std::vector<tensor<T>> scalar_tensors = col.scalar_tensors;  // (make_plan finds the graph's inputs among them)
+  const bool scalars_used = lifted.all_used();
+  col.scalar_tensors = std::move(scalar_tensors);
   if (want_plan) {
-    auto p = make_plan<T>(rec, col, key.sizes);
+    auto p = scalars_used ? make_plan<T>(rec, col, key.sizes) : nullptr;
     if (p && logs::enabled(logs::compiled_autograd)) logs::emit(logs::compiled_autograd, signature(*p, col));
     std::lock_guard lock(global_state().mu);
     ck->no_plan = !p;

@@ -19,9 +19,10 @@ namespace detail {
 
 /// How a cache hit runs a captured backward without running a rule (the seed's
 /// `forward(inputs, sizes, scalars, hooks)`): the captured graph's cache entry, where each of
-/// its inputs comes from in what the key walk collects, the leaves its outputs accumulate
-/// into, and its call slots: a matmul's or a view's backward (kept from the capture: the
-/// rule's constants are in the key) or a tensor hook, collected from the tape on each hit.
+/// its inputs comes from in what the key walk collects (a saved tensor, a root gradient, a
+/// node's scalar input), the leaves its outputs accumulate into, and its call slots: a
+/// matmul's or a view's backward (kept from the capture: the rule's constants are in the key)
+/// or a tensor hook, collected from the tape on each hit.
 template <Element T>
 struct plan {
   std::shared_ptr<const fusegrad::detail::jit::entry<T>> e;
@@ -30,9 +31,11 @@ struct plan {
   /// rule baked in, such as a sum's input shape in its backward's `call` node).
   std::vector<index_t> key_sizes;
   std::vector<shape> shapes;  ///< the entry's node shapes for these sizes (a shape-generic entry)
-  /// Per graph input: a collected tensor (`collected::tensors` index) or root gradient `index`.
+  /// Per graph input: a collected tensor (`collected::tensors` index), root gradient `index`,
+  /// or scalar input `index` (`collected::scalars`; the graph reads it as a 0-d tensor).
+  enum class from : std::uint8_t { saved, root, scalar };
   struct source {
-    bool root = false;
+    from kind = from::saved;
     std::uint32_t index = 0;
   };
   std::vector<source> inputs;
@@ -62,8 +65,11 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
   for (std::size_t i = 0; i < p.inputs.size(); ++i) {
     const auto& src = p.inputs[i];
     s += "\n    inputs[" + std::to_string(i) + "] ";
-    if (src.root) {
+    if (src.kind == plan<T>::from::root) {
       s += "GraphRoot (NodeCall 0) grad " + std::to_string(src.index);
+    } else if (src.kind == plan<T>::from::scalar) {
+      const auto q = col.scalar_node[src.index];
+      s += std::string(col.order[q]->name()) + " (NodeCall " + std::to_string(q + 1) + ") scalar";
     } else {
       const auto [q, k] = node_of(src.index);
       const std::string_view name = col.order[q]->name();
@@ -81,7 +87,14 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
     for (std::size_t d = 0; d < p.e->inputs[i].sizes.size(); ++d)
       if ((p.e->inputs[i].dynamic >> d) & 1U) s += std::string(any ? ", " : "") + "s" + std::to_string(i) + "_" + std::to_string(d), any = true;
   if (!any) s += "(all static)";
-  s += "\n  scalars: (specialised, keyed on each node's constants)\n  hooks:";
+  s += "\n  scalars:";
+  any = false;
+  for (std::size_t i = 0; i < p.inputs.size(); ++i)
+    if (p.inputs[i].kind == plan<T>::from::scalar) {
+      s += std::string(any ? ", " : " ") + "inputs[" + std::to_string(i) + "]";
+      any = true;
+    }
+  s += std::string(any ? " (" : " (none; ") + "other constants specialised, keyed on each node's constants)\n  hooks:";
   for (const auto& h : p.hooks)
     s += "\n    hooks[" + std::to_string(h.slot) + "] " + std::string(col.order[h.node]->name()) + " (NodeCall " + std::to_string(h.node + 1) + ") " +
          (h.output < 0 ? std::string("leaf") : "output " + std::to_string(h.output)) + " hook " + std::to_string(h.index);
@@ -103,10 +116,13 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
   p->key_sizes = key_sizes;
   if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
   // Every collected tensor and root gradient by its impl (one source per impl).
+  using from = typename plan<T>::from;
   std::vector<std::pair<const void*, typename plan<T>::source>> by_impl;
   for (std::size_t j = 0; j < col.owned.size(); ++j)
-    if (col.owned[j].defined()) by_impl.push_back({col.owned[j].raw_impl().get(), {false, static_cast<std::uint32_t>(j)}});
-  for (std::size_t j = 0; j < col.grads.size(); ++j) by_impl.push_back({col.grads[j].raw_impl().get(), {true, static_cast<std::uint32_t>(j)}});
+    if (col.owned[j].defined()) by_impl.push_back({col.owned[j].raw_impl().get(), {from::saved, static_cast<std::uint32_t>(j)}});
+  for (std::size_t j = 0; j < col.grads.size(); ++j) by_impl.push_back({col.grads[j].raw_impl().get(), {from::root, static_cast<std::uint32_t>(j)}});
+  for (std::size_t j = 0; j < col.scalar_tensors.size(); ++j)
+    by_impl.push_back({col.scalar_tensors[j].raw_impl().get(), {from::scalar, static_cast<std::uint32_t>(j)}});
   std::stable_sort(by_impl.begin(), by_impl.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   {  // one tensor, several sources (saved inputs are the tensors themselves): the first reads it
     std::size_t w = 0;
@@ -134,7 +150,7 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
           if (auto leaf = acc->variable(); leaf.defined() && leaf.raw_impl()->grad.raw_impl().get() == t) {
             p->out_node.push_back(static_cast<std::uint32_t>(q));
             const auto flat = col.offsets[q];  // the gradient it had: an input of the graph?
-            p->out_added.push_back(std::any_of(p->inputs.begin(), p->inputs.end(), [&](const auto& src) { return !src.root && src.index == flat; }));
+            p->out_added.push_back(std::any_of(p->inputs.begin(), p->inputs.end(), [&](const auto& src) { return src.kind == from::saved && src.index == flat; }));
             found = true;
           }
     if (!found) return nullptr;
@@ -185,14 +201,20 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   struct clear_inputs {
     ~clear_inputs() { inputs.clear(); }
   } clear_on_exit;
+  using from = typename plan<T>::from;
   auto tensor_of = [&](const typename plan<T>::source& src) {
-    return src.root ? &col.grads[src.index] : col.tensors[src.index];
+    return src.kind == from::root ? &col.grads[src.index] : col.tensors[src.index];
   };
-  for (const auto& [a, b] : p.same) {
+  for (const auto& [a, b] : p.same) {  // (scalar inputs are never one tensor with another)
     const tensor<T>*ta = tensor_of(a), *tb = tensor_of(b);
     if (!ta || !tb || ta->raw_impl() != tb->raw_impl()) return false;
   }
   for (const auto& src : p.inputs) {
+    if (src.kind == from::scalar) {  // this tape's value of the scalar
+      if (src.index >= col.scalars.size()) return false;
+      inputs.push_back(fusegrad::full<T>(shape{}, col.scalars[src.index]));
+      continue;
+    }
     const tensor<T>* t = tensor_of(src);
     if (!t || !t->defined()) return false;
     inputs.push_back(*t);

@@ -15,6 +15,7 @@
 
 #include "fusegrad/core/mutex.hpp"
 #include "fusegrad/core/small_vector.hpp"
+#include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/eager/tensor.hpp"
 
 namespace fusegrad {
@@ -117,15 +118,21 @@ class node {
   /// What `apply` reads besides its incoming gradients, handed over without running it
   /// (PyTorch's `compiled_args`/`collect`, for compiled autograd's cache key and the inputs of
   /// a captured backward on a cache hit): `params`, a fingerprint of the constants its rule
-  /// holds (scalars, dims, which inputs take gradients), and the tensors it reads appended to
+  /// holds (scalars, dims, which inputs take gradients), the tensors it reads appended to
   /// `tensors` (its saved tensors, checked as `apply` checks them: the same errors), as
-  /// pointers valid until the node is applied or freed. False: the node cannot say, and its
-  /// rule must run (under the tracer) every time.
-  virtual bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) {
+  /// pointers valid until the node is applied or freed, and its scalar that is an input of a
+  /// captured graph (`set_scalar_input`: none in `params`) appended to `scalars`. False: the
+  /// node cannot say, and its rule must run (under the tracer) every time.
+  virtual bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors, std::vector<T>& scalars) {
     (void)params;
     (void)tensors;
+    (void)scalars;
     return false;
   }
+  /// Compiled autograd's capture: the 0-d tensor the rule reads its scalar input from, in place
+  /// of the constant, the next time it runs (undefined: the constant again); returns the
+  /// previous one, undefined once a rule has run with it (see `saving_node`).
+  virtual tensor<T> exchange_scalar_input(tensor<T> s) { return s; }
 
   /// A node's gradient edges: one per input, up to two held in the node.
   using edge_list = node_list<edge<T>, 2>;
@@ -188,19 +195,38 @@ class saving_node : public node<T> {
     check_saved();
     // A backward with create_graph runs with grad mode on: the rule's ops are recorded, on
     // the saved tensors as they were in the forward (the outputs of this node reconnected).
-    std::vector<tensor<T>> r = is_grad_enabled() ? apply_with_graph(grads) : run_rule(saved_, grads);
+    // Compiled autograd's capture hands a rule with a scalar input its scalar as a 0-d tensor
+    // after the saved tensors (used up here, by the capturing thread's traced run only: the
+    // capture checks that every such rule ran so).
+    std::vector<tensor<T>> r;
+    if (is_grad_enabled()) {
+      r = apply_with_graph(grads);
+    } else if (scalar_input_.defined() && active_recorder<T>()) [[unlikely]] {
+      std::vector<tensor<T>> with_scalar = saved_;
+      with_scalar.push_back(std::move(scalar_input_));
+      scalar_input_ = tensor<T>{};
+      r = run_rule(with_scalar, grads);
+    } else {
+      r = run_rule(saved_, grads);
+    }
     if (sums_to_inputs_) sum_to_inputs(r);
     return r;
   }
   /// The saved tensors, checked as `apply` checks them, and the fingerprint of the rule's
   /// constants given at record time (none: the node cannot be collected).
-  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors, std::vector<T>& scalars) override {
     if (!has_params_) return false;
     std::lock_guard lock(mutex_);
     check_saved();
     params = params_;
     for (const auto& t : saved_) tensors.push_back(&t);
+    if (has_scalar_input_) scalars.push_back(scalar_);
     return true;
+  }
+  tensor<T> exchange_scalar_input(tensor<T> s) override {
+    std::lock_guard lock(mutex_);
+    std::swap(scalar_input_, s);
+    return s;
   }
   /// Frees the saved tensors; their slots stay, undefined, for the rule of a node that saved
   /// nothing and may run again.
@@ -240,6 +266,13 @@ class saving_node : public node<T> {
     params_ = p;
     has_params_ = true;
   }
+  /// The rule's one scalar `s`, which it also takes as a 0-d tensor after the saved tensors
+  /// (`detail::scalar_is_input`): collected beside them and left out of `params`, so that
+  /// compiled autograd makes it an input of the captured graph, not a constant of its key.
+  void set_scalar_input(T s) noexcept {
+    scalar_ = s;
+    has_scalar_input_ = true;
+  }
 
  protected:
   virtual std::vector<tensor<T>> run_rule(const std::vector<tensor<T>>& saved, std::vector<tensor<T>>& grads) = 0;
@@ -272,6 +305,9 @@ class saving_node : public node<T> {
   std::weak_ptr<node<T>> self_;
   bool double_backward_ = false;
   std::uint64_t params_ = 0;
+  tensor<T> scalar_input_;  ///< set by compiled autograd's capture only (`exchange_scalar_input`)
+  T scalar_{};
+  bool has_scalar_input_ = false;
   bool had_saved_ = false;
   bool released_ = false;
   bool has_params_ = false;

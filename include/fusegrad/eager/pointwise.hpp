@@ -35,16 +35,27 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
   if constexpr (detail::has_unary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(x)) {
       constexpr bool saves = detail::uses_input<Op>() || detail::uses_output<Op>();
+      // A scalar the derivative reads as an argument (x * s, x / s; those it does not read:
+      // x + s, ...) is not a constant of the node's fingerprint: compiled autograd's capture
+      // passes it as a 0-d tensor after the saved ones (an input of the captured graph).
+      constexpr bool scalar_input = detail::scalar_is_input<Op>();
+      constexpr std::size_t nsaved = saves ? 2 : 0;
       std::vector<tensor<T>> saved;  // nothing saved, nothing allocated (neg, the scalar ops)
       if constexpr (saves)
         saved = {detail::uses_input<Op>() ? x : tensor<T>{}, detail::uses_output<Op>() ? y : tensor<T>{}};
-      detail::record<T>(Op::grad_fn, {x}, {&y}, std::move(saved),
-                        [op](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                          const tensor<T> none;
-                          return std::vector<tensor<T>>{
-                              tensor<T>(op.derivative(saves ? s[0] : none, saves ? s[1] : none, g[0]))};
-                        },
-                        detail::op_params<T>(op), detail::double_backward::supported);
+      auto n = detail::record<T>(
+          Op::grad_fn, {x}, {&y}, std::move(saved),
+          [op](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+            const tensor<T> none;
+            if constexpr (scalar_input)
+              if (s.size() > nsaved) [[unlikely]]
+                return std::vector<tensor<T>>{
+                    tensor<T>(Op::derivative_by(saves ? s[0] : none, saves ? s[1] : none, g[0], s[nsaved]))};
+            return std::vector<tensor<T>>{tensor<T>(op.derivative(saves ? s[0] : none, saves ? s[1] : none, g[0]))};
+          },
+          scalar_input ? std::optional<std::uint64_t>(detail::params_of(detail::type_id<Op>())) : detail::op_params<T>(op),
+          detail::double_backward::supported);
+      if constexpr (scalar_input) static_cast<detail::saving_node<T>&>(*n).set_scalar_input(detail::op_scalar<T>(op));
     }
   }
   return y;

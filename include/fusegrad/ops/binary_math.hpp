@@ -48,7 +48,9 @@ struct fmod_scalar_op {
     const T d = s;
     return lanes::per_lane(x, [d](auto v) { return std::fmod(v, d); });
   }
-  auto derivative(const auto&, const auto&, const auto& g) const { return g; }
+  static constexpr bool scalar_is_input = true;  // (its derivative does not read s)
+  static auto derivative_by(const auto&, const auto&, const auto& g, const auto&) { return g; }
+  auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 /// lerp(a, b) with the weight `w` as its constant.
 template <Element T>

@@ -20,7 +20,9 @@ struct div_scalar_op {  // x / s
   static constexpr double cost = 0.62;  ///< in streamed loads (bench/bench_op_costs.cpp)
   T s;
   template <class V> constexpr V value(const V& x) const { return x / V(s); }
-  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g / s; }
+  static constexpr bool scalar_is_input = true;  // see detail::scalar_is_input
+  static constexpr auto derivative_by(const auto&, const auto&, const auto& g, const auto& s) { return g / s; }
+  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 template <Element T>
 struct rdiv_scalar_op {  // s / x
@@ -29,7 +31,9 @@ struct rdiv_scalar_op {  // s / x
   static constexpr double cost = 0.62;  ///< in streamed loads (bench/bench_op_costs.cpp)
   T s;
   template <class V> constexpr V value(const V& x) const { return V(s) / x; }
-  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return -(g * y) / x; }
+  static constexpr bool scalar_is_input = true;  // (its derivative does not read s)
+  static constexpr auto derivative_by(const auto& x, const auto& y, const auto& g, const auto&) { return -(g * y) / x; }
+  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 }  // namespace ops
 

@@ -18,7 +18,9 @@ struct mul_scalar_op {
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> constexpr V value(const V& x) const { return x * V(s); }
-  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g * s; }
+  static constexpr bool scalar_is_input = true;  // see detail::scalar_is_input
+  static constexpr auto derivative_by(const auto&, const auto&, const auto& g, const auto& s) { return g * s; }
+  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 }  // namespace ops
 

@@ -79,6 +79,18 @@ constexpr int op_cost_units() {
   return static_cast<int>(op_cost<Op>() * cost_units_per_load + 0.5);
 }
 
+/// Whether a unary op's derivative reads its one scalar only as the last argument of
+/// `Op::derivative_by(x, y, g, s)` (a static function: it cannot see the member; `derivative`
+/// calls it with the member), so that the scalar may be given as a value of another kind (a
+/// 0-d tensor: compiled autograd makes it an input of the captured graph, and a changed scalar
+/// is a new input value, not a new graph). `s` times or over a tensor rounds as the scalar op
+/// does (one IEEE operation either way). Other ops' scalars are constants of their rules.
+template <class Op>
+constexpr bool scalar_is_input() {
+  if constexpr (requires { Op::scalar_is_input; }) return Op::scalar_is_input;
+  else return false;
+}
+
 /// The constant an op with state holds (its one scalar), or zero.
 template <Element T, class Op>
 T op_scalar(const Op& op) {

@@ -18,7 +18,9 @@ struct sub_scalar_op {  // x - s
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> constexpr V value(const V& x) const { return x - V(s); }
-  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return g; }
+  static constexpr bool scalar_is_input = true;  // (its derivative does not read s)
+  static constexpr auto derivative_by(const auto&, const auto&, const auto& g, const auto&) { return g; }
+  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 template <Element T>
 struct rsub_scalar_op {  // s - x
@@ -26,7 +28,9 @@ struct rsub_scalar_op {  // s - x
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V> constexpr V value(const V& x) const { return V(s) - x; }
-  constexpr auto derivative(const auto&, const auto&, const auto& g) const { return -g; }
+  static constexpr bool scalar_is_input = true;  // (its derivative does not read s)
+  static constexpr auto derivative_by(const auto&, const auto&, const auto& g, const auto&) { return -g; }
+  constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 }  // namespace ops
 
