@@ -17,6 +17,9 @@
 //       hand_saved_blocked  the same, in blocks of 4096 elements layer by layer (four tensors
 //                 streamed at a time, the block's running gradient in L1): the faster of the
 //                 two from memory, the reference for the captured program
+//       hand_saved_split  the blocked pass written as the captured program runs it: per
+//                 block of 16384 and layer, three loops (one per instruction) through two block
+//                 buffers: what instruction-by-instruction loops cost, dispatch aside
 //       hand      one hand-written xsimd pass that recomputes the chain per element from x
 //                 and the weights (fewer bytes, 20 tanh per element: compute-bound)
 //   BM_mlp_backward/<variant>/N   a 3-layer MLP, width 64, batch N / 64: linear, tanh, linear,
@@ -29,6 +32,9 @@
 //   BM_linear_step/<variant>   the seed's Linear(10, 10) training step: sum(linear(x)) for x of
 //       10 elements, backward, SGD step.
 //   BM_tiny_backward/<variant>   the 20-layer chain at N = 16: the whole per-backward overhead.
+//   BM_scaled_step/<variant>/N   forward and backward of sum(tanh(x * w) * k) where k changes
+//       every step (a decaying scale): compiled autograd's key does not hold k (it is an input
+//       of the captured graph), so every step after the first is a hit.
 
 #include <benchmark/benchmark.h>
 
@@ -128,6 +134,38 @@ __attribute__((noinline)) void hand_chain_backward_saved_blocked(const float* co
   }
 }
 
+/// The same pass over the saved activations with the captured program's loop structure, by
+/// hand: blocks of 16384 elements, and per layer three loops, as the program's three
+/// instructions (tanh_backward into a block buffer, the weight's gradient, the running
+/// gradient into a second block buffer), each streaming one or two tensors from memory. Not a
+/// reference to beat: it tells the cost of running a graph instruction by instruction (an
+/// interpreter's loops) from the cost of the captured program's own dispatch.
+template <int K>
+__attribute__((noinline)) void hand_pass(const float* __restrict a, const float* __restrict b, float* __restrict o, long m) {
+  long i = 0;
+  for (; i + W <= m; i += W) {
+    const B x = B::load_unaligned(a + i), y = B::load_unaligned(b + i);
+    (K == 0 ? x * (B(1.0f) - y * y) : x * y).store_unaligned(o + i);
+  }
+  for (; i < m; ++i) o[i] = K == 0 ? a[i] * (1.0f - b[i] * b[i]) : a[i] * b[i];
+}
+__attribute__((noinline)) void hand_chain_backward_saved_split(const float* const* act, const float* const* w,
+                                                               float* __restrict gx, float* const* gw, long n) {
+  constexpr long block = 16384;
+  static thread_local std::vector<float> gv(block), dv(block);
+  float* const g = gv.data();
+  float* const d = dv.data();
+  for (long i0 = 0; i0 < n; i0 += block) {
+    const long m = std::min(block, n - i0);
+    std::fill(g, g + m, 1.0f);
+    for (int l = layers; l-- > 0;) {
+      hand_pass<0>(g, act[l + 1] + i0, d, m);
+      hand_pass<1>(d, act[l] + i0, gw[l] + i0, m);
+      hand_pass<1>(d, w[l] + i0, l == 0 ? gx + i0 : g, m);
+    }
+  }
+}
+
 /// The chain's backward by hand: per SIMD batch, the forward recomputed into registers, then
 /// the gradients from the last layer down.
 __attribute__((noinline)) void hand_chain_backward(const float* __restrict x, const float* const* w, float* __restrict gx,
@@ -222,6 +260,7 @@ void BM_chain_backward_compiled(benchmark::State& state) {
 }
 void BM_chain_backward_hand_saved(benchmark::State& state) { time_hand(state, hand_chain_backward_saved); }
 void BM_chain_backward_hand_saved_blocked(benchmark::State& state) { time_hand(state, hand_chain_backward_saved_blocked); }
+void BM_chain_backward_hand_saved_split(benchmark::State& state) { time_hand(state, hand_chain_backward_saved_split); }
 void BM_chain_backward_hand(benchmark::State& state) {
   time_hand(state, [](const float* const* act, const float* const* w, float* gx, float* const* gw, long n) {
     hand_chain_backward(act[0], w, gx, gw, n);  // act[0] is x: the rest is recomputed
@@ -268,19 +307,12 @@ void BM_key_lookup(benchmark::State& state) {
   fg::compiled_autograd::reset();
 }
 
-/// The seed's training step: `loss = sum(linear(x))` for a Linear(10, 10) and x of 10
-/// elements, its backward, an SGD step (forward, backward and update all timed).
-void linear_step(benchmark::State& state, bool compiled) {
-  fg::nn::linear<float> lin(10, 10, true, 7);
-  fg::nn::sgd<float> opt(lin.parameters(), 1e-3f);
-  const auto x = fg::randn<float>({10}, 8);
+/// Times a whole training step (two untimed warm-up steps first: the capture and the first
+/// hit), with compiled autograd on (fused backend) when `compiled`.
+template <class Step>
+void time_step(benchmark::State& state, bool compiled, Step step) {
   std::optional<fg::compiled_autograd::enable> on;
-  if (compiled) on.emplace();
-  auto step = [&] {
-    for (auto& p : lin.parameters()) p.zero_grad();
-    fg::sum(lin(x)).backward();
-    opt.step();
-  };
+  if (compiled) on.emplace(fg::backend::fused{});
   step();
   step();
   for (auto _ : state) {
@@ -288,8 +320,38 @@ void linear_step(benchmark::State& state, bool compiled) {
     benchmark::ClobberMemory();
   }
 }
+
+/// The seed's training step: `loss = sum(linear(x))` for a Linear(10, 10) and x of 10
+/// elements, its backward, an SGD step (forward, backward and update all timed).
+void linear_step(benchmark::State& state, bool compiled) {
+  fg::nn::linear<float> lin(10, 10, true, 7);
+  fg::nn::sgd<float> opt(lin.parameters(), 1e-3f);
+  const auto x = fg::randn<float>({10}, 8);
+  time_step(state, compiled, [&] {
+    for (auto& p : lin.parameters()) p.zero_grad();
+    fg::sum(lin(x)).backward();
+    opt.step();
+  });
+}
 void BM_linear_step_eager(benchmark::State& state) { linear_step(state, false); }
 void BM_linear_step_compiled(benchmark::State& state) { linear_step(state, true); }
+
+/// A step whose rule holds a scalar that changes every step (a decaying scale, as a learning
+/// rate or a temperature would): loss = sum(tanh(x * w) * k_t) with k_t = 1 / (1 + t / 1000),
+/// forward and backward timed, x and w of N elements.
+void scaled_step(benchmark::State& state, bool compiled) {
+  const long n = state.range(0);
+  const auto x = fg::randn<float>({n}, 41);
+  auto w = fg::randn<float>({n}, 42).requires_grad(true);
+  long t = 0;
+  time_step(state, compiled, [&] {
+    w.zero_grad();
+    const float k = 1.0f / (1.0f + static_cast<float>(t++) * 1e-3f);
+    fg::sum(fg::tanh(x * w) * k).backward();
+  });
+}
+void BM_scaled_step_eager(benchmark::State& state) { scaled_step(state, false); }
+void BM_scaled_step_compiled(benchmark::State& state) { scaled_step(state, true); }
 
 void BM_tiny_backward_eager(benchmark::State& state) {
   chain c(16);
@@ -311,6 +373,7 @@ BENCHMARK(BM_chain_backward_eager)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_chain_backward_compiled)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_chain_backward_hand_saved)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_chain_backward_hand_saved_blocked)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_chain_backward_hand_saved_split)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_chain_backward_hand)->Arg(1 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_backward_eager)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_backward_compiled)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
@@ -319,5 +382,7 @@ BENCHMARK(BM_mlp_backward_compiled)->Arg(1 << 20)->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_linear_step_eager)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_linear_step_compiled)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_key_lookup)->Arg(11)->Arg(101)->Arg(1001)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_scaled_step_eager)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_scaled_step_compiled)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_backward_eager)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_backward_compiled)->Unit(benchmark::kMicrosecond);
