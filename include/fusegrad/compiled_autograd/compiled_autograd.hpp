@@ -114,9 +114,10 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
     trace_t& t;
     ~stop_recording() { t.recording = nullptr; }
   } stop{tr};
-  // The nodes' scalar inputs as 0-d tensors their rules read (graph inputs, not constants).
-  // Each rule uses its own up; one left over means a rule did not run with it (no plan then:
-  // the graph may hold that scalar as a constant, which the key does not guard).
+  // For a plan, the nodes' scalar inputs as 0-d tensors their rules read (graph inputs, not
+  // constants; a hit reads each node's own). Each rule uses its own up; one left over means a
+  // rule did not run with it (no plan then: the graph may hold that scalar as a constant,
+  // which the key does not guard).
   struct scalar_inputs {
     collected<T>& c;
     bool all_used() {
@@ -128,10 +129,13 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
     }
     ~scalar_inputs() { all_used(); }  // (an error in a rule: no node keeps one)
   } lifted{col};
-  for (std::size_t j = 0; j < col.scalars.size(); ++j) {
-    col.scalar_tensors.push_back(fusegrad::full<T>(shape{}, col.scalars[j]));
-    col.order[col.scalar_node[j]]->exchange_scalar_input(col.scalar_tensors.back());
-  }
+  col.scalar_node.clear();
+  for (std::size_t q = 0; q < col.order.size(); ++q)
+    if (T v; want_plan && col.order[q]->scalar_input(v)) {
+      col.scalar_node.push_back(static_cast<std::uint32_t>(q));
+      col.scalar_tensors.push_back(fusegrad::full<T>(shape{}, v));
+      col.order[q]->exchange_scalar_input(col.scalar_tensors.back());
+    }
   fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
   fr.finish();
   tr.recording = nullptr;

@@ -123,16 +123,16 @@ class call_index {
 
 /// What the key walk collects from the nodes of one tape (`node::collect`), in NodeCall order:
 /// the tensors each node's backward reads (node q's: [offsets[q], offsets[q + 1])), the
-/// scalars that are inputs of the captured graph (scalar j: node `scalar_node[j]`'s), the
 /// nodes, and the backward's root gradients. Per thread, reused.
 template <Element T>
 struct collected {
   std::vector<node<T>*> order;  ///< NodeCall q + 1
   std::vector<const tensor<T>*> tensors;  ///< as the nodes hold them (valid until a node runs)
   std::vector<tensor<T>> owned;           ///< a capture's copy of `tensors`, taken before the engine runs
-  std::vector<T> scalars;                 ///< the nodes' scalar inputs (`saving_node::set_scalar_input`)
-  std::vector<std::uint32_t> scalar_node; ///< per scalar: its node (NodeCall - 1)
-  std::vector<tensor<T>> scalar_tensors;  ///< a capture's 0-d tensors of `scalars`, as the rules read them
+  /// A capture's scalar inputs (`node::scalar_input`): their nodes (NodeCall - 1) and the 0-d
+  /// tensors the rules read them from. (Not collected on a hit: a plan reads its nodes'.)
+  std::vector<std::uint32_t> scalar_node;
+  std::vector<tensor<T>> scalar_tensors;
   std::vector<std::uint32_t> offsets;
   std::vector<tensor<T>> grads;  ///< the root gradients (given or implicit ones)
   bool all = true;               ///< every node could say what it reads (a hit may skip the rules)
@@ -178,8 +178,6 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   key.sizes.clear();
   order.clear();
   col.tensors.clear();
-  col.scalars.clear();
-  col.scalar_node.clear();
   col.offsets.clear();
   col.all = true;
   call.clear();
@@ -237,18 +235,14 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
       add_shape(n->output_shape(i));
     }
     std::uint64_t params = 0;
-    const std::size_t first = col.tensors.size(), first_scalar = col.scalars.size();
+    const std::size_t first = col.tensors.size();
     const bool accumulates = n->accumulates();
-    if (n->applies_hooks() || !n->collect(params, col.tensors, col.scalars)) {
+    if (n->applies_hooks() || !n->collect(params, col.tensors)) {
       col.all = false;
       col.tensors.resize(first);
-      col.scalars.resize(first_scalar);
       h = mix(h, 0xC0FFEEULL);
     } else {
       h = mix(h, params);
-      // A scalar input is not keyed by value (the captured graph reads it), only its node.
-      if (col.scalars.size() != first_scalar) [[unlikely]]
-        col.scalar_node.resize(col.scalars.size(), static_cast<std::uint32_t>(q));
       // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
       // captured graph did not; see `run_plan`.)
       for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {

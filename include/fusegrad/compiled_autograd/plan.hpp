@@ -32,7 +32,7 @@ struct plan {
   std::vector<index_t> key_sizes;
   std::vector<shape> shapes;  ///< the entry's node shapes for these sizes (a shape-generic entry)
   /// Per graph input: a collected tensor (`collected::tensors` index), root gradient `index`,
-  /// or scalar input `index` (`collected::scalars`; the graph reads it as a 0-d tensor).
+  /// or the scalar input of node `index` (NodeCall - 1; the graph reads it as a 0-d tensor).
   enum class from : std::uint8_t { saved, root, scalar };
   struct source {
     from kind = from::saved;
@@ -68,7 +68,7 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
     if (src.kind == plan<T>::from::root) {
       s += "GraphRoot (NodeCall 0) grad " + std::to_string(src.index);
     } else if (src.kind == plan<T>::from::scalar) {
-      const auto q = col.scalar_node[src.index];
+      const auto q = src.index;
       s += std::string(col.order[q]->name()) + " (NodeCall " + std::to_string(q + 1) + ") scalar";
     } else {
       const auto [q, k] = node_of(src.index);
@@ -122,7 +122,7 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
     if (col.owned[j].defined()) by_impl.push_back({col.owned[j].raw_impl().get(), {from::saved, static_cast<std::uint32_t>(j)}});
   for (std::size_t j = 0; j < col.grads.size(); ++j) by_impl.push_back({col.grads[j].raw_impl().get(), {from::root, static_cast<std::uint32_t>(j)}});
   for (std::size_t j = 0; j < col.scalar_tensors.size(); ++j)
-    by_impl.push_back({col.scalar_tensors[j].raw_impl().get(), {from::scalar, static_cast<std::uint32_t>(j)}});
+    by_impl.push_back({col.scalar_tensors[j].raw_impl().get(), {from::scalar, col.scalar_node[j]}});
   std::stable_sort(by_impl.begin(), by_impl.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   {  // one tensor, several sources (saved inputs are the tensors themselves): the first reads it
     std::size_t w = 0;
@@ -210,9 +210,10 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
     if (!ta || !tb || ta->raw_impl() != tb->raw_impl()) return false;
   }
   for (const auto& src : p.inputs) {
-    if (src.kind == from::scalar) {  // this tape's value of the scalar
-      if (src.index >= col.scalars.size()) return false;
-      inputs.push_back(fusegrad::full<T>(shape{}, col.scalars[src.index]));
+    if (src.kind == from::scalar) {  // this tape's value of the node's scalar
+      T v;
+      if (src.index >= col.order.size() || !col.order[src.index]->scalar_input(v)) return false;
+      inputs.push_back(fusegrad::full<T>(shape{}, v));
       continue;
     }
     const tensor<T>* t = tensor_of(src);

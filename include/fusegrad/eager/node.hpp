@@ -118,15 +118,19 @@ class node {
   /// What `apply` reads besides its incoming gradients, handed over without running it
   /// (PyTorch's `compiled_args`/`collect`, for compiled autograd's cache key and the inputs of
   /// a captured backward on a cache hit): `params`, a fingerprint of the constants its rule
-  /// holds (scalars, dims, which inputs take gradients), the tensors it reads appended to
+  /// holds (scalars, dims, which inputs take gradients), and the tensors it reads appended to
   /// `tensors` (its saved tensors, checked as `apply` checks them: the same errors), as
-  /// pointers valid until the node is applied or freed, and its scalar that is an input of a
-  /// captured graph (`set_scalar_input`: none in `params`) appended to `scalars`. False: the
-  /// node cannot say, and its rule must run (under the tracer) every time.
-  virtual bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors, std::vector<T>& scalars) {
+  /// pointers valid until the node is applied or freed. False: the node cannot say, and its
+  /// rule must run (under the tracer) every time.
+  virtual bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) {
     (void)params;
     (void)tensors;
-    (void)scalars;
+    return false;
+  }
+  /// The rule's scalar that is not among the constants of `params` but an input of a captured
+  /// graph (`saving_node::set_scalar_input`; fixed at record time), in `s`; false: none.
+  virtual bool scalar_input(T& s) const {
+    (void)s;
     return false;
   }
   /// Compiled autograd's capture: the 0-d tensor the rule reads its scalar input from, in place
@@ -214,14 +218,17 @@ class saving_node : public node<T> {
   }
   /// The saved tensors, checked as `apply` checks them, and the fingerprint of the rule's
   /// constants given at record time (none: the node cannot be collected).
-  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors, std::vector<T>& scalars) override {
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
     if (!has_params_) return false;
     std::lock_guard lock(mutex_);
     check_saved();
     params = params_;
     for (const auto& t : saved_) tensors.push_back(&t);
-    if (has_scalar_input_) scalars.push_back(scalar_);
     return true;
+  }
+  bool scalar_input(T& s) const override {
+    s = scalar_;
+    return has_scalar_input_;
   }
   tensor<T> exchange_scalar_input(tensor<T> s) override {
     std::lock_guard lock(mutex_);
@@ -267,7 +274,7 @@ class saving_node : public node<T> {
     has_params_ = true;
   }
   /// The rule's one scalar `s`, which it also takes as a 0-d tensor after the saved tensors
-  /// (`detail::scalar_is_input`): collected beside them and left out of `params`, so that
+  /// (`detail::scalar_is_input`): left out of `params` (`scalar_input` says it), so that
   /// compiled autograd makes it an input of the captured graph, not a constant of its key.
   void set_scalar_input(T s) noexcept {
     scalar_ = s;

@@ -112,7 +112,7 @@ class accumulate_grad final : public node<T> {
   }
   /// What accumulating reads: the leaf's gradient so far (null: the leaf is gone; `params`:
   /// whether it is alive; its hooks are the caller's to collect).
-  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors, std::vector<T>&) override {
+  bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
     auto leaf = leaf_.lock();
     params = leaf ? 1 : 0;
     tensors.push_back(leaf ? &leaf->grad : nullptr);  // the leaf's owners keep it alive
