@@ -362,6 +362,25 @@ void BM_tiny_backward_compiled(benchmark::State& state) {
   time_backward<compiled_scope>(state, c, fg::backend::fused{});
 }
 
+/// The tiny chain's backward as a new graph after compiled autograd's 64 compiles are spent
+/// (64 other graphs first): it runs eagerly, and must cost about the eager engine's time (it
+/// was traced again on each backward: 3 to 4 times that).
+void BM_past_limit_backward_compiled(benchmark::State& state) {
+  fg::compiled_autograd::reset();
+  {
+    fg::compiled_autograd::enable on(fg::backend::fused{});
+    const auto x = fg::randn<float>({16}, 1).requires_grad(true);
+    for (int len = 1; len <= 64; ++len) {
+      fg::tensor<float> h = x;
+      for (int i = 0; i < len; ++i) h = fg::exp(h * 0.5f);
+      fg::sum(h).backward();
+    }
+  }
+  chain c(16);
+  time_backward<compiled_scope>(state, c, fg::backend::fused{});
+  fg::compiled_autograd::reset();
+}
+
 }  // namespace
 
 // Eager and compiled side by side, size by size (the ratios compare neighbours in one run).
@@ -386,3 +405,4 @@ BENCHMARK(BM_scaled_step_eager)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_scaled_step_compiled)->Arg(1 << 10)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_backward_eager)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_tiny_backward_compiled)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_past_limit_backward_compiled)->Unit(benchmark::kMicrosecond);

@@ -332,6 +332,36 @@ TEST_CASE("a cache hit runs the captured graph on collected inputs and equals th
   CHECK(max_normwise(t.w.grad(), want[1] * 3.0) < 1e-12);
 }
 
+TEST_CASE("after the recompile limit, a graph that runs eagerly is not traced again on every backward") {
+  // Regression: past the 64 compiles compiled autograd allows, every backward of a new graph
+  // was traced, found no compiled entry and ran eagerly, each time: 3 to 4 times the eager
+  // engine's cost for a 20-layer chain. Now the key remembers; it runs on the eager engine.
+  ca_off guard;
+  fg::compiled_autograd::reset();
+  fg::reset_counters();
+  std::vector<fg::tensor<double>> w;
+  for (int i = 0; i < 70; ++i) w.push_back(fg::randn<double>({6}, 100 + static_cast<std::uint64_t>(i)).requires_grad(true));
+  auto chain = [&](int len, bool compiled) {  // a distinct graph per length
+    auto x = fg::randn<double>({6}, 7).requires_grad(true);
+    fg::tensor<double> h = x;
+    for (int i = 0; i < len; ++i) h = fg::tanh(h * w[static_cast<std::size_t>(i)]);
+    backward_with(compiled, fg::sum(h));
+    return x.grad().to_vector();
+  };
+  for (int len = 1; len <= 66; ++len) chain(len, true);  // 64 compiles, then the limit
+  const auto at_limit = fg::counters().fallbacks;
+  CHECK(at_limit >= 1);
+  for (int step = 0; step < 4; ++step) {
+    CAPTURE(step);
+    const auto want = chain(66, false);
+    CHECK(chain(66, true) == want);
+  }
+  CHECK(fg::counters().fallbacks == at_limit);  // not traced (and not run eagerly by the tracer) again
+  CHECK(chain(3, true) == chain(3, false));     // a graph compiled before the limit still runs compiled
+  CHECK(fg::counters().compiled_autograd_direct >= 1);
+  fg::compiled_autograd::reset();
+}
+
 TEST_CASE("a changed scalar in a rule is not a stale constant on a hit") {
   ca_off guard;
   fg::compiled_autograd::reset();

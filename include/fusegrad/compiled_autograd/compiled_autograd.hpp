@@ -99,11 +99,15 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
         return;
       }
     }
+  // A key whose capture could only fall back to eager ops: the eager engine, untraced.
+  if (hit && ck->eager_only) return fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
   // A miss (or a hit whose graph does not fit): the engine runs every rule under the tracer.
   using trace_t = fusegrad::detail::jit::trace<T>;
   typename trace_t::flush_record rec;
   const bool want_plan = direct && !(hit && ck->no_plan);
-  fusegrad::detail::jit::tracing_scope<fusegrad::detail::jit::deferred_t<void, T>> fr(global_state().programs_for(*o));
+  auto& programs = global_state().programs_for(*o);
+  const auto fallbacks_before = programs.fallbacks.load(std::memory_order_relaxed);
+  fusegrad::detail::jit::tracing_scope<fusegrad::detail::jit::deferred_t<void, T>> fr(programs);
   trace_t& tr = fr.template tracer<T>();
   if (want_plan) {
     tr.recording = &rec;
@@ -142,11 +146,17 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   std::vector<tensor<T>> scalar_tensors = col.scalar_tensors;  // (make_plan finds the graph's inputs among them)
   const bool scalars_used = lifted.all_used();
   col.scalar_tensors = std::move(scalar_tensors);
+  const bool fell_back = programs.fallbacks.load(std::memory_order_relaxed) != fallbacks_before;
+  if (!want_plan && fell_back) {
+    std::lock_guard lock(global_state().mu);
+    ck->eager_only = true;
+  }
   if (want_plan) {
     auto p = scalars_used ? make_plan<T>(rec, col, key.sizes) : nullptr;
     if (p && logs::enabled(logs::compiled_autograd)) logs::emit(logs::compiled_autograd, signature(*p, col));
     std::lock_guard lock(global_state().mu);
     ck->no_plan = !p;
+    ck->eager_only = !p && fell_back;
     if (p) {
       auto& ps = ck->plans;
       std::erase_if(ps, [&](const auto& q) { return static_cast<const plan<T>*>(q.get())->key_sizes == p->key_sizes; });

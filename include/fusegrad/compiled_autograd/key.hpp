@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,12 +49,15 @@ struct cached_key {
   /// recent first; none fits: the hit retraces and adds one).
   std::vector<std::shared_ptr<const void>> plans;
   bool no_plan = false;  ///< a capture found the tape's graph cannot be run from collected inputs
+  /// Its capture ran the graph eagerly as a fallback (past the recompile limit, or too large
+  /// to compile) and made no plan: later backwards run on the eager engine, not traced again.
+  bool eager_only = false;
 };
 
 struct state {
   std::mutex mu;
   std::recursive_mutex capture_mu;  ///< held by each captured backward (see `run`; a hook's may nest)
-  std::vector<cached_key> keys;
+  std::deque<cached_key> keys;  ///< (a deque: a capture nested in a hook adds one, the outer one keeps its pointer)
   std::unique_ptr<fusegrad::detail::jit::function_state> programs[2][2];  // [backend][fullgraph]
   fusegrad::detail::jit::function_state& programs_for(const options& o) {
     std::lock_guard lock(mu);  // backwards on several threads make it on first use

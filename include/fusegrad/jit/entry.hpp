@@ -6,6 +6,7 @@
 /// other inputs, and why an entry's guards reject inputs (the recompiles log).
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -128,6 +129,9 @@ struct function_state {
   std::mutex mu;
   std::tuple<cache<float>, cache<double>> caches;
   int compiles = 0;
+  /// Flushes of this function that ran eagerly as a fallback (past `recompile_limit`, or an
+  /// entry too large to compile); compiled autograd reads it around a capture.
+  std::atomic<std::uint64_t> fallbacks{0};
   bool limit_logged = false;
   std::set<std::string> breaks_logged;
   template <Element T>

@@ -190,7 +190,10 @@ void trace<T>::flush(std::string_view why, bool is_break) {
 
   if (run_eagerly || e->eager) {
     // Node by node through the eager ops, which record on the tape themselves.
-    if (e && e->eager && st.opts.backend != jit_backend::eager) bump(counter_cells().fallbacks);
+    if (run_eagerly || st.opts.backend != jit_backend::eager) {  // a fallback, not the eager backend's way
+      st.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      if (!run_eagerly) bump(counter_cells().fallbacks);
+    }
     std::optional<no_grad> off;
     if (!gm) off.emplace();
     std::vector<tensor<T>> vals(g_.size());
