@@ -249,14 +249,14 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   for (std::size_t o = 0; o < p.out_node.size(); ++o) {
     auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[p.out_node[o]])->variable();
     if (!leaf.defined()) continue;
-    auto& impl = *leaf.raw_impl();
+    const auto& impl = leaf.raw_impl();
     tensor<T> g = std::move(res[o]);
-    std::lock_guard lock(impl.mutex);
-    if (!p.out_added[o] && impl.grad.defined()) {  // captured without a gradient so far: added here, as eagerly
-      impl.grad = fusegrad::detail::zip("AccumulateGrad", fusegrad::detail::accumulate_values{}, impl.grad, g);
+    std::lock_guard lock(impl->mutex);
+    if (!p.out_added[o] && impl->grad.defined()) {  // captured without a gradient so far: added here, as eagerly
+      fusegrad::detail::write_grad(impl, fusegrad::detail::zip("AccumulateGrad", fusegrad::detail::accumulate_values{}, impl->grad, g));
     } else {
       if (!fusegrad::detail::owned_alone(g)) g = fusegrad::detail::contiguous_copy(g);
-      impl.grad = std::move(g);
+      fusegrad::detail::write_grad(impl, std::move(g));
     }
   }
   if (!retain_graph)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fusegrad/eager/engine_table.hpp"
+#include "fusegrad/eager/grad_journal.hpp"
 #include "fusegrad/eager/grad_sum.hpp"
 #include "fusegrad/eager/hooks.hpp"
 #include "fusegrad/eager/kernels.hpp"
@@ -55,6 +56,7 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
 /// Runs the backward pass from `roots` seeded with `grads`: the engine, or compiled autograd.
 template <Element T>
 void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool retain_graph) {
+  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp)
   if (auto r = compiled_backward_runner<T>().load(std::memory_order_acquire)) [[unlikely]]
     return r(roots, std::move(grads), retain_graph);
   run_engine(roots, std::move(grads), retain_graph);
@@ -126,6 +128,7 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
 
 template <Element T>
 void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt) {
+  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp)
   const bool retain_graph = opt.retain_graph || opt.create_graph;
   typename node<T>::edge_list root_edges;  // inline for one or two roots
   for (std::size_t i = 0; i < roots.size(); ++i) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fusegrad/eager/grad_journal.hpp"
 #include "fusegrad/eager/grad_sum.hpp"
 #include "fusegrad/eager/kernels.hpp"
 #include "fusegrad/eager/node.hpp"
@@ -127,8 +128,8 @@ void tensor<T>::retain_grad() {
   hook<T> h{detail::next_id(), [self](const tensor<T>& g) -> std::optional<tensor<T>> {
               if (auto s = self.lock()) {
                 std::lock_guard lock(s->mutex);  // concurrent backwards through this tensor
-                s->grad = s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
-                                            : detail::contiguous_copy(g);
+                detail::write_grad(s, s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
+                                                        : detail::contiguous_copy(g));
               }
               return std::nullopt;
             }};

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fusegrad/eager/grad_sum.hpp"
+#include "fusegrad/eager/grad_journal.hpp"
 #include "fusegrad/eager/hooks.hpp"
 #include "fusegrad/eager/kernels.hpp"
 #include "fusegrad/eager/node.hpp"
@@ -97,16 +98,16 @@ class accumulate_grad final : public node<T> {
     std::lock_guard lock(leaf->mutex);
     if (g.is_lazy()) {  // a traced backward: the gradient is a value of the captured graph
       auto* r = active_recorder<T>();
-      if (leaf->grad.defined()) leaf->grad = add_grads(leaf->grad, g);
-      else if (g.raw_impl().use_count() == 1 || !r) leaf->grad = std::move(g);
-      else leaf->grad = r->pointwise(ops::table_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr);  // its own copy
+      if (leaf->grad.defined()) write_grad(leaf, add_grads(leaf->grad, g));
+      else if (g.raw_impl().use_count() == 1 || !r) write_grad(leaf, std::move(g));
+      else write_grad(leaf, r->pointwise(ops::table_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr));  // its own copy
       if (r) r->accumulate_grad(leaf->grad);
     } else if (is_grad_enabled() && g.requires_grad()) {  // create_graph: .grad() keeps its history
-      leaf->grad = leaf->grad.defined() ? tensor<T>(leaf->grad + g) : tensor<T>(g.clone());
+      write_grad(leaf, leaf->grad.defined() ? tensor<T>(leaf->grad + g) : tensor<T>(g.clone()));
     } else if (!leaf->grad.defined()) {
-      leaf->grad = owned_alone(g) ? std::move(g) : contiguous_copy(g);
+      write_grad(leaf, owned_alone(g) ? std::move(g) : contiguous_copy(g));
     } else {
-      leaf->grad = zip("AccumulateGrad", accumulate_values{}, leaf->grad, g);
+      write_grad(leaf, zip("AccumulateGrad", accumulate_values{}, leaf->grad, g));
     }
     return {};
   }
