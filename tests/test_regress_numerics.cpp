@@ -389,6 +389,89 @@ TEST_CASE("regression: special values match PyTorch on every path") {
   }
 }
 
+TEST_CASE("regression: the softmax family's infinities are PyTorch's on every path") {
+  using B = fg::backend::fused;
+  auto sm = [](auto x) { return fg::softmax(x, -1); };
+  auto lsm = [](auto x) { return fg::log_softmax(x, -1); };
+  auto lse = [](auto x) { return fg::logsumexp(x, -1); };
+  // Row 0 holds +inf, row 1 is all -inf, row 2 holds -inf among finite values.
+  const td x = fg::from_vector<double>({INFINITY, 1.0, 2.0, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 0.0, 0.0}, {3, 3});
+  for (int path = 0; path < 3; ++path) {
+    CAPTURE(path);  // eager, fg::compile, fg::jit
+    auto run = [&](auto f) { return path == 0 ? td(f(x)) : path == 1 ? td(fg::compile<B>(f)(x)) : td(fg::jit(f)(x)); };
+    const auto s = run(sm).to_vector(), l = run(lsm).to_vector(), e = run(lse).to_vector();
+    for (int k = 0; k < 6; ++k) {  // inf - inf in the first two rows: NaN throughout, as PyTorch
+      CHECK(std::isnan(s[static_cast<std::size_t>(k)]));
+      CHECK(std::isnan(l[static_cast<std::size_t>(k)]));
+    }
+    CHECK(s[6] == 0.0);
+    CHECK(s[7] == 0.5);
+    CHECK(l[6] == -INFINITY);
+    CHECK(l[7] == -std::log(2.0));
+    CHECK(e == std::vector<double>{INFINITY, -INFINITY, std::log(2.0)});  // the shift rule: no NaN
+  }
+}
+
+TEST_CASE("regression: logsumexp over an empty dim is -inf, as PyTorch") {
+  td x = fg::zeros<double>({3, 0}).requires_grad(true);
+  const td y = fg::logsumexp(x, -1);
+  CHECK(y.shape() == fg::shape{3});
+  CHECK(y.to_vector() == std::vector<double>(3, -INFINITY));
+  CHECK(fg::logsumexp(x, 1, true).shape() == fg::shape{3, 1});
+  fg::sum(y).backward();
+  CHECK(x.grad().shape() == fg::shape{3, 0});
+  CHECK(fg::jit([](auto v) { return fg::logsumexp(v, -1); })(x.detach()).to_vector() == std::vector<double>(3, -INFINITY));
+  // A dim out of range is the usual error, not a crash in the empty check.
+  CHECK_THROWS_WITH_AS((void)fg::logsumexp(x, 2), doctest::Contains("dim 2 is out of range"), fg::error);
+}
+
+TEST_CASE("regression: det's gradient at a singular matrix is the cofactor matrix, as PyTorch's") {
+  // Rank 2 of 3 (exactly: a zero pivot): the cofactors are nonzero (a finite, PyTorch-equal
+  // gradient, not a throw). cof(A)_ij = (-1)^(i+j) det(minor_ij), by hand: only the third
+  // row's minors miss the zero row.
+  td a = fg::from_vector<double>({1, 2, 3, 4, 5, 6, 0, 0, 0}, {3, 3}).requires_grad(true);
+  const td d = fg::det(a);
+  CHECK(d.item() == 0.0);
+  d.backward();
+  const std::vector<double> cof{0, 0, 0, 0, 0, 0, -3, 6, -3}, got = a.grad().to_vector();
+  for (std::size_t k = 0; k < cof.size(); ++k) CHECK(got[k] == doctest::Approx(cof[k]).epsilon(1e-14));  // (LU of the minors rounds)
+  // Rank 1: every 2 x 2 minor vanishes, so the gradient is 0.
+  td b = fg::from_vector<double>({1, 2, 0, 2, 4, 0, 0, 0, 0}, {3, 3}).requires_grad(true);
+  fg::det(b).backward();
+  CHECK(b.grad().to_vector() == std::vector<double>(9, 0.0));
+  // 1 x 1: d det / dA = 1 at A = 0.
+  td c = fg::zeros<double>({1, 1}).requires_grad(true);
+  fg::det(c).backward();
+  CHECK(c.grad().to_vector() == std::vector<double>{1.0});
+  // Invertible matrices keep det A · A⁻ᵀ, and its double backward.
+  td e = fg::from_vector<double>({2, 1, 1, 3}, {2, 2}).requires_grad(true);
+  fg::det(e).backward();
+  CHECK(e.grad().to_vector() == std::vector<double>{3, -1, -1, 2});
+  // A second derivative through the singular case would treat the cofactors as constants: an error.
+  td f = fg::from_vector<double>({1, 2, 2, 4}, {2, 2}).requires_grad(true);
+  CHECK_THROWS_WITH_AS((void)fg::autograd::grad<double>({fg::det(f)}, {f}, {}, {.create_graph = true}),
+                       doctest::Contains("double backward at a matrix of determinant 0"), fg::error);
+  // logdet at a singular matrix: -inf, and a NaN gradient (no A⁻ᵀ), not a throw.
+  td g = fg::from_vector<double>({1, 2, 2, 4}, {2, 2}).requires_grad(true);
+  const td l = fg::logdet(g);
+  CHECK(l.item() == -INFINITY);
+  l.backward();
+  for (double v : g.grad().to_vector()) CHECK(std::isnan(v));
+}
+
+TEST_CASE("hvp on spans is forward over reverse on dense duals: the seed's zero tangent meets an infinity") {
+  // H v of sum(exp(x)) is exp(x) v. At x = +inf the backward multiplies the seed's tangent (0)
+  // by exp(inf): 0 · inf = NaN, where PyTorch's double backward (and JAX's symbolic zeros)
+  // never forms that product and gives inf (docs/functional.md, "Special values").
+  const std::vector<double> x{INFINITY, 1.0}, v{1.0, 1.0};
+  const auto hv = fg::hvp([](const auto& t) { return fg::sum(fg::exp(t)); })(x, v);
+  CHECK(std::isnan(hv[0]));
+  CHECK(hv[1] == doctest::Approx(std::exp(1.0)));
+  // A tangent of the wrong length names the transform.
+  CHECK_THROWS_WITH_AS((void)fg::hvp([](const auto& t) { return fg::sum(fg::exp(t)); })(x, std::vector<double>{1.0}),
+                       doctest::Contains("hvp: a tangent of 1 elements"), fg::error);
+}
+
 namespace {
 
 /// Sums of every path: eager, fg::jit, and (a sum over all dims or the last one) fg::compile

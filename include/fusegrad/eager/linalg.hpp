@@ -5,7 +5,7 @@
 /// and `where`), and solve, inverse, det, logdet, cholesky (LU with partial pivoting and the
 /// Cholesky factorisation, in the element type). Matrices are 2-D [n, n]; `solve`'s
 /// right-hand side is [n] or [n, k]. A singular matrix makes solve and inverse throw; det is
-/// then 0 and logdet -inf (with NaN gradients, where PyTorch returns the adjugate's); a
+/// then 0 (its gradient the cofactor matrix, as PyTorch's) and logdet -inf (NaN gradient); a
 /// negative determinant makes logdet NaN (as PyTorch). cholesky throws unless the matrix is
 /// positive definite (its upper triangle is not read, as PyTorch's).
 /// Backward rules (Giles, "Collected matrix derivative results"): solve X = A⁻¹B:
@@ -13,6 +13,7 @@
 /// S = L⁻ᵀ Φ(LᵀL̄) L⁻¹ (Φ: the lower triangle with the diagonal halved), Ā = (S + Sᵀ)/2.
 
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -159,20 +160,51 @@ tensor<T> inverse(const tensor<T>& a) {
   return solve(a, eye<T>(a.shape()[0]));
 }
 
-/// The determinant (by LU).
+namespace detail {
+/// The determinant of a row-major n × n matrix (by LU; 0 when a pivot is 0).
+template <Element T>
+T det_value(std::vector<T> lu, index_t n) {
+  std::vector<index_t> perm;
+  bool singular = false;
+  T d = static_cast<T>(lu_factor(lu, n, perm, singular));
+  for (index_t i = 0; i < n; ++i) d *= lu[static_cast<std::size_t>(i * n + i)];
+  return singular ? T(0) : d;
+}
+/// The cofactor matrix of A (the adjugate's transpose, d det A / dA), each entry the signed
+/// determinant of a minor: O(n⁵), for the matrices whose determinant is 0, where det A · A⁻ᵀ
+/// has no value and the cofactors still do (rank n - 1: nonzero; lower: zero).
+template <Element T>
+tensor<T> cofactors(const tensor<T>& a) {
+  const index_t n = a.shape()[0];
+  const std::vector<T> v = a.detach().to_vector();
+  std::vector<T> c(static_cast<std::size_t>(n * n), T(1)), minor;  // (a 1 × 1 matrix's cofactor is 1)
+  for (index_t i = 0; i < n && n > 1; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      minor.clear();
+      for (index_t r = 0; r < n; ++r)
+        for (index_t k = 0; k < n; ++k)
+          if (r != i && k != j) minor.push_back(v[static_cast<std::size_t>(r * n + k)]);
+      c[static_cast<std::size_t>(i * n + j)] = ((i + j) % 2 ? T(-1) : T(1)) * det_value(std::move(minor), n - 1);
+    }
+  return from_vector<T>(c, a.shape());
+}
+}  // namespace detail
+
+/// The determinant (by LU). Its gradient is the cofactor matrix, det A · A⁻ᵀ where A is
+/// invertible and the cofactors themselves where det A is 0 (PyTorch's value: finite at a
+/// singular matrix).
 template <Element T>
 tensor<T> det(const tensor<T>& a) {
   detail::check_square("det", a);
-  const index_t n = a.shape()[0];
-  std::vector<T> lu = a.detach().to_vector();
-  std::vector<index_t> perm;
-  bool singular = false;
-  T d = static_cast<T>(detail::lu_factor(lu, n, perm, singular));
-  for (index_t i = 0; i < n; ++i) d *= lu[static_cast<std::size_t>(i * n + i)];
-  tensor<T> y = scalar_tensor<T>(singular ? T(0) : d);
+  tensor<T> y = scalar_tensor<T>(detail::det_value(a.detach().to_vector(), a.shape()[0]));
   if (detail::needs_grad(a))
     detail::record<T>("LinalgDetBackward0", {a}, {&y}, {a, y}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-      return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * tensor<T>(g[0] * s[1]))};
+      if (s[1].item() != T(0))
+        return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * tensor<T>(g[0] * s[1]))};
+      if (is_grad_enabled())  // a create_graph backward: the cofactors below are values, not on the tape
+        detail::fail("det", "double backward at a matrix of determinant 0 (shape ", to_string(s[0].shape()),
+                     "); expected an invertible matrix for a second derivative");
+      return std::vector<tensor<T>>{tensor<T>(detail::cofactors(s[0]) * g[0])};
     }, std::nullopt, detail::double_backward::supported);
   return y;
 }
@@ -193,7 +225,9 @@ tensor<T> logdet(const tensor<T>& a) {
   }
   tensor<T> y = scalar_tensor<T>(singular ? -std::numeric_limits<T>::infinity() : sign < 0 ? std::numeric_limits<T>::quiet_NaN() : l);
   if (detail::needs_grad(a))
-    detail::record<T>("LogdetBackward0", {a}, {&y}, {a}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+    detail::record<T>("LogdetBackward0", {a}, {&y}, {a, y}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+      if (s[1].item() == -std::numeric_limits<T>::infinity())  // singular: A⁻ᵀ has no value
+        return std::vector<tensor<T>>{full<T>(s[0].shape(), std::numeric_limits<T>::quiet_NaN())};
       return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * g[0])};
     }, std::nullopt, detail::double_backward::supported);
   return y;

@@ -13,6 +13,7 @@
 #include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/reduce.hpp"
+#include "fusegrad/ops/softmax.hpp"
 
 namespace fusegrad {
 namespace detail {
@@ -129,6 +130,16 @@ tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
 template <Element T> tensor<T> max(const tensor<T>& x) { return max(x, std::vector<index_t>{}); }
 template <Element T, std::integral D> tensor<T> max(const tensor<T>& x, D dim, bool keepdim = false) {
   return max(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
+}
+
+/// logsumexp over an empty dim is -inf, the log of an empty sum, as PyTorch's (the stable form,
+/// fusegrad/ops/softmax.hpp, takes a max there, which has nothing to take it of); otherwise the
+/// stable form itself.
+template <Element T>
+tensor<T> logsumexp(const tensor<T>& x, index_t dim, bool keepdim = false) {
+  if (x.dim() > 0 && x.shape()[normalize_dim("logsumexp", dim, x.shape().size())] == 0)
+    return log(sum(exp(x), dim, keepdim));
+  return fusegrad::logsumexp<tensor<T>>(x, dim, keepdim);
 }
 
 }  // namespace fusegrad

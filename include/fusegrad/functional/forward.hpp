@@ -190,7 +190,7 @@ struct hvp_fn {
     static_assert(!info<std::remove_cvref_t<decltype(e)>>::elementwise,
                   "fusegrad::hvp: the function must return one scalar (reduce an element-wise result with "
                   "fg::sum or fg::mean)");
-    const std::tuple slots{make_slot<Vs>(x, v), make_slot<Vs>(rest, no_tangent{})...};
+    const std::tuple slots{make_slot<Vs>(x, v, "hvp"), make_slot<Vs>(rest, no_tangent{})...};
     constexpr std::size_t NA = 1 + sizeof...(rest);
     T* gout[NA * 2] = {};
     gout[1] = hv;

@@ -51,8 +51,10 @@ constexpr bool adjoints_free() {
 /// A range argument's tangent (forward mode) or none.
 struct no_tangent {};
 
+/// The slot of argument `a` with tangent `tan` (`op`, the transform, names a tangent of the
+/// wrong length).
 template <class Vs, class A, class Tan>
-auto make_slot(const A& a, const Tan& tan) {
+auto make_slot(const A& a, const Tan& tan, std::string_view op = "jvp") {
   using T = typename kind<Vs>::elem;
   if constexpr (kind_v<A> == arg_kind::scalar) {
     Vs s = lift<Vs>(static_cast<T>(a));
@@ -66,7 +68,7 @@ auto make_slot(const A& a, const Tan& tan) {
       if constexpr (std::is_pointer_v<Tan>) sl.src[1] = tan;
       else {
         if (range_source<Tan>::size(tan) != sl.size)
-          fail("jvp", "a tangent of ", range_source<Tan>::size(tan), " elements for an argument of ", sl.size,
+          fail(op, "a tangent of ", range_source<Tan>::size(tan), " elements for an argument of ", sl.size,
                "; expected as many as the argument");
         sl.src[1] = range_source<Tan>::data(tan);
       }
