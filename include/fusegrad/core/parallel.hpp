@@ -76,16 +76,8 @@ inline index_t parallel_grain() noexcept { return parallel_grain_setting.load(st
 /// Tests only: the grain of every loop (`parallel_grain`); returns the previous one.
 inline index_t set_parallel_grain(index_t g) noexcept { return parallel_grain_setting.exchange(std::max<index_t>(g, 1)); }
 
-/// The thread count setting: `FUSEGRAD_NUM_THREADS`, else OpenMP's default (OMP_NUM_THREADS
-/// or the cores), read on first use.
-inline int threads_from_environment() {
-  if (const char* e = std::getenv("FUSEGRAD_NUM_THREADS"); e && *e) {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (*end != '\0' || v < 1 || v > 4096)
-      fail("FUSEGRAD_NUM_THREADS", "value '", std::string_view(e), "'; expected a whole number from 1 to 4096");
-    return static_cast<int>(v);
-  }
+/// The default thread count: OpenMP's (OMP_NUM_THREADS or the cores), 1 in a serial build.
+inline int default_threads() {
 #if defined(FUSEGRAD_OPENMP)
   return std::max(1, omp_get_max_threads());
 #elif defined(FUSEGRAD_PARALLEL_ON)
@@ -94,8 +86,28 @@ inline int threads_from_environment() {
   return 1;
 #endif
 }
+/// `FUSEGRAD_NUM_THREADS` as a thread count: the default when it is unset or empty, 0 when it
+/// is not a whole number from 1 to 4096.
+inline int threads_from_environment() noexcept {
+  const char* e = std::getenv("FUSEGRAD_NUM_THREADS");
+  if (!e || !*e) return default_threads();
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return *end != '\0' || v < 1 || v > 4096 ? 0 : static_cast<int>(v);
+}
+/// The thread count setting, the environment read once; 0 while `FUSEGRAD_NUM_THREADS` is
+/// invalid and `set_num_threads` has not replaced it.
 inline std::atomic<int>& thread_setting() {
   static std::atomic<int> n{threads_from_environment()};
+  return n;
+}
+/// The threads a loop may use: the setting, or the error of an invalid `FUSEGRAD_NUM_THREADS`
+/// (every call reports it, never a silent default, until `set_num_threads` overrides it).
+inline int thread_count() {
+  const int n = thread_setting().load(std::memory_order_relaxed);
+  if (n == 0) [[unlikely]]
+    fail("FUSEGRAD_NUM_THREADS", "value '", std::string_view(std::getenv("FUSEGRAD_NUM_THREADS") ? std::getenv("FUSEGRAD_NUM_THREADS") : ""),
+         "'; expected a whole number from 1 to 4096 (or call fg::set_num_threads(n), which overrides it)");
   return n;
 }
 /// Library workers lent to calls now (all user threads together).
@@ -151,7 +163,7 @@ void parallel_blocks(index_t count, F&& f) {
 #else
   if (count > 1 && !in_parallel_block) {
 #endif
-    const int threads = thread_setting().load(std::memory_order_relaxed);
+    const int threads = thread_count();
     const int team = static_cast<int>(std::min<index_t>(count, threads));
     if (const int extra = team > 1 ? lease_workers(team - 1, threads) : 0; extra > 0) {
       // Each member owns a contiguous range of the blocks and takes them first, then helps
@@ -208,7 +220,7 @@ struct block_split {
 /// machine slows).
 inline block_split split_items(index_t n, index_t grain, index_t align = 1) {
   if (n < 2 * grain || !parallel_enabled) return {std::max<index_t>(n, 1), n > 0 ? 1 : 0};
-  const index_t threads = thread_setting().load(std::memory_order_relaxed);
+  const index_t threads = thread_count();
   if (threads <= 1 || in_parallel_block) return {n, 1};
   const index_t count = std::min(n / grain, 4 * threads);
   const index_t size = ((n + count - 1) / count + align - 1) / align * align;
@@ -236,7 +248,7 @@ void parallel_for(index_t n, index_t grain, F&& f, index_t align = 1) {
 /// chunk, core/accumulate.hpp). At least `grain` values a block; up to 4 blocks per thread.
 inline block_split split_pow2(index_t n, index_t unit, index_t grain) {
   if (n < 2 * grain || !parallel_enabled) return {std::max<index_t>(n, 1), n > 0 ? 1 : 0};
-  const index_t threads = thread_setting().load(std::memory_order_relaxed);
+  const index_t threads = thread_count();
   if (threads <= 1 || in_parallel_block) return {n, 1};
   index_t size = unit;
   while (size < grain || (n + size - 1) / size > 4 * threads) size *= 2;
@@ -248,7 +260,7 @@ inline block_split split_pow2(index_t n, index_t unit, index_t grain) {
 /// The threads a parallel loop of fusegrad may use: `set_num_threads`'s value, else
 /// `FUSEGRAD_NUM_THREADS`, else OpenMP's default (OMP_NUM_THREADS, or the cores). Always 1 in
 /// a build without OpenMP (`-fopenmp`), whose loops run on the calling thread.
-inline int get_num_threads() { return detail::parallel_enabled ? detail::thread_setting().load() : 1; }
+inline int get_num_threads() { return detail::parallel_enabled ? detail::thread_count() : 1; }
 
 /// Sets the threads fusegrad's loops may use, for all user threads at once (1: every loop on
 /// its calling thread). Results do not depend on it. In a build without OpenMP it is recorded
