@@ -69,3 +69,26 @@ TEST_CASE("arange and linspace") {
   CHECK(l3.back() == 0.3);  // both ends exact (PyTorch's two-sided formula)
   CHECK(fg::linspace<double>(2, 5, 1).to_vector() == std::vector<double>{2});
 }
+
+TEST_CASE("optimizers check their arguments and parameters as PyTorch's do") {
+  td w = fg::randn<double>({3, 2}, 1).requires_grad(true);
+  td b = fg::randn<double>({2}, 2).requires_grad(true);
+  CHECK_THROWS_WITH_AS(fg::nn::adam<double>({w}, {.weight_decay = -0.1}),
+                       doctest::Contains("nn::adam: lr = 0.001, betas = (0.9, 0.999), eps = 1e-08, weight_decay = -0.1; expected"),
+                       fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::adam<double>({w}, {.lr = NAN}), doctest::Contains("nn::adam: lr = nan"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::adam<double>({w}, {.beta1 = 1.0}), doctest::Contains("0 <= betas < 1"), fg::error);
+  const td nonleaf = w * 2.0;
+  CHECK_THROWS_WITH_AS(fg::nn::adam<double>({w, nonleaf}),
+                       doctest::Contains("nn::adam: parameter 1 of shape [3, 2] is not a leaf (it has a grad_fn MulBackward1)"),
+                       fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::sgd<double>({nonleaf}, 0.1), doctest::Contains("nn::sgd: parameter 0"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::rmsprop<double>({b, b}), doctest::Contains("parameters 0 and 1 are the same tensor"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::sgd<double>({w.detach().t()}, 0.1), doctest::Contains("is a non-contiguous view"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::sgd<double>({td{}}, 0.1), doctest::Contains("parameter 0 is an undefined tensor"), fg::error);
+  // A leaf that does not require grad is accepted and never updated (a frozen parameter).
+  td frozen = fg::ones<double>({2});
+  fg::nn::sgd<double> opt({w, frozen}, 0.1);
+  opt.step();
+  CHECK(frozen.to_vector() == std::vector<double>{1.0, 1.0});
+}

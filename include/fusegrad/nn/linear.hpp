@@ -45,6 +45,7 @@ class sgd {
     if (!(lr >= 0) || !(momentum >= 0) || !(weight_decay >= 0))
       detail::fail("nn::sgd", "lr = ", lr, ", momentum = ", momentum, ", weight_decay = ", weight_decay,
                    "; expected values >= 0");
+    detail::check_params("nn::sgd", params_);
   }
   /// Updates every parameter that has a gradient, in place.
   void step() {

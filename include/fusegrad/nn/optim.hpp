@@ -22,9 +22,11 @@ template <Element T>
 class adam {
  public:
   adam(std::vector<tensor<T>> params, adam_options o = {}) : params_(std::move(params)), o_(o) {
-    if (!(o.lr >= 0) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) || !(o.eps >= 0))
+    if (!(o.lr >= 0) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) || !(o.eps >= 0) ||
+        !(o.weight_decay >= 0))
       fusegrad::detail::fail("nn::adam", "lr = ", o.lr, ", betas = (", o.beta1, ", ", o.beta2, "), eps = ", o.eps,
-                             "; expected lr >= 0, 0 <= betas < 1, eps >= 0");
+                             ", weight_decay = ", o.weight_decay, "; expected lr, eps, weight_decay >= 0 and 0 <= betas < 1");
+    fusegrad::detail::check_params("nn::adam", params_);
     for (const auto& p : params_) {
       m_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
       v_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
@@ -74,6 +76,7 @@ class rmsprop {
     if (!(lr >= 0) || !(alpha >= 0 && alpha <= 1) || !(eps >= 0) || !(weight_decay >= 0))
       fusegrad::detail::fail("nn::rmsprop", "lr = ", lr, ", alpha = ", alpha, ", eps = ", eps, ", weight_decay = ",
                              weight_decay, "; expected lr, eps, weight_decay >= 0 and 0 <= alpha <= 1");
+    fusegrad::detail::check_params("nn::rmsprop", params_);
     for (const auto& p : params_) v_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
   }
   void step() {
