@@ -44,6 +44,21 @@ foreach(phrase IN LISTS _phrases)
   endif()
 endforeach()
 
+# "// expect-first: <phrase>": the first error the compiler reports contains the phrase (the
+# sentence comes before any error from inside the standard library or fusegrad's internals).
+file(STRINGS ${SOURCE} _first_lines REGEX "^[ \t]*//[ \t]*expect-first:")
+if(_first_lines)
+  string(REGEX MATCH "[^\n]*error[^\n]*" _first_error "${_out}")
+  foreach(line IN LISTS _first_lines)
+    string(REGEX REPLACE "^[ \t]*//[ \t]*expect-first:[ \t]*" "" phrase "${line}")
+    string(STRIP "${phrase}" phrase)
+    string(FIND "${_first_error}" "${phrase}" _pos)
+    if(_pos EQUAL -1)
+      list(APPEND _missing "first error: ${phrase} (the first error was: ${_first_error})")
+    endif()
+  endforeach()
+endif()
+
 if(_missing)
   string(LENGTH "${_out}" _len)
   if(_len GREATER 20000)

@@ -96,18 +96,25 @@ using elem_t = typename decltype(common_elem<A...>())::type;
 template <class... A>
 inline constexpr bool any_range = ((kind_v<A> == arg_kind::range) || ...);
 
-/// Checks, at compile time, that every argument in `Mask` can be differentiated.
+/// Whether every argument in `Mask` exists and can be differentiated; when not, its
+/// `static_assert` says why. A caller writes `if constexpr (!check_selected<M, A...>()) return;
+/// else ...`: evaluating it as a constant instantiates it at once, so its sentence is the first
+/// error, and the discarded branch instantiates nothing that would add errors of its own
+/// (`std::get` of a missing argument).
 template <std::uint64_t Mask, class... A>
-constexpr void check_selected() {
-  static_assert(Mask >> sizeof...(A) == 0,
+constexpr bool check_selected() {
+  constexpr bool in_range = Mask >> sizeof...(A) == 0;
+  static_assert(in_range,
                 "fusegrad: argnums names an argument the function is not called with (argument numbers "
                 "count from 0)");
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    static_assert(((!(Mask & (std::uint64_t{1} << I)) || kind_v<A> != arg_kind::pass) && ...),
-                  "fusegrad: argnums selects an argument that cannot be differentiated: only float and "
-                  "double scalars, contiguous ranges of them (std::array, std::span, std::vector), "
-                  "fg::tensor and values of an enclosing transform can be");
+  constexpr bool differentiable = []<std::size_t... I>(std::index_sequence<I...>) {
+    return ((!(Mask & (std::uint64_t{1} << I)) || kind_v<A> != arg_kind::pass) && ...);
   }(std::index_sequence_for<A...>{});
+  static_assert(!in_range || differentiable,
+                "fusegrad: argnums selects an argument that cannot be differentiated: only float and "
+                "double scalars, contiguous ranges of them (std::array, std::span, std::vector), "
+                "fg::tensor and values of an enclosing transform can be");
+  return in_range && differentiable;
 }
 
 /// The symbol argument `I` stands for in the function's expression.

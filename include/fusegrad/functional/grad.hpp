@@ -63,7 +63,7 @@ auto grad_holder(const A& a) {
 template <std::size_t... I, class F, class Outs, class... A>
 auto value_and_grad_into(argnums_t<I...> nums, std::string_view op, const F& f, Outs& outs, const A&... a) {
   constexpr std::uint64_t mask = mask_of(nums);
-  check_selected<mask, A...>();
+  static_assert(check_selected<mask, A...>());  // (callers checked first; this one for its own use)
   using T = elem_t<A...>;
   using Vs = num<T>;
   constexpr std::size_t NA = sizeof...(A);
@@ -107,8 +107,8 @@ struct value_and_grad_fn {
   [[gnu::always_inline]] constexpr auto operator()(const A&... a) const {
     using namespace detail::fn;
     constexpr std::uint64_t mask = mask_of(Nums{});
-    check_selected<mask, A...>();
-    if constexpr (!any_range<A...>) {
+    if constexpr (!check_selected<mask, A...>()) return;  // (its static_assert says why)
+    else if constexpr (!any_range<A...>) {
       auto [v, g] = scalar_value_and_grad<mask>(f, elem_t<A...>(1), a...);
       return std::pair{v, pick(Nums{}, g)};
     } else {
@@ -127,9 +127,9 @@ struct value_and_grad_fn {
   constexpr auto into(O&&... outs) const {
     return [f = f, outs = std::tuple<O...>(std::forward<O>(outs)...)](const auto&... a) mutable {
       using namespace detail::fn;
-      if constexpr (!any_range<std::remove_cvref_t<decltype(a)>...>) {
-        constexpr std::uint64_t mask = mask_of(Nums{});
-        check_selected<mask, std::remove_cvref_t<decltype(a)>...>();
+      constexpr std::uint64_t mask = mask_of(Nums{});
+      if constexpr (!check_selected<mask, std::remove_cvref_t<decltype(a)>...>()) return;  // (its static_assert says why)
+      else if constexpr (!any_range<std::remove_cvref_t<decltype(a)>...>) {
         const auto r = scalar_value_and_grad<mask>(f, elem_t<decltype(a)...>(1), a...);
         [&]<std::size_t... I>(argnums_t<I...>) {
           [&]<std::size_t... J>(std::index_sequence<J...>) { ((std::get<J>(outs) = std::get<I>(r.second)), ...); }(
