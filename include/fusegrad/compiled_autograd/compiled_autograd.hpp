@@ -50,6 +50,9 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   // Off, or a backward started while a capture is running (a hook's own backward): the engine.
   thread_local bool capturing = false;
   if (!o || capturing) return fusegrad::detail::run_engine(roots, std::move(grads), retain_graph);
+  // All or nothing for .grad() (eager/grad_journal.hpp): a hit's writes, and a capture's lazy
+  // gradients until its graph has run (fr.finish()), are undone if anything throws.
+  fusegrad::detail::grad_transaction<T> all_or_nothing;
   struct flag {
     bool& f;
     explicit flag(bool& b) : f(b) { f = true; }

@@ -56,7 +56,6 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
 /// Runs the backward pass from `roots` seeded with `grads`: the engine, or compiled autograd.
 template <Element T>
 void run_backward(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool retain_graph) {
-  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp)
   if (auto r = compiled_backward_runner<T>().load(std::memory_order_acquire)) [[unlikely]]
     return r(roots, std::move(grads), retain_graph);
   run_engine(roots, std::move(grads), retain_graph);
@@ -128,7 +127,7 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
 
 template <Element T>
 void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt) {
-  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp)
+  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp; compiled autograd's runner opens its own)
   const bool retain_graph = opt.retain_graph || opt.create_graph;
   typename node<T>::edge_list root_edges;  // inline for one or two roots
   for (std::size_t i = 0; i < roots.size(); ++i) {

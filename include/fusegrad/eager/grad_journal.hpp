@@ -16,6 +16,7 @@
 ///
 /// Another thread's backward into the same tensor between a write and its undoing is kept: a
 /// write is undone only while the gradient is still the handle it wrote.
+#include <algorithm>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -42,7 +43,7 @@ class grad_journal {
       owner->grad = std::move(g);
       return;
     }
-    entries_.reserve(entries_.size() + 1);
+    if (entries_.size() == entries_.capacity()) entries_.reserve(std::max<std::size_t>(16, 2 * entries_.capacity()));
     tensor<T> before = std::exchange(owner->grad, std::move(g));
     entries_.push_back({owner, std::move(before), owner->grad});
   }
