@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/shape.hpp"
@@ -202,7 +203,7 @@ class npy_dict_parser {
 /// before it is used.
 class npy_reader {
  public:
-  npy_reader(std::span<const std::byte> bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  npy_reader(std::span<const std::byte> bytes, std::string path) : bytes_(bytes), path_(std::move(path)) {}
 
   /// The next record's header (magic, version, header length, dict).
   npy_header header() {
@@ -253,7 +254,7 @@ class npy_reader {
   }
 
   std::span<const std::byte> bytes_;
-  const std::string& path_;
+  std::string path_;
   std::size_t at_ = 0;
 };
 
