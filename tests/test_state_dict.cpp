@@ -349,6 +349,9 @@ TEST_CASE("state dict: save keeps the file's permissions and writes through a sy
   fg::nn::load<float>(d / "state.npy", {{"w", r}});
   CHECK(r.to_vector() == std::vector<float>{4, 4, 4});
   CHECK(d.names() == std::vector<std::string>{"link.npy", "state.npy"});
+  fs::create_symlink(d / "nothing.npy", d / "dangling.npy");
+  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "dangling.npy", {{"w", w}}), doctest::Contains("a dangling link is not followed"), fg::error);
+  CHECK(fs::is_symlink(d / "dangling.npy"));
 }
 
 namespace {

@@ -10,10 +10,11 @@
 /// (nothing runs to remove it); the name says whose it was.
 ///
 /// The target keeps its permission bits (not its owner); a new file gets 0666 minus the
-/// umask, like any other. A symbolic link is followed: the file it names is replaced. A path
-/// that exists and is not a regular file (a device such as /dev/full, a directory, a FIFO) is
-/// refused: renaming over it would replace the device node, not write to it. An existing file
-/// the caller may not write is refused too, as opening it for writing would be.
+/// umask, like any other. A symbolic link is followed: the file it names is replaced (a link
+/// to nothing is refused). A path that exists and is not a regular file (a device such as
+/// /dev/full, a directory, a FIFO) is refused: renaming over it would replace the device
+/// node, not write to it. An existing file the caller may not write is refused too, as
+/// opening it for writing would be.
 ///
 /// Without POSIX (<unistd.h>), the same steps run through the standard library, without the
 /// flushes to the disk.
@@ -92,7 +93,7 @@ class atomic_file {
 
   /// Flushes and closes the temporary, renames it over the target and flushes the directory.
   void commit() {
-    if (keep_mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(keep_mode_)) != 0) raise("setting the permissions of the old file failed");
+    if (keep_mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(keep_mode_)) != 0) raise("giving it the old file's permissions failed");
     int r;
     while ((r = ::fsync(fd_)) != 0 && errno == EINTR) {
     }
@@ -114,7 +115,7 @@ class atomic_file {
     char* real = ::realpath(path.c_str(), nullptr);
     if (real == nullptr)
       fusegrad::detail::fail("nn::save", "cannot resolve the symbolic link ", path, ": ", std::generic_category().message(errno),
-                             "; expected a link to a file in an existing directory");
+                             "; expected a link to an existing file (a dangling link is not followed)");
     std::string r(real);
     std::free(real);
     return r;
