@@ -1,17 +1,11 @@
 // nn: losses against hand-computed values and gradcheck; cross_entropy's checks; optimizers
 // against PyTorch's update rules written out by hand in double; clip_grad_norm; sequential's
-// parameter walk; the state-dict file (the .npy layout byte by byte, a round trip, and its
-// errors).
+// parameter walk. The state-dict file is tested in test_state_dict.cpp.
 #include <doctest/doctest.h>
 
 #include <fusegrad/fusegrad.hpp>
 
 #include <cmath>
-#include <cstring>
-#include <iterator>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -140,43 +134,4 @@ TEST_CASE("sequential applies its layers in order and walks their parameters") {
   CHECK(ps[0].impl() == l1.weight.impl());
   CHECK(ps[1].impl() == l1.bias.impl());
   CHECK(ps[3].impl() == l2.bias.impl());
-}
-
-TEST_CASE("state dict: the .npy records, a round trip and the errors") {
-  const std::string path = "test_nn_state.npy";
-  fg::nn::linear<float> a(3, 2, true, 1), b(3, 2, true, 2);
-  fg::nn::save<float>(path, {{"weight", a.weight}, {"bias", a.bias}});
-  {  // The layout, by the .npy format 1.0 specification.
-    std::ifstream f(path, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    REQUIRE(bytes.size() > 10);
-    CHECK(bytes.compare(0, 8, std::string("\x93NUMPY\x01\x00", 8)) == 0);
-    const std::size_t len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
-    CHECK((10 + len) % 64 == 0);
-    const std::string h = bytes.substr(10, len);
-    CHECK(h.find("{'descr': '|u1', 'fortran_order': False, 'shape': (11,), }") == 0);
-    CHECK(h.back() == '\n');
-    CHECK(bytes.substr(10 + len, 11) == "weight\nbias");
-    const std::size_t second = 10 + len + 11;
-    CHECK(bytes.compare(second, 6, "\x93NUMPY") == 0);
-    const std::size_t len2 = static_cast<unsigned char>(bytes[second + 8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[second + 9])) << 8);
-    CHECK(bytes.substr(second + 10, len2).find("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }") == 0);
-    float w0;
-    std::memcpy(&w0, bytes.data() + second + 10 + len2, 4);
-    CHECK(w0 == a.weight.to_vector()[0]);
-  }
-  fg::nn::load<float>(path, {{"weight", b.weight}, {"bias", b.bias}});
-  CHECK(b.weight.to_vector() == a.weight.to_vector());
-  CHECK(b.bias.to_vector() == a.bias.to_vector());
-  CHECK(b.weight.requires_grad());
-  fg::nn::linear<float> wrong(4, 2);
-  CHECK_THROWS_WITH_AS(fg::nn::load<float>(path, {{"weight", wrong.weight}, {"bias", wrong.bias}}),
-                       doctest::Contains("'weight' has shape [2, 3]; expected [2, 4]"), fg::error);
-  CHECK_THROWS_WITH_AS(fg::nn::load<float>(path, {{"w", b.weight}, {"bias", b.bias}}),
-                       doctest::Contains("parameter 0 is 'weight'; expected 'w'"), fg::error);
-  fg::tensor<double> d = fg::zeros<double>({2, 3});
-  CHECK_THROWS_WITH_AS(fg::nn::load<double>(path, {{"weight", d}, {"bias", fg::zeros<double>({2})}}),
-                       doctest::Contains("has dtype <f4; expected <f8"), fg::error);
-  CHECK_THROWS_AS(fg::nn::load<float>("no_such_file.npy", {{"weight", b.weight}}), fg::error);
-  std::remove(path.c_str());
 }

@@ -9,17 +9,31 @@
 ///         names = np.load(f).tobytes().decode().split("\n")
 ///         params = {name: np.load(f) for name in names}
 ///
-/// `load` copies into existing tensors (no gradient recorded) and checks names, order, shapes
-/// and the element type; any mismatch or a malformed file is a `fusegrad::error` naming it.
-#include <cstdint>
+/// `load` treats the file as untrusted input (npy.hpp): it accepts records of format 1.0, 2.0
+/// and 3.0 whose header dict parses by its grammar, checks every length against the bytes
+/// left in the file before allocating or reading, checks the names, their order, each
+/// record's dtype and shape against `params`, and that the file ends after the last record.
+/// It validates the whole file before it copies into any tensor, so a failed load leaves
+/// `params` as they were; it holds the file in memory once while it does. Every failure is a
+/// `fusegrad::error` naming the path, what was found and what was expected.
+///
+/// `save` cannot lose data (atomic_file.hpp): it writes a temporary file beside `path`, checks
+/// every write, flushes it to the disk and renames it over `path`. On failure it throws and
+/// `path` holds its old content; a crash leaves either the old or the new file, complete (and
+/// perhaps a stray temporary `.<name>.tmp.<pid>.<n>` in the same directory).
+#include <bit>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "fusegrad/core/grad_mode.hpp"
 #include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/nn/atomic_file.hpp"
+#include "fusegrad/nn/npy.hpp"
 
 namespace fusegrad::nn {
 
@@ -27,55 +41,15 @@ template <Element T>
 using named_tensors = std::vector<std::pair<std::string, tensor<T>>>;
 
 namespace detail {
-inline void write_npy(std::ofstream& f, const std::string& descr, const shape& s, const char* data, std::size_t bytes) {
-  std::string dims = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) dims += std::to_string(s[i]) + (s.size() == 1 ? "," : i + 1 < s.size() ? ", " : "");
-  dims += ")";
-  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + dims + ", }";
-  while ((10 + h.size() + 1) % 64 != 0) h += ' ';
-  h += '\n';
-  const auto len = static_cast<std::uint16_t>(h.size());
-  f.write("\x93NUMPY\x01\x00", 8);
-  const char l[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-  f.write(l, 2);
-  f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  f.write(data, static_cast<std::streamsize>(bytes));
-}
-/// Reads one record's header: its descr and shape.
-inline std::pair<std::string, shape> read_npy_header(std::ifstream& f, const std::string& path) {
-  char magic[10];
-  if (!f.read(magic, 10) || std::memcmp(magic, "\x93NUMPY", 6) != 0 || magic[6] != 1)
-    fusegrad::detail::fail("nn::load", path, " is not a sequence of .npy records (format 1.0); expected a file written by nn::save");
-  const std::size_t len = static_cast<unsigned char>(magic[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(magic[9])) << 8);
-  std::string h(len, ' ');
-  if (!f.read(h.data(), static_cast<std::streamsize>(len))) fusegrad::detail::fail("nn::load", path, ": truncated .npy header");
-  auto field = [&](const std::string& key) {
-    const auto at = h.find("'" + key + "': ");
-    if (at == std::string::npos) fusegrad::detail::fail("nn::load", path, ": .npy header without '", key, "'");
-    return at + key.size() + 4;
-  };
-  const auto d = field("descr");
-  const std::string descr = h.substr(d + 1, h.find('\'', d + 1) - d - 1);
-  if (h.compare(field("fortran_order"), 5, "False") != 0) fusegrad::detail::fail("nn::load", path, ": Fortran-ordered array; expected C order");
-  const auto sh = field("shape");
-  shape s;
-  std::size_t i = sh + 1;
-  while (i < h.size() && h[i] != ')') {
-    if (h[i] >= '0' && h[i] <= '9') {
-      index_t v = 0;
-      while (h[i] >= '0' && h[i] <= '9') v = v * 10 + (h[i++] - '0');
-      s.push_back(v);
-    } else ++i;
-  }
-  return {descr, s};
-}
+// The records are little-endian; a big-endian host would need to swap bytes in save and load.
+static_assert(std::endian::native == std::endian::little, "nn::save/nn::load copy '<f4'/'<f8' bytes as they are");
+
 template <Element T>
 constexpr const char* descr_of() { return sizeof(T) == 4 ? "<f4" : "<f8"; }
-}  // namespace detail
 
-/// Writes `params` to `path` (see this header's comment).
+/// The names joined by '\n'; throws for a name that is empty or holds a newline.
 template <Element T>
-void save(const std::string& path, const named_tensors<T>& params) {
+std::string joined_names(const named_tensors<T>& params) {
   if (params.empty()) fusegrad::detail::fail("nn::save", "no parameters to save; expected at least one");
   std::string names;
   for (const auto& [n, t] : params) {
@@ -83,51 +57,109 @@ void save(const std::string& path, const named_tensors<T>& params) {
       fusegrad::detail::fail("nn::save", "parameter name '", n, "'; expected a non-empty name without newlines");
     names += (names.empty() ? "" : "\n") + n;
   }
-  std::ofstream f(path, std::ios::binary);
-  if (!f) fusegrad::detail::fail("nn::save", "cannot open ", path, " for writing");
-  detail::write_npy(f, "|u1", {static_cast<index_t>(names.size())}, names.data(), names.size());
-  for (const auto& [n, t] : params) {
-    const std::vector<T> v = t.detach().to_vector();
-    detail::write_npy(f, detail::descr_of<T>(), t.shape(), reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  return names;
+}
+
+/// Writes one record: its header, then `bytes` bytes of data.
+inline void write_record(atomic_file& f, const char* descr, const shape& s, const void* data, std::size_t bytes) {
+  const std::string h = npy_record_header(descr, s);
+  f.write(h.data(), h.size());
+  f.write(data, bytes);
+}
+
+/// Writes the record of one tensor (a strided view through a contiguous copy).
+template <Element T>
+void write_tensor(atomic_file& f, const tensor<T>& t) {
+  const auto n = static_cast<std::size_t>(t.numel());
+  if (n == 0 || t.is_contiguous()) return write_record(f, descr_of<T>(), t.shape(), n == 0 ? nullptr : t.data(), n * sizeof(T));
+  const std::vector<T> v = t.to_vector();
+  write_record(f, descr_of<T>(), t.shape(), v.data(), n * sizeof(T));
+}
+
+/// Every byte of the file at `path` (as many as are there: no length is trusted).
+inline std::vector<std::byte> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fusegrad::detail::fail("nn::load", "cannot open ", path, "; expected a readable file written by nn::save");
+  std::vector<std::byte> bytes;
+  constexpr std::size_t chunk = std::size_t{1} << 20;
+  while (f) {
+    const std::size_t had = bytes.size();
+    bytes.resize(had + chunk);
+    f.read(reinterpret_cast<char*>(bytes.data() + had), static_cast<std::streamsize>(chunk));
+    bytes.resize(had + static_cast<std::size_t>(f.gcount()));
   }
-  if (!f) fusegrad::detail::fail("nn::save", "writing ", path, " failed");
+  if (f.bad()) fusegrad::detail::fail("nn::load", "reading ", path, " failed; expected a readable file written by nn::save");
+  return bytes;
+}
+
+/// The names record, split at '\n'.
+inline std::vector<std::string> read_names(npy_reader& r, const std::string& path) {
+  const npy_header h = r.header();
+  if (h.descr != "|u1" || h.dims.size() != 1)
+    fusegrad::detail::fail("nn::load", path, ": the first record has dtype ", h.descr, " and shape ", to_string(h.dims),
+                           "; expected the names (a uint8 vector, dtype |u1)");
+  const auto bytes = r.data(h);
+  const std::string_view names(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::vector<std::string> got;
+  for (std::size_t a = 0;;) {
+    const auto b = names.find('\n', a);
+    got.emplace_back(names.substr(a, b == std::string_view::npos ? std::string_view::npos : b - a));
+    if (b == std::string_view::npos) return got;
+    a = b + 1;
+  }
+}
+
+/// The data of the record for `name`, checked against the tensor it is loaded into.
+template <Element T>
+std::span<const std::byte> tensor_record(npy_reader& r, const std::string& path, const std::string& name, const tensor<T>& t) {
+  const npy_header h = r.header();
+  if (h.descr != descr_of<T>())
+    fusegrad::detail::fail("nn::load", path, ": '", name, "' has dtype ", h.descr, "; expected ", descr_of<T>());
+  if (h.dims != t.shape())
+    fusegrad::detail::fail("nn::load", path, ": '", name, "' has shape ", to_string(h.dims), "; expected ", to_string(t.shape()));
+  if (!t.is_contiguous()) fusegrad::detail::fail("nn::load", "'", name, "' is a non-contiguous view; expected a contiguous tensor");
+  return r.data(h);
+}
+
+/// `nn::load` of the bytes of a file (`path` names it in errors): the whole input is checked
+/// before any tensor is written.
+template <Element T>
+void load_bytes(std::span<const std::byte> bytes, const std::string& path, const named_tensors<T>& params) {
+  npy_reader r(bytes, path);
+  const std::vector<std::string> got = read_names(r, path);
+  if (got.size() != params.size())
+    fusegrad::detail::fail("nn::load", path, " holds ", got.size(), " parameters; expected ", params.size());
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (got[k] != params[k].first)
+      fusegrad::detail::fail("nn::load", path, ": parameter ", k, " is '", got[k], "'; expected '", params[k].first, "'");
+  std::vector<std::span<const std::byte>> data;
+  for (const auto& [name, t] : params) data.push_back(tensor_record(r, path, name, t));
+  r.expect_end();
+  no_grad ng;
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    if (data[k].empty()) continue;
+    std::memcpy(params[k].second.data(), data[k].data(), data[k].size());
+    params[k].second.impl()->store->bump_version();
+  }
+}
+}  // namespace detail
+
+/// Writes `params` to `path`, replacing it only once every byte is on the disk (see this
+/// header's comment).
+template <Element T>
+void save(const std::string& path, const named_tensors<T>& params) {
+  const std::string names = detail::joined_names(params);
+  detail::atomic_file f(path);
+  detail::write_record(f, "|u1", {static_cast<index_t>(names.size())}, names.data(), names.size());
+  for (const auto& p : params) detail::write_tensor(f, p.second);
+  f.commit();
 }
 
 /// Reads `path` into `params` (names, order, shapes and element type must match).
 template <Element T>
 void load(const std::string& path, const named_tensors<T>& params) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fusegrad::detail::fail("nn::load", "cannot open ", path);
-  const auto [nd, ns] = detail::read_npy_header(f, path);
-  if (nd != "|u1" || ns.size() != 1) fusegrad::detail::fail("nn::load", path, ": the first record is not the names (uint8 vector)");
-  std::string names(static_cast<std::size_t>(ns[0]), '\0');
-  f.read(names.data(), static_cast<std::streamsize>(names.size()));
-  std::vector<std::string> got;
-  for (std::size_t a = 0;;) {
-    const auto b = names.find('\n', a);
-    got.push_back(names.substr(a, b == std::string::npos ? std::string::npos : b - a));
-    if (b == std::string::npos) break;
-    a = b + 1;
-  }
-  if (got.size() != params.size())
-    fusegrad::detail::fail("nn::load", path, " holds ", got.size(), " parameters; expected ", params.size());
-  no_grad ng;
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    const auto& [name, t] = params[k];
-    if (got[k] != name) fusegrad::detail::fail("nn::load", path, ": parameter ", k, " is '", got[k], "'; expected '", name, "'");
-    const auto [descr, s] = detail::read_npy_header(f, path);
-    if (descr != detail::descr_of<T>())
-      fusegrad::detail::fail("nn::load", path, ": '", name, "' has dtype ", descr, "; expected ", detail::descr_of<T>());
-    if (s != t.shape())
-      fusegrad::detail::fail("nn::load", path, ": '", name, "' has shape ", to_string(s), "; expected ", to_string(t.shape()));
-    if (!t.is_contiguous()) fusegrad::detail::fail("nn::load", "'", name, "' is a non-contiguous view; expected a contiguous tensor");
-    std::vector<T> v(static_cast<std::size_t>(t.numel()));
-    if (!f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T))))
-      fusegrad::detail::fail("nn::load", path, ": truncated data of '", name, "'");
-    T* d = tensor<T>(t).data();
-    std::copy(v.begin(), v.end(), d);
-    t.impl()->store->bump_version();
-  }
+  const std::vector<std::byte> bytes = detail::read_file(path);
+  detail::load_bytes<T>(bytes, path, params);
 }
 
 }  // namespace fusegrad::nn
