@@ -281,6 +281,8 @@ TEST_CASE("state dict: a save that cannot write throws and touches nothing") {
   struct stat st {};
   REQUIRE(::stat("/dev/full", &st) == 0);
   CHECK(S_ISCHR(st.st_mode));
+  // Loading from a device would read for ever (/dev/zero): only regular files are read.
+  CHECK_THROWS_WITH_AS(fg::nn::load<float>("/dev/zero", {{"w", w}}), doctest::Contains("/dev/zero is not a regular file"), fg::error);
   const std::string version = read_bytes("/proc/version");
   CHECK_THROWS_WITH_AS(fg::nn::save<float>("/proc/version", {{"w", w}}), doctest::Contains("/proc/version"), fg::error);
   CHECK(read_bytes("/proc/version") == version);

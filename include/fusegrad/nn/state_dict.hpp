@@ -78,6 +78,11 @@ void write_tensor(atomic_file& f, const tensor<T>& t) {
 
 /// Every byte of the file at `path` (as many as are there: no length is trusted).
 inline std::vector<std::byte> read_file(const std::string& path) {
+#if FUSEGRAD_POSIX_FILES
+  // A FIFO or a device (/dev/zero) would be read for ever: only regular files are state dicts.
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fusegrad::detail::fail("nn::load", path, " is not a regular file; expected a file written by nn::save");
+#endif
   std::ifstream f(path, std::ios::binary);
   if (!f) fusegrad::detail::fail("nn::load", "cannot open ", path, "; expected a readable file written by nn::save");
   std::vector<std::byte> bytes;
