@@ -330,7 +330,20 @@ class data_parallel {
     s.arrived = true;
     ++arrived_count_;
     --b.waiting;
-    if (opts_.overlap) launch_ready();
+    if (!opts_.overlap) return;
+    launch_ready();
+    progress();
+  }
+
+  /// Open MPI (like most MPIs, without an asynchronous progress thread) moves a nonblocking
+  /// collective on only inside MPI calls: every gradient that arrives tests the buckets in
+  /// flight, so that they advance while the backward runs instead of all in finish().
+  void progress() {
+    for (std::size_t i = 0; i < launched_; ++i) {
+      if (buckets_[i].req == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      detail::check_mpi(MPI_Test(&buckets_[i].req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    }
   }
 
   void begin_round() {
