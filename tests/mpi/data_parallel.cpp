@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fusegrad/distributed/data_parallel.hpp>
@@ -342,6 +343,22 @@ void begin(const char* name) {
   std::fflush(stdout);
 }
 
+/// A backward on another thread than the data_parallel's: its hooks would call MPI there
+/// (MPI_THREAD_FUNNELED forbids it), so the first one throws, before any collective.
+void other_thread() {
+  mlp<float> m = rank_model<float>();
+  auto ps = m.parameters();
+  dist::data_parallel<float> dp(ps);
+  const auto loss = local_loss(m, 0);
+  bool thrown = false;
+  std::thread t([&] { thrown = throws_with([&] { loss.backward(); }, "called on another thread"); });
+  t.join();
+  check(thrown, "a backward on another thread throws");
+  local_loss(m, 1).backward();
+  dp.finish();
+  check(same_as_rank0(ps), "the step after it runs");
+}
+
 void run_cases() {
   begin("equivalence");
   equivalence<float>("float, eager", false, {});
@@ -362,6 +379,8 @@ void run_cases() {
   skipped_step();
   begin("an exception on one rank");
   exception_on_one_rank();
+  begin("a backward on another thread");
+  other_thread();
 }
 
 int main(int argc, char** argv) {
