@@ -174,8 +174,10 @@ class data_parallel {
   /// with the same message on every rank and without touching `.grad()`, where a rank had a
   /// non-finite gradient, ran no backward, changed a `requires_grad`, or had left.
   void finish() {
-    check_thread("finish");
-    if (closed_) fusegrad::detail::fail("distributed::data_parallel::finish", "called after close(); expected a data_parallel still open");
+    check_thread("distributed::data_parallel::finish");
+    if (closed_)
+      fusegrad::detail::fail("distributed::data_parallel::finish", "called after close() or after another rank left; expected a "
+                             "data_parallel that every rank still runs");
     if (buckets_.empty()) {  // no parameter takes gradients: nothing to average
       ++step_;
       return;
@@ -191,6 +193,7 @@ class data_parallel {
   /// `finish()` has thrown too. Idempotent.
   void close() {
     if (closed_) return;
+    check_thread("distributed::data_parallel::close");
     closed_ = true;
     int finalized = 0;
     MPI_Finalized(&finalized);
