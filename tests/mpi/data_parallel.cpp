@@ -182,7 +182,12 @@ void equivalence(const char* name, bool compiled, dist::data_parallel_options o)
 /// the two averages (the average of the accumulated gradients, as DDP's); a second backward
 /// before finish() is an error on every rank that does it.
 template <class T>
-void accumulation() {
+void accumulation(bool compiled) {
+  auto backward = [compiled](const fg::tensor<T>& loss) {
+    if (!compiled) return loss.backward();
+    fg::compiled_autograd::enable on;
+    loss.backward();
+  };
   const T lr = T(0.1);
   mlp<T> ref(7);
   auto rp = ref.parameters();
@@ -198,9 +203,9 @@ void accumulation() {
       loss_of(ref, s + 1, 0, batch * ranks).backward();
       ropt.step();
       opt.zero_grad();
-      local_loss(m, s).backward();
+      backward(local_loss(m, s));
       dp.finish();
-      local_loss(m, s + 1).backward();
+      backward(local_loss(m, s + 1));
       dp.finish();
       opt.step();
     }
@@ -368,8 +373,9 @@ void run_cases() {
   equivalence<float>("float, compiled autograd", true, {});
   equivalence<double>("double, compiled autograd, 4 buckets", true, {.bucket_bytes = 1024});
   begin("accumulation");
-  accumulation<float>();
-  accumulation<double>();
+  accumulation<float>(false);
+  accumulation<double>(false);
+  accumulation<float>(true);
   begin("mismatched lists");
   mismatched_lists();
   begin("bad steps");
