@@ -3,6 +3,7 @@
 # The layers, bottom to top (docs/architecture.md):
 #   core -> ops -> loops -> eager | expr | ir | value -> partition, compile, kernel, jit, functional
 #        -> compiled_autograd -> nn -> the umbrella headers (fusegrad.hpp, runtime.hpp)
+#        -> distributed (optional, needs MPI; not in the umbrella headers)
 # A header may include its own folder and the layers below it; eager/, expr/ and ir/ sit side
 # by side and include none of each other (value/ too); ops/ includes only core/, ops/, the standard library
 # and xsimd.
@@ -29,6 +30,7 @@ set(rank_functional 4)
 set(rank_compiled_autograd 5)
 set(rank_nn 6)
 set(rank_ 7)  # fusegrad.hpp, runtime.hpp
+set(rank_distributed 8)  # optional (MPI): includes any layer, included by none
 set(side_by_side eager expr ir value)
 
 file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}/fusegrad" "${INCLUDE_DIR}/fusegrad/*.hpp")
