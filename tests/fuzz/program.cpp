@@ -189,6 +189,11 @@ void add_hook(const instr& in, D t, const std::shared_ptr<hook_log>& log) {
 }
 }  // namespace
 
+/// The comparisons: 0/1 steps in their operands' difference.
+bool is_comparison(op k) {
+  return k == op::gt || k == op::ge || k == op::lt || k == op::le || k == op::eq || k == op::ne;
+}
+
 /// Ops whose double result goes flat (to a bound, or to 0) for operands far from 0: a finite
 /// difference across such a value sees steps of rounding, not the derivative.
 bool saturates(op k) {
@@ -232,6 +237,10 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
       r = unary(i.k, A, i.s);
     } else if (is_binary(i.k)) {
       r = binary(i.k, A, B);
+      // Equal operands of a comparison sit on its step (two inputs drawn from different seeds
+      // can hold one equal value): a finite difference there sees the other side of the step.
+      if (log->read_values && r.defined() && is_comparison(i.k) && fg::sum(fg::eq(A.detach(), B.detach())).item() > 0)
+        f |= f_on_a_step;
     } else {
       switch (i.k) {
         case op::sum_all: r = fg::sum(A); break;

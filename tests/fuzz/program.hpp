@@ -119,6 +119,7 @@ enum feature : std::uint32_t {
   f_hook_leaf = 1u << 4,       ///< a hook on an input
   f_tiny_value = 1u << 5,      ///< some value has an element with 0 < |v| < 1e-150 (see `cancellation`)
   f_saturated = 1u << 6,       ///< tanh, exp, ... of an element beyond +-8 (see `finite_difference_mismatch`)
+  f_on_a_step = 1u << 7,       ///< a comparison whose operands are equal somewhere: a step of the loss at the point
 };
 
 /// What one run saw: per observing hook, the sum of each gradient it was given; features.
