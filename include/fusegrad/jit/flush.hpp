@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,17 @@ void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
   dst.lazy_node = -1;
 }
 
+/// For each input, the first earlier input that shares its storage (-1: none), in one pass
+/// over the inputs (`first` is scratch space kept between calls).
+template <Element T>
+void find_aliases(const std::vector<tensor<T>>& inputs, std::vector<int>& alias, std::unordered_map<const void*, int>& first) {
+  alias.assign(inputs.size(), -1);
+  first.clear();
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (const void* s = inputs[i].raw_impl()->store.get())
+      if (const auto [at, fresh] = first.try_emplace(s, static_cast<int>(i)); !fresh) alias[i] = at->second;
+}
+
 template <Element T>
 void trace<T>::flush(std::string_view why, bool is_break) {
   if (g_.empty()) return;
@@ -95,10 +107,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   }
   const bool gm = grad_mode_;
   std::vector<int>& alias = alias_;
-  alias.assign(inputs_.size(), -1);
-  for (std::size_t i = 0; i < inputs_.size(); ++i)
-    for (std::size_t j = 0; j < i && alias[i] < 0; ++j)
-      if (inputs_[i].raw_impl()->store && inputs_[i].raw_impl()->store == inputs_[j].raw_impl()->store) alias[i] = static_cast<int>(j);
+  find_aliases(inputs_, alias, first_of_storage_);
   std::uint64_t h = g_.structure_hash();
   for (int o : outs) h = (h ^ static_cast<std::uint64_t>(o)) * 1099511628211ULL;
   std::vector<int>& hooked = hook_nodes_;  // the node of each hook: part of the key

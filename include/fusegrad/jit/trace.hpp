@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -204,13 +205,26 @@ class trace final : public recorder<T>, public lazy_source {
     if (!impl) fail("jit", "an op got an undefined tensor; expected a defined tensor");
     if (impl->lazy == this) return impl->lazy_node;
     if (impl->lazy) impl->lazy->realize("a lazy tensor of another trace");
-    for (std::size_t i = 0; i < inputs_.size(); ++i)
-      if (inputs_[i].raw_impl() == impl) return input_nodes_[i];
+    if (const int known = input_node(impl.get()); known >= 0) return known;
     const int id = g_.add_input(t.shape());
     inputs_.push_back(t);
     input_nodes_.push_back(id);
     rg_.push_back(grad_mode_ && t.requires_grad());
     return id;
+  }
+  /// The node of the graph input whose tensor is `impl`, -1 when it is none: a scan of the few
+  /// inputs most traces have, an index once they are many (a compiled-autograd capture of a
+  /// long chain has an input per node's scalar, and a scan per op was quadratic in them).
+  int input_node(const tensor_impl<T>* impl) {
+    constexpr std::size_t few = 16;
+    if (inputs_.size() <= few) {
+      for (std::size_t i = 0; i < inputs_.size(); ++i)
+        if (inputs_[i].raw_impl().get() == impl) return input_nodes_[i];
+      return -1;
+    }
+    for (std::size_t i = input_index_.size(); i < inputs_.size(); ++i) input_index_.emplace(inputs_[i].raw_impl().get(), i);
+    const auto it = input_index_.find(impl);
+    return it == input_index_.end() ? -1 : input_nodes_[it->second];
   }
   tensor<T> make_lazy(int id) {
     auto impl = make_pooled<tensor_impl<T>>();  // the buffer cache's free lists, as eager's tensors
@@ -234,6 +248,7 @@ class trace final : public recorder<T>, public lazy_source {
     g_.clear();
     inputs_.clear();
     input_nodes_.clear();
+    input_index_.clear();
     rg_.clear();
     lazies_.clear();
   }
@@ -257,6 +272,8 @@ class trace final : public recorder<T>, public lazy_source {
   ir::graph<T> g_;
   std::vector<tensor<T>> inputs_;
   std::vector<int> input_nodes_;
+  std::unordered_map<const tensor_impl<T>*, std::size_t> input_index_;  // inputs_[i] by tensor, when there are many
+  std::unordered_map<const void*, int> first_of_storage_;                // flush's aliasing of inputs (see find_aliases)
   std::vector<char> rg_;  ///< node needs grad
   bool grad_mode_ = true;
   std::vector<std::pair<int, std::weak_ptr<tensor_impl<T>>>> lazies_;
