@@ -2,7 +2,8 @@
 #
 # The layers, bottom to top (docs/architecture.md):
 #   core -> ops -> loops -> eager | expr | ir | value -> partition, compile, kernel, jit, functional
-#        -> compiled_autograd -> nn -> the umbrella headers (fusegrad.hpp, runtime.hpp)
+#        -> compiled_autograd -> nn -> the umbrella and component headers (fusegrad.hpp,
+#        eager.hpp, compile.hpp, jit.hpp, ...), runtime.hpp and runtime/
 #        -> distributed (optional, needs MPI; not in the umbrella headers)
 # A header may include its own folder and the layers below it; eager/, expr/ and ir/ sit side
 # by side and include none of each other (value/ too); ops/ includes only core/, ops/, the standard library
@@ -29,7 +30,8 @@ set(rank_jit 4)
 set(rank_functional 4)
 set(rank_compiled_autograd 5)
 set(rank_nn 6)
-set(rank_ 7)  # fusegrad.hpp, runtime.hpp
+set(rank_ 7)  # fusegrad.hpp and the component headers (eager.hpp, compile.hpp, ...), runtime.hpp
+set(rank_runtime 7)  # the precompiled runtime's extern lists, one per component
 set(rank_distributed 8)  # optional (MPI): includes any layer, included by none
 set(side_by_side eager expr ir value)
 

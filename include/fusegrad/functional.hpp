@@ -3,10 +3,13 @@
 /// The functional transforms (docs/functional.md): `fg::grad`, `fg::value_and_grad` (with
 /// `fg::argnums`), `fg::vjp`, `fg::jvp`, `fg::hvp`, `fg::hessian`, `fg::jacobian`, on
 /// scalars, contiguous ranges (`std::array`, `std::span`, `std::vector`) and tensors, with
-/// nothing recorded and, into caller-provided outputs, nothing allocated.
+/// nothing recorded and, into caller-provided outputs, nothing allocated. Tensor arguments
+/// need `<fusegrad/functional/tensor.hpp>` too (or the umbrella header).
 
-// the ops, for the functions transformed (no tensors: this header alone compiles quickly)
+// the ops, for the functions transformed (no tensors: this header alone compiles quickly):
+// the whole element-wise table and the ops written over it
 #include "fusegrad/ops/abs.hpp"
+#include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/add.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/cos.hpp"

@@ -4,11 +4,12 @@
 /// IR's tile programs, reductions, `sum_to`, matmul all call it), and its controls.
 ///
 /// The scheduler is OpenMP (GCC's libgomp; docs/architecture.md says why, measured against
-/// oneTBB). It is on where the code is compiled with OpenMP (`-fopenmp`, which CMake's
-/// `fusegrad::parallel` target adds) and `FUSEGRAD_SERIAL` is not defined; otherwise every
-/// loop runs on the calling thread, as before, with the same results. `FUSEGRAD_TBB` (CMake:
-/// `-DFUSEGRAD_PARALLEL_BACKEND=TBB`) uses oneTBB instead. Compile every TU that includes
-/// fusegrad the same way.
+/// oneTBB). With the precompiled runtime (`FUSEGRAD_PRECOMPILED`, CMake's `fusegrad::fusegrad`)
+/// a TU's loops hand their blocks to the runtime's scheduler (`run_blocks`), on all cores where
+/// the runtime was built with OpenMP. Header-only, a TU's loops run on all cores where it is
+/// compiled with OpenMP (`-fopenmp`, which `fusegrad::header_only` adds where OpenMP is found).
+/// With `FUSEGRAD_SERIAL` every loop runs on the calling thread, with the same results.
+/// `FUSEGRAD_TBB` (CMake: `-DFUSEGRAD_PARALLEL_BACKEND=TBB`) uses oneTBB instead of OpenMP.
 ///
 /// Results never depend on the number of threads: element-wise work is independent per
 /// element, reductions over dims are parallel over their outputs, and a sum of many values is
@@ -28,18 +29,27 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <memory>
+#include <type_traits>
 #include <string_view>
 
 #include "fusegrad/core/error.hpp"
 #include "fusegrad/core/shape.hpp"
 
-#if defined(FUSEGRAD_TBB) && !defined(FUSEGRAD_SERIAL)
+#if defined(FUSEGRAD_SERIAL)
+#elif defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
+// A TU that uses the precompiled runtime hands its loops' blocks to the runtime's scheduler
+// (`run_blocks`), so it needs no OpenMP flags of its own, and whether a program runs on all
+// cores is a property of the one runtime it links, which no TU can contradict.
+#define FUSEGRAD_PARALLEL_ON 1
+#define FUSEGRAD_PARALLEL_IN_RUNTIME 1
+#elif defined(FUSEGRAD_TBB)
 // The alternative scheduler, oneTBB (CMake: -DFUSEGRAD_PARALLEL_BACKEND=TBB), kept so that
 // the choice can be re-measured: its caller never waits for a worker that has not joined.
 #define FUSEGRAD_PARALLEL_ON 1
 #include <thread>
 #include <tbb/parallel_for.h>
-#elif defined(_OPENMP) && !defined(FUSEGRAD_SERIAL)
+#elif defined(_OPENMP)
 #define FUSEGRAD_OPENMP 1
 #define FUSEGRAD_PARALLEL_ON 1
 #include <omp.h>
@@ -76,9 +86,20 @@ inline index_t parallel_grain() noexcept { return parallel_grain_setting.load(st
 /// Tests only: the grain of every loop (`parallel_grain`); returns the previous one.
 inline index_t set_parallel_grain(index_t g) noexcept { return parallel_grain_setting.exchange(std::max<index_t>(g, 1)); }
 
+#if defined(FUSEGRAD_PRECOMPILED)
+/// The precompiled runtime's scheduler (src/runtime_parallel.cpp): `fn(ctx, b)` for every
+/// block `b` in [0, count), as `parallel_blocks` below runs them where the runtime was built
+/// (on all cores, or on the calling thread in a serial runtime).
+void run_blocks(index_t count, void (*fn)(void*, index_t), void* ctx);
+/// The runtime's default thread count (`default_threads` where the runtime was built).
+int runtime_default_threads() noexcept;
+#endif
+
 /// The default thread count: OpenMP's (OMP_NUM_THREADS or the cores), 1 in a serial build.
 inline int default_threads() {
-#if defined(FUSEGRAD_OPENMP)
+#if defined(FUSEGRAD_PARALLEL_IN_RUNTIME)
+  return runtime_default_threads();
+#elif defined(FUSEGRAD_OPENMP)
   return std::max(1, omp_get_max_threads());
 #elif defined(FUSEGRAD_PARALLEL_ON)
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -118,7 +139,7 @@ inline std::atomic<int>& workers_busy() {
 /// True on a thread running a parallel block (a nested call runs serially).
 inline thread_local bool in_parallel_block = false;
 
-#if defined(FUSEGRAD_PARALLEL_ON)
+#if defined(FUSEGRAD_PARALLEL_ON) && !defined(FUSEGRAD_PARALLEL_IN_RUNTIME)
 /// Up to `want` workers from the shared budget (0 when none is free); never waits.
 inline int lease_workers(int want, int threads) {
   auto& busy = workers_busy();
@@ -157,7 +178,14 @@ void run_team(int team, Body& body) {
 /// first one thrown).
 template <class F>
 void parallel_blocks(index_t count, F&& f) {
-#if defined(FUSEGRAD_PARALLEL_ON)
+#if defined(FUSEGRAD_PARALLEL_IN_RUNTIME)
+  if (count > 1 && !in_parallel_block) {
+    using body = std::remove_reference_t<F>;
+    run_blocks(count, [](void* c, index_t b) { (*static_cast<body*>(c))(b); },
+               const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+    return;
+  }
+#elif defined(FUSEGRAD_PARALLEL_ON)
 #if defined(FUSEGRAD_OPENMP)
   if (count > 1 && !in_parallel_block && !omp_in_parallel()) {
 #else

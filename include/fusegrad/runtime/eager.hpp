@@ -1,0 +1,123 @@
+#pragma once
+/// \file fusegrad/runtime/eager.hpp
+/// The precompiled runtime's part for eager tensors (see fusegrad/runtime.hpp): the tensor,
+/// the tape's nodes and engine, every eager op with its kernels, gradcheck's machinery.
+/// Under `FUSEGRAD_PRECOMPILED` these instantiations are declared `extern` here, and the TU
+/// is checked, when the program links, to be compiled for the runtime's instruction set.
+
+#include "fusegrad/core/simd.hpp"
+#include "fusegrad/eager/autograd.hpp"
+#include "fusegrad/eager/factories.hpp"
+#include "fusegrad/eager/gradcheck.hpp"
+#include "fusegrad/eager/kernels.hpp"
+#include "fusegrad/eager/matmul.hpp"
+#include "fusegrad/eager/pointwise.hpp"
+#include "fusegrad/eager/recorder.hpp"
+#include "fusegrad/eager/reduce.hpp"
+#include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/eager/views.hpp"
+#include "fusegrad/loops/tile.hpp"
+#include "fusegrad/ops/all.hpp"
+#include "fusegrad/ops/max.hpp"
+#include "fusegrad/ops/reduce.hpp"
+
+/// The IR's op table (`ops::table<T>`), in its order: `U(T, Op)` for an op with one
+/// operand, `B(T, Op)` for one with two. `runtime_ops_match` (fusegrad/runtime.hpp)
+/// checks it against the table.
+#define FUSEGRAD_IR_OPS(U, B, T)                                                                         \
+  U(T, ops::neg_op) U(T, ops::exp_op) U(T, ops::log_op) U(T, ops::sin_op) U(T, ops::cos_op)              \
+  U(T, ops::tanh_op) U(T, ops::sigmoid_op) U(T, ops::relu_op) U(T, ops::abs_op) U(T, ops::sqrt_op)       \
+  U(T, ops::step_op) U(T, ops::sign_op)                                                                  \
+  B(T, ops::add_op) B(T, ops::sub_op) B(T, ops::mul_op) B(T, ops::div_op) B(T, ops::maximum_op)          \
+  B(T, ops::pow_op)                                                                                      \
+  B(T, ops::gt_op) B(T, ops::ge_op) B(T, ops::lt_op) B(T, ops::le_op) B(T, ops::eq_op) B(T, ops::ne_op)  \
+  U(T, ops::add_scalar_op<T>) U(T, ops::sub_scalar_op<T>) U(T, ops::rsub_scalar_op<T>)                    \
+  U(T, ops::mul_scalar_op<T>) U(T, ops::div_scalar_op<T>) U(T, ops::rdiv_scalar_op<T>)                   \
+  U(T, ops::pow_scalar_op<T>)                                                                            \
+  U(T, ops::zeros_like_op) U(T, ops::floor_op) U(T, ops::ceil_op) U(T, ops::round_op) U(T, ops::trunc_op)  \
+  U(T, ops::logical_not_op) U(T, ops::square_op) U(T, ops::reciprocal_op) U(T, ops::rsqrt_op)            \
+  U(T, ops::log1p_op) U(T, ops::expm1_op) U(T, ops::log2_op) U(T, ops::exp2_op) U(T, ops::tan_op)        \
+  U(T, ops::asin_op) U(T, ops::acos_op) U(T, ops::atan_op) U(T, ops::sinh_op) U(T, ops::cosh_op)         \
+  U(T, ops::asinh_op) U(T, ops::acosh_op) U(T, ops::atanh_op) U(T, ops::erf_op) U(T, ops::erfc_op)       \
+  U(T, ops::lgamma_op) U(T, ops::digamma_op) U(T, ops::softplus_op) U(T, ops::silu_op) U(T, ops::gelu_op) U(T, ops::norm_sqrt_op) \
+  B(T, ops::minimum_op) B(T, ops::atan2_op) B(T, ops::hypot_op) B(T, ops::fmod_op)                        \
+  U(T, ops::gt_scalar_op<T>) U(T, ops::ge_scalar_op<T>) U(T, ops::lt_scalar_op<T>)                        \
+  U(T, ops::le_scalar_op<T>) U(T, ops::eq_scalar_op<T>) U(T, ops::ne_scalar_op<T>)                        \
+  U(T, ops::clamp_min_op<T>) U(T, ops::clamp_max_op<T>) U(T, ops::fill_op<T>) U(T, ops::polygamma_op<T>)   \
+  U(T, ops::fmod_scalar_op<T>) B(T, ops::select_op<T>) B(T, ops::lerp_scalar_op<T>)                    \
+  B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op)
+
+#define FUSEGRAD_RT_UNARY(T, Op)                                                             \
+  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&);        \
+  FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
+#define FUSEGRAD_RT_BINARY(T, Op)                                                                          \
+  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&, const tensor<T>&);    \
+  FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
+
+/// The eager runtime for element type `T`.
+// (gradcheck_values: finite differences are only meaningful in double, but the check is generic.)
+#define FUSEGRAD_RUNTIME_EAGER(T) \
+  FUSEGRAD_RT_EXTERN template class tensor<T>; \
+  FUSEGRAD_RT_EXTERN template class node<T>; \
+  FUSEGRAD_RT_EXTERN template class detail::saving_node<T>; \
+  FUSEGRAD_RT_EXTERN template class detail::rule_node<T>; \
+  FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T) \
+  FUSEGRAD_RT_EXTERN template void detail::run_engine<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&, detail::reduce_op); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_values<T>(detail::reduce_op, const tensor<T>&, const std::vector<bool>&, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> expand<T>(const tensor<T>&, const shape&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> view<T>(const tensor<T>&, const shape&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> reshape<T>(const tensor<T>&, const shape&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> sum<T>(const tensor<T>&, const std::vector<index_t>&, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> mean<T>(const tensor<T>&, const std::vector<index_t>&, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> max<T>(const tensor<T>&, const std::vector<index_t>&, bool); \
+  FUSEGRAD_RT_EXTERN template tensor<T> matmul<T>(const tensor<T>&, const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> linear<T>(const tensor<T>&, const tensor<T>&, const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::bmm_values<T>(const tensor<T>&, const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template void detail::map_strided<T>(detail::tile_fn<T>, const void*, const tensor<T>&, const tensor<T>*, tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::pointwise_values<T>(std::string_view, detail::tile_fn<T>, const void*, const tensor<T>&, const tensor<T>*); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::contiguous_copy<T>(const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template void detail::fill<T>(const tensor<T>&, T); \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::grad_accumulator<T>(const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template edge<T> detail::gradient_edge<T>(const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::apply_hook<T>(const hook<T>&, tensor<T>); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hook<T>(const hook<T>&, tensor<T>); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hooks<T>(const std::vector<hook<T>>&, tensor<T>); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::add_grads<T>(const tensor<T>&, const tensor<T>&); \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, std::span<const tensor<T>>, std::span<tensor<T>* const>); \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&, std::string_view); \
+  FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t); \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::sin, T>(const T*, T*, int); \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::cos, T>(const T*, T*, int); \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::tan, T>(const T*, T*, int); \
+  FUSEGRAD_RT_EXTERN template gradcheck_result detail::gradcheck_values<T>(const gradcheck_options&, const detail::gradcheck_call<T>&, std::vector<tensor<T>>&);
+
+
+namespace fusegrad::detail {
+/// The precompiled runtime's instruction set, checked when a program links: a TU that uses the
+/// runtime refers to this member for the xsimd architecture it was compiled for, and the
+/// runtime defines it for its own only (src/runtime_float.cpp). Compiled for another one
+/// (`-march=native` on an AVX-512 machine against an AVX2 runtime, or no `-mavx2`), a TU would
+/// run the runtime's code beside inline code of other widths; instead the link fails, and the
+/// linker's message is this name, with the TU's architecture in angle brackets.
+template <class Arch>
+struct fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad {
+  static const bool linked;
+};
+}  // namespace fusegrad::detail
+
+
+#if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
+namespace {
+[[gnu::used, maybe_unused]] const bool* const fusegrad_instruction_set_check =
+    &fusegrad::detail::fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<
+        xsimd::default_arch>::linked;
+}  // namespace
+#define FUSEGRAD_RT_EXTERN extern
+namespace fusegrad {
+FUSEGRAD_RUNTIME_EAGER(float)
+FUSEGRAD_RUNTIME_EAGER(double)
+}  // namespace fusegrad
+#undef FUSEGRAD_RT_EXTERN
+#endif

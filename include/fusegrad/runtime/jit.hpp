@@ -1,0 +1,37 @@
+#pragma once
+/// \file fusegrad/runtime/jit.hpp
+/// The precompiled runtime's part for `fg::jit` (see fusegrad/runtime.hpp): the run-time
+/// tile programs and the tracer, with everything a sync point runs (the guarded cache, the
+/// compile of an entry, its programs), so that a TU's jitted functions compile only their
+/// own call operators.
+
+#include <memory>
+#include <vector>
+
+#include "fusegrad/jit/program.hpp"
+#include "fusegrad/jit/tracing_scope.hpp"
+#include "fusegrad/runtime/eager.hpp"
+
+/// The jit runtime for element type `T`.
+#define FUSEGRAD_RUNTIME_JIT(T) \
+  FUSEGRAD_RT_EXTERN template class ir::row_step<T>; \
+  FUSEGRAD_RT_EXTERN template class ir::program<T>; \
+  FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>;
+
+
+/// What the float and double runtimes share: the tracers a jitted call or a compiled-autograd
+/// capture installs (their tag is always `void`; see jit/tracing_scope.hpp).
+#define FUSEGRAD_RUNTIME_JIT_SHARED \
+  FUSEGRAD_RT_EXTERN template struct detail::jit::thread_tracers<void>; \
+  FUSEGRAD_RT_EXTERN template class detail::jit::tracing_scope<void>; \
+  FUSEGRAD_RT_EXTERN template std::vector<std::unique_ptr<detail::jit::thread_tracers<void>>>& detail::jit::trace_stack<void>();
+
+#if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
+#define FUSEGRAD_RT_EXTERN extern
+namespace fusegrad {
+FUSEGRAD_RUNTIME_JIT(float)
+FUSEGRAD_RUNTIME_JIT(double)
+FUSEGRAD_RUNTIME_JIT_SHARED
+}  // namespace fusegrad
+#undef FUSEGRAD_RT_EXTERN
+#endif
