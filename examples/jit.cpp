@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <fusegrad/fusegrad.hpp>
+#include <fusegrad/jit.hpp>
 
 namespace fg = fusegrad;
 

@@ -1,7 +1,7 @@
 // The README's first snippet: compile a function, run it, backpropagate through it.
 #include <cstdio>
 
-#include <fusegrad/fusegrad.hpp>
+#include <fusegrad/compile.hpp>
 
 namespace fg = fusegrad;
 
