@@ -600,7 +600,7 @@ TEST_CASE("a hit where two nodes saved one tensor at the capture and two tensors
 
 TEST_CASE("two ops of one node name and equal scalars are told apart: square and pow(x, 0)") {
   // Both record PowBackward0 with the scalar 0 (square's op has none): a key without the op's
-  // type served pow(x, 0) the captured graph of square (found by tests/test_opinfo_paths.cpp).
+  // type served pow(x, 0) the captured graph of square (found by the opinfo paths tests, tests/opinfo/paths.hpp).
   ca_off guard;
   fg::compiled_autograd::reset();
   for (int round = 0; round < 2; ++round)
