@@ -3,7 +3,7 @@
 # probe TUs in tools/compile_time/ and tests/test_compile_40.cpp, median of $REPS runs, in
 # three builds:
 #   header-only   the default: the TU instantiates everything it uses
-#   runtime       -DFUSEGRAD_PRECOMPILED: what linking fusegrad::runtime gives (the generic
+#   runtime       -DFUSEGRAD_PRECOMPILED: what linking fusegrad::fusegrad gives (the generic
 #                 runtime is extern, see include/fusegrad/runtime.hpp)
 #   runtime+pch   the same with the precompiled header the tests use (<doctest/doctest.h>,
 #                 <fusegrad/fusegrad.hpp>; built once here, its build time is not counted)
