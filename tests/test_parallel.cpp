@@ -72,6 +72,18 @@ TEST_CASE_TEMPLATE("a sum cut into blocks of 2^j chunks equals one thread's sum,
   CHECK(differs_unaligned > 0);
 }
 
+#if defined(FUSEGRAD_PRECOMPILED)
+// The runtime's TUs and a user's TU compiled `default_threads` with different bodies (OpenMP's
+// count in the runtime, a call to the runtime in the user's), and the linker kept the user's:
+// the runtime's `runtime_default_threads` called it back, a recursion without end wherever
+// the call was not inlined (the Debug + ASan build). One body everywhere now.
+TEST_CASE("with the precompiled runtime, the default thread count is the runtime's, in every TU") {
+  const int n = fg::detail::runtime_default_threads();
+  CHECK(n >= 1);
+  CHECK(fg::detail::default_threads() == n);
+}
+#endif
+
 TEST_CASE("thread controls") {
   const int before = fg::get_num_threads();
   CHECK(before >= 1);

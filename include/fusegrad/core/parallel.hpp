@@ -91,13 +91,16 @@ inline index_t set_parallel_grain(index_t g) noexcept { return parallel_grain_se
 /// block `b` in [0, count), as `parallel_blocks` below runs them where the runtime was built
 /// (on all cores, or on the calling thread in a serial runtime).
 void run_blocks(index_t count, void (*fn)(void*, index_t), void* ctx);
-/// The runtime's default thread count (`default_threads` where the runtime was built).
+/// The runtime's default thread count: OpenMP's (OMP_NUM_THREADS or the cores), 1 in a
+/// serial runtime.
 int runtime_default_threads() noexcept;
 #endif
 
 /// The default thread count: OpenMP's (OMP_NUM_THREADS or the cores), 1 in a serial build.
+/// With the precompiled runtime it is the runtime's, in the runtime's own TUs too, so that
+/// this inline function has one definition in every TU of the program.
 inline int default_threads() {
-#if defined(FUSEGRAD_PARALLEL_IN_RUNTIME)
+#if defined(FUSEGRAD_PRECOMPILED)
   return runtime_default_threads();
 #elif defined(FUSEGRAD_OPENMP)
   return std::max(1, omp_get_max_threads());
