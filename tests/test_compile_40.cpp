@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include <fusegrad/fusegrad.hpp>
+#include <fusegrad/compile.hpp>  // fg::compile, with the eager tensors and gradcheck
 
 namespace fg = fusegrad;
 
@@ -30,6 +30,11 @@ auto forty = [](auto x, auto y, auto z) {
 using analysis = decltype(fg::compile(forty))::analysis<double, 3>;
 static_assert(analysis::MF == 43, "the forward graph has the 40 op nodes and the 3 inputs: each repeated "
                                   "subexpression (constants included) is one node");
+
+static_assert(decltype(fg::compile(forty))::plans_differ<double, 3>() &&
+                  !decltype(fg::compile(forty))::holds_both_plans<double, 3>(),
+              "the two size classes plan differently, but each plan is estimated within 5% of the "
+              "other in both classes: the function holds one plan, and its loops are compiled once");
 
 template <class T>
 std::vector<T> grads_of(const fg::tensor<T>& t) { return t.grad().to_vector(); }

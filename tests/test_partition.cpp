@@ -158,6 +158,19 @@ static_assert(saves(make_plan(coscos_costed, streaming), {0}) && recomputes(make
               "Streaming from memory, the cost policy saves x and recomputes cos(x) (as min_cut does).");
 static_assert(saves(make_plan(coscos_costed, in_cache), {0, 1}) && recomputes_nothing(make_plan(coscos_costed, in_cache)),
               "In cache, the cost policy saves cos(x) too: recomputing a cos costs more than a store and a load.");
+// What a whole call costs by the same measures (estimated_cost), by hand. Streaming, saving x:
+// x loaded and saved (16 + 16, no store: an input is in memory), cos(x) computed and
+// recomputed (24 + 24), cos(cos(x)) computed and stored as the output (24 + 16), g loaded (16),
+// the backward's sin, neg, mul, sin, neg, mul (24 + 1 + 1 + 24 + 1 + 1) and gx stored (16):
+// 204; saving cos(x) as well trades the recomputation (24) for a store and a load (32): 212.
+// In cache: 4 + 48 + 26 + 2 + 54 = 134 against 4 + 28 + 26 + 2 + 54 = 114.
+using fusegrad::partition::estimated_cost;
+static_assert(estimated_cost(coscos_costed, make_plan(coscos_costed, streaming), streaming.mem) == 204 &&
+                  estimated_cost(coscos_costed, make_plan(coscos_costed, in_cache), streaming.mem) == 212,
+              "Streaming, the call under each plan costs what the hand count says.");
+static_assert(estimated_cost(coscos_costed, make_plan(coscos_costed, streaming), in_cache.mem) == 134 &&
+                  estimated_cost(coscos_costed, make_plan(coscos_costed, in_cache), in_cache.mem) == 114,
+              "In cache, the call under each plan costs what the hand count says.");
 /// Every save costing one load (no store), recomputation free: the cost policy is min_cut.
 constexpr policy uniform{policy_kind::cost, 0, {1, 0}};
 static_assert(same_plan(make_plan(coscos, uniform), make_plan(coscos, min_cut)),

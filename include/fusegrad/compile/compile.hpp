@@ -148,19 +148,36 @@ class compiled_function {
       if (c.saved[k] != s.saved[k]) return true;
     return false;
   }
+  /// Whether a compiled function holds both cost-based plans for `N` inputs of type `T` and
+  /// picks one per call by size: only when, in one of the two size classes, the other class's
+  /// plan is estimated to cost `partition::second_plan_gain_percent` or more above the class's
+  /// own (`partition::estimated_cost`). A smaller gain is below what the cost model resolves
+  /// and not worth compiling the function's loops twice; the function then holds the plan for
+  /// values that fit in cache, within that margin of the best in both classes.
+  template <Element T, std::size_t N>
+  static constexpr bool holds_both_plans() {
+    if constexpr (!plans_differ<T, N>()) {
+      return false;
+    } else {
+      using A = detail::analysis<T, Fn, N>;
+      constexpr auto& c = A::template plan<policy::cost_cached>;
+      constexpr auto& s = A::template plan<policy::cost_streamed>;
+      return partition::worth_a_second_plan(A::pgraph, c, s);
+    }
+  }
 
  private:
   /// The compiled graph a call on `in` runs: the policy's, or under `policy::cost` the one of
-  /// the call's size class (one graph when both classes plan alike).
+  /// the call's size class (one graph unless `holds_both_plans`).
   template <class A, Element T>
   static const detail::compiled_graph<T>& graph_for(const std::vector<tensor<T>>& in) {
     if constexpr (std::same_as<Policy, policy::cost>) {
       constexpr std::size_t N = A::n_in;
-      if constexpr (plans_differ<T, N>())
+      if constexpr (holds_both_plans<T, N>())
         if (size_class_for<T, N>(in) == partition::size_class::streamed)
           return logged<A, policy::cost_streamed>(" (the cost-based plan for values that stream from memory)");
-      return logged<A, policy::cost_cached>(plans_differ<T, N>() ? " (the cost-based plan for values that fit in cache)"
-                                                                  : " (the cost-based plan, the same for every size)");
+      return logged<A, policy::cost_cached>(holds_both_plans<T, N>() ? " (the cost-based plan for values that fit in cache)"
+                                                                      : " (the cost-based plan, one for every size)");
     } else {
       return logged<A, Policy>("");
     }

@@ -34,4 +34,23 @@ constexpr memory_costs costs_of(size_class c) { return c == size_class::cached ?
 /// The `cost` policy for size class `c`.
 constexpr policy cost_policy(size_class c) { return policy{policy_kind::cost, 0, costs_of(c)}; }
 
+/// The least estimated gain, in percent of a call, for which a compiled function holds the
+/// plans of both size classes. The costs above are ratios measured on one core type; the cost
+/// model's estimate of a large graph is good to a few percent (the 40-node test function's
+/// plans differ by 2-3% in its estimate, and for streamed values the plan it ranks second runs
+/// as fast: docs/compile.md).
+inline constexpr long second_plan_gain_percent = 5;
+
+/// Whether the plans of the two size classes, `cached` and `streamed` (of the same graph),
+/// differ enough to hold both: in one class or the other, the other class's plan is estimated
+/// to cost at least `second_plan_gain_percent` more.
+template <std::size_t N>
+constexpr bool worth_a_second_plan(const joint_graph<N>& g, const plan<N>& cached, const plan<N>& streamed) {
+  auto worse = [&](const plan<N>& own, const plan<N>& other, memory_costs mem) {
+    const long a = estimated_cost(g, own, mem), b = estimated_cost(g, other, mem);
+    return (b - a) * 100 >= second_plan_gain_percent * a;
+  };
+  return worse(cached, streamed, cached_costs) || worse(streamed, cached, streamed_costs);
+}
+
 }  // namespace fusegrad::partition

@@ -426,6 +426,28 @@ constexpr plan<N> finish(const joint_graph<N>& g, const regions<N>& r, const sav
 
 }  // namespace detail
 
+/// What a call under plan `p` costs per element by the `cost` policy's measures, in the regime
+/// whose loads and stores cost `mem`: every forward node computed once and every backward node
+/// once, the inputs and the gradients of the outputs loaded, the outputs and the gradients of
+/// the inputs stored, each saved value stored (an input is in memory already) and loaded back,
+/// each recomputed value computed again. Two plans differ in the saved and recomputed terms
+/// alone, which is what the plan's min cut minimises; the rest puts that difference in
+/// proportion to the whole call.
+template <std::size_t N>
+constexpr long estimated_cost(const joint_graph<N>& g, const plan<N>& p, memory_costs mem) {
+  long t = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    const node_info& n = g.nodes[i];
+    if (n.kind == node_kind::constant || (!p.forward[i] && !p.backward[i])) continue;
+    const bool loaded = n.kind == node_kind::input || n.kind == node_kind::grad_input;
+    t += loaded ? mem.load : n.cost;
+    if (n.forward_root || n.backward_root) t += mem.store;
+    if (p.saved[i]) t += (n.kind == node_kind::input ? 0 : mem.store) + mem.load;
+    if (p.recompute[i]) t += n.cost;
+  }
+  return t;
+}
+
 /// Partitions `g` under policy `p`: which forward values to save, which to recompute in the
 /// backward. Usable in constant expressions; throws `fusegrad::error` for a malformed graph.
 template <std::size_t N>
