@@ -67,6 +67,13 @@ struct jit_entry_info {
 };
 
 namespace detail::jit {
+/// Entry `e`, readable (`jit_function::entries()`): one function per element type, which the
+/// precompiled runtime holds, so that a TU that lists entries does not compile the printers.
+template <Element T>
+jit_entry_info entry_info(const entry<T>& e) {
+  return {std::string(dtype_name<T>()), e.guards_text(), e.fwd_graph.to_string(e.names), e.code_text(), e.dynamic};
+}
+
 /// The parameter list of a callable with one non-template call operator (empty otherwise).
 template <class M>
 struct call_signature {
@@ -127,8 +134,7 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     std::lock_guard lock(st_->mu);
     std::vector<jit_entry_info> r;
     auto add = [&]<Element T>(const detail::jit::cache<T>& c) {
-      for (const auto& e : c.entries)
-        r.push_back({std::string(dtype_name<T>()), e->guards_text(), e->fwd_graph.to_string(e->names), e->code_text(), e->dynamic});
+      for (const auto& e : c.entries) r.push_back(detail::jit::entry_info(*e));
     };
     add(st_->cache_of<float>());
     add(st_->cache_of<double>());

@@ -26,6 +26,7 @@ template <Element T>
 class trace final : public recorder<T>, public lazy_source {
  public:
   trace() = default;
+  ~trace();  // defined out of line: not compiled in each TU that uses the precompiled runtime
   trace(const trace&) = delete;
   trace& operator=(const trace&) = delete;
 
@@ -319,6 +320,9 @@ class trace final : public recorder<T>, public lazy_source {
   std::vector<int> outs_, alias_, hook_nodes_;
   std::vector<std::shared_ptr<tensor_impl<T>>> targets_;
 };
+
+template <Element T>
+trace<T>::~trace() = default;
 
 }  // namespace fusegrad::detail::jit
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "fusegrad/jit/jit.hpp"
 #include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/tracing_scope.hpp"
 #include "fusegrad/runtime/eager.hpp"
@@ -16,7 +17,8 @@
 #define FUSEGRAD_RUNTIME_JIT(T) \
   FUSEGRAD_RT_EXTERN template class ir::row_step<T>; \
   FUSEGRAD_RT_EXTERN template class ir::program<T>; \
-  FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>;
+  FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>; \
+  FUSEGRAD_RT_EXTERN template jit_entry_info detail::jit::entry_info<T>(const detail::jit::entry<T>&);
 
 
 /// What the float and double runtimes share: the tracers a jitted call or a compiled-autograd
