@@ -1119,6 +1119,12 @@ TEST_CASE("gradcheck a custom op in double") {
   const auto r3 = fg::gradcheck([](const auto& t) { return fg::function<Square>::apply(t); }, a);
   CHECK(r3);
 
+  // The entry reported is the one closest to its tolerance: of cos on a 2 x 2 input a diagonal
+  // entry, not one of the Jacobian's exact zeros (whose tolerance, atol alone, is the
+  // smallest).
+  CHECK(r.output_element == r.input_element);
+  CHECK(r.analytic == doctest::Approx(-std::sin(x.to_vector()[static_cast<std::size_t>(r.input_element)])));
+
   // Chained custom ops reduced to a scalar.
   const auto r4 = fg::gradcheck(
       [](const auto& t) { return fg::sum(fg::function<Cosine>::apply(fg::function<Square>::apply(t))); }, a);
