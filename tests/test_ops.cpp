@@ -953,3 +953,42 @@ TEST_CASE("tanh_backward and sigmoid_backward equal their three-op compositions 
   check(0.0f);
   check(0.0);
 }
+
+// PyTorch's spellings: comparison operators are the element-wise comparisons (on tensors, on
+// fg::compile's symbolic values and under fg::jit), and cat/stack take braced lists.
+TEST_CASE("x > 0.0, 0.5 < x and the other orderings are gt/ge/lt/le on every path") {
+  const auto x = fg::from_vector<double>({-1.0, 0.5, 2.0, 0.0}, {2, 2});
+  const auto y = fg::from_vector<double>({0.0, 0.5, 1.0, 0.0}, {2, 2});
+  CHECK((x > 0.0).to_vector() == fg::gt(x, 0.0).to_vector());
+  CHECK((x >= 0.5).to_vector() == fg::ge(x, 0.5).to_vector());
+  CHECK((x < y).to_vector() == fg::lt(x, y).to_vector());
+  CHECK((x <= y).to_vector() == fg::le(x, y).to_vector());
+  CHECK((0.5 < x).to_vector() == std::vector<double>{0, 0, 1, 0});
+  CHECK((0.5 <= x).to_vector() == std::vector<double>{0, 1, 1, 0});
+  CHECK((1 > x).to_vector() == std::vector<double>{1, 1, 0, 1});
+  CHECK((0 >= x).to_vector() == std::vector<double>{1, 0, 0, 1});
+  // A mask written with operators, through fg::compile and fg::jit: eager's values and gradients.
+  auto masked = [](auto a, auto b) { return fg::sum(fg::where(a > 0.0, a * b, b) * (b >= a)); };
+  const auto f = fg::compile(masked);
+  const auto j = fg::jit([&](const fg::tensor<double>& a, const fg::tensor<double>& b) { return masked(a, b); });
+  auto run = [&](auto&& fn) {
+    auto a = fg::from_vector<double>({-1.0, 0.5, 2.0, 0.25}, {2, 2}).requires_grad(true);
+    auto b = fg::from_vector<double>({0.0, 0.5, 1.0, 3.0}, {2, 2}).requires_grad(true);
+    const fg::tensor<double> v = fn(a, b);
+    v.backward();
+    return std::vector<std::vector<double>>{v.to_vector(), a.grad().to_vector(), b.grad().to_vector()};
+  };
+  const auto want = run(masked);
+  CHECK(want[0] == std::vector<double>{0.0 + 0.25 + 0.0 + 0.75});
+  CHECK(run(f) == want);
+  CHECK(run(j) == want);
+}
+
+TEST_CASE("cat and stack take braced lists, as torch.cat([a, b], 1)") {
+  const auto a = fg::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const auto b = fg::from_vector<float>({5, 6}, {2, 1});
+  CHECK(fg::cat({a, b}, 1).to_vector() == fg::cat(std::vector{a, b}, 1).to_vector());
+  CHECK(fg::cat({a, b}, 1).shape() == fg::shape{2, 3});
+  CHECK(fg::stack({a, a}, 1).to_vector() == fg::stack(std::vector{a, a}, 1).to_vector());
+  CHECK(fg::stack({a, a}).shape() == fg::shape{2, 2, 2});
+}

@@ -8,6 +8,7 @@
 /// hold integers in the element type (fusegrad's tensors are float or double).
 
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "fusegrad/eager/autograd.hpp"
@@ -63,6 +64,11 @@ tensor<T> stack(const std::vector<tensor<T>>& xs, index_t dim = 0) {
     u.push_back(unsqueeze(xs[k], dim));
   }
   return cat(u, dim);
+}
+/// `stack({a, b}, dim)`: a braced list of tensors.
+template <Element T>
+tensor<T> stack(std::initializer_list<tensor<T>> xs, index_t dim = 0) {
+  return stack(std::vector<tensor<T>>(xs), dim);
 }
 
 /// `x` tiled `reps[i]` times along dim i (PyTorch's `repeat`; extra leading reps add dims).

@@ -3,6 +3,7 @@
 /// Layout ops: reshape/view, expand, permute, transpose, select, slice, unsqueeze, squeeze
 /// (views sharing storage), contiguous/clone (copies) and cat. Each records its backward.
 
+#include <initializer_list>
 #include <numeric>
 
 #include "fusegrad/eager/pointwise.hpp"
@@ -325,6 +326,11 @@ tensor<T> cat(const std::vector<tensor<T>>& xs, index_t d = 0) {
                       std::nullopt, detail::double_backward::supported);
   }
   return y;
+}
+/// `cat({a, b}, d)`: a braced list of tensors (it does not deduce the vector overload's type).
+template <Element T>
+tensor<T> cat(std::initializer_list<tensor<T>> xs, index_t d = 0) {
+  return cat(std::vector<tensor<T>>(xs), d);
 }
 
 // Member spellings of the layout ops.

@@ -35,13 +35,16 @@ struct symbolic {
                   "use the run-time tracer fg::jit for such functions");
     return 0;
   }
+  // Not explicit: `const bool big = fg::mean(y) > 0.5;` (a comparison is a mask, a symbolic
+  // value) must reach this message too. Only a conversion to bool deduces here, so no
+  // arithmetic operator gains a built-in candidate.
   template <class B>
     requires std::same_as<B, bool>
-  explicit operator B() const {
+  operator B() const {
     static_assert(detail::dependent_false<B>,
                   "fusegrad::compile: a symbolic value has no bool (data-dependent control flow "
-                  "cannot be captured at compile time); use the run-time tracer fg::jit for such "
-                  "functions");
+                  "cannot be captured at compile time): a comparison is a mask, use it as one "
+                  "(fg::where(x > 0.5, a, b)), or the run-time tracer fg::jit for such functions");
     return false;
   }
 };
@@ -259,21 +262,5 @@ constexpr matmul_expr<X, W, false, true> linear(const X& x, const W& w) {
 }
 
 
-/// Comparing symbolic values to branch on them is data-dependent control flow.
-#define FUSEGRAD_SYMBOLIC_COMPARISON(OP)                                                       \
-  template <class A, class B>                                                                  \
-    requires(Expr<A> || Expr<B>)                                                               \
-  bool operator OP(const A&, const B&) {                                                       \
-    static_assert(detail::dependent_false<A>,                                                  \
-                  "fusegrad::compile: comparing symbolic values (" #OP ") to branch on them is "  \
-                  "data-dependent control flow, which cannot be captured at compile time; use "  \
-                  "fg::gt/fg::lt masks, or the run-time tracer fg::jit");                     \
-    return false;                                                                              \
-  }
-FUSEGRAD_SYMBOLIC_COMPARISON(<)
-FUSEGRAD_SYMBOLIC_COMPARISON(>)
-FUSEGRAD_SYMBOLIC_COMPARISON(<=)
-FUSEGRAD_SYMBOLIC_COMPARISON(>=)
-#undef FUSEGRAD_SYMBOLIC_COMPARISON
 
 }  // namespace fusegrad

@@ -47,4 +47,21 @@ template <Operand A, Operand B> constexpr auto ne(const A& a, const B& b) { retu
 FUSEGRAD_COMPARE_SCALAR(gt) FUSEGRAD_COMPARE_SCALAR(ge) FUSEGRAD_COMPARE_SCALAR(lt)
 FUSEGRAD_COMPARE_SCALAR(le) FUSEGRAD_COMPARE_SCALAR(eq) FUSEGRAD_COMPARE_SCALAR(ne)
 #undef FUSEGRAD_COMPARE_SCALAR
+
+// PyTorch's spelling of the ordering comparisons, on every operand and between an operand and
+// a scalar: `x > 0.0` is `gt(x, 0.0)`, `0.5 < x` is `gt(x, 0.5)`. `==` and `!=` stay C++'s
+// value equality (containers, algorithms and C++20's rewritten comparisons expect a bool from
+// them): `eq` and `ne` are the element-wise ones.
+template <Operand A, Operand B> constexpr auto operator>(const A& a, const B& b) { return gt(a, b); }
+template <Operand A, Operand B> constexpr auto operator>=(const A& a, const B& b) { return ge(a, b); }
+template <Operand A, Operand B> constexpr auto operator<(const A& a, const B& b) { return lt(a, b); }
+template <Operand A, Operand B> constexpr auto operator<=(const A& a, const B& b) { return le(a, b); }
+template <Operand A, Scalar S> constexpr auto operator>(const A& a, S s) { return gt(a, s); }
+template <Operand A, Scalar S> constexpr auto operator>=(const A& a, S s) { return ge(a, s); }
+template <Operand A, Scalar S> constexpr auto operator<(const A& a, S s) { return lt(a, s); }
+template <Operand A, Scalar S> constexpr auto operator<=(const A& a, S s) { return le(a, s); }
+template <Scalar S, Operand A> constexpr auto operator>(S s, const A& a) { return lt(a, s); }
+template <Scalar S, Operand A> constexpr auto operator>=(S s, const A& a) { return le(a, s); }
+template <Scalar S, Operand A> constexpr auto operator<(S s, const A& a) { return gt(a, s); }
+template <Scalar S, Operand A> constexpr auto operator<=(S s, const A& a) { return ge(a, s); }
 }  // namespace fusegrad
