@@ -159,3 +159,15 @@ TEST_CASE("constant-evaluable gradients") {
   static_assert(std::get<0>(g) == 4.0 && std::get<1>(g) == 12.0);
   CHECK(true);
 }
+
+TEST_CASE("comparison operators inside the transforms are masks, as on tensors") {
+  // f(x) = x² where x > 0, else -x: the mask written with an operator, differentiated.
+  auto f = [](const auto& x) { return x * x * (x > 0.0) - x * (0.0 >= x); };
+  for (double x : {-1.5, 0.75, 2.0}) {
+    INFO("x = " << x);
+    CHECK(fg::grad(f)(x) == (x > 0 ? 2 * x : -1.0));
+    auto t = fg::from_vector<double>({x}).requires_grad(true);
+    fg::sum(f(t)).backward();
+    CHECK(fg::grad(f)(x) == t.grad().to_vector()[0]);
+  }
+}

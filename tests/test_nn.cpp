@@ -5,6 +5,7 @@
 
 #include <fusegrad/fusegrad.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -85,6 +86,15 @@ TEST_CASE("optimizers follow PyTorch's update rules") {
           q -= 0.1 / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
         });
   }
+  SUBCASE("adam with the learning rate first, as PyTorch's Adam(params, lr)") {
+    run([](td& p) { return fg::nn::adam<double>({p}, 0.1, {.weight_decay = 0.01}); },
+        [](double& q, double g, double& m, double& v, int t) {
+          g += 0.01 * q;
+          m = 0.9 * m + 0.1 * g;
+          v = 0.999 * v + 0.001 * g * g;
+          q -= 0.1 / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+        });
+  }
   SUBCASE("adamw") {
     run([](td& p) { return fg::nn::adam<double>({p}, {.lr = 0.1, .weight_decay = 0.01, .decoupled = true}); },
         [](double& q, double g, double& m, double& v, int t) {
@@ -111,6 +121,10 @@ TEST_CASE("optimizers follow PyTorch's update rules") {
         });
   }
   CHECK_THROWS_AS(fg::nn::adam<double>({}, {.beta1 = 1.0}), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::adam<double>({}, -0.5), doctest::Contains("lr = -0.5"), fg::error);
+  // Deduced from the parameters, as `sgd`'s and `rmsprop`'s are.
+  std::vector<fg::tensor<float>> ps{fg::zeros<float>({2}).requires_grad(true)};
+  static_assert(std::is_same_v<decltype(fg::nn::adam(ps, 0.01)), fg::nn::adam<float>>);
 }
 
 TEST_CASE("clip_grad_norm scales the joint gradient norm") {
@@ -134,4 +148,53 @@ TEST_CASE("sequential applies its layers in order and walks their parameters") {
   CHECK(ps[0].impl() == l1.weight.impl());
   CHECK(ps[1].impl() == l1.bias.impl());
   CHECK(ps[3].impl() == l2.bias.impl());
+}
+
+TEST_CASE("named parameters, state_dict and load_state_dict, as PyTorch names them") {
+  const fg::nn::linear<double> lin(3, 2, true, 1), no_bias(3, 2, false, 1);
+  const auto names = [](const auto& v) {
+    std::vector<std::string> r;
+    for (const auto& [n, t] : v) r.push_back(n);
+    return r;
+  };
+  CHECK(names(lin.named_parameters()) == std::vector<std::string>{"weight", "bias"});
+  CHECK(names(no_bias.named_parameters()) == std::vector<std::string>{"weight"});
+  auto make = [](std::uint64_t seed) {
+    return fg::nn::sequential(fg::nn::linear<double>(2, 4, true, seed), [](const auto& x) { return fg::tanh(x); },
+                              fg::nn::linear<double>(4, 1, true, seed + 7));
+  };
+  const auto net = make(1);
+  CHECK(names(net.named_parameters()) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  // The state dict holds the parameters themselves: an optimizer step shows in it.
+  const auto sd = net.state_dict();
+  CHECK(sd[0].second.data() == std::get<0>(net.layers()).weight.data());
+
+  // Loading copies the values: the two networks then compute the same bits, and their
+  // parameters stay their own tensors.
+  const auto other = make(5);
+  const td x = fg::randn<double>({6, 2}, 3);
+  REQUIRE(other(x).to_vector() != net(x).to_vector());
+  other.load_state_dict(net.state_dict());
+  CHECK(other(x).to_vector() == net(x).to_vector());
+  CHECK(std::get<0>(other.layers()).weight.data() != std::get<0>(net.layers()).weight.data());
+  CHECK(std::get<0>(other.layers()).weight.requires_grad());
+
+  // Wrong names or shapes: an error that says which, and nothing is written.
+  const auto fresh = make(9);
+  const auto before = fresh(x).to_vector();
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(lin.state_dict()),
+                       doctest::Contains("missing keys ['0.weight', '0.bias', '2.weight', '2.bias'], unexpected keys ['weight', 'bias']"),
+                       fg::error);
+  auto bad = net.state_dict();
+  bad[3].second = fg::zeros<double>({2});
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad), doctest::Contains("'2.bias' has shape [2]; expected [1]"), fg::error);
+  bad = net.state_dict();
+  bad.push_back(bad[0]);
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad), doctest::Contains("'0.weight' appears twice"), fg::error);
+  CHECK(fresh(x).to_vector() == before);
+  // Order does not matter (a state dict is a mapping), values do.
+  auto reversed = net.state_dict();
+  std::reverse(reversed.begin(), reversed.end());
+  fresh.load_state_dict(reversed);
+  CHECK(fresh(x).to_vector() == net(x).to_vector());
 }

@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/nn/linear.hpp
-/// A minimal module layer: `nn::linear` (PyTorch's `torch.nn.Linear`), `nn::sgd` (with momentum
-/// and weight decay) and `nn::mse_loss`.
+/// A minimal module layer: `nn::linear` (PyTorch's `torch.nn.Linear`, with its named parameters
+/// and state dict), `nn::sgd` (with momentum and weight decay) and `nn::mse_loss`.
 
 #include <cmath>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/matmul.hpp"
 #include "fusegrad/eager/reduce.hpp"
+#include "fusegrad/nn/parameters.hpp"
 #include "fusegrad/nn/update.hpp"
 #include "fusegrad/ops/mul.hpp"
 #include "fusegrad/ops/sub.hpp"
@@ -32,6 +33,16 @@ class linear {
   [[nodiscard]] std::vector<tensor<T>> parameters() const {
     return bias.defined() ? std::vector<tensor<T>>{weight, bias} : std::vector<tensor<T>>{weight};
   }
+  /// `{"weight", weight}` and, with a bias, `{"bias", bias}` (PyTorch's names).
+  [[nodiscard]] named_tensors<T> named_parameters() const {
+    named_tensors<T> r{{"weight", weight}};
+    if (bias.defined()) r.emplace_back("bias", bias);
+    return r;
+  }
+  /// The named parameters themselves (their storage, as PyTorch's `state_dict()`).
+  [[nodiscard]] named_tensors<T> state_dict() const { return named_parameters(); }
+  /// Copies `sd`'s values into the parameters (see nn/parameters.hpp).
+  void load_state_dict(const named_tensors<T>& sd) const { nn::load_state_dict(named_parameters(), sd); }
   tensor<T> weight, bias;
 };
 

@@ -5,6 +5,7 @@
 /// p ← p - (lr / (1-β₁ᵗ)) m / (√v / √(1-β₂ᵗ) + ε); with weight decay, g += wd p (Adam) or
 /// p ← p (1 - lr wd) first (AdamW).
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "fusegrad/eager/factories.hpp"
@@ -32,6 +33,11 @@ class adam {
       v_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
     }
   }
+  /// `adam(params, 0.01)`: the learning rate first, as `sgd` and `rmsprop` take it (PyTorch's
+  /// `Adam(params, lr)`); the other options from `o` (its `lr` is replaced).
+  template <class L>
+    requires std::is_arithmetic_v<L>
+  adam(std::vector<tensor<T>> params, L lr, adam_options o = {}) : adam(std::move(params), with_lr(o, lr)) {}
   /// One update of every parameter that has a gradient, in place.
   void step() {
     ++t_;
@@ -59,6 +65,10 @@ class adam {
   }
 
  private:
+  static adam_options with_lr(adam_options o, double lr) {
+    o.lr = lr;
+    return o;
+  }
   std::vector<tensor<T>> params_;
   adam_options o_;
   std::vector<std::vector<T>> m_, v_;

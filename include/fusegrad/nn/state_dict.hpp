@@ -34,11 +34,9 @@
 #include "fusegrad/eager/tensor.hpp"
 #include "fusegrad/nn/atomic_file.hpp"
 #include "fusegrad/nn/npy.hpp"
+#include "fusegrad/nn/parameters.hpp"
 
 namespace fusegrad::nn {
-
-template <Element T>
-using named_tensors = std::vector<std::pair<std::string, tensor<T>>>;
 
 namespace detail {
 // The records are little-endian; a big-endian host would need to swap bytes in save and load.
