@@ -1,30 +1,17 @@
 // A classifier: a 2-layer MLP trained with cross_entropy and Adam on two interleaved spirals
 // (generated here, deterministic), under fg::jit with compiled autograd on. Fails (exit 1)
 // below 95% training accuracy.
-#include <cmath>
 #include <cstdio>
-#include <numbers>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
 
+#include "spirals.hpp"
+
 namespace fg = fusegrad;
 
 int main() {
-  // Two spirals of 200 points each, r = t, angle = t + π k, with a little deterministic jitter.
-  constexpr int per_class = 200;
-  std::vector<float> xy;
-  std::vector<fg::index_t> labels;
-  const auto jitter = fg::randn<float>({2 * per_class, 2}, 3).to_vector();
-  for (int k = 0; k < 2; ++k)
-    for (int i = 0; i < per_class; ++i) {
-      const double t = 0.5 + 3.5 * std::numbers::pi * i / per_class;
-      const auto j = static_cast<std::size_t>(2 * (k * per_class + i));
-      xy.push_back(static_cast<float>(t * std::cos(t + std::numbers::pi * k) / 6 + 0.02 * jitter[j]));
-      xy.push_back(static_cast<float>(t * std::sin(t + std::numbers::pi * k) / 6 + 0.02 * jitter[j + 1]));
-      labels.push_back(k);
-    }
-  const fg::tensor<float> x = fg::from_vector<float>(xy, {2 * per_class, 2});
+  const auto [x, labels] = make_spirals(200);
 
   // [classifier]
   fg::nn::linear<float> l1(2, 64, true, /*seed=*/1), l2(64, 2, true, /*seed=*/2);

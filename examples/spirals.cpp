@@ -1,39 +1,18 @@
-// A classifier end to end with fg::nn: two interleaved spirals, an MLP built with
+// A classifier end to end with fg::nn: two interleaved spirals (spirals.hpp), an MLP built with
 // nn::sequential, Adam on cross-entropy, the model saved with its state dict and loaded into a
 // fresh one that must predict the same bits. docs/nn.md shows its parts.
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include <fusegrad/nn.hpp>
 
+#include "spirals.hpp"
+
 namespace fg = fusegrad;
 
 namespace {
-// Two arms of 100 points each: arm k at angle t + k pi, radius t, a little noise.
-struct dataset {
-  fg::tensor<float> x;             // [200, 2]
-  std::vector<fg::index_t> label;  // 0 or 1
-};
-dataset spirals() {
-  constexpr int per_arm = 100;
-  std::vector<float> xy;
-  std::vector<fg::index_t> label;
-  const std::vector<float> noise = fg::randn<float>({2 * per_arm, 2}, /*seed=*/11).to_vector();
-  for (int k = 0; k < 2; ++k)
-    for (int i = 0; i < per_arm; ++i) {
-      const double t = 0.5 + 3.0 * i / per_arm, a = t * 1.75 + k * std::numbers::pi;
-      const auto j = static_cast<std::size_t>(2 * (k * per_arm + i));
-      xy.push_back(static_cast<float>(t * std::cos(a) + 0.05 * noise[j]));
-      xy.push_back(static_cast<float>(t * std::sin(a) + 0.05 * noise[j + 1]));
-      label.push_back(k);
-    }
-  return {fg::from_vector<float>(xy, {2 * per_arm, 2}), label};
-}
-
 // [nn-model]
 auto make_model(std::uint64_t seed) {
   auto tanh = [](const auto& x) { return fg::tanh(x); };
@@ -52,19 +31,19 @@ double accuracy(const fg::tensor<float>& logits, const std::vector<fg::index_t>&
 }  // namespace
 
 int main() {
-  const dataset data = spirals();
+  const spirals_data data = make_spirals(200);
   // [nn-train]
   auto model = make_model(/*seed=*/1);
   fg::nn::adam opt(model.parameters(), /*lr=*/0.02);
   for (int step = 0; step < 400; ++step) {
     opt.zero_grad();
-    const fg::tensor<float> loss = fg::nn::cross_entropy(model(data.x), data.label);
+    const fg::tensor<float> loss = fg::nn::cross_entropy(model(data.x), data.labels);
     loss.backward();
     opt.step();
     if (step % 100 == 0) std::printf("step %3d  loss %.4f\n", step, loss.item());
   }
   // [nn-train]
-  const double acc = accuracy(model(data.x), data.label);
+  const double acc = accuracy(model(data.x), data.labels);
   std::printf("training accuracy %.1f%%\n", 100 * acc);
 
   // [nn-save]

@@ -26,6 +26,7 @@ tensor<T> apply_function(function_tag<F>, const tensor<T>& first, const Rest&...
   static_assert(requires { F::forward(first, rest...); },
                 "fusegrad::function<F>::apply: F needs a static forward(inputs...) callable with "
                 "these tensors");
+  if constexpr ((std::same_as<Rest, tensor<T>> && ...)) detail::realize_for_op("fg::function", F::name, first, rest...);
   tensor<T> out;
   {
     no_grad guard;

@@ -31,6 +31,7 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
   if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
       return r->pointwise(ops::table_index<Op, T>, detail::op_scalar<T>(op), x, nullptr);
+  if constexpr (!ops::TableOp<Op, T>) detail::realize_for_op("the op", Op::name, x);
   tensor<T> y = detail::map(op, x);
   if constexpr (detail::has_unary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(x)) {
@@ -67,6 +68,7 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
   if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
       return r->pointwise(ops::table_index<Op, T>, detail::op_scalar<T>(op), a, &b);
+  if constexpr (!ops::TableOp<Op, T>) detail::realize_for_op("the op", Op::name, a, b);
   tensor<T> y = detail::zip(Op::name, op, a, b);
   if constexpr (detail::has_binary_derivative<Op, tensor<T>>) {
     if (detail::needs_grad(a, b)) {

@@ -373,4 +373,16 @@ tensor<T> tensor<T>::detach() const {
   return detail::alias(*this, i.sizes, i.st, i.offset);
 }
 
+namespace detail {
+/// Computes traced (lazy) operands before a user's op that the run-time tracer cannot record
+/// (`kind` "the op" or "fg::function", `name` its name), so that the graph break's log and
+/// fullgraph's error name the op rather than the accessor that would reach the data.
+template <Element T, class... Ts>
+void realize_for_op(std::string_view kind, std::string_view name, const tensor<T>& x, const Ts&... xs) {
+  for (const tensor<T>* t : {&x, &xs...})
+    if (t->is_lazy()) [[unlikely]]
+      t->raw_impl()->lazy->realize(std::string(kind) + " '" + std::string(name) + "' (not captured by the tracer)");
+}
+}  // namespace detail
+
 }  // namespace fusegrad
