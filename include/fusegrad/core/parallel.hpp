@@ -96,18 +96,30 @@ void run_blocks(index_t count, void (*fn)(void*, index_t), void* ctx);
 int runtime_default_threads() noexcept;
 #endif
 
-/// The default thread count: OpenMP's (OMP_NUM_THREADS or the cores), 1 in a serial build.
-/// With the precompiled runtime it is the runtime's, in the runtime's own TUs too, so that
-/// this inline function has one definition in every TU of the program.
-inline int default_threads() {
-#if defined(FUSEGRAD_PRECOMPILED)
-  return runtime_default_threads();
-#elif defined(FUSEGRAD_OPENMP)
+#if !defined(FUSEGRAD_PRECOMPILED) || defined(FUSEGRAD_BUILDING_RUNTIME)
+/// The default thread count of the scheduler this TU is compiled with: OpenMP's
+/// (OMP_NUM_THREADS or the cores), the cores, or 1 in a serial build. Defined only where that
+/// scheduler runs (header-only TUs, or the runtime's own), so that its macro-dependent body is
+/// the same in every TU that has it.
+inline int scheduler_default_threads() noexcept {
+#if defined(FUSEGRAD_OPENMP)
   return std::max(1, omp_get_max_threads());
 #elif defined(FUSEGRAD_PARALLEL_ON)
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 #else
   return 1;
+#endif
+}
+#endif
+
+/// The default thread count. With the precompiled runtime it is the runtime's, in the
+/// runtime's own TUs too, so that this inline function has one definition in every TU of the
+/// program.
+inline int default_threads() {
+#if defined(FUSEGRAD_PRECOMPILED)
+  return runtime_default_threads();
+#else
+  return scheduler_default_threads();
 #endif
 }
 /// `FUSEGRAD_NUM_THREADS` as a thread count: the default when it is unset or empty, 0 when it
