@@ -135,6 +135,57 @@ TEST_CASE("fused loops: short rows, tails, stores that ride along, stages with s
                    fg::randn<double>({3, 4}, 9), fg::randn<double>({3, 7}, 10));
 }
 
+TEST_CASE("fused loops: stages over the same rows run block by block, with the stage-by-stage loops' bits") {
+  // Consecutive stages whose values line up row by row (the softmax family, a normalisation)
+  // walk blocks of rows through every stage before the next block. The results must not
+  // depend on where blocks end: one row per block, a partial last block, rows shorter than a
+  // batch, a leading dim; and a sum over everything read by a later stage ends the group.
+  using B = fg::backend::fused;
+  const auto softmax_loss = [](auto x, auto g) { return fg::sum(fg::softmax(x, -1) * g); };
+  const auto log_softmax_g = [](auto x, auto g) { return fg::log_softmax(x, -1) * g; };
+  const auto logsumexp_g = [](auto x, auto g) { return fg::logsumexp(x, -1, true) * g; };
+  const auto layer_norm = [](auto x, auto g) {
+    const auto d = x - fg::mean(x, -1, true);
+    return d / fg::sqrt(fg::mean(d * d, -1, true) + 1e-5) * g;
+  };
+  const auto total_read_later = [](auto x, auto g) { return g * fg::sum(fg::softmax(x, -1)) + fg::softmax(x, -1); };
+  // Gradients relative to their largest element (a normalisation's cancel, and the two paths
+  // add a row's gradient terms in different orders).
+  const auto near_eager = [](auto fn, const fg::tensor<double>& x0, const fg::tensor<double>& g, double tol = 1e-12) {
+    const auto a = x0.detach().clone().requires_grad(true), b = x0.detach().clone().requires_grad(true);
+    const fg::tensor<double> ya = fn(a, g), yb = fg::compile<B>(fn)(b, g);
+    CHECK(max_rel(ya, yb) < 1e-12);
+    fg::sum(ya * ya).backward();
+    fg::sum(yb * yb).backward();
+    const auto ga = a.grad().to_vector(), gb = b.grad().to_vector();
+    double top = 0, err = 0;
+    for (std::size_t i = 0; i < ga.size(); ++i) top = std::max(top, std::abs(ga[i])), err = std::max(err, std::abs(ga[i] - gb[i]));
+    CHECK(err <= tol * top);
+  };
+  for (const fg::shape& s : {fg::shape{3, 5000}, fg::shape{37, 300}, fg::shape{300, 3}, fg::shape{2, 3, 129}}) {
+    CAPTURE(fg::to_string(s));
+    const auto x = fg::randn<double>(s, 1) * 3.0, g = fg::randn<double>(s, 2);
+    near_eager(softmax_loss, x, g);
+    near_eager(log_softmax_g, x, g);
+    near_eager(logsumexp_g, x, g);
+    near_eager(layer_norm, x, g);
+    near_eager(total_read_later, x, g, 1e-10);  // Σ softmax is constant: its gradient is cancellation noise
+    // In float, bit for bit: the forward values, and softmax's gradient (its terms are summed
+    // in eager's order).
+    const auto xf = (fg::randn<float>(s, 3) * 3.0f), gf = fg::randn<float>(s, 4);
+    const auto ea = xf.detach().clone().requires_grad(true), ca = xf.detach().clone().requires_grad(true);
+    const fg::tensor<float> le = softmax_loss(ea, gf), lc = fg::compile(softmax_loss)(ca, gf);
+    le.backward();
+    lc.backward();
+    CHECK(le.item() == lc.item());
+    CHECK(ea.grad().to_vector() == ca.grad().to_vector());
+    CHECK(fg::tensor<float>(log_softmax_g(xf, gf)).to_vector() == fg::compile(log_softmax_g)(xf, gf).to_vector());
+    CHECK(fg::tensor<float>(logsumexp_g(xf, gf)).to_vector() == fg::compile(logsumexp_g)(xf, gf).to_vector());
+    CHECK(fg::tensor<float>(layer_norm(xf, gf)).to_vector() == fg::compile(layer_norm)(xf, gf).to_vector());
+    CHECK(fg::tensor<float>(total_read_later(xf, gf)).to_vector() == fg::compile(total_read_later)(xf, gf).to_vector());
+  }
+}
+
 TEST_CASE("fused float results agree with eager within 1e-5") {
   const auto x = fg::randn<float>({3, 41}, 1), y = fg::randn<float>({3, 41}, 2);
   auto xa = x.detach().clone().requires_grad(true), xb = x.detach().clone().requires_grad(true);

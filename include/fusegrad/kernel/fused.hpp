@@ -75,7 +75,7 @@ template <class G, const auto& Active, const auto& Keep, Element T>
 void fused_run(node_eval<T>& g) {
   static constexpr auto& layout = fused_layout_v<G, Active, Keep>;
   fused_runner<T> run(fused_view_v<G, Active, Keep>, fused_bodies<G, Active, Keep, T>::value.data(), g);
-  for (int s = 0; s < layout.stages; ++s) run.stage(s);
+  run.run(layout.stages);
   // A kept broadcast-of-a-reduction is materialised directly.
   static constexpr auto kept_unreduce = index_list([] { return layout.kept_unreduce; });
   for (std::size_t c : kept_unreduce) run.eval(static_cast<int>(c));

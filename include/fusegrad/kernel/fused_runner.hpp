@@ -41,6 +41,11 @@ inline bool sum_rows_in_order(const shape& space, const shape& out) {
   }
   return inner_kept || !kept_inside;
 }
+/// The elements of a row group's block of rows (at least one row): 32 KiB of floats per value
+/// the block reads or writes, so that the few values of a softmax's stages stay in L2 from one
+/// stage to the next (and a row's in L1) while the per-block set-up is spread over many rows.
+inline constexpr index_t row_block_elems = 8192;
+
 // ---- the loops: run-time code, one per element type ----------------------------------------
 
 /// Runs the stages of a `fused_view` over the values of one evaluation.
@@ -51,6 +56,9 @@ class fused_runner {
 
   // The entry points are defined out of the class (not inline), so that the precompiled
   // runtime's extern declaration (fusegrad/runtime.hpp) keeps the loops out of user TUs.
+  /// Stages [0, n) in order; consecutive stages whose values line up row by row (see
+  /// `row_group_end`) run as one row group.
+  void run(int n);
   /// Stage `S`: its matrix products, then its loop.
   void stage(int S);
   /// Evaluates node `c` on whole tensors.
@@ -82,6 +90,51 @@ class fused_runner {
     std::vector<index_t> step, lstep, base;
   };
 
+  /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
+  struct scratch {
+    std::vector<const T*> slot, lrow, lp;
+    std::vector<T*> dst, wp;
+    std::vector<index_t> step, lstep, is, base;
+    std::vector<char> rmax, direct;
+    std::vector<T> divisor, tail, regs;
+    std::vector<strides> st;
+    std::vector<simd<T>> acc;
+    std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
+    std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
+    std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
+    std::vector<char> colf;             ///< per reduction: in the column form
+    std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
+    std::size_t nl = 0, nc = 0, nw = 0, nr = 0;  ///< the counts the buffers fit
+
+    /// Makes the buffers fit `NL` loads, `NC` element-wise nodes, `NW` stores, `NR` reductions
+    /// (a few comparisons when they do already).
+    void fit(std::size_t NL, std::size_t NC, std::size_t NW, std::size_t NR) {
+      if (NL <= nl && NC <= nc && NW <= nw && NR <= nr) return;
+      nl = std::max(nl, NL), nc = std::max(nc, NC), nw = std::max(nw, NW), nr = std::max(nr, NR);
+      grow(nl + nc + 1, slot);
+      grow(nc, dst, step, redir);
+      grow(nl, lrow, lstep, lp, divisor);
+      grow(nw + nr, wp);
+      grow(nr, acc, tail, rmax, rsum, cols, cur, colf);
+      grow(nl + nw + nr, st, is, base);
+    }
+  };
+  /// Makes each of `vs` at least `n` long (buffers only grow).
+  template <class... X>
+  static void grow(std::size_t n, std::vector<X>&... vs) {
+    ((vs.size() < n ? vs.resize(n) : void()), ...);
+  }
+  static scratch& scratch_() {
+    thread_local scratch s;
+    return s;
+  }
+  /// The thread's scratch per stage of a row group (a block's state kept until the next).
+  static std::vector<scratch>& group_scratch(std::size_t stages) {
+    thread_local std::vector<scratch> g;
+    if (g.size() < stages) g.resize(stages);
+    return g;
+  }
+
   const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
   const node_desc& d(int c) const { return g_.desc[c]; }
   tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
@@ -96,20 +149,77 @@ class fused_runner {
     val(c) = std::move(r);
   }
 
+  /// Whether stage `S` has a loop: something to store or to reduce.
+  bool has_loop(int S) const {
+    return L_.first_store[S] != L_.first_store[S + 1] || L_.first_reduce[S] != L_.first_reduce[S + 1];
+  }
+  /// Whether reduction `c` of stage `S` reduces one element that the stage loads (its value is
+  /// that element, whatever it sums or takes the max of, known before the loop): the gradient
+  /// of a one-element output summed to its shape.
+  bool of_one_element(int S, int c) const {
+    const int in = ch(c)[0];
+    if (numel(shp(in)) != 1) return false;
+    for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j)
+      if (L_.load_nodes[j] == in) return d(in).kind != gkind::unreduce;
+    return false;
+  }
+  /// Stage `S`'s iteration space (it has a loop): what the reductions of more than one element
+  /// read, else the largest store, else what the reductions read (a reference into the shapes,
+  /// which a loop does not change: no copy per call).
+  const shape& space_of(int S) const {
+    const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
+    for (int j = r0; j < r1; ++j)
+      if (!of_one_element(S, L_.reduce_nodes[j])) return shp(ch(L_.reduce_nodes[j])[0]);
+    if (w0 == w1) return shp(ch(L_.reduce_nodes[r0])[0]);
+    const shape* best = &shp(L_.store_nodes[w0]);
+    for (int j = w0; j < w1; ++j) {
+      const shape& s = shp(L_.store_nodes[j]);
+      if (s.size() > best->size() || (s.size() == best->size() && numel(s) > numel(*best))) best = &s;
+    }
+    return *best;
+  }
+  /// `scratch::direct` of a reduction of one element over a larger space: its value is set
+  /// before the loop, which leaves it alone.
+  static constexpr char set_before = 3;
+  /// Stage `S`'s outputs made over `space`: its stores, its reductions filled with their
+  /// identity, except those to their own input's shape (`sc.direct`: each element written
+  /// once) and those of one element (computed here).
+  void make_outputs(int S, const shape& space, scratch& sc) {
+    const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
+    for (int j = w0; j < w1; ++j) val(L_.store_nodes[j]) = empty<T>(shp(L_.store_nodes[j]));
+    set_direct(S, space, sc);
+    for (int j = r0; j < r1; ++j) {
+      const int c = L_.reduce_nodes[j];
+      const char direct = sc.direct[static_cast<std::size_t>(j - r0)];
+      if (direct == set_before) {
+        eval(c);
+        continue;
+      }
+      val(c) = empty<T>(shp(c));
+      if (!direct) fill(val(c), d(c).rkind == detail::reduce_op::max ? -std::numeric_limits<T>::infinity() : T(0));
+    }
+  }
+  /// `sc.direct` for stage `S`'s reductions over `space` (see `make_outputs`).
+  void set_direct(int S, const shape& space, scratch& sc) const {
+    const int r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
+    grow(static_cast<std::size_t>(r1 - r0), sc.direct);
+    for (int j = r0; j < r1; ++j) {
+      const int c = L_.reduce_nodes[j];
+      sc.direct[static_cast<std::size_t>(j - r0)] =
+          of_one_element(S, c) && numel(space) > 1 ? set_before : static_cast<char>(shp(c) == space && numel(space) > 1);
+    }
+  }
+  /// A mean's sums divided by the count each holds: outputs [e0, e1) of reduction `c`.
+  void divide_mean(int c, index_t e0, index_t e1) {
+    const index_t cnt = numel(shp(ch(c)[0])) / std::max<index_t>(val(c).numel(), 1);
+    T* p = val(c).data_ptr();
+    for (index_t e = e0; e < e1; ++e) p[e] /= static_cast<T>(cnt);
+  }
+
   void loop(int S) {
     const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
     if (w0 == w1 && r0 == r1) return;
-    // The iteration space: what the reductions read, else the largest store (a reference
-    // into the shapes, which a loop does not change: no copy per call).
-    const shape& space = [&]() -> const shape& {
-      if (r0 < r1) return shp(ch(L_.reduce_nodes[r0])[0]);
-      const shape* best = &shp(L_.store_nodes[w0]);
-      for (int j = w0; j < w1; ++j) {
-        const shape& s = shp(L_.store_nodes[j]);
-        if (s.size() > best->size() || (s.size() == best->size() && numel(s) > numel(*best))) best = &s;
-      }
-      return *best;
-    }();
+    const shape& space = space_of(S);
     // The usual case: every load and store has the space's shape and every reduction
     // reads all of it, into the same shape or into one element: one row, no strides, and
     // nothing more to check.
@@ -121,11 +231,13 @@ class fused_runner {
       const shape& out = shp(L_.reduce_nodes[j]);
       same_shapes = shp(ch(L_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1);
     }
-    if (same_shapes && plain_pass(S, space)) return;
+    scratch& sc = scratch_();
+    if (same_shapes && plain_pass(S, space, sc)) return;
     const bool empty_space = numel(space) == 0;
     bool one_space = true;
     if (!same_shapes) {
-      for (int j = r0; j < r1; ++j) one_space = one_space && shp(ch(L_.reduce_nodes[j])[0]) == space;
+      for (int j = r0; j < r1; ++j)
+        one_space = one_space && (shp(ch(L_.reduce_nodes[j])[0]) == space || of_one_element(S, L_.reduce_nodes[j]));
       // A store is written by visiting the space's elements: a store with elements over an
       // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
       // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
@@ -149,26 +261,104 @@ class fused_runner {
       for (int j = r0; j < r1; ++j) eval(L_.reduce_nodes[j]);
       return;
     }
-    scratch& sc = scratch_();
-    for (int j = w0; j < w1; ++j) val(L_.store_nodes[j]) = empty<T>(shp(L_.store_nodes[j]));
-    grow(static_cast<std::size_t>(r1 - r0), sc.direct);
-    for (int j = r0; j < r1; ++j) {
+    make_outputs(S, space, sc);
+    if (!empty_space) pass(S, space, same_shapes, sc);  // an empty space: its stores are empty, the fills are the sums
+    for (int j = r0; j < r1; ++j)
+      if (d(L_.reduce_nodes[j]).rkind == detail::reduce_op::mean) divide_mean(L_.reduce_nodes[j], 0, val(L_.reduce_nodes[j]).numel());
+  }
+
+  /// Rows [r0, r1) of a pass's space, a row group's block (`first`: the space's first).
+  struct row_block {
+    index_t r0, r1;
+    bool first;
+  };
+  /// Whether stage `S` can join a row group begun at stage `S0` over `space` (the space's rows
+  /// walked block by block, each block through every stage of the group before the next): a
+  /// block of rows of each value the stage reads from the group is complete once the block
+  /// has passed the stages before. So the stage has the same space, no matrix product (but
+  /// the group's first), and every reduction either sums or takes the max along the rows (to
+  /// one value per row), or is a sum to its own input's shape, or reduces everything to one
+  /// value that no stage of the group reads (it is complete only after the last block).
+  bool joins_rows(int S, int S0, const shape& space) const {
+    if (!has_loop(S) || !(space_of(S) == space)) return false;
+    if (S > S0 && L_.first_matmul[S] != L_.first_matmul[S + 1]) return false;
+    const shape row = keepdim_shape(space, reduce_axis::last);
+    for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j) {
       const int c = L_.reduce_nodes[j];
-      val(c) = empty<T>(shp(c));
-      // A reduction to the shape of its own input (sumto of a gradient that was not
-      // broadcast) sees each element once: it is written directly, without a fill.
-      const bool direct = shp(c) == space && numel(space) > 1;
-      sc.direct[static_cast<std::size_t>(j - r0)] = direct;
-      if (!direct) fill(val(c), d(c).rkind == detail::reduce_op::max ? -std::numeric_limits<T>::infinity() : T(0));
+      if (of_one_element(S, c)) continue;  // set before the loop
+      if (!(shp(ch(c)[0]) == space)) return false;
+      const shape v = sum_view(c, space);
+      if (!(v == space || v == row || numel(v) == 1)) return false;
     }
-    if (!empty_space) pass(S, space, same_shapes);  // an empty space: its stores are empty, the fills are the sums
-    for (int j = r0; j < r1; ++j) {
-      const int c = L_.reduce_nodes[j];
-      if (d(c).rkind != detail::reduce_op::mean) continue;
-      const index_t cnt = numel(space) / std::max<index_t>(val(c).numel(), 1);
-      T* p = val(c).data_ptr();
-      for (index_t e = 0; e < val(c).numel(); ++e) p[e] /= static_cast<T>(cnt);
+    for (int j = L_.first_store[S]; j < L_.first_store[S + 1]; ++j)
+      if (!broadcasts_to(shp(L_.store_nodes[j]), space)) return false;
+    for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j) {
+      const int l = L_.load_nodes[j];
+      const int source = d(l).kind == gkind::unreduce ? ch(l)[0] : l;
+      for (int P = S0; P < S; ++P)
+        for (int k = L_.first_reduce[P]; k < L_.first_reduce[P + 1]; ++k)
+          if (L_.reduce_nodes[k] == source && numel(shp(source)) == 1 && !of_one_element(P, source)) return false;
     }
+    return true;
+  }
+  /// The end of the row group that begins at stage `S0` (`S0 + 1`: no group): the stages
+  /// after it that join its rows, where the space has rows worth blocking.
+  int row_group_end(int S0, int n) const {
+    if (!has_loop(S0)) return S0 + 1;
+    const shape& space = space_of(S0);
+    if (space.empty() || space.back() <= 1 || row_count(space) < 2) return S0 + 1;
+    int E = S0;
+    while (E < n && joins_rows(E, S0, space)) ++E;
+    return std::max(E, S0 + 1);
+  }
+  /// Stages [S0, E) as a row group: blocks of rows, each taken through every stage while it
+  /// is in cache (the hand loop's schedule of a softmax: a row's max, then its exps and their
+  /// sum, then the division, before the next row), instead of each stage over the whole
+  /// space. Each row meets the same nodes in the same order as stage by stage, and the sums
+  /// over everything are fed the rows in order: the bits of the stage-by-stage loops.
+  /// Rows that are independent (no reduction of the group over everything) run on all
+  /// threads, in ranges of whole blocks: a row's values are the same whichever thread runs it.
+  void row_group(int S0, int E) {
+    for (int j = L_.first_matmul[S0]; j < L_.first_matmul[S0 + 1]; ++j) eval(L_.matmul_nodes[j]);
+    const shape& space = space_of(S0);
+    const auto stages = static_cast<std::size_t>(E - S0);
+    const index_t rows = row_count(space), per = std::max<index_t>(1, row_block_elems / space.back());
+    bool apart = true;  // no sum or max over everything: blocks of rows in any order
+    {
+      auto& group = group_scratch(stages);
+      for (int S = S0; S < E; ++S) {
+        make_outputs(S, space, group[static_cast<std::size_t>(S - S0)]);
+        for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j)
+          apart = apart && (numel(shp(L_.reduce_nodes[j])) != 1 || of_one_element(S, L_.reduce_nodes[j]));
+      }
+    }
+    // Rows [r0, r1) block by block on this thread (`first`: the thread's first rows of the call).
+    auto run_rows = [&](index_t r0, index_t r1, bool first) {
+      auto& group = group_scratch(stages);
+      for (index_t b = r0; b < r1; b += per) {
+        const row_block block{b, std::min(r1, b + per), first && b == r0};
+        for (int S = S0; S < E; ++S) {
+          scratch& sc = group[static_cast<std::size_t>(S - S0)];
+          if (block.first) set_direct(S, space, sc);
+          pass(S, space, false, sc, &block);
+          for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j) {
+            const int c = L_.reduce_nodes[j];
+            if (d(c).rkind == detail::reduce_op::mean && val(c).numel() == rows) divide_mean(c, block.r0, block.r1);
+          }
+        }
+      }
+    };
+    if (apart) {
+      const index_t grain_rows = std::max<index_t>(per, parallel_grain() / space.back());
+      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) { run_rows(r0, r1, true); }, per);
+    } else {
+      run_rows(0, rows, true);
+    }
+    for (int S = S0; S < E; ++S)
+      for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j) {
+        const int c = L_.reduce_nodes[j];
+        if (d(c).rkind == detail::reduce_op::mean && val(c).numel() != rows) divide_mean(c, 0, val(c).numel());
+      }
   }
 
   /// Where stage `S`'s lists start in the layout's tables, and their lengths.
@@ -183,8 +373,7 @@ class fused_runner {
   }
   /// The thread's scratch fitted to stage `S` (`sp`): its tile registers, then a load buffer
   /// per load, and the per-node lists (buffers only grow).
-  auto& fit_scratch(int S, const stage_span& sp) {  // (`scratch` is declared below)
-    scratch& sc = scratch_();
+  scratch& fit_scratch(int S, const stage_span& sp, scratch& sc) {
     const auto need = static_cast<std::size_t>((L_.register_count[S] + static_cast<int>(sp.NL)) * tile_elems);
     if (sc.regs.size() < need) sc.regs.resize(need);
     sc.fit(sp.NL, sp.NC, sp.NW, sp.NR);
@@ -211,13 +400,13 @@ class fused_runner {
   /// element-wise node of the stage writes straight into, or a copy of a load (no per-tile
   /// hooks). The same row body on the same pointers as `pass` (the same bits); false, having
   /// made no value, where the stage is not of that kind.
-  bool plain_pass(int S, const shape& space) {
+  bool plain_pass(int S, const shape& space, scratch& sc_) {
     const index_t total = numel(space);
     if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
     const stage_span span = span_of(S);
     const int c0 = span.c0, l0 = span.l0, w0 = span.w0, r0 = span.r0;
     const std::size_t NC = span.NC, NR = span.NR, NL = span.NL, NW = span.NW;
-    scratch& sc = fit_scratch(S, span);
+    scratch& sc = fit_scratch(S, span, sc_);
     int* const redir = sc.redir.data();
     std::fill_n(redir, NC, -1);
     grow(NR, sc.direct);
@@ -273,7 +462,9 @@ class fused_runner {
   /// One pass of loop `S` over the space `it`: every sink of the stage, walked in rows, each
   /// row in tiles; the stage's tile body runs every node over the whole tile. `same_shapes`:
   /// every operand has the shape `it` (or is a reduction of all of it to one element).
-  void pass(int S, const shape& it, bool same_shapes) {
+  /// In a row group (`block`): only the block's rows, its sums over everything carried on
+  /// from the block before (in `sc`, the stage's own scratch).
+  void pass(int S, const shape& it, bool same_shapes, scratch& sc_, const row_block* block = nullptr) {
     const stage_span span = span_of(S);
     const int c0 = span.c0, l0 = span.l0, w0 = span.w0, r0 = span.r0;
     const std::size_t NC = span.NC, NR = span.NR, NL = span.NL, NW = span.NW;  // (not bindings: the lambdas below capture them)
@@ -287,7 +478,7 @@ class fused_runner {
     const std::size_t N = NL + NW + NR;
     using V = simd<T>;
     constexpr index_t tile = tile_elems;
-    scratch& sc = fit_scratch(S, span);
+    scratch& sc = fit_scratch(S, span, sc_);
     const int nregs = L_.register_count[S];
     T* const regs = sc.regs.data();
     T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
@@ -299,11 +490,11 @@ class fused_runner {
     // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
     std::fill_n(sc.redir.begin(), NC, -1);
     for (std::size_t j = 0; j < NR; ++j) {
-      if (sc.direct[j] && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
+      if ((sc.direct[j] == 1 || sc.direct[j] == 2) && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
     }
     for (std::size_t j = 0; j < NR; ++j) {
       sc.rmax[j] = d(Rn[j]).rkind == detail::reduce_op::max;
-      sc.cur[j] = nullptr;  // a row-form sum's current output
+      if (!block || block->first) sc.cur[j] = nullptr;  // a row-form sum's current output
       sc.colf[j] = 0;       // a column-form sum (set up below)
     }
     const row_body_fn<T> body = bodies_[S];
@@ -350,6 +541,7 @@ class fused_runner {
         for (std::size_t j = 0; j < NW; ++j)
           if (h.is[NL + j] == 0) h.wp[j][h.base[NL + j]] = h.slot[h.store_slot[j]][0];
         for (std::size_t j = 0; j < h.NR; ++j) {
+          if (h.direct[j] == set_before) continue;
           const std::size_t q = NL + NW + j;
           const T* src = h.slot[h.reduce_slot[j]];
           T* out = h.wp[NW + j] + h.base[q];
@@ -378,7 +570,7 @@ class fused_runner {
       for (std::size_t j = 0; j < NL; ++j) {
         T* const buf = w.loadbuf + j * tile;
         if (is[j] == 0) {
-          std::fill(buf, buf + tile, lp[j][base[j]] / divisor[j]);
+          std::fill(buf, buf + std::min(n, tile), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
           w.lrow[j] = buf;
           w.lstep[j] = 0;
         } else {
@@ -407,7 +599,7 @@ class fused_runner {
         if (sc.rmax[j]) {
           w.acc[j] = V(-std::numeric_limits<T>::infinity());
           w.tail[j] = -std::numeric_limits<T>::infinity();
-        } else if (is[q] == 0 && wp[NW + j] + base[q] != w.cur[j]) {  // a row-form sum's next output
+        } else if (is[q] == 0 && direct[j] != set_before && wp[NW + j] + base[q] != w.cur[j]) {  // a row-form sum's next output
           if (w.cur[j]) *w.cur[j] = w.rsum[j].total();
           w.rsum[j].reset();
           w.cur[j] = wp[NW + j] + base[q];
@@ -421,7 +613,7 @@ class fused_runner {
         const std::size_t q = NL + NW + j;
         if (is[q] != 0) {
           if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
-        } else if (sc.rmax[j] && !w.blocks) {
+        } else if (sc.rmax[j] && !w.blocks && direct[j] != set_before) {
           T* p = wp[NW + j] + base[q];
           *p = lanes::max(*p, lanes::max(lanes_max(w.acc[j]), w.tail[j]));
         }
@@ -437,7 +629,7 @@ class fused_runner {
 
     // Operands of one shape: one flat row, no strides to compute.
     {
-      if (same_shapes) {
+      if (same_shapes && !block) {
         const index_t total = numel(it);
         std::fill_n(sc.is.begin(), N, total == 1 ? 0 : 1);
         std::fill_n(sc.base.begin(), N, 0);
@@ -450,7 +642,7 @@ class fused_runner {
         if (total > 0) {
           const block_split split = split_pow2(total, sum_chunk<T>, parallel_grain());
           if (split.count <= 1) row_fn(main, sc.base.data(), total, sc.is.data());
-          else parallel_row(split, total, N, NL, NC, NW, NR, nregs, row_fn);
+          else parallel_row(split, total, N, NL, NC, NW, NR, nregs, row_fn, sc);
         }
         finish_sums();
         return;
@@ -488,7 +680,7 @@ class fused_runner {
     bool flat = true;
     for (std::size_t q = 0; q < N && flat; ++q) flat = st[q] == full || (q >= NL + NW && is_zero(st[q]));
     shape space = it;
-    if (flat) {
+    if (flat && !block) {
       space = shape{numel(it)};
       for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
     } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
@@ -520,7 +712,7 @@ class fused_runner {
     // blocks of rows on all threads; the others in order on this one.
     const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
     const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
-    bool apart = NR == 0 && split_items(rows, grain_rows).count > 1;
+    bool apart = !block && NR == 0 && split_items(rows, grain_rows).count > 1;
     for (std::size_t j = 0; j < NW && apart; ++j) apart = st[NL + j] == contiguous_strides(space);
     if (apart) {
       parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
@@ -534,9 +726,10 @@ class fused_runner {
       return;
     }
     std::vector<index_t> off(N, 0), inner(N, 0);
-    for_each_row_n(space, N, sp.data(), off.data(), inner.data(),
-                   [&](const index_t* b, index_t n, const index_t* is) { row_fn(main, b, n, is); });
-    finish_sums();
+    for_each_row_n(
+        space, N, sp.data(), off.data(), inner.data(), [&](const index_t* b, index_t n, const index_t* is) { row_fn(main, b, n, is); },
+        block ? block->r0 : 0, block ? block->r1 : -1);
+    finish_sums();  // (in a block: a sum over everything written so far, and carried on)
   }
 
   /// A `work` on a thread's own buffers `bs` (sized here), with the given reduction state.
@@ -558,9 +751,8 @@ class fused_runner {
   /// `sum_of_blocks` and maxes lane by lane in block order, so the bits are one thread's.
   template <class RowFn>
   void parallel_row(block_split split, index_t total, std::size_t N, std::size_t NL, std::size_t NC, std::size_t NW,
-                    std::size_t NR, int nregs, RowFn& row_fn) {
+                    std::size_t NR, int nregs, RowFn& row_fn, scratch& sc) {
     using V = simd<T>;
-    scratch& sc = scratch_();
     const auto parts = static_cast<std::size_t>(split.count) * NR;
     std::vector<V> acc(parts, V(-std::numeric_limits<T>::infinity()));
     std::vector<T> tail(parts, -std::numeric_limits<T>::infinity());
@@ -595,49 +787,20 @@ class fused_runner {
       }
     }
   }
-  /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
-  struct scratch {
-    std::vector<const T*> slot, lrow, lp;
-    std::vector<T*> dst, wp;
-    std::vector<index_t> step, lstep, is, base;
-    std::vector<char> rmax, direct;
-    std::vector<T> divisor, tail, regs;
-    std::vector<strides> st;
-    std::vector<simd<T>> acc;
-    std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
-    std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
-    std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
-    std::vector<char> colf;             ///< per reduction: in the column form
-    std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
-    std::size_t nl = 0, nc = 0, nw = 0, nr = 0;  ///< the counts the buffers fit
-
-    /// Makes the buffers fit `NL` loads, `NC` element-wise nodes, `NW` stores, `NR` reductions
-    /// (a few comparisons when they do already).
-    void fit(std::size_t NL, std::size_t NC, std::size_t NW, std::size_t NR) {
-      if (NL <= nl && NC <= nc && NW <= nw && NR <= nr) return;
-      nl = std::max(nl, NL), nc = std::max(nc, NC), nw = std::max(nw, NW), nr = std::max(nr, NR);
-      grow(nl + nc + 1, slot);
-      grow(nc, dst, step, redir);
-      grow(nl, lrow, lstep, lp, divisor);
-      grow(nw + nr, wp);
-      grow(nr, acc, tail, rmax, rsum, cols, cur, colf);
-      grow(nl + nw + nr, st, is, base);
-    }
-  };
-  /// Makes each of `vs` at least `n` long (buffers only grow).
-  template <class... X>
-  static void grow(std::size_t n, std::vector<X>&... vs) {
-    ((vs.size() < n ? vs.resize(n) : void()), ...);
-  }
-  static scratch& scratch_() {
-    thread_local scratch s;
-    return s;
-  }
-
   const fused_view& L_;
   const row_body_fn<T>* bodies_;
   node_eval<T>& g_;
 };
+
+template <Element T>
+void fused_runner<T>::run(int n) {
+  for (int S = 0; S < n;) {
+    const int E = row_group_end(S, n);
+    if (E - S >= 2) row_group(S, E);
+    else stage(S);
+    S = std::max(E, S + 1);
+  }
+}
 
 template <Element T>
 void fused_runner<T>::stage(int S) {
