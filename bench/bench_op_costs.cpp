@@ -97,6 +97,7 @@ FUSEGRAD_OP_COST(abs, fg::ops::abs_op{});
 FUSEGRAD_OP_COST(sqrt, fg::ops::sqrt_op{});
 FUSEGRAD_OP_COST(step, fg::ops::step_op{});
 FUSEGRAD_OP_COST(sign, fg::ops::sign_op{});
+FUSEGRAD_OP_COST(detach, fg::ops::detach_op{});
 FUSEGRAD_OP_COST(add, fg::ops::add_op{});
 FUSEGRAD_OP_COST(mul, fg::ops::mul_op{});
 FUSEGRAD_OP_COST(div, fg::ops::div_op{});

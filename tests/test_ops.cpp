@@ -771,6 +771,31 @@ TEST_CASE("comparisons / step / sign: exact values and no gradient") {
   CHECK(std::isnan(fg::sign(fg::from_vector<double>({NAN})).item()));
 }
 
+TEST_CASE("detach(x): x's value and no gradient, in eager mode, fg::compile and fg::jit") {
+  const td x0 = fg::from_vector<double>({-1.5, 0.25, 3.0, -0.0});
+  const auto f = [](auto x) { return fg::sum(x * fg::detach(x)); };  // gradient: detach(x) = x
+  const td a = x0.detach().clone().requires_grad(true), b = x0.detach().clone().requires_grad(true),
+           c = x0.detach().clone().requires_grad(true);
+  const td d = fg::detach(a);
+  CHECK(d.to_vector() == x0.to_vector());
+  CHECK_FALSE(d.requires_grad());
+  f(a).backward();
+  fg::compile(f)(b).backward();
+  fg::jit([&](const td& x) { return f(x); })(c).backward();
+  CHECK(a.grad().to_vector() == x0.to_vector());
+  CHECK(b.grad().to_vector() == x0.to_vector());
+  CHECK(c.grad().to_vector() == x0.to_vector());
+  // The softmax family shifts by a detached max: a row's gradient is y (g - Σ g y) alone, with
+  // nothing added at the max's position (the shift's gradient is zero, not rounding noise).
+  const td r = fg::from_vector<double>({1.0, 2.0, 2.0, 0.5}).requires_grad(true);
+  const td g = fg::from_vector<double>({0.3, -1.0, 2.0, 0.7});
+  fg::sum(fg::softmax(r, -1) * g).backward();
+  const std::vector<double> y = fg::softmax(fg::from_vector<double>({1.0, 2.0, 2.0, 0.5}), -1).to_vector();
+  double gy = 0;
+  for (std::size_t i = 0; i < 4; ++i) gy += g.to_vector()[i] * y[i];
+  for (std::size_t i = 0; i < 4; ++i) CHECK(r.grad().to_vector()[i] == doctest::Approx(y[i] * (g.to_vector()[i] - gy)).epsilon(1e-15));
+}
+
 TEST_CASE("gradient values: ties split evenly + only inputs requiring grad get one") {
   td a = fg::from_vector<double>({1, 2, 3}), b = fg::from_vector<double>({1, 5, 0});
   a.requires_grad(true);

@@ -223,6 +223,7 @@ inline const auto& registry() {
                    "gradient (their results never require grad) where PyTorch's sign has a zero gradient"),
       FG_OP1("step", "step(x)", "none", fg::step(x), v > 0 ? 1 : 0).edges({{{0}, 0}, {{nan}, 0}, {{1e-30}, 1}}),
       FG_OP1("zeros_like", "zeros_like(x)", "none", fg::zeros_like(x), 0).edges({{{nan}, 0}, {{inf}, 0}}),
+      FG_OP1("detach", "detach(x)", "none", fg::detach(x), v).edges({{{nan}, nan}, {{-inf}, -inf}, {{-0.0}, -0.0}}),
       FG_OP1("logical_not", "logical_not(x)", "none", fg::logical_not(x), v == 0 ? 1 : 0)
           .edges({{{0}, 1}, {{-0.0}, 1}, {{nan}, 0}, {{2}, 0}}),
       FG_OP2("gt", "gt(a, b)", "none", fg::gt(a, b), a > b).edges({{{nan, 1}, 0}, {{1, 1}, 0}}),

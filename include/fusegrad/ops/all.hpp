@@ -9,6 +9,7 @@
 #include "fusegrad/ops/clamp.hpp"
 #include "fusegrad/ops/compare.hpp"
 #include "fusegrad/ops/cos.hpp"
+#include "fusegrad/ops/detach.hpp"
 #include "fusegrad/ops/div.hpp"
 #include "fusegrad/ops/exp.hpp"
 #include "fusegrad/ops/exp_log.hpp"

@@ -21,7 +21,7 @@ struct exp2_op; struct tan_op; struct asin_op; struct acos_op; struct atan_op; s
 struct asinh_op; struct acosh_op; struct atanh_op; struct erf_op; struct erfc_op; struct lgamma_op;
 struct digamma_op; struct softplus_op; struct silu_op; struct gelu_op;
 struct norm_sqrt_op; struct minimum_op; struct atan2_op; struct hypot_op; struct fmod_op;
-struct tanh_backward_op; struct sigmoid_backward_op;
+struct tanh_backward_op; struct sigmoid_backward_op; struct detach_op;
 template <Element T> struct add_scalar_op;
 template <Element T> struct sub_scalar_op;
 template <Element T> struct rsub_scalar_op;
@@ -65,7 +65,7 @@ using table = detail::type_list<
     ops::eq_scalar_op<T>, ops::ne_scalar_op<T>, ops::clamp_min_op<T>, ops::clamp_max_op<T>, ops::fill_op<T>,
     ops::polygamma_op<T>, ops::fmod_scalar_op<T>,                                           //
     ops::select_op<T>, ops::lerp_scalar_op<T>,                                              //
-    ops::tanh_backward_op, ops::sigmoid_backward_op>;
+    ops::tanh_backward_op, ops::sigmoid_backward_op, ops::detach_op>;
 
 /// Index of `Op` in `table<T>` (-1 for ops not in it, e.g. a user's own).
 template <class Op, Element T>

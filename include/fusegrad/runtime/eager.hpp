@@ -45,7 +45,7 @@
   U(T, ops::le_scalar_op<T>) U(T, ops::eq_scalar_op<T>) U(T, ops::ne_scalar_op<T>)                        \
   U(T, ops::clamp_min_op<T>) U(T, ops::clamp_max_op<T>) U(T, ops::fill_op<T>) U(T, ops::polygamma_op<T>)   \
   U(T, ops::fmod_scalar_op<T>) B(T, ops::select_op<T>) B(T, ops::lerp_scalar_op<T>)                    \
-  B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op)
+  B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op) U(T, ops::detach_op)
 
 #define FUSEGRAD_RT_UNARY(T, Op)                                                             \
   FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&);        \
