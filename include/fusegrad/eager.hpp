@@ -25,6 +25,7 @@
 #include "fusegrad/ops/matmul.hpp"
 #include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/reduce.hpp"
+#include "fusegrad/ops/normalization.hpp"
 #include "fusegrad/ops/softmax.hpp"
 
 // eager tensors and their tape

@@ -83,6 +83,25 @@ inline V softmax(const V& r) {
   for (L& v : o) v = std::exp(v);
   return o;
 }
+inline V layer_norm(const V& r) {
+  const L n = L(r.size());
+  L mean = 0, var = 0;
+  for (L v : r) mean += v;
+  mean /= n;
+  for (L v : r) var += (v - mean) * (v - mean);
+  var /= n;
+  V o;
+  for (L v : r) o.push_back((v - mean) / std::sqrt(var + L(1e-5)));
+  return o;
+}
+inline V rms_norm(const V& r) {
+  L ms = 0;
+  for (L v : r) ms += v * v;
+  ms /= L(r.size());
+  V o;
+  for (L v : r) o.push_back(v / std::sqrt(ms + L(1e-6)));
+  return o;
+}
 inline V min(const V& r) {
   L m = INFINITY;
   for (L v : r) m = std::isnan(v) || std::isnan(m) ? NAN : std::min(m, v);
@@ -164,6 +183,12 @@ inline const auto& structured() {
           .reference(rowref::log_softmax)
           .rows({{{1000, 0}, {0, -1000}}, {{-1000, -1000}, {-std::log(2.0), -std::log(2.0)}}, {{-inf, 0}, {-inf, 0}},
                  {{inf, 1}, {nan, nan}}}),
+      smake<1, true>("layer_norm", "layer_norm(x)", "(g - mean g - y mean(g y)) / σ", all, [](const auto& x) { return fg::layer_norm(x); }, rows)
+          .reference(rowref::layer_norm)
+          .rows({{{1, 1, 1}, {0, 0, 0}}, {{inf, 1}, {nan, nan}}}),
+      smake<1, true>("rms_norm", "rms_norm(x)", "(g - y mean(g y)) / rms", all, [](const auto& x) { return fg::rms_norm(x); }, rows)
+          .reference(rowref::rms_norm)
+          .rows({{{0, 0}, {0, 0}}, {{nan, 1}, {nan, nan}}}),
       smake<1, true>("min", "min(x, -1)", "[x = y] / #ties", all, [](const auto& x) { return fg::min(x, -1); }, rows)
           .reference(rowref::min)
           .rows({{{nan, 1}, {nan}}, {{-inf, 1}, {-inf}}}),
