@@ -16,9 +16,15 @@
 //       eager     nn::cross_entropy with the tape
 //       jit       the same under fg::jit with compiled autograd on
 //       hand      per row: max, exp-sum, the loss term and the gradient (softmax - onehot) / R
-//   BM_<case>_libtorch/R          LibTorch 1.13 (torch::softmax, log_softmax, logsumexp,
-//                                 cross_entropy + backward) with the threads set to 1, as the
-//                                 rest of this file runs, where LibTorch is installed
+//   BM_<f>_grad_<variant>/R/C     forward + backward of loss = sum(f(x, -1) * g), f softmax or
+//                                 log_softmax, on [R, C] ({1024, 1024} and {16384, 128}):
+//       eager / compiled / jit  the tape, fg::compile, fg::jit (cache hit)
+//       hand      per row: the max; exp, Σexp and Σexp·g (or Σg, Σx·g) in one pass; the
+//                 gradient in a second (the best loop: softmax's y (g - Σgy), nothing saved)
+//   BM_<case>_libtorch/...        LibTorch 1.13 (torch::softmax, log_softmax, logsumexp,
+//                                 cross_entropy, each with its backward where timed) with the
+//                                 threads set to 1, as the rest of this file runs, where
+//                                 LibTorch is installed
 
 #include <benchmark/benchmark.h>
 
@@ -200,6 +206,101 @@ void BM_cross_entropy_hand(benchmark::State& s) {
   s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
 }
 
+// ---- forward + backward on [R, C]: loss = sum(f(x) * g), then backward -----------------------
+// Args: R, C ({1024, 1024} and {16384, 128}, the shapes the comparison with LibTorch uses).
+fg::tensor<float> input_rc(long rows, long cols, unsigned seed) { return fg::randn<float>({rows, cols}, seed) * 3.0f; }
+
+template <class F>
+void run_grad(benchmark::State& state, F&& f) {
+  const long rows = state.range(0), cols = state.range(1);
+  fg::tensor<float> x = input_rc(rows, cols, 1).requires_grad(true);
+  const fg::tensor<float> g = input_rc(rows, cols, 2);
+  for (auto _ : state) {
+    x.zero_grad();
+    fg::tensor<float> loss = f(x, g);
+    loss.backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * static_cast<long>(sizeof(float)) * 3);
+}
+auto softmax_loss = [](auto x, auto g) { return fg::sum(fg::softmax(x, -1) * g); };
+auto log_softmax_loss = [](auto x, auto g) { return fg::sum(fg::log_softmax(x, -1) * g); };
+
+#define GRAD_CASES(name, fn)                                                                       \
+  void BM_##name##_grad_eager(benchmark::State& s) {                                               \
+    run_grad(s, [](const fg::tensor<float>& x, const fg::tensor<float>& g) { return fn(x, g); });  \
+  }                                                                                                \
+  void BM_##name##_grad_compiled(benchmark::State& s) {                                            \
+    auto f = fg::compile(fn);                                                                      \
+    run_grad(s, f);                                                                                \
+  }                                                                                                \
+  void BM_##name##_grad_jit(benchmark::State& s) {                                                 \
+    auto f = fg::jit([](const fg::tensor<float>& x, const fg::tensor<float>& g) { return fn(x, g); }); \
+    run_grad(s, f);                                                                                \
+  }
+GRAD_CASES(softmax, softmax_loss)
+GRAD_CASES(log_softmax, log_softmax_loss)
+
+/// Per row: the max; e = exp(x - m) into dx with Σe and Σe·g; dx = e/s · (g - Σe·g / s).
+__attribute__((noinline)) float hand_softmax_grad(const float* __restrict x, const float* __restrict g,
+                                                  float* __restrict dx, long rows, long cols) {
+  float loss = 0;
+  for (long r = 0; r < rows; ++r) {
+    const float *xr = x + r * cols, *gr = g + r * cols;
+    float* dr = dx + r * cols;
+    const float m = row_max(xr, cols);
+    B s(0.f), t(0.f);
+    for (long i = 0; i < cols; i += W) {
+      const B e = xsimd::exp(B::load_unaligned(xr + i) - B(m));
+      e.store_unaligned(dr + i);
+      s += e;
+      t = xsimd::fma(e, B::load_unaligned(gr + i), t);
+    }
+    const float inv = 1.f / xsimd::hadd(s), dot = xsimd::hadd(t) * inv;
+    loss += dot;
+    for (long i = 0; i < cols; i += W)
+      (B::load_unaligned(dr + i) * B(inv) * (B::load_unaligned(gr + i) - B(dot))).store_unaligned(dr + i);
+  }
+  return loss;
+}
+/// Per row: the max; Σexp(x - m) and Σg; loss += Σ(x - shift)·g; dx = g - softmax · Σg.
+__attribute__((noinline)) float hand_log_softmax_grad(const float* __restrict x, const float* __restrict g,
+                                                      float* __restrict dx, long rows, long cols) {
+  float loss = 0;
+  for (long r = 0; r < rows; ++r) {
+    const float *xr = x + r * cols, *gr = g + r * cols;
+    float* dr = dx + r * cols;
+    const float m = row_max(xr, cols);
+    B s(0.f), gs(0.f), xg(0.f);
+    for (long i = 0; i < cols; i += W) {
+      const B xv = B::load_unaligned(xr + i), gv = B::load_unaligned(gr + i);
+      const B e = xsimd::exp(xv - B(m));
+      e.store_unaligned(dr + i);
+      s += e;
+      gs += gv;
+      xg = xsimd::fma(xv, gv, xg);
+    }
+    const float sum = xsimd::hadd(s), gsum = xsimd::hadd(gs), shift = m + std::log(sum), k = gsum / sum;
+    loss += xsimd::hadd(xg) - shift * gsum;
+    for (long i = 0; i < cols; i += W)
+      (B::load_unaligned(gr + i) - B::load_unaligned(dr + i) * B(k)).store_unaligned(dr + i);
+  }
+  return loss;
+}
+template <class H>
+void run_hand_grad(benchmark::State& state, H&& hand) {
+  const long rows = state.range(0), cols = state.range(1);
+  const auto x = input_rc(rows, cols, 1).to_vector(), g = input_rc(rows, cols, 2).to_vector();
+  std::vector<float> dx(x.size());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(hand(x.data(), g.data(), dx.data(), rows, cols));
+    benchmark::DoNotOptimize(dx.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * static_cast<long>(sizeof(float)) * 3);
+}
+void BM_softmax_grad_hand(benchmark::State& s) { run_hand_grad(s, hand_softmax_grad); }
+void BM_log_softmax_grad_hand(benchmark::State& s) { run_hand_grad(s, hand_log_softmax_grad); }
+
 #if defined(FUSEGRAD_HAVE_TORCH)
 torch::Tensor torch_input(long rows) {
   const auto v = input(rows).to_vector();
@@ -236,9 +337,32 @@ void BM_cross_entropy_libtorch(benchmark::State& s) {
   }
   s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
 }
+template <class F>
+void run_torch_grad(benchmark::State& state, F&& f) {
+  torch::set_num_threads(1);
+  const long rows = state.range(0), cols = state.range(1);
+  auto from = [&](unsigned seed) {
+    const auto v = input_rc(rows, cols, seed).to_vector();
+    return torch::from_blob(const_cast<float*>(v.data()), {rows, cols}, torch::kFloat).clone();
+  };
+  torch::Tensor x = from(1).requires_grad_(true);
+  const torch::Tensor g = from(2);
+  for (auto _ : state) {
+    x.mutable_grad() = torch::Tensor();
+    auto loss = (f(x) * g).sum();
+    loss.backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * static_cast<long>(sizeof(float)) * 3);
+}
+void BM_softmax_grad_libtorch(benchmark::State& s) { run_torch_grad(s, [](const torch::Tensor& x) { return torch::softmax(x, -1); }); }
+void BM_log_softmax_grad_libtorch(benchmark::State& s) {
+  run_torch_grad(s, [](const torch::Tensor& x) { return torch::log_softmax(x, -1); });
+}
 #endif
 
 void rows(benchmark::internal::Benchmark* b) { b->Arg(64)->Arg(1024); }
+void shapes(benchmark::internal::Benchmark* b) { b->Args({1024, 1024})->Args({16384, 128}); }
 }  // namespace
 
 BENCHMARK(BM_softmax_eager)->Apply(rows);
@@ -256,9 +380,19 @@ BENCHMARK(BM_logsumexp_hand)->Apply(rows);
 BENCHMARK(BM_cross_entropy_eager)->Apply(rows);
 BENCHMARK(BM_cross_entropy_jit)->Apply(rows);
 BENCHMARK(BM_cross_entropy_hand)->Apply(rows);
+BENCHMARK(BM_softmax_grad_eager)->Apply(shapes);
+BENCHMARK(BM_softmax_grad_compiled)->Apply(shapes);
+BENCHMARK(BM_softmax_grad_jit)->Apply(shapes);
+BENCHMARK(BM_softmax_grad_hand)->Apply(shapes);
+BENCHMARK(BM_log_softmax_grad_eager)->Apply(shapes);
+BENCHMARK(BM_log_softmax_grad_compiled)->Apply(shapes);
+BENCHMARK(BM_log_softmax_grad_jit)->Apply(shapes);
+BENCHMARK(BM_log_softmax_grad_hand)->Apply(shapes);
 #if defined(FUSEGRAD_HAVE_TORCH)
 BENCHMARK(BM_softmax_libtorch)->Apply(rows);
 BENCHMARK(BM_log_softmax_libtorch)->Apply(rows);
 BENCHMARK(BM_logsumexp_libtorch)->Apply(rows);
 BENCHMARK(BM_cross_entropy_libtorch)->Apply(rows);
+BENCHMARK(BM_softmax_grad_libtorch)->Apply(shapes);
+BENCHMARK(BM_log_softmax_grad_libtorch)->Apply(shapes);
 #endif
