@@ -207,7 +207,8 @@ void BM_cross_entropy_hand(benchmark::State& s) {
 }
 
 // ---- forward + backward on [R, C]: loss = sum(f(x) * g), then backward -----------------------
-// Args: R, C ({1024, 1024} and {16384, 128}, the shapes the comparison with LibTorch uses).
+// Args: R, C ({1024, 1024} and {16384, 128}, the shapes the comparison with LibTorch uses; the
+// hand loops take C a multiple of the batch width).
 fg::tensor<float> input_rc(long rows, long cols, unsigned seed) { return fg::randn<float>({rows, cols}, seed) * 3.0f; }
 
 template <class F>
