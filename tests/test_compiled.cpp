@@ -184,6 +184,16 @@ TEST_CASE("fused loops: stages over the same rows run block by block, with the s
     CHECK(fg::tensor<float>(layer_norm(xf, gf)).to_vector() == fg::compile(layer_norm)(xf, gf).to_vector());
     CHECK(fg::tensor<float>(total_read_later(xf, gf)).to_vector() == fg::compile(total_read_later)(xf, gf).to_vector());
   }
+  // Regression: a row's sum read as it is, not broadcast back along its row: [n, n] * sum(x, -1)
+  // broadcasts the [n] sums along the columns, so every row reads every row's sum and the
+  // stages cannot go block by block (they did, and read sums not yet made).
+  const auto by_columns = [](auto x) { return x * fg::sum(x, -1) + fg::exp(x - fg::max(x, -1, true)); };
+  for (const long n : {100L, 300L}) {
+    CAPTURE(n);
+    const auto x = fg::randn<float>({n, n}, 5);
+    CHECK(fg::tensor<float>(by_columns(x)).to_vector() == fg::compile(by_columns)(x).to_vector());
+    same_as_eager<B>(by_columns, fg::randn<double>({n, n}, 6));
+  }
 }
 
 TEST_CASE("fused float results agree with eager within 1e-5") {

@@ -294,10 +294,19 @@ class fused_runner {
       if (!broadcasts_to(shp(L_.store_nodes[j]), space)) return false;
     for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j) {
       const int l = L_.load_nodes[j];
-      const int source = d(l).kind == gkind::unreduce ? ch(l)[0] : l;
-      for (int P = S0; P < S; ++P)
-        for (int k = L_.first_reduce[P]; k < L_.first_reduce[P + 1]; ++k)
-          if (L_.reduce_nodes[k] == source && numel(shp(source)) == 1 && !of_one_element(P, source)) return false;
+      const bool unreduce = d(l).kind == gkind::unreduce;
+      const int source = unreduce ? ch(l)[0] : l;
+      for (int P = S0; P < S; ++P) {
+        for (int k = L_.first_reduce[P]; k < L_.first_reduce[P + 1]; ++k) {
+          if (L_.reduce_nodes[k] != source || of_one_element(P, source)) continue;
+          if (numel(shp(source)) == 1) return false;  // complete only after the last block
+          // Read as it is, a value of one per row must be laid out as the rows: [m, n] * sum(x,
+          // -1) broadcasts an [n] sum along the columns, and a row reads every row's sum.
+          if (!unreduce && !(shp(source) == row)) return false;
+        }
+        for (int k = L_.first_store[P]; k < L_.first_store[P + 1]; ++k)
+          if (L_.store_nodes[k] == source && !(shp(source) == space || shp(source) == row)) return false;
+      }
     }
     return true;
   }
