@@ -327,6 +327,39 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return -ws * (m2 - m1 * m1);
          });
        }},
+      {"layer_norm", [](const A& x, const A& h, const td& w) {
+         const auto wv = vals(w);
+         const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
+         return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
+           // y_i = d_i v^(-1/2), d = x - mean x, v = mean d² + eps; along h, d moves by e = h - mean h.
+           const double n = static_cast<double>(xr.size());
+           double xb = 0, hb = 0;
+           for (std::size_t i = 0; i < xr.size(); ++i) xb += xr[i] / n, hb += hr[i] / n;
+           double v = 1e-5, dv = 0, d2v = 0;
+           for (std::size_t i = 0; i < xr.size(); ++i) {
+             const double d = xr[i] - xb, e = hr[i] - hb;
+             v += d * d / n, dv += 2 * d * e / n, d2v += 2 * e * e / n;
+           }
+           const double ds = -0.5 * std::pow(v, -1.5) * dv, d2s = 0.75 * std::pow(v, -2.5) * dv * dv - 0.5 * std::pow(v, -1.5) * d2v;
+           double q = 0;
+           for (std::size_t i = 0; i < xr.size(); ++i) q += wv[r * c + i] * (2 * (hr[i] - hb) * ds + (xr[i] - xb) * d2s);
+           return q;
+         });
+       }},
+      {"rms_norm", [](const A& x, const A& h, const td& w) {
+         const auto wv = vals(w);
+         const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
+         return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
+           // y_i = x_i q^(-1/2), q = mean x² + eps.
+           const double n = static_cast<double>(xr.size());
+           double q = 1e-6, dq = 0, d2q = 0;
+           for (std::size_t i = 0; i < xr.size(); ++i) q += xr[i] * xr[i] / n, dq += 2 * xr[i] * hr[i] / n, d2q += 2 * hr[i] * hr[i] / n;
+           const double ds = -0.5 * std::pow(q, -1.5) * dq, d2s = 0.75 * std::pow(q, -2.5) * dq * dq - 0.5 * std::pow(q, -1.5) * d2q;
+           double t = 0;
+           for (std::size_t i = 0; i < xr.size(); ++i) t += wv[r * c + i] * (2 * hr[i] * ds + xr[i] * d2s);
+           return t;
+         });
+       }},
       {"min", [](const A&, const A&, const td&) { return 0.0; }},
       {"amax", [](const A&, const A&, const td&) { return 0.0; }},
       {"amin_all", [](const A&, const A&, const td&) { return 0.0; }},
