@@ -47,6 +47,7 @@ struct compiled_graph {
   const node_desc* desc;
   const std::array<int, 3>* children;
   const tile_fn<T>* kernels;
+  const user_number_fn* user_numbers;
   eval_fn forward, backward;
   bool reads_known_shapes;  ///< the backend honours `shapes_known` (else it is always false)
 };
@@ -97,7 +98,7 @@ struct compiled_graph_of {
   static constexpr compiled_graph<T> value{
       M, A::n_in, A::n_out, A::out_node.data(), P.saved_nodes, P.saved_count, A::grad_node.data(),
       backward.data(), node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(),
-      &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>, reads_known_shapes<B>()};
+      node_tables<A>::user_numbers.data(), &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>, reads_known_shapes<B>()};
 };
 
 /// `ts` as they are when every defined one is contiguous (the usual case: no list copied),
@@ -190,14 +191,14 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
                     sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
                 auto* rec = active_recorder<T>();
                 const std::size_t from = rec ? rec->inline_begin() : 0;
-                node_eval<T>{G.desc, G.children, G.kernels, state, values, sh, no_inputs, grads}.run_given(G.backward_active, G.m);
+                node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run_given(G.backward_active, G.m);
                 if (rec) rec->inline_end(from);
               } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
                 // A traced backward (compiled autograd): node by node into the captured graph;
                 // the nodes print as aot<id>_<k>.
                 const std::size_t from = rec->inline_begin();
                 std::vector<shape> sh = shapes;
-                node_eval<T>{G.desc, G.children, G.kernels, state, values, sh, no_inputs, grads}.run(G.backward_active, G.m);
+                node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run(G.backward_active, G.m);
                 rec->inline_end(from);
               } else {
                 // The backward's shapes follow from the forward's and the gradients': where

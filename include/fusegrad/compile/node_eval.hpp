@@ -8,6 +8,7 @@
 
 #include "fusegrad/compile/analysis.hpp"
 #include "fusegrad/eager/matmul.hpp"
+#include "fusegrad/eager/pointwise.hpp"
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ops/table.hpp"
 
@@ -142,8 +143,21 @@ constexpr tile_fn<T> kernel_of() {
   else return nullptr;
 }
 
+/// The IR's number of a user's element-wise op (fusegrad/ops/user_ops.hpp), given on first use.
+using user_number_fn = int (*)();
+/// Of an element-wise node type whose op is a user's that the run-time tracer can record
+/// (null for other nodes): how a compiled function traced inside fg::jit records it.
+template <class E, Element T>
+constexpr user_number_fn user_number_of() {
+  if constexpr (is_pointwise_v<E>) {
+    using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+    if constexpr (ops::TraceableUserOp<Op, T>) return &user_op_number<Op, T>;
+  }
+  return nullptr;
+}
+
 /// The tables of analysis `A`: per canonical node its description and, for element-wise
-/// nodes, its tile kernel.
+/// nodes, its tile kernel (and a user op's number).
 template <class A>
 struct node_tables {
   using T = typename A::element_type;
@@ -152,6 +166,9 @@ struct node_tables {
   }(std::make_index_sequence<A::M>{});
   static constexpr std::array<tile_fn<T>, A::M> kernels = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<tile_fn<T>, A::M>{kernel_of<typename A::template node_t<C>, T>()...};
+  }(std::make_index_sequence<A::M>{});
+  static constexpr std::array<user_number_fn, A::M> user_numbers = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<user_number_fn, A::M>{user_number_of<typename A::template node_t<C>, T>()...};
   }(std::make_index_sequence<A::M>{});
   /// The state pointers of an instance whose node addresses (post-order) are `nodes`.
   static std::array<const void*, A::M> states(const void* const* nodes) {
@@ -171,6 +188,7 @@ struct node_eval {
   const node_desc* desc;
   const std::array<int, 3>* children;
   const tile_fn<T>* kernels;
+  const user_number_fn* user_numbers;
   const void* const* state;
   std::vector<tensor<T>>& values;
   std::vector<shape>& shapes;
@@ -207,9 +225,11 @@ struct node_eval {
     return d.rkind == detail::reduce_op::sum ? reduce_op::sum : d.rkind == detail::reduce_op::mean ? reduce_op::mean : reduce_op::max;
   }
 
-  /// Element-wise node c (an op of the IR's op table) recorded into tracer `r`.
+  /// Element-wise node c (an op of the IR's op table, or a user's it can record) recorded into
+  /// tracer `r`.
   tensor<T> record_pointwise(recorder<T>& r, int c) const {
-    return r.pointwise(desc[c].op, scalar(c), arg(c, 0), desc[c].arity == 2 ? &arg(c, 1) : nullptr);
+    const int op = desc[c].op >= 0 ? desc[c].op : user_numbers[static_cast<std::size_t>(c)]();
+    return r.pointwise(op, scalar(c), arg(c, 0), desc[c].arity == 2 ? &arg(c, 1) : nullptr);
   }
 
   /// The value of node c from the values of its operands. While a tracer records (a compiled
@@ -268,7 +288,7 @@ tensor<T> node_eval<T>::eval(int c) const {
     case gkind::grad_input: return grads[static_cast<std::size_t>(d.index)];
     case gkind::custom: return arg(c, d.arity - 1);
     case gkind::pointwise:
-      if (d.op >= 0)
+      if (d.op >= 0 || user_numbers[u])
         if (auto* r = active_recorder<T>()) [[unlikely]]
           return record_pointwise(*r, c);
       return pointwise_values<T>(d.name, kernels[u], state[u], arg(c, 0), d.arity == 2 ? &arg(c, 1) : nullptr);
@@ -353,7 +373,8 @@ void node_eval<T>::run_given(const bool* active, std::size_t m) {
 template <class A, Element T>
 node_eval<T> nodes_of(const typename A::instance& inst, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
                       const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
-  return {node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(), inst.state.data(),
+  return {node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(),
+          node_tables<A>::user_numbers.data(), inst.state.data(),
           values, shapes, inputs, grads};
 }
 

@@ -12,6 +12,8 @@
 #include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/ops/op.hpp"
 #include "fusegrad/ops/table.hpp"
+#include "fusegrad/ops/user_ops.hpp"
+#include "fusegrad/loops/tile.hpp"
 
 namespace fusegrad {
 
@@ -20,8 +22,49 @@ namespace detail {
 /// that scalar (every op of the op table), none otherwise (the node is not collected).
 template <Element T, class Op, class... A>
 std::optional<std::uint64_t> op_params(const Op& op, const A&... extra) {
-  if constexpr (std::is_empty_v<Op> || ops::TableOp<Op, T>) return params_of(type_id<Op>(), op_scalar<T>(op), extra...);
+  if constexpr (std::is_empty_v<Op> || ops::TableOp<Op, T> || ops::TraceableUserOp<Op, T>)
+    return params_of(type_id<Op>(), op_scalar<T>(op), extra...);
   else return std::nullopt;
+}
+
+/// User op `Op` rebuilt from a node's scalar (its one scalar of state, or none).
+template <class Op, Element T>
+Op user_op_from(T s) {
+  if constexpr (std::is_empty_v<Op>) return Op{};
+  else return std::bit_cast<Op>(s);
+}
+template <class Op, Element T>
+void user_op_kernel(T s, const T* a, const T* b, T* out, index_t n) {
+  tile_op(user_op_from<Op>(s), a, b, out, n);
+}
+template <class Op, Element T>
+tensor<T> user_op_eager(T s, const tensor<T>& a, const tensor<T>* b) {
+  if constexpr (BinaryOp<Op, T>) return apply_op(user_op_from<Op>(s), a, *b);
+  else return apply_op(user_op_from<Op>(s), a);
+}
+template <class Op, Element T>
+tensor<T> user_op_rule(T s, int operand, const tensor<T>& a, const tensor<T>* b, const tensor<T>& y, const tensor<T>& g) {
+  const Op op = user_op_from<Op>(s);
+  if constexpr (has_unary_derivative<Op, tensor<T>>) return tensor<T>(op.derivative(a, y, g));
+  else if constexpr (has_binary_derivative<Op, tensor<T>>) return tensor<T>(operand == 0 ? op.da(a, *b, y, g) : op.db(a, *b, y, g));
+  else return tensor<T>{};
+}
+/// What the run-time IR knows of user op `Op` (fusegrad/ops/user_ops.hpp): one object per op
+/// and element type, whose address is the op's identity.
+template <class Op, Element T>
+inline const ops::user_op<T> user_op_of{Op::name,
+                                        BinaryOp<Op, T>,
+                                        !std::is_empty_v<Op>,
+                                        has_derivative<Op, tensor<T>>,
+                                        op_cost_units<Op>(),
+                                        &user_op_kernel<Op, T>,
+                                        &user_op_eager<Op, T>,
+                                        &user_op_rule<Op, T>};
+/// The IR's number of user op `Op`, given on first use.
+template <class Op, Element T>
+int user_op_number() {
+  static const int k = ops::user_op_index(user_op_of<Op, T>);
+  return k;
 }
 }  // namespace detail
 
@@ -31,6 +74,9 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
   if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
       return r->pointwise(ops::table_index<Op, T>, detail::op_scalar<T>(op), x, nullptr);
+  if constexpr (ops::TraceableUserOp<Op, T>)  // traced and fused as a built-in is
+    if (auto* r = detail::active_recorder<T>()) [[unlikely]]
+      return r->pointwise(detail::user_op_number<Op, T>(), detail::op_scalar<T>(op), x, nullptr);
   if constexpr (!ops::TableOp<Op, T>) detail::realize_for_op("the op", Op::name, x);
   tensor<T> y = detail::map(op, x);
   if constexpr (detail::has_unary_derivative<Op, tensor<T>>) {
@@ -68,6 +114,9 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
   if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
       return r->pointwise(ops::table_index<Op, T>, detail::op_scalar<T>(op), a, &b);
+  if constexpr (ops::TraceableUserOp<Op, T>)
+    if (auto* r = detail::active_recorder<T>()) [[unlikely]]
+      return r->pointwise(detail::user_op_number<Op, T>(), detail::op_scalar<T>(op), a, &b);
   if constexpr (!ops::TableOp<Op, T>) detail::realize_for_op("the op", Op::name, a, b);
   tensor<T> y = detail::zip(Op::name, op, a, b);
   if constexpr (detail::has_binary_derivative<Op, tensor<T>>) {

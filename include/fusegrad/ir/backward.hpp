@@ -3,20 +3,29 @@
 /// Reverse mode on the run-time IR (AOTAutograd's joint graph, at run time): each op's own
 /// derivative rule called on `ir::value`s appends the backward nodes.
 
+#include <functional>
 #include <vector>
 
 #include "fusegrad/ir/graph.hpp"
 
 namespace fusegrad::ir {
 
+/// How `backward` differentiates a node of a user's element-wise op (fusegrad/ops/user_ops.hpp):
+/// the op's rule is known only as a function of tensors, so the layer that records tensors into
+/// a graph supplies this. It appends to `g` the gradient of operand `operand` (0 or 1) of node
+/// `k`, whose gradient is node `gk`, and returns its node (-1: none).
+template <Element T>
+using user_rule = std::function<int(graph<T>& g, int k, int operand, int gk)>;
+
 /// Reverse mode on an IR graph, at run time, with each op's own derivative rule: appends
 /// to `g` the backward of `outputs`, each seeded by a new input (its gradient, in order),
 /// and returns the node of each of `wrt`'s gradients (-1: no path). `hooks[s]` is a node
 /// whose complete gradient goes through `call_hook` slot `s` before flowing on (a tensor
 /// hook; several on one node run in slot order), as the eager engine runs a tensor's hooks.
+/// `user` differentiates user ops' nodes (without it, a graph holding one is an error).
 template <Element T>
 std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const std::vector<int>& wrt,
-                          const std::vector<int>& hooks = {}) {
+                          const std::vector<int>& hooks = {}, const user_rule<T>& user = {}) {
   const std::size_t N = g.size();
   std::vector<int> adj(N, -1);
   for (int o : outputs) {
@@ -39,6 +48,15 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
     switch (n.kind) {
       case node_kind::input: break;
       case node_kind::pointwise:
+        if (n.op >= ops::table_size<T>) {  // a user's op: its rule runs on tensors
+          if (!graph<T>::op_has_derivative(n.op)) break;
+          if (!user)
+            fusegrad::detail::fail("ir::backward", "node ", k, " is the user op '", graph<T>::op_name(n.op),
+                                   "', whose rule runs on tensors; expected a user_rule to record it");
+          for (int operand = 0; operand < (n.b >= 0 ? 2 : 1); ++operand)
+            if (const int d = user(g, static_cast<int>(k), operand, gk); d >= 0) add_to(operand == 0 ? n.a : n.b, d);
+          break;
+        }
         visit_op(n, [&](const auto& op) {
           using Op = std::remove_cvref_t<decltype(op)>;
           const value<T> x0{&g, n.a};

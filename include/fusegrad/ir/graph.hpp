@@ -20,6 +20,7 @@
 #include "fusegrad/ops/reduce.hpp"
 #include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/max.hpp"
+#include "fusegrad/ops/user_ops.hpp"
 
 namespace fusegrad {
 /// Base of `ir::value`: puts namespace fusegrad among its associated namespaces, so the op
@@ -354,6 +355,10 @@ class graph {
 
   /// Name of op `k` of the op table (for printing and errors).
   static std::string_view op_name(int k) {
+    if (k >= ops::table_size<T>) {
+      const ops::user_op<T>* u = ops::find_user_op<T>(k);
+      return u ? u->name : "?";
+    }
     return [&]<class... Ops>(fusegrad::detail::type_list<Ops...>) {
       std::string_view r = "?";
       int i = 0;
@@ -367,9 +372,11 @@ class graph {
     static constexpr auto table = []<class... Ops>(fusegrad::detail::type_list<Ops...>) {
       return std::array<bool, sizeof...(Ops)>{fusegrad::detail::has_derivative<Ops, value<T>>...};
     }(ops::table<T>{});
+    if (k >= ops::table_size<T>) return ops::user_op_at<T>(k, "ir::graph").has_derivative;
     return k >= 0 && static_cast<std::size_t>(k) < table.size() && table[static_cast<std::size_t>(k)];
   }
   static bool op_has_scalar(int k) {
+    if (k >= ops::table_size<T>) return ops::user_op_at<T>(k, "ir::graph").has_scalar;
     return [&]<class... Ops>(fusegrad::detail::type_list<Ops...>) {
       bool r = false;
       int i = 0;

@@ -13,6 +13,7 @@
 #include "fusegrad/ir/backward.hpp"
 #include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/entry.hpp"
+#include "fusegrad/jit/user_rule.hpp"
 #include "fusegrad/core/machine.hpp"
 #include "fusegrad/ops/table.hpp"
 #include "fusegrad/partition/costs.hpp"
@@ -46,7 +47,6 @@ partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int
 
 template <std::size_t N, Element T>
 split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots, const std::vector<int>& bwd_roots) {
-  static constexpr auto costs = ir::detail::cost_table(ops::table<T>{});
   auto jg = std::make_unique<partition::joint_graph<N>>();
   for (std::size_t k = 0; k < N; ++k) {
     auto& pn = jg->nodes[k];
@@ -61,7 +61,7 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
         break;
       case ir::node_kind::pointwise:
         pn.kind = partition::node_kind::pointwise;
-        pn.cost = costs[static_cast<std::size_t>(n.op)];
+        pn.cost = ir::detail::cost_of<T>(n.op);
         break;
       case ir::node_kind::expand:
         pn.kind = partition::node_kind::pointwise;
@@ -112,7 +112,7 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
   std::vector<int> gouts;
   for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
     if (b->given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
-  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks);
+  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks, ir::user_rule<T>(&record_user_rule<T>));
   const ir::graph<T>& J = b->joint;
   if (choose_saved) {
     if (J.size() > max_joint_nodes) return nullptr;

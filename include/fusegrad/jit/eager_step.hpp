@@ -48,6 +48,7 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
   };
   switch (n.kind) {
     case node_kind::pointwise:
+      if (n.op >= ops::table_size<T>) return ops::user_op_at<T>(n.op, "jit").eager(n.scalar, a, n.b >= 0 ? &b : nullptr);
       return visit_op(n, [&](const auto& op) -> tensor<T> {
         using Op = std::remove_cvref_t<decltype(op)>;
         if constexpr (BinaryOp<Op, T>) return apply_op(op, a, b);

@@ -11,6 +11,8 @@
 #include "fusegrad/core/type_list.hpp"
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/ops/op.hpp"
+#include "fusegrad/ops/table.hpp"
+#include "fusegrad/ops/user_ops.hpp"
 
 namespace fusegrad::ir {
 
@@ -37,6 +39,21 @@ constexpr std::array<kernel_fn<T>, sizeof...(Ops)> kernel_table(type_list<Ops...
 template <class... Ops>
 constexpr std::array<int, sizeof...(Ops)> cost_table(type_list<Ops...>) {
   return {fusegrad::detail::op_cost_units<Ops>()...};
+}
+
+/// The tile kernel of op number `op`: a built-in's from the table, a user op's from its record.
+template <Element T>
+kernel_fn<T> kernel_of(int op) {
+  static constexpr auto kernels = kernel_table<T>(ops::table<T>{});
+  if (op >= 0 && op < ops::table_size<T>) return kernels[static_cast<std::size_t>(op)];
+  return ops::user_op_at<T>(op, "jit").kernel;
+}
+/// The cost per element of op number `op` (`op_cost_units`).
+template <Element T>
+int cost_of(int op) {
+  static constexpr auto costs = cost_table(ops::table<T>{});
+  if (op >= 0 && op < ops::table_size<T>) return costs[static_cast<std::size_t>(op)];
+  return ops::user_op_at<T>(op, "jit").cost;
 }
 }  // namespace detail
 

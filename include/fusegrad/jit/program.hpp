@@ -489,7 +489,6 @@ template <Element T>
 void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
                            reduction_state* red) const {
   const auto& ns = g_.nodes();
-  static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
   const std::size_t np = st.code.size();
   // Instruction `p` resolved for these tiles: where each operand is (a tile register, this
   // thread's; or a pointer that moves with the tile, or stays: a splat, null for no operand),
@@ -514,7 +513,7 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
     r.a = at(P.src_reg[0], P.src[0], P.adv[0], r.am);
     r.b = at(P.src_reg[1], P.src[1], P.adv[1], r.bm);
     r.d = const_cast<T*>(at(P.dst_reg, P.dst, P.dst_adv, r.dm));
-    r.fn = nd.kind == node_kind::pointwise ? kernels[static_cast<std::size_t>(nd.op)] : nullptr;
+    r.fn = nd.kind == node_kind::pointwise ? detail::kernel_of<T>(nd.op) : nullptr;
     r.scalar = nd.scalar;
     r.kind = nd.kind;
     return r;

@@ -446,7 +446,6 @@ bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
 template <Element T>
 void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf,
                           T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const {
-  static constexpr auto kernels = detail::kernel_table<T>(ops::table<T>{});
   const index_t off = r * C;
   // A row scalar operand's value for this row.
   auto scalar_of = [&](const operand& o) -> T {
@@ -472,7 +471,7 @@ void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T*
       const member& e = mem_[static_cast<std::size_t>(m)];
       const auto& n = ns[static_cast<std::size_t>(e.node)];
       T a = scalar_of(e.src[0]), b = e.src[1].node >= 0 ? scalar_of(e.src[1]) : T(0), d;
-      kernels[static_cast<std::size_t>(n.op)](n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
+      detail::kernel_of<T>(n.op)(n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
       scal[e.scalar] = d;
       if (e.store) dp[e.node][r] = d;
     }
@@ -520,7 +519,7 @@ void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T*
         }
         T* d = x.d + (x.adv_d ? t0 : 0);
         if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
-        else kernels[static_cast<std::size_t>(nd.op)](nd.scalar, a, x.b ? x.b + (x.adv_b ? t0 : 0) : nullptr, d, n);
+        else detail::kernel_of<T>(nd.op)(nd.scalar, a, x.b ? x.b + (x.adv_b ? t0 : 0) : nullptr, d, n);
       }
     }
     for (int mi : P.reductions) {

@@ -1,0 +1,222 @@
+// A user's own element-wise op (a struct with `name`, `value` and a derivative rule, applied
+// with fg::apply_op) on the run-time paths: fg::jit traces it into its graph, fuses it into
+// the loops around it and differentiates it with the op's own rule; compiled autograd
+// records it where a backward rule applies it; a compiled function holding one, called inside
+// fg::jit, is traced into the surrounding graph. Every result is compared bit for bit with
+// eager mode, gradients also against finite differences (gradcheck, double).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+namespace fg = fusegrad;
+
+namespace {
+
+// softsign(x) = x / (1 + |x|), whose derivative is 1 / (1 + |x|)^2: written once for scalars,
+// SIMD batches and, in its rule, any algebra of values.
+struct softsign_op {
+  static constexpr std::string_view name = "softsign", grad_fn = "SoftsignBackward";
+  template <class V>
+  V value(const V& x) const {
+    using std::abs;
+    using xsimd::abs;
+    return x / (abs(x) + V(1));
+  }
+  template <class V>
+  auto derivative(const V& x, const V&, const V& g) const {
+    const auto d = fg::abs(x) + 1.0;
+    return g / (d * d);
+  }
+};
+
+// a + s * b, an op with state (one scalar of the element type, as the built-in scalar ops).
+template <class T>
+struct scaled_add_op {
+  T s;
+  static constexpr std::string_view name = "scaled_add", grad_fn = "ScaledAddBackward";
+  static constexpr bool uses_input = false, uses_output = false;
+  template <class V>
+  V value(const V& a, const V& b) const {
+    return a + V(s) * b;
+  }
+  template <class V>
+  auto da(const V&, const V&, const V&, const V& g) const {
+    return g;
+  }
+  template <class V>
+  auto db(const V&, const V&, const V&, const V& g) const {
+    return g * s;
+  }
+};
+
+// cube(x) = x^3, whose rule applies another user op (softsign's derivative would do; here
+// square_user), so that a traced backward meets a user op too.
+struct square_user_op {
+  static constexpr std::string_view name = "square_user", grad_fn = "SquareUserBackward";
+  template <class V>
+  V value(const V& x) const {
+    return x * x;
+  }
+  template <class V>
+  auto derivative(const V& x, const V&, const V& g) const {
+    return g * x * 2.0;
+  }
+};
+struct cube_op {
+  static constexpr std::string_view name = "cube", grad_fn = "CubeBackward";
+  template <class V>
+  V value(const V& x) const {
+    return x * x * x;
+  }
+  template <class V>
+  auto derivative(const V& x, const V&, const V& g) const {
+    return g * fg::apply_op(square_user_op{}, x) * 3.0;
+  }
+};
+
+// An op whose state the IR cannot hold (two scalars): computed eagerly, a graph break.
+struct affine_op {
+  float a, b;
+  static constexpr std::string_view name = "affine", grad_fn = "AffineBackward";
+  template <class V>
+  V value(const V& x) const {
+    return V(a) * x + V(b);
+  }
+  template <class V>
+  auto derivative(const V&, const V&, const V& g) const {
+    return g * a;
+  }
+};
+
+// A rule that makes a tensor of its own: a run-time graph cannot hold it.
+struct own_tensor_op {
+  static constexpr std::string_view name = "own_tensor", grad_fn = "OwnTensorBackward";
+  template <class V>
+  V value(const V& x) const {
+    return x + x;
+  }
+  template <class V>
+  auto derivative(const V& x, const V&, const V& g) const {
+    return g * fg::ones_like(x) * 2.0;
+  }
+};
+
+template <class T>
+auto user_function(const fg::tensor<T>& x, const fg::tensor<T>& y) {
+  return fg::apply_op(scaled_add_op<T>{T(0.5)}, fg::apply_op(softsign_op{}, x * x), fg::sin(y)) * y;
+}
+
+template <class T>
+std::vector<T> grad_of(const fg::tensor<T>& x) {
+  return x.grad().to_vector();
+}
+
+std::uint64_t breaks() { return fg::counters().graph_breaks; }
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a user's element-wise op under fg::jit: traced, fused, differentiated by its rule", T, float, double) {
+  auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return user_function(x, y); }, {.fullgraph = true});
+  const std::uint64_t breaks_before = breaks();
+  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}}) {
+    CAPTURE(fg::to_string(s));
+    fg::tensor<T> x = fg::randn<T>(s, 1).requires_grad(true), y = fg::randn<T>(s, 2).requires_grad(true);
+    const fg::tensor<T> want = user_function(x, y);
+    fg::sum(want * want).backward();
+    const auto gx = grad_of(x), gy = grad_of(y);
+    x.zero_grad();
+    y.zero_grad();
+    const fg::tensor<T> got = jf(x, y);
+    fg::sum(got * got).backward();
+    CHECK(got.to_vector() == want.to_vector());
+    CHECK(grad_of(x) == gx);
+    CHECK(grad_of(y) == gy);
+  }
+  CHECK(breaks() == breaks_before);  // fullgraph would have thrown; no break either
+  // The graph names the ops, and every node runs in a tile loop (no eager step).
+  const auto entries = jf.entries();
+  REQUIRE(!entries.empty());
+  for (const fg::jit_entry_info& e : entries) {
+    CHECK(e.graph.find("softsign(") != std::string::npos);
+    CHECK(e.graph.find("scaled_add(") != std::string::npos);
+    CHECK(e.graph.find(", 0.5)") != std::string::npos);  // the op's state, a constant of the graph
+    CHECK(e.code.find("eager") == std::string::npos);
+  }
+}
+
+TEST_CASE("a jitted function with user ops passes gradcheck") {
+  auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) { return user_function(x, y); });
+  const auto r = fg::gradcheck([&](const auto& x, const auto& y) { return jf(x, y); }, fg::randn<double>({4, 3}, 5),
+                               fg::randn<double>({4, 3}, 6));
+  CHECK_MESSAGE(static_cast<bool>(r), r.message);
+}
+
+TEST_CASE("a compiled function holding a user op, called inside fg::jit, is traced into its graph") {
+  auto cf = fg::compile([](auto x, auto y) { return fg::apply_op(softsign_op{}, x) * y; });
+  auto jf = fg::jit([&](const fg::tensor<float>& x, const fg::tensor<float>& y) { return fg::cos(cf(x, y)); }, {.fullgraph = true});
+  fg::tensor<float> x = fg::randn<float>({100}, 1).requires_grad(true), y = fg::randn<float>({100}, 2).requires_grad(true);
+  const fg::tensor<float> want = fg::cos(fg::apply_op(softsign_op{}, x) * y);
+  fg::sum(want).backward();
+  const auto gx = grad_of(x), gy = grad_of(y);
+  x.zero_grad();
+  y.zero_grad();
+  const fg::tensor<float> got = jf(x, y);
+  fg::sum(got).backward();
+  CHECK(got.to_vector() == want.to_vector());
+  CHECK(grad_of(x) == gx);
+  CHECK(grad_of(y) == gy);
+  const auto entries = jf.entries();
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].graph.find("softsign(") != std::string::npos);
+}
+
+TEST_CASE("compiled autograd records a user op that a backward rule applies") {
+  fg::tensor<double> x = fg::randn<double>({64}, 3).requires_grad(true);
+  const fg::tensor<double> want = fg::apply_op(cube_op{}, fg::cos(x));
+  fg::sum(want).backward();
+  const auto gx = grad_of(x);
+  const std::uint64_t breaks_before = breaks(), captures_before = fg::counters().compiled_autograd_captures;
+  fg::compiled_autograd::enable scope(fg::backend::fused{/*fullgraph=*/true});
+  for (int i = 0; i < 3; ++i) {
+    x.zero_grad();
+    fg::sum(fg::apply_op(cube_op{}, fg::cos(x))).backward();
+    CHECK(grad_of(x) == gx);
+  }
+  CHECK(breaks() == breaks_before);
+  CHECK(fg::counters().compiled_autograd_captures == captures_before + 1);
+}
+
+TEST_CASE("a user op's rule under fg::jit may apply user ops; one the IR cannot hold is a named graph break") {
+  auto jf = fg::jit([](const fg::tensor<double>& x) { return fg::apply_op(cube_op{}, fg::cos(x)); }, {.fullgraph = true});
+  fg::tensor<double> x = fg::randn<double>({10}, 4).requires_grad(true);
+  const fg::tensor<double> want = fg::apply_op(cube_op{}, fg::cos(x));
+  fg::sum(want).backward();
+  const auto gx = grad_of(x);
+  x.zero_grad();
+  const fg::tensor<double> got = jf(x);
+  fg::sum(got).backward();
+  CHECK(got.to_vector() == want.to_vector());
+  CHECK(grad_of(x) == gx);
+
+  auto with_affine = fg::jit([](const fg::tensor<float>& v) { return fg::apply_op(affine_op{2, 1}, fg::cos(v)); },
+                             {.fullgraph = true});
+  CHECK_THROWS_WITH_AS(with_affine(fg::ones<float>({3})), doctest::Contains("the op 'affine' (not captured by the tracer)"),
+                       fg::error);
+  auto split = fg::jit([](const fg::tensor<float>& v) { return fg::apply_op(affine_op{2, 1}, fg::cos(v)); });
+  const auto v = fg::randn<float>({5}, 1);
+  CHECK(split(v).to_vector() == fg::apply_op(affine_op{2, 1}, fg::cos(v)).to_vector());
+}
+
+TEST_CASE("a user op's rule that makes a tensor of its own is an error naming the op under fg::jit") {
+  auto jf = fg::jit([](const fg::tensor<double>& x) { return fg::apply_op(own_tensor_op{}, x); });
+  const fg::tensor<double> x = fg::randn<double>({6}, 4).requires_grad(true);
+  CHECK_THROWS_WITH_AS(fg::sum(jf(x)).backward(), doctest::Contains("the derivative rule of the user op 'own_tensor'"),
+                       fg::error);
+  // Eagerly the rule runs on computed tensors, as ever.
+  fg::sum(fg::apply_op(own_tensor_op{}, x)).backward();
+  CHECK(x.grad().to_vector() == std::vector<double>(6, 2.0));
+}
