@@ -1,5 +1,6 @@
 // Run-time programs: generator, interpreter, printer (see program.hpp).
 #include "program.hpp"
+#include "user_ops.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,9 +18,10 @@ namespace {
 constexpr const char* op_names[] = {
   "neg", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
   "tan", "atan", "sinh", "asinh", "softplus", "silu", "gelu", "erf", "log1p", "expm1", "square", "reciprocal", "rsqrt",
+  "user_softsign",
   "step", "sign",
   "add_s", "sub_s", "rsub_s", "mul_s", "div_s", "rdiv_s", "pow_s",
-  "add", "sub", "mul", "div", "maximum", "pow", "minimum", "atan2", "hypot", "gt", "ge", "lt", "le", "eq", "ne",
+  "add", "sub", "mul", "div", "maximum", "pow", "minimum", "atan2", "hypot", "user_bilinear", "gt", "ge", "lt", "le", "eq", "ne",
   "sum_all", "mean_all", "max_all", "sum_dims", "mean_dims", "max_dims",
   "reshape_flat", "reshape_merge", "view_flat", "expand_as", "permute", "transpose", "select", "slice", "unsqueeze",
   "squeeze", "contiguous", "clone", "cat", "detach",
@@ -138,6 +140,7 @@ D unary(op k, const D& x, double s) {
     case op::div_s: return x / s;
     case op::rdiv_s: return s / x;
     case op::pow_s: return fg::pow(x, s);
+    case op::user_softsign: return fg::apply_op(fuzz_softsign_op{}, x);
     default: break;
   }
   fg::detail::fail("fuzz", "not a one-operand op: ", op_name(k));
@@ -153,6 +156,7 @@ D binary(op k, const D& a, const D& b) {
     case op::minimum: return fg::minimum(a, b);
     case op::atan2: return fg::atan2(a, b);
     case op::hypot: return fg::hypot(a, b);
+    case op::user_bilinear: return fg::apply_op(fuzz_bilinear_op{0.75}, a, b);
     case op::gt: return fg::gt(a, b);
     case op::ge: return fg::ge(a, b);
     case op::lt: return fg::lt(a, b);
@@ -511,7 +515,8 @@ class generator {
       static constexpr op unaries[] = {op::neg, op::abs, op::sqrt, op::exp, op::log, op::sin,
                                        op::cos, op::tanh, op::sigmoid, op::relu, op::step, op::sign};
       static constexpr op library[] = {op::tan, op::atan, op::sinh, op::asinh, op::softplus, op::silu, op::gelu,
-                                       op::erf, op::log1p, op::expm1, op::square, op::reciprocal, op::rsqrt};
+                                       op::erf, op::log1p, op::expm1, op::square, op::reciprocal, op::rsqrt,
+                                       op::user_softsign};
       i.k = r_.chance(0.3) ? r_.pick(library) : r_.pick(unaries);
       if ((i.k == op::step || i.k == op::sign) && !ex(a)) i.k = op::tanh;  // a jump only on exact values
       if ((i.k == op::sqrt || i.k == op::log || i.k == op::log1p || i.k == op::rsqrt || i.k == op::reciprocal) &&
@@ -532,7 +537,8 @@ class generator {
     } else if (w < 52) {  // element-wise, two operands
       static constexpr op binaries[] = {op::add, op::sub, op::mul, op::div, op::maximum, op::pow,
                                         op::add, op::mul, op::sub, op::gt,  op::ge,      op::lt,
-                                        op::le,  op::eq,  op::ne,  op::minimum, op::atan2, op::hypot};
+                                        op::le,  op::eq,  op::ne,  op::minimum, op::atan2, op::hypot,
+                                        op::user_bilinear};
       i.k = r_.pick(binaries);
       i.b = partner(a);
       if (r_.chance(0.5)) std::swap(i.a, i.b);
@@ -990,6 +996,7 @@ std::string unary_expr(op k, const std::string& x, double s) {
     case op::div_s: return x + " / " + dbl(s);
     case op::rdiv_s: return dbl(s) + " / " + x;
     case op::pow_s: return "fg::pow(" + x + ", " + dbl(s) + ")";
+    case op::user_softsign: return "fg::apply_op(fuzz_softsign_op{}, " + x + ")";
     default: return std::string("fg::") + op_name(k) + "(" + x + ")";
   }
 }
@@ -1021,6 +1028,7 @@ std::string print_program(const program& p) {
         case op::sub: e = A + " - " + B; break;
         case op::mul: e = A + " * " + B; break;
         case op::div: e = A + " / " + B; break;
+        case op::user_bilinear: e = "fg::apply_op(fuzz_bilinear_op{0.75}, " + A + ", " + B + ")"; break;
         default: e = std::string("fg::") + op_name(i.k) + "(" + A + ", " + B + ")";
       }
     } else {
@@ -1109,6 +1117,7 @@ std::string print_reproducer(const program& p, const std::vector<shape_set>& set
   o << "// fusegrad fuzz reproducer: program seed " << p.seed << ", path " << path.name << "\n// " << why << "\n";
   o << "#include <cmath>\n#include <cstdio>\n#include <iomanip>\n#include <iostream>\n#include <vector>\n#include <fusegrad/fusegrad.hpp>\n"
        "namespace fg = fusegrad;\nusing D = fg::tensor<double>;\n\n";
+  o << user_ops_source << "\n\n";
   o << print_program(p) << "\n";
   o << "std::vector<D> inputs(int set) {  // sizes of the shape sets:";
   for (std::size_t k = 0; k < sets.size(); ++k) {

@@ -15,12 +15,13 @@ namespace fuzz {
 enum class op : std::uint8_t {
   // element-wise, one operand
   neg, abs, sqrt, exp, log, sin, cos, tanh, sigmoid, relu,
-  tan, atan, sinh, asinh, softplus, silu, gelu, erf, log1p, expm1, square, reciprocal, rsqrt,  // the op library (issue 21)
+  tan, atan, sinh, asinh, softplus, silu, gelu, erf, log1p, expm1, square, reciprocal, rsqrt,  // the op library
+  user_softsign,  // a user's op (user_ops.hpp)
   step, sign,
   // with a scalar
   add_s, sub_s, rsub_s, mul_s, div_s, rdiv_s, pow_s,
   // element-wise, two operands (broadcasting)
-  add, sub, mul, div, maximum, pow, minimum, atan2, hypot, gt, ge, lt, le, eq, ne,
+  add, sub, mul, div, maximum, pow, minimum, atan2, hypot, user_bilinear, gt, ge, lt, le, eq, ne,
   // reductions
   sum_all, mean_all, max_all, sum_dims, mean_dims, max_dims,
   // layout
