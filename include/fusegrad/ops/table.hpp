@@ -54,7 +54,7 @@ using table = detail::type_list<
     ops::gt_op, ops::ge_op, ops::lt_op, ops::le_op, ops::eq_op, ops::ne_op,                //
     ops::add_scalar_op<T>, ops::sub_scalar_op<T>, ops::rsub_scalar_op<T>, ops::mul_scalar_op<T>,
     ops::div_scalar_op<T>, ops::rdiv_scalar_op<T>, ops::pow_scalar_op<T>,                   //
-    // issue 21
+    // the op library
     ops::zeros_like_op, ops::floor_op, ops::ceil_op, ops::round_op, ops::trunc_op, ops::logical_not_op,
     ops::square_op, ops::reciprocal_op, ops::rsqrt_op, ops::log1p_op, ops::expm1_op, ops::log2_op, ops::exp2_op,
     ops::tan_op, ops::asin_op, ops::acos_op, ops::atan_op, ops::sinh_op, ops::cosh_op, ops::asinh_op,
