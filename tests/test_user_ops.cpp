@@ -343,3 +343,15 @@ TEST_CASE("compiled autograd over a jitted fg::function and an eager one: one ca
   CHECK(breaks() == breaks_before);
   CHECK(fg::counters().compiled_autograd_captures == captures_before + 1);
 }
+
+TEST_CASE("gradcheck under compiled autograd: user ops and fg::functions in the captured backward") {
+  fg::compiled_autograd::enable scope;
+  const std::uint64_t captures_before = fg::counters().compiled_autograd_captures;
+  const auto r = fg::gradcheck(
+      [](const auto& x, const auto& y) {
+        return fg::function<Product>::apply(fg::apply_op(cube_op{}, fg::function<Softclip>::apply(fg::cos(x))), y);
+      },
+      fg::randn<double>({3, 2}, 7), fg::randn<double>({3, 2}, 8));
+  CHECK_MESSAGE(static_cast<bool>(r), r.message);
+  CHECK(fg::counters().compiled_autograd_captures > captures_before);
+}
