@@ -116,6 +116,24 @@ std::vector<T> grad_of(const fg::tensor<T>& x) {
   return x.grad().to_vector();
 }
 
+/// `jf` (a jitted `eager`) against `eager` on fresh leaves of shape `s`: values and gradients
+/// bitwise equal.
+template <class T, class J, class E>
+void same_bits(J& jf, E eager, const fg::shape& s) {
+  CAPTURE(fg::to_string(s));
+  fg::tensor<T> x = fg::randn<T>(s, 1).requires_grad(true), y = fg::randn<T>(s, 2).requires_grad(true);
+  const fg::tensor<T> want = eager(x, y);
+  fg::sum(want * want).backward();
+  const auto gx = grad_of(x), gy = grad_of(y);
+  x.zero_grad();
+  y.zero_grad();
+  const fg::tensor<T> got = jf(x, y);
+  fg::sum(got * got).backward();
+  CHECK(got.to_vector() == want.to_vector());
+  CHECK(grad_of(x) == gx);
+  CHECK(grad_of(y) == gy);
+}
+
 std::uint64_t breaks() { return fg::counters().graph_breaks; }
 
 }  // namespace
@@ -123,20 +141,8 @@ std::uint64_t breaks() { return fg::counters().graph_breaks; }
 TEST_CASE_TEMPLATE("a user's element-wise op under fg::jit: traced, fused, differentiated by its rule", T, float, double) {
   auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return user_function(x, y); }, {.fullgraph = true});
   const std::uint64_t breaks_before = breaks();
-  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}}) {
-    CAPTURE(fg::to_string(s));
-    fg::tensor<T> x = fg::randn<T>(s, 1).requires_grad(true), y = fg::randn<T>(s, 2).requires_grad(true);
-    const fg::tensor<T> want = user_function(x, y);
-    fg::sum(want * want).backward();
-    const auto gx = grad_of(x), gy = grad_of(y);
-    x.zero_grad();
-    y.zero_grad();
-    const fg::tensor<T> got = jf(x, y);
-    fg::sum(got * got).backward();
-    CHECK(got.to_vector() == want.to_vector());
-    CHECK(grad_of(x) == gx);
-    CHECK(grad_of(y) == gy);
-  }
+  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}})
+    same_bits<T>(jf, user_function<T>, s);
   CHECK(breaks() == breaks_before);  // fullgraph would have thrown; no break either
   // The graph names the ops, and every node runs in a tile loop (no eager step).
   const auto entries = jf.entries();
@@ -269,29 +275,14 @@ fg::tensor<T> function_graph(const fg::tensor<T>& x, const fg::tensor<T>& y) {
   return fg::function<StraightRound>::apply(p * 3.0) + fg::function<Same>::apply(y) * x;
 }
 
-/// fn jitted (and through `jf`) against eager on fresh leaves: values and gradients bitwise.
-template <class T, class J>
-void same_bits(J& jf, const fg::shape& s) {
-  CAPTURE(fg::to_string(s));
-  fg::tensor<T> x = fg::randn<T>(s, 1).requires_grad(true), y = fg::randn<T>(s, 2).requires_grad(true);
-  const fg::tensor<T> want = function_graph(x, y);
-  fg::sum(want * want).backward();
-  const auto gx = grad_of(x), gy = grad_of(y);
-  x.zero_grad();
-  y.zero_grad();
-  const fg::tensor<T> got = jf(x, y);
-  fg::sum(got * got).backward();
-  CHECK(got.to_vector() == want.to_vector());
-  CHECK(grad_of(x) == gx);
-  CHECK(grad_of(y) == gy);
-}
 }  // namespace
 
 TEST_CASE_TEMPLATE("a user's fg::function under fg::jit: its forward traced and fused, its own backward", T, float, double) {
   auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return function_graph(x, y); }, {.fullgraph = true});
   const std::uint64_t breaks_before = breaks();
   const int setups_before = Product::setups;
-  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}}) same_bits<T>(jf, s);
+  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}})
+    same_bits<T>(jf, function_graph<T>, s);
   CHECK(breaks() == breaks_before);
   CHECK(Product::setups == setups_before + 8);  // once per call, eagerly and traced, as eager mode runs it
   const auto entries = jf.entries();
@@ -314,7 +305,7 @@ TEST_CASE_TEMPLATE("a user's fg::function under fg::jit: its forward traced and 
 TEST_CASE("a jitted fg::function runs node by node on the eager backend, with its tape node") {
   auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) { return function_graph(x, y); },
                     {.backend = fg::jit_backend::eager});
-  same_bits<double>(jf, fg::shape{6, 2});
+  same_bits<double>(jf, function_graph<double>, fg::shape{6, 2});
 }
 
 TEST_CASE("a jitted function with fg::functions passes gradcheck") {
