@@ -406,33 +406,3 @@ TEST_CASE("a jitted loop over several tiles and a partial one equals eager bit f
     CHECK(y.grad().to_vector() == ye.grad().to_vector());
   }
 }
-
-namespace {
-// A user's element-wise op (traced like a built-in) and a user's fg::function (a graph break).
-struct user_twice_op {
-  static constexpr std::string_view name = "user_twice", grad_fn = "UserTwiceBackward";
-  static constexpr bool uses_input = false, uses_output = false;
-  template <class V> static constexpr V value(const V& x) { return x + x; }
-  static constexpr auto derivative(const auto&, const auto&, const auto& g) { return g * 2.0f; }
-};
-struct UserHalf {
-  static constexpr std::string_view name = "UserHalfBackward";
-  static auto forward(const auto& x) { return x * 0.5f; }
-  static auto backward(const auto&, const auto& grad) { return grad * 0.5f; }
-};
-}  // namespace
-
-TEST_CASE("a user's fg::function under fg::jit: the graph break and fullgraph's error name it") {
-  auto with_op = fg::jit([](const fg::tensor<float>& x) { return fg::apply_op(user_twice_op{}, fg::cos(x)); },
-                         {.fullgraph = true});
-  CHECK(with_op(fg::ones<float>({3})).to_vector() == fg::apply_op(user_twice_op{}, fg::cos(fg::ones<float>({3}))).to_vector());
-  auto with_function = fg::jit([](const fg::tensor<float>& x) { return fg::function<UserHalf>::apply(fg::cos(x)); },
-                               {.fullgraph = true});
-  CHECK_THROWS_WITH_AS(with_function(fg::ones<float>({3})), doctest::Contains("fg::function 'UserHalfBackward'"), fg::error);
-  // Without fullgraph both run, with eager's values.
-  auto f = fg::jit([](const fg::tensor<float>& x) {
-    return fg::function<UserHalf>::apply(fg::apply_op(user_twice_op{}, fg::cos(x)));
-  });
-  const auto x = fg::randn<float>({5}, 1);
-  CHECK(f(x).to_vector() == fg::function<UserHalf>::apply(fg::apply_op(user_twice_op{}, fg::cos(x))).to_vector());
-}

@@ -1,7 +1,8 @@
 // A user's own element-wise op (a struct with `name`, `value` and a derivative rule, applied
-// with fg::apply_op) on the run-time paths: fg::jit traces it into its graph, fuses it into
-// the loops around it and differentiates it with the op's own rule; compiled autograd
-// records it where a backward rule applies it; a compiled function holding one, called inside
+// with fg::apply_op) and a user's fg::function on the run-time paths: fg::jit traces them into
+// its graph, fuses them into the loops around them and differentiates them with their own
+// rules (an fg::function: its forward's ops, and its own backward); compiled autograd records
+// them where a backward rule applies them; a compiled function holding a user op, called inside
 // fg::jit, is traced into the surrounding graph. Every result is compared bit for bit with
 // eager mode, gradients also against finite differences (gradcheck, double).
 #include <doctest/doctest.h>
@@ -115,6 +116,24 @@ std::vector<T> grad_of(const fg::tensor<T>& x) {
   return x.grad().to_vector();
 }
 
+/// `jf` (a jitted `eager`) against `eager` on fresh leaves of shape `s`: values and gradients
+/// bitwise equal.
+template <class T, class J, class E>
+void same_bits(J& jf, E eager, const fg::shape& s) {
+  CAPTURE(fg::to_string(s));
+  fg::tensor<T> x = fg::randn<T>(s, 1).requires_grad(true), y = fg::randn<T>(s, 2).requires_grad(true);
+  const fg::tensor<T> want = eager(x, y);
+  fg::sum(want * want).backward();
+  const auto gx = grad_of(x), gy = grad_of(y);
+  x.zero_grad();
+  y.zero_grad();
+  const fg::tensor<T> got = jf(x, y);
+  fg::sum(got * got).backward();
+  CHECK(got.to_vector() == want.to_vector());
+  CHECK(grad_of(x) == gx);
+  CHECK(grad_of(y) == gy);
+}
+
 std::uint64_t breaks() { return fg::counters().graph_breaks; }
 
 }  // namespace
@@ -122,20 +141,8 @@ std::uint64_t breaks() { return fg::counters().graph_breaks; }
 TEST_CASE_TEMPLATE("a user's element-wise op under fg::jit: traced, fused, differentiated by its rule", T, float, double) {
   auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return user_function(x, y); }, {.fullgraph = true});
   const std::uint64_t breaks_before = breaks();
-  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}}) {
-    CAPTURE(fg::to_string(s));
-    fg::tensor<T> x = fg::randn<T>(s, 1).requires_grad(true), y = fg::randn<T>(s, 2).requires_grad(true);
-    const fg::tensor<T> want = user_function(x, y);
-    fg::sum(want * want).backward();
-    const auto gx = grad_of(x), gy = grad_of(y);
-    x.zero_grad();
-    y.zero_grad();
-    const fg::tensor<T> got = jf(x, y);
-    fg::sum(got * got).backward();
-    CHECK(got.to_vector() == want.to_vector());
-    CHECK(grad_of(x) == gx);
-    CHECK(grad_of(y) == gy);
-  }
+  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}})
+    same_bits<T>(jf, user_function<T>, s);
   CHECK(breaks() == breaks_before);  // fullgraph would have thrown; no break either
   // The graph names the ops, and every node runs in a tile loop (no eager step).
   const auto entries = jf.entries();
@@ -219,4 +226,123 @@ TEST_CASE("a user op's rule that makes a tensor of its own is an error naming th
   // Eagerly the rule runs on computed tensors, as ever.
   fg::sum(fg::apply_op(own_tensor_op{}, x)).backward();
   CHECK(x.grad().to_vector() == std::vector<double>(6, 2.0));
+}
+
+namespace {
+// softclip(x) = x / (1 + |x|) as an fg::function: its backward is its own (not derived).
+struct Softclip {
+  static constexpr std::string_view name = "SoftclipBackward";
+  static auto forward(const auto& x) { return x / (fg::abs(x) + 1.0); }
+  static auto backward(const auto& saved, const auto& grad) {
+    const auto& [x] = saved;
+    const auto d = fg::abs(x) + 1.0;
+    return grad / (d * d);
+  }
+};
+// Two inputs; saves its output and a value computed when saving (after the output).
+struct Product {
+  static constexpr std::string_view name = "ProductBackward";
+  static inline int setups = 0;
+  static auto forward(const auto& a, const auto& b) { return a * b; }
+  static auto setup_context(const auto& a, const auto& b, const auto& out) {
+    ++setups;
+    return fg::save_for_backward(a, b, out, b * 2.0);
+  }
+  static auto backward(const auto& saved, const auto& g) {
+    const auto& [a, b, out, twice_b] = saved;
+    return std::tuple{g * twice_b * 0.5 + out * 0.0, g * a};
+  }
+};
+// A backward that is not the forward's derivative (a straight-through estimator): only the
+// function's own backward gives these gradients, so deriving the forward would be caught.
+struct StraightRound {
+  static constexpr std::string_view name = "StraightRoundBackward";
+  static auto forward(const auto& x) { return fg::round(x); }
+  static auto setup_context(const auto&, const auto&) { return fg::save_for_backward(); }
+  static auto backward(const auto&, const auto& g) { return g; }
+};
+// The identity: its output is its input's node.
+struct Same {
+  static constexpr std::string_view name = "SameBackward";
+  static auto forward(const auto& x) { return x; }
+  static auto backward(const auto&, const auto& g) { return g * 3.0; }
+};
+
+template <class T>
+fg::tensor<T> function_graph(const fg::tensor<T>& x, const fg::tensor<T>& y) {
+  const fg::tensor<T> s = fg::function<Softclip>::apply(fg::cos(x));
+  const fg::tensor<T> p = fg::function<Product>::apply(s, y);
+  return fg::function<StraightRound>::apply(p * 3.0) + fg::function<Same>::apply(y) * x;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a user's fg::function under fg::jit: its forward traced and fused, its own backward", T, float, double) {
+  auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return function_graph(x, y); }, {.fullgraph = true});
+  const std::uint64_t breaks_before = breaks();
+  const int setups_before = Product::setups;
+  for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}})
+    same_bits<T>(jf, function_graph<T>, s);
+  CHECK(breaks() == breaks_before);
+  CHECK(Product::setups == setups_before + 8);  // once per call, eagerly and traced, as eager mode runs it
+  const auto entries = jf.entries();
+  REQUIRE(!entries.empty());
+  for (const fg::jit_entry_info& e : entries) {
+    CHECK(e.graph.find("function 'SoftclipBackward'") != std::string::npos);
+    CHECK(e.graph.find("function 'ProductBackward'") != std::string::npos);
+    CHECK(e.code.find("eager") == std::string::npos);
+  }
+  // Without grad, setup_context is not asked, as eagerly.
+  const int setups = Product::setups;
+  {
+    fg::no_grad off;
+    const auto x = fg::randn<T>({5}, 1), y = fg::randn<T>({5}, 2);
+    CHECK(jf(x, y).to_vector() == function_graph(x, y).to_vector());
+  }
+  CHECK(Product::setups == setups);
+}
+
+TEST_CASE("a jitted fg::function runs node by node on the eager backend, with its tape node") {
+  auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) { return function_graph(x, y); },
+                    {.backend = fg::jit_backend::eager});
+  same_bits<double>(jf, function_graph<double>, fg::shape{6, 2});
+}
+
+TEST_CASE("a jitted function with fg::functions passes gradcheck") {
+  auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) {
+    return fg::function<Product>::apply(fg::function<Softclip>::apply(fg::cos(x)), y);
+  });
+  const auto r = fg::gradcheck([&](const auto& x, const auto& y) { return jf(x, y); }, fg::randn<double>({4, 3}, 5),
+                               fg::randn<double>({4, 3}, 6));
+  CHECK_MESSAGE(static_cast<bool>(r), r.message);
+}
+
+TEST_CASE("compiled autograd over a jitted fg::function and an eager one: one capture, eager's gradients") {
+  auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) { return function_graph(x, y); });
+  fg::tensor<double> x = fg::randn<double>({40}, 3).requires_grad(true), y = fg::randn<double>({40}, 4).requires_grad(true);
+  fg::sum(fg::function<Softclip>::apply(function_graph(x, y))).backward();
+  const auto gx = grad_of(x), gy = grad_of(y);
+  const std::uint64_t breaks_before = breaks(), captures_before = fg::counters().compiled_autograd_captures;
+  fg::compiled_autograd::enable scope(fg::backend::fused{/*fullgraph=*/true});
+  for (int i = 0; i < 3; ++i) {
+    x.zero_grad();
+    y.zero_grad();
+    fg::sum(fg::function<Softclip>::apply(jf(x, y))).backward();
+    CHECK(grad_of(x) == gx);
+    CHECK(grad_of(y) == gy);
+  }
+  CHECK(breaks() == breaks_before);
+  CHECK(fg::counters().compiled_autograd_captures == captures_before + 1);
+}
+
+TEST_CASE("gradcheck under compiled autograd: user ops and fg::functions in the captured backward") {
+  fg::compiled_autograd::enable scope;
+  const std::uint64_t captures_before = fg::counters().compiled_autograd_captures;
+  const auto r = fg::gradcheck(
+      [](const auto& x, const auto& y) {
+        return fg::function<Product>::apply(fg::apply_op(cube_op{}, fg::function<Softclip>::apply(fg::cos(x))), y);
+      },
+      fg::randn<double>({3, 2}, 7), fg::randn<double>({3, 2}, 8));
+  CHECK_MESSAGE(static_cast<bool>(r), r.message);
+  CHECK(fg::counters().compiled_autograd_captures > captures_before);
 }

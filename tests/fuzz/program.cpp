@@ -18,7 +18,7 @@ namespace {
 constexpr const char* op_names[] = {
   "neg", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu",
   "tan", "atan", "sinh", "asinh", "softplus", "silu", "gelu", "erf", "log1p", "expm1", "square", "reciprocal", "rsqrt",
-  "user_softsign",
+  "user_softsign", "user_function",
   "step", "sign",
   "add_s", "sub_s", "rsub_s", "mul_s", "div_s", "rdiv_s", "pow_s",
   "add", "sub", "mul", "div", "maximum", "pow", "minimum", "atan2", "hypot", "user_bilinear", "gt", "ge", "lt", "le", "eq", "ne",
@@ -141,6 +141,7 @@ D unary(op k, const D& x, double s) {
     case op::rdiv_s: return s / x;
     case op::pow_s: return fg::pow(x, s);
     case op::user_softsign: return fg::apply_op(fuzz_softsign_op{}, x);
+    case op::user_function: return fg::function<fuzz_softclip_fn>::apply(x);
     default: break;
   }
   fg::detail::fail("fuzz", "not a one-operand op: ", op_name(k));
@@ -516,7 +517,7 @@ class generator {
                                        op::cos, op::tanh, op::sigmoid, op::relu, op::step, op::sign};
       static constexpr op library[] = {op::tan, op::atan, op::sinh, op::asinh, op::softplus, op::silu, op::gelu,
                                        op::erf, op::log1p, op::expm1, op::square, op::reciprocal, op::rsqrt,
-                                       op::user_softsign};
+                                       op::user_softsign, op::user_function};
       i.k = r_.chance(0.3) ? r_.pick(library) : r_.pick(unaries);
       if ((i.k == op::step || i.k == op::sign) && !ex(a)) i.k = op::tanh;  // a jump only on exact values
       if ((i.k == op::sqrt || i.k == op::log || i.k == op::log1p || i.k == op::rsqrt || i.k == op::reciprocal) &&
@@ -997,6 +998,7 @@ std::string unary_expr(op k, const std::string& x, double s) {
     case op::rdiv_s: return dbl(s) + " / " + x;
     case op::pow_s: return "fg::pow(" + x + ", " + dbl(s) + ")";
     case op::user_softsign: return "fg::apply_op(fuzz_softsign_op{}, " + x + ")";
+    case op::user_function: return "fg::function<fuzz_softclip_fn>::apply(" + x + ")";
     default: return std::string("fg::") + op_name(k) + "(" + x + ")";
   }
 }

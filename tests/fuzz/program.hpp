@@ -16,7 +16,7 @@ enum class op : std::uint8_t {
   // element-wise, one operand
   neg, abs, sqrt, exp, log, sin, cos, tanh, sigmoid, relu,
   tan, atan, sinh, asinh, softplus, silu, gelu, erf, log1p, expm1, square, reciprocal, rsqrt,  // the op library
-  user_softsign,  // a user's op (user_ops.hpp)
+  user_softsign, user_function,  // a user's op and a user's fg::function (user_ops.hpp)
   step, sign,
   // with a scalar
   add_s, sub_s, rsub_s, mul_s, div_s, rdiv_s, pow_s,

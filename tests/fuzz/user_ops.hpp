@@ -1,12 +1,13 @@
 #pragma once
-// The user element-wise ops the fuzzer's programs draw: written as a user writes one (a struct
-// applied with fg::apply_op), so every run-time path meets ops that are not in fusegrad's op
-// table. One macro holds them, so a reproducer prints the very definitions it was run with.
+// The user ops the fuzzer's programs draw, written as a user writes them (a struct applied with
+// fg::apply_op, an fg::function), so every run-time path meets ops that are not in fusegrad's
+// op table. One macro holds them, so a reproducer prints the very definitions it was run with.
 #include <string_view>
 
 #include <fusegrad/fusegrad.hpp>
 
-// softsign(x) = x / (1 + |x|); fuzz_bilinear(a, b) = a b + s a, with one scalar of state.
+// softsign(x) = x / (1 + |x|); fuzz_bilinear(a, b) = a b + s a, with one scalar of state;
+// softclip, the same function as softsign written as an fg::function with its own backward.
 #define FUZZ_USER_OPS                                                                            \
   struct fuzz_softsign_op {                                                                      \
     static constexpr std::string_view name = "fuzz_softsign", grad_fn = "FuzzSoftsignBackward";  \
@@ -36,6 +37,15 @@
     template <class V>                                                                           \
     auto db(const V& a, const V&, const V&, const V& g) const {                                  \
       return g * a;                                                                              \
+    }                                                                                            \
+  };                                                                                             \
+  struct fuzz_softclip_fn {                                                                      \
+    static constexpr std::string_view name = "FuzzSoftclipBackward";                             \
+    static auto forward(const auto& x) { return x / (fusegrad::abs(x) + 1.0); }                  \
+    static auto backward(const auto& saved, const auto& grad) {                                  \
+      const auto& [x] = saved;                                                                   \
+      const auto d = fusegrad::abs(x) + 1.0;                                                     \
+      return grad / (d * d);                                                                     \
     }                                                                                            \
   };
 

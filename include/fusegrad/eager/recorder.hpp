@@ -52,6 +52,11 @@ struct recorder {
   virtual tensor<T> call(bool hook, std::string_view name, const shape& out,
                          std::function<tensor<T>(const tensor<T>&, const tensor<T>&)> fn, const tensor<T>& a,
                          const tensor<T>* b, std::uint64_t hook_id) = 0;
+  /// The output of user function number `fn` (a `fg::function<F>`, ops/user_ops.hpp) on
+  /// `inputs`, whose forward computed `value` (recorded as the ops it ran); `saved(y)`, given
+  /// the output `y`, returns what the function saves for its backward.
+  virtual tensor<T> custom(int fn, const tensor<T>& value, const std::vector<tensor<T>>& inputs,
+                           const std::function<std::vector<tensor<T>>(const tensor<T>&)>& saved) = 0;
   /// Brackets the nodes of an inlined backward (a compiled function's): `inline_end(from)`,
   /// `from` what `inline_begin()` returned, names them `aot<id>_<k>` in the printed graph.
   virtual std::size_t inline_begin() = 0;

@@ -16,16 +16,30 @@ namespace fusegrad::ir {
 /// `k`, whose gradient is node `gk`, and returns its node (-1: none).
 template <Element T>
 using user_rule = std::function<int(graph<T>& g, int k, int operand, int gk)>;
+/// Likewise for the output of a user's `fg::function` (a `custom` node): appends to `g` its
+/// backward for node `k`, whose gradient is node `gk`, and returns the node of each input's
+/// gradient (-1: none), in the order of `g.custom_at(k).inputs`.
+template <Element T>
+using custom_rule = std::function<std::vector<int>(graph<T>& g, int k, int gk)>;
+
+/// The rules `backward` is given for what only tensors can run (see `user_rule`).
+template <Element T>
+struct tensor_rules {
+  user_rule<T> op;
+  custom_rule<T> function;
+};
 
 /// Reverse mode on an IR graph, at run time, with each op's own derivative rule: appends
 /// to `g` the backward of `outputs`, each seeded by a new input (its gradient, in order),
 /// and returns the node of each of `wrt`'s gradients (-1: no path). `hooks[s]` is a node
 /// whose complete gradient goes through `call_hook` slot `s` before flowing on (a tensor
 /// hook; several on one node run in slot order), as the eager engine runs a tensor's hooks.
-/// `user` differentiates user ops' nodes (without it, a graph holding one is an error).
+/// `user` differentiates the nodes of user ops and functions (without it, a graph holding one
+/// is an error). A `custom` node is lowered to its value once its backward is appended: the
+/// graph then holds only nodes that programs run.
 template <Element T>
 std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const std::vector<int>& wrt,
-                          const std::vector<int>& hooks = {}, const user_rule<T>& user = {}) {
+                          const std::vector<int>& hooks = {}, const tensor_rules<T>& user = {}) {
   const std::size_t N = g.size();
   std::vector<int> adj(N, -1);
   for (int o : outputs) {
@@ -50,11 +64,11 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
       case node_kind::pointwise:
         if (n.op >= ops::table_size<T>) {  // a user's op: its rule runs on tensors
           if (!graph<T>::op_has_derivative(n.op)) break;
-          if (!user)
+          if (!user.op)
             fusegrad::detail::fail("ir::backward", "node ", k, " is the user op '", graph<T>::op_name(n.op),
                                    "', whose rule runs on tensors; expected a user_rule to record it");
           for (int operand = 0; operand < (n.b >= 0 ? 2 : 1); ++operand)
-            if (const int d = user(g, static_cast<int>(k), operand, gk); d >= 0) add_to(operand == 0 ? n.a : n.b, d);
+            if (const int d = user.op(g, static_cast<int>(k), operand, gk); d >= 0) add_to(operand == 0 ? n.a : n.b, d);
           break;
         }
         visit_op(n, [&](const auto& op) {
@@ -94,12 +108,24 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
         break;
       }
       case node_kind::sum_to: add_to(n.a, g.add_expand(gk, n.a, 0)); break;
+      case node_kind::custom: {
+        if (!user.function)
+          fusegrad::detail::fail("ir::backward", "node ", k, " is the output of a user's fg::function, whose backward "
+                                 "runs on tensors; expected a custom_rule to record it");
+        const std::vector<int> inputs = g.custom_at(static_cast<int>(k)).inputs;  // a copy: appending may reallocate
+        const std::vector<int> grads = user.function(g, static_cast<int>(k), gk);
+        for (std::size_t i = 0; i < inputs.size() && i < grads.size(); ++i)
+          if (grads[i] >= 0) add_to(inputs[i], grads[i]);
+        break;
+      }
       case node_kind::call_hook:
       case node_kind::call:
         fusegrad::detail::fail("ir::backward", "a call node has no derivative rule (an opaque function is not differentiated); "
                                "expected call nodes only in captured backward passes, which run without grad mode");
     }
   }
+  for (std::size_t k = 0; k < N; ++k)
+    if (g.at(static_cast<int>(k)).kind == node_kind::custom) g.lower_custom(static_cast<int>(k));
   std::vector<int> out;
   for (int w : wrt) out.push_back(adj.at(static_cast<std::size_t>(w)));
   return out;

@@ -44,6 +44,10 @@ enum class node_kind : std::uint8_t {
               ///< value; its result has `a`'s shape
   call,       ///< function `index` of the run (an op the tracer cannot see into: matmul's and
               ///< views' backwards) called on `a` (and `b`); its shape is written in the node
+  custom,     ///< the output of a user's `fg::function`: the value of `a` (its forward, traced as
+              ///< the nodes before it), whose gradient flows to the function's inputs through
+              ///< its own backward, not through `a` (`graph::custom_at(k)`: which function, its
+              ///< inputs and what it saved)
 };
 
 [[nodiscard]] constexpr bool is_reduction(node_kind k) noexcept {
@@ -90,6 +94,14 @@ inline std::vector<bool> dims_mask(std::uint64_t dims, std::size_t rank) {
 template <Element T>
 struct value;
 
+/// What a `custom` node's backward reads: user function `fn` (ops/user_ops.hpp), the nodes of
+/// its inputs and of the tensors it saved (-1: an undefined one).
+struct custom_call {
+  int fn = -1;
+  std::vector<int> inputs, saved;
+  bool operator==(const custom_call&) const = default;
+};
+
 /// A graph of nodes in topological order (operands before users).
 template <Element T>
 class graph {
@@ -110,14 +122,15 @@ class graph {
       spare_.push_back(std::move(n.sizes));
     }
     nodes_.clear();
+    customs_.clear();
     inputs_ = 0;
   }
 
   graph() = default;
   /// A copy holds the nodes, not the spare shape buffers (they serve the original's next graph).
-  graph(const graph& o) : nodes_(o.nodes_), inputs_(o.inputs_) {}
+  graph(const graph& o) : nodes_(o.nodes_), customs_(o.customs_), inputs_(o.inputs_) {}
   graph& operator=(const graph& o) {
-    if (this != &o) nodes_ = o.nodes_, inputs_ = o.inputs_;
+    if (this != &o) nodes_ = o.nodes_, customs_ = o.customs_, inputs_ = o.inputs_;
     return *this;
   }
   graph(graph&&) noexcept = default;
@@ -232,8 +245,45 @@ class graph {
     return push(std::move(n));
   }
 
+  /// The output of user function `fn` on the nodes `inputs`, whose forward computed `value`
+  /// (what it saved is given by `set_custom_saved` once the output exists).
+  int add_custom(int fn, int value, std::vector<int> inputs) {
+    node<T> n;
+    n.kind = node_kind::custom;
+    n.a = value;
+    n.index = static_cast<int>(customs_.size());
+    n.sizes = reuse(at(value).sizes);
+    customs_.push_back({fn, std::move(inputs), {}});
+    return push(std::move(n));
+  }
+  void set_custom_saved(int k, std::vector<int> saved) { customs_.at(static_cast<std::size_t>(at(k).index)).saved = std::move(saved); }
+  /// The function call of `custom` node `k`.
+  [[nodiscard]] const custom_call& custom_at(int k) const { return customs_.at(static_cast<std::size_t>(at(k).index)); }
+  /// Replaces `custom` node `k` by its value, a `detach` node (no gradient flows through it):
+  /// once its backward is derived, what a program runs.
+  void lower_custom(int k) {
+    node<T>& n = nodes_.at(static_cast<std::size_t>(k));
+    n.kind = node_kind::pointwise;
+    n.op = ops::table_index<ops::detach_op, T>;
+    n.index = -1;
+  }
+  /// This graph with every `custom` node lowered (its function calls kept for printing).
+  [[nodiscard]] graph lowered() const {
+    graph g = *this;
+    for (std::size_t k = 0; k < g.nodes_.size(); ++k)
+      if (g.nodes_[k].kind == node_kind::custom) g.lower_custom(static_cast<int>(k));
+    return g;
+  }
+  /// Gives node k the shape `sizes[k]` (a shape-generic graph for another call's sizes).
+  void set_sizes(const std::vector<shape>& sizes) {
+    for (std::size_t k = 0; k < nodes_.size() && k < sizes.size(); ++k) nodes_[k].sizes = sizes[k];
+  }
+
   /// Appends a copy of `n` whose operands are already remapped (inputs are renumbered).
   int add_copy(node<T> n) {
+    if (n.kind == node_kind::custom)
+      fusegrad::detail::fail("ir::graph", "a custom node cannot be copied alone (its function call has node ids); "
+                             "expected graphs whose custom nodes are lowered");
     if (n.kind == node_kind::input) n.index = inputs_++;
     return push(std::move(n));
   }
@@ -260,7 +310,8 @@ class graph {
           break;
         case node_kind::expand:
         case node_kind::sum_to: s[k] = n.ref >= 0 ? of(n.ref) : n.sizes; break;
-        case node_kind::call_hook: s[k] = of(n.a); break;
+        case node_kind::call_hook:
+        case node_kind::custom: s[k] = of(n.a); break;
         case node_kind::call: s[k] = n.sizes; break;
       }
     }
@@ -284,10 +335,15 @@ class graph {
       if constexpr (sizeof(T) == 4) mix(std::bit_cast<std::uint32_t>(n.scalar));
       else mix(std::bit_cast<std::uint64_t>(n.scalar));
     }
+    for (const custom_call& c : customs_) {
+      mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.fn)) | (std::uint64_t{c.inputs.size()} << 32));
+      for (int i : c.inputs) mix(static_cast<std::uint32_t>(i));
+      for (int i : c.saved) mix(static_cast<std::uint32_t>(i) ^ 0x9E3779B9U);
+    }
     return h;
   }
   [[nodiscard]] bool same_structure(const graph& o) const noexcept {
-    if (nodes_.size() != o.nodes_.size()) return false;
+    if (nodes_.size() != o.nodes_.size() || customs_ != o.customs_) return false;
     for (std::size_t k = 0; k < nodes_.size(); ++k)
       if (!nodes_[k].same_structure(o.nodes_[k])) return false;
     return true;
@@ -342,6 +398,15 @@ class graph {
           break;
         case node_kind::sum_to: s += "sum_to(" + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")"; break;
         case node_kind::call_hook: s += "call_hook(" + v(n.a) + ", fns[" + std::to_string(n.index) + "])"; break;
+        case node_kind::custom: {
+          const custom_call& c = custom_at(static_cast<int>(i));
+          s += "function '" + std::string(ops::user_function_at<T>(c.fn, "ir::graph").name) + "'(" + v(n.a) + "; inputs";
+          for (int x : c.inputs) s += " " + v(x);
+          s += "; saved";
+          for (int x : c.saved) s += x >= 0 ? " " + v(x) : std::string(" none");
+          s += ")";
+          break;
+        }
         case node_kind::call:
           s += "call(" + v(n.a) + (n.b >= 0 ? ", " + v(n.b) : std::string()) + ", fns[" + std::to_string(n.index) + "]";
           if (static_cast<std::size_t>(n.index) < call_names.size()) s += " '" + call_names[static_cast<std::size_t>(n.index)] + "'";
@@ -404,6 +469,7 @@ class graph {
     return r;
   }
   std::vector<node<T>> nodes_;
+  std::vector<custom_call> customs_;  ///< by a custom node's `index`
   std::vector<shape> spare_;
   int inputs_ = 0;
 };

@@ -112,7 +112,7 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
   std::vector<int> gouts;
   for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
     if (b->given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
-  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks, ir::user_rule<T>(&record_user_rule<T>));
+  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks, tensor_rules<T>());
   const ir::graph<T>& J = b->joint;
   if (choose_saved) {
     if (J.size() > max_joint_nodes) return nullptr;
@@ -207,7 +207,7 @@ std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector
     e->bwd = std::move(b);
     fwd_outs.insert(fwd_outs.end(), e->saved.begin(), e->saved.end());
   }
-  e->fwd.emplace(g, std::move(fwd_outs));
+  e->fwd.emplace(g.lowered(), std::move(fwd_outs));
   return e;
 }
 
@@ -231,11 +231,8 @@ std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const st
   }
   ir::graph<T> g;  // the forward graph, with this call's sizes
   if (fwd) {
-    for (std::size_t k = 0; k < e.fwd_graph.size(); ++k) {
-      ir::node<T> n = e.fwd_graph.nodes()[k];
-      n.sizes = (*fwd)[k];
-      g.add_copy(std::move(n));
-    }
+    g = e.fwd_graph;
+    g.set_sizes(*fwd);
   }
   std::vector<int> saved = e.saved;
   std::shared_ptr<const backward_code<T>> v = derive_backward(e, fwd ? g : e.fwd_graph, given, hooks, saved, /*choose_saved=*/false);

@@ -72,10 +72,12 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
     case node_kind::sum_to: return fusegrad::detail::sum_to(a, ref);
     case node_kind::input:
     case node_kind::call_hook:
-    case node_kind::call: break;
+    case node_kind::call:
+    case node_kind::custom: break;
   }
-  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input ? "an input node has no value to compute"
-                                                                       : "a call node needs the run's functions (ir::run_call)");
+  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input    ? "an input node has no value to compute"
+                                           : n.kind == node_kind::custom ? "a custom node needs its inputs (run_custom)"
+                                                                         : "a call node needs the run's functions (ir::run_call)");
 }
 
 }  // namespace fusegrad::ir

@@ -213,6 +213,13 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         vals[k] = inputs_[static_cast<std::size_t>(n.index)];
         continue;
       }
+      if (n.kind == ir::node_kind::custom) {  // the function again, eagerly, with its tape node
+        const ir::custom_call& c = g_.custom_at(static_cast<int>(k));
+        std::vector<tensor<T>> in;
+        for (int i : c.inputs) in.push_back(vals[static_cast<std::size_t>(i)]);
+        vals[k] = ops::user_function_at<T>(c.fn, "jit").eager(in);
+        continue;
+      }
       const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
       const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
       vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call ? ir::run_call(n, a, b, &calls_, n.sizes)

@@ -128,6 +128,26 @@ class trace final : public recorder<T>, public lazy_source {
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
+  tensor<T> custom(int fn, const tensor<T>& value, const std::vector<tensor<T>>& inputs,
+                   const std::function<std::vector<tensor<T>>(const tensor<T>&)>& saved) override {
+    split_on_grad_mode();
+    const int iv = node_of(value);
+    std::vector<int> in;
+    bool rg = false;
+    for (const tensor<T>& x : inputs) {
+      in.push_back(node_of(x));
+      rg = rg || rg_[static_cast<std::size_t>(in.back())];
+    }
+    const int id = g_.add_custom(fn, iv, std::move(in));
+    rg_.push_back(rg);
+    tensor<T> y = make_lazy(id);
+    if (rg) {  // as eagerly: what to save is asked only of a function whose output needs grad
+      std::vector<int> sv;
+      for (const tensor<T>& x : saved(y)) sv.push_back(x.defined() ? node_of(x) : -1);
+      g_.set_custom_saved(id, std::move(sv));
+    }
+    return y;
+  }
   std::size_t inline_begin() override { return g_.size(); }
   void inline_end(std::size_t from) override {
     if (from > g_.size()) from = 0;  // the graph broke in between: the nodes since

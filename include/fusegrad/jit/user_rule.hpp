@@ -1,10 +1,11 @@
 #pragma once
 /// \file fusegrad/jit/user_rule.hpp
-/// The derivative of a user's element-wise op in a run-time graph (`record_user_rule`, the
-/// `ir::user_rule` of fg::jit): the op's rule is a template over any algebra of values, but the
-/// precompiled runtime knows it only as a function of tensors (ops/user_ops.hpp). So the rule
-/// runs on lazy tensors that stand for the graph's nodes, under a recorder that appends what
-/// it computes to the graph being differentiated, exactly as the tracer records eager code.
+/// The derivative of a user's element-wise op or `fg::function` in a run-time graph
+/// (`record_user_rule`, `record_function_backward`: the rules fg::jit gives `ir::backward`): the
+/// rule is a template over any algebra of values, but the precompiled runtime knows it only as
+/// a function of tensors (ops/user_ops.hpp). So the rule runs on lazy tensors that stand for
+/// the graph's nodes, under a recorder that appends what it computes to the graph being
+/// differentiated, exactly as the tracer records eager code.
 
 #include <string>
 #include <string_view>
@@ -24,7 +25,8 @@ namespace fusegrad::detail::jit {
 template <Element T>
 class rule_recorder final : public recorder<T>, public lazy_source {
  public:
-  rule_recorder(ir::graph<T>& g, std::string_view op) : g_(g), op_(op) {}
+  /// `what` names the rule in errors ("the derivative rule of the user op 'softsign'").
+  rule_recorder(ir::graph<T>& g, std::string what) : g_(g), what_(std::move(what)) {}
   rule_recorder(const rule_recorder&) = delete;
   rule_recorder& operator=(const rule_recorder&) = delete;
 
@@ -41,7 +43,7 @@ class rule_recorder final : public recorder<T>, public lazy_source {
   int node_of(const tensor<T>& t) const {
     const auto& impl = t.raw_impl();
     if (impl && impl->lazy == this) return impl->lazy_node;
-    fail("jit", "the derivative rule of the user op '", op_, "' used a tensor that is not one of its arguments (",
+    fail("jit", what_, " used a tensor that is not one of its arguments (",
          impl ? "a tensor made inside the rule" : "an undefined tensor",
          "); expected element-wise ops and reductions of its arguments and scalars");
   }
@@ -74,6 +76,10 @@ class rule_recorder final : public recorder<T>, public lazy_source {
                  const tensor<T>&, const tensor<T>*, std::uint64_t) override {
     refuse(name);
   }
+  tensor<T> custom(int fn, const tensor<T>&, const std::vector<tensor<T>>&,
+                   const std::function<std::vector<tensor<T>>(const tensor<T>&)>&) override {
+    refuse("the fg::function '" + std::string(ops::user_function_at<T>(fn, "jit").name) + "'");
+  }
   std::size_t inline_begin() override { return g_.size(); }
   void inline_end(std::size_t) override {}
   void accumulate_grad(const tensor<T>&) override {}
@@ -82,11 +88,23 @@ class rule_recorder final : public recorder<T>, public lazy_source {
 
  private:
   [[noreturn]] void refuse(std::string_view why) const {
-    fail("jit", "the derivative rule of the user op '", op_, "' needs ", why,
+    fail("jit", what_, " needs ", why,
          ", which a run-time graph cannot record; expected element-wise ops and reductions of its arguments");
   }
   ir::graph<T>& g_;
-  std::string_view op_;
+  std::string what_;
+};
+
+/// While it lives, the ops of this thread go to `r` and record nothing on the tape; what was
+/// active before is restored on any exit.
+template <Element T>
+struct rule_scope {
+  recorder<T>* before = active_recorder<T>();
+  no_grad off;
+  explicit rule_scope(rule_recorder<T>& r) { active_recorder<T>() = &r; }
+  ~rule_scope() { active_recorder<T>() = before; }
+  rule_scope(const rule_scope&) = delete;
+  rule_scope& operator=(const rule_scope&) = delete;
 };
 
 /// `ir::user_rule` for fg::jit: appends to `g` the gradient of operand `operand` of node `k`
@@ -95,18 +113,35 @@ template <Element T>
 int record_user_rule(ir::graph<T>& g, int k, int operand, int gk) {
   const ir::node<T> n = g.at(k);  // a copy: appending may reallocate
   const ops::user_op<T>& u = ops::user_op_at<T>(n.op, "jit");
-  rule_recorder<T> r(g, u.name);
+  rule_recorder<T> r(g, "the derivative rule of the user op '" + std::string(u.name) + "'");
   const tensor<T> a = r.lazy(n.a), b = n.b >= 0 ? r.lazy(n.b) : tensor<T>{}, y = r.lazy(k), grad = r.lazy(gk);
-  struct active {  // the rule's ops go to `r`, without recording on the tape; restored on any exit
-    recorder<T>* before = active_recorder<T>();
-    no_grad off;
-    explicit active(recorder<T>* now) { active_recorder<T>() = now; }
-    ~active() { active_recorder<T>() = before; }
-    active(const active&) = delete;
-    active& operator=(const active&) = delete;
-  } scope(&r);
+  const rule_scope<T> scope(r);
   const tensor<T> d = u.rule(n.scalar, operand, a, n.b >= 0 ? &b : nullptr, y, grad);
   return d.defined() ? r.node_of(d) : -1;
+}
+
+/// `ir::custom_rule` for fg::jit: appends to `g` the backward of the user function whose
+/// output is node `k` (its gradient `gk`), by running `F::backward` on tensors standing for
+/// what it saved, under a `rule_recorder`; returns each input's gradient node (-1: none).
+template <Element T>
+std::vector<int> record_function_backward(ir::graph<T>& g, int k, int gk) {
+  const ir::custom_call call = g.custom_at(k);  // a copy: appending may reallocate
+  const ops::user_function<T>& f = ops::user_function_at<T>(call.fn, "jit");
+  rule_recorder<T> r(g, "the backward of the fg::function '" + std::string(f.name) + "'");
+  std::vector<tensor<T>> saved;
+  for (int s : call.saved) saved.push_back(s >= 0 ? r.lazy(s) : tensor<T>{});
+  const tensor<T> grad = r.lazy(gk);
+  const rule_scope<T> scope(r);
+  const std::vector<tensor<T>> d = f.backward(saved, grad);
+  std::vector<int> out;
+  for (const tensor<T>& x : d) out.push_back(x.defined() ? r.node_of(x) : -1);
+  return out;
+}
+
+/// The rules fg::jit gives `ir::backward` for user ops and functions.
+template <Element T>
+ir::tensor_rules<T> tensor_rules() {
+  return {&record_user_rule<T>, &record_function_backward<T>};
 }
 
 }  // namespace fusegrad::detail::jit

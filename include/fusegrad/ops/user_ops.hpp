@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "fusegrad/core/element.hpp"
 #include "fusegrad/core/error.hpp"
@@ -43,6 +44,7 @@ concept TraceableUserOp = !TableOp<Op, T> && (UnaryOp<Op, T> || BinaryOp<Op, T>)
 /// What the run-time IR knows of a user's op (see this header's comment).
 template <Element T>
 struct user_op {
+  static constexpr std::string_view kind = "user element-wise ops";
   std::string_view name;
   bool binary = false;
   bool has_scalar = false;      ///< the op holds one scalar (the node's `scalar`)
@@ -58,32 +60,53 @@ struct user_op {
                     const tensor<T>& g) = nullptr;
 };
 
+
+/// What the run-time IR knows of a user's `fg::function<F>` (fusegrad/eager/function.hpp): a
+/// traced graph holds F's forward as the ops it ran and one `custom` node for its output,
+/// whose gradient this record's `backward` gives.
+template <Element T>
+struct user_function {
+  static constexpr std::string_view kind = "fg::functions";
+  std::string_view name;
+  int inputs = 0;
+  /// `F::backward`: the gradient of each input (undefined: none) from the saved tensors, in
+  /// the order `setup_context` saved them, and the output's gradient.
+  std::vector<tensor<T>> (*backward)(const std::vector<tensor<T>>& saved, const tensor<T>& grad) = nullptr;
+  /// `fg::function<F>::apply` on computed inputs, with its tape node (a graph run node by node).
+  tensor<T> (*eager)(const std::vector<tensor<T>>& inputs) = nullptr;
+};
+
 }  // namespace fusegrad::ops
 
 namespace fusegrad::detail {
-/// The user ops met so far, by number: appended under a lock, read without one (an entry is
-/// published before the count that makes it visible).
-template <Element T>
-struct user_op_registry {
+/// The records of one kind (user ops, user functions) met so far, by number: appended under a
+/// lock, read without one (an entry is published before the count that makes it visible).
+template <class Record>
+struct record_registry {
   static constexpr int capacity = 4096;
-  std::array<const ops::user_op<T>*, capacity> entries{};
+  std::array<const Record*, capacity> entries{};
   std::atomic<int> count{0};
   std::mutex append;
 
-  static user_op_registry& get() {
-    static user_op_registry r;
+  static record_registry& get() {
+    static record_registry r;
     return r;
   }
-  int add(const ops::user_op<T>* op) {
+  /// The number of `r` (a record with static storage: its address is its identity).
+  int add(const Record* r) {
     std::lock_guard lock(append);
     const int n = count.load(std::memory_order_relaxed);
     for (int k = 0; k < n; ++k)
-      if (entries[static_cast<std::size_t>(k)] == op) return k;
-    if (n == capacity)
-      fail("jit", "a program traced more than ", capacity, " different user element-wise ops; expected at most that many");
-    entries[static_cast<std::size_t>(n)] = op;
+      if (entries[static_cast<std::size_t>(k)] == r) return k;
+    if (n == capacity) fail("jit", "a program traced more than ", capacity, " different ", Record::kind, "; expected at most that many");
+    entries[static_cast<std::size_t>(n)] = r;
     count.store(n + 1, std::memory_order_release);
     return n;
+  }
+  /// Record `k`, null when none has that number.
+  const Record* find(int k) const noexcept {
+    if (k < 0 || k >= count.load(std::memory_order_acquire)) return nullptr;
+    return entries[static_cast<std::size_t>(k)];
   }
 };
 }  // namespace fusegrad::detail
@@ -94,16 +117,25 @@ namespace fusegrad::ops {
 /// op's identity), numbering it on first use.
 template <Element T>
 int user_op_index(const user_op<T>& op) {
-  return table_size<T> + fusegrad::detail::user_op_registry<T>::get().add(&op);
+  return table_size<T> + fusegrad::detail::record_registry<user_op<T>>::get().add(&op);
 }
 
 /// The user op numbered `op` (at least `table_size<T>`), null when no op has that number.
 template <Element T>
 const user_op<T>* find_user_op(int op) noexcept {
-  auto& r = fusegrad::detail::user_op_registry<T>::get();
-  const int k = op - table_size<T>;
-  if (k < 0 || k >= r.count.load(std::memory_order_acquire)) return nullptr;
-  return r.entries[static_cast<std::size_t>(k)];
+  return fusegrad::detail::record_registry<user_op<T>>::get().find(op - table_size<T>);
+}
+
+/// The IR's number of user function `f` (a `user_function<T>` with static storage).
+template <Element T>
+int user_function_index(const user_function<T>& f) {
+  return fusegrad::detail::record_registry<user_function<T>>::get().add(&f);
+}
+/// The user function numbered `k`; an error naming `where` when there is none.
+template <Element T>
+const user_function<T>& user_function_at(int k, std::string_view where) {
+  if (const user_function<T>* f = fusegrad::detail::record_registry<user_function<T>>::get().find(k)) return *f;
+  fusegrad::detail::fail(where, "function number ", k, " is not an fg::function this program applied");
 }
 
 /// The user op numbered `op`; an error naming `where` when there is none.
@@ -111,7 +143,7 @@ template <Element T>
 const user_op<T>& user_op_at(int op, std::string_view where) {
   if (const user_op<T>* u = find_user_op<T>(op)) return *u;
   fusegrad::detail::fail(where, "op number ", op, " is neither a built-in nor a user op this program applied; expected ",
-                         "0 <= op < ", table_size<T> + fusegrad::detail::user_op_registry<T>::get().count.load());
+                         "0 <= op < ", table_size<T> + fusegrad::detail::record_registry<user_op<T>>::get().count.load());
 }
 
 }  // namespace fusegrad::ops
