@@ -93,8 +93,11 @@ index_t part_length(std::string_view op, const E& e) {
       constexpr bool data = is_data_v<std::remove_cvref_t<decltype(leaf)>>;
       if (n < 0) n = leaf.count, n_data = data;
       else if (n != leaf.count)
-        fail(op, "an element-wise part of the function combines ", n_data ? "data (fg::data)" : "a range", " of ", n,
-             " elements and ", data ? "data (fg::data)" : "a range", " of ", leaf.count,
+        fail(op, "an element-wise part of the function combines ranges of ", n, " and ", leaf.count, " elements",
+             n_data && data ? " (both data, fg::data)"
+             : n_data       ? " (the first: data, fg::data)"
+             : data         ? " (the second: data, fg::data)"
+                            : "",
              "; expected equal lengths (fg::slice takes a part of a range; x[i], one element, is a scalar that "
              "broadcasts)");
     }
