@@ -1,7 +1,7 @@
 // The functional transforms (docs/functional.md): gradients of scalar functions and of
 // functions of ranges, forward mode, Hessian-vector products, and Newton's method on the
 // 16-dimensional Rosenbrock function with fg::grad and fg::hessian; maximum likelihood with
-// fg::normal_lpdf; and on eager tensors, a
+// fg::normal_lpdf; a Jacobian of an output built with fg::concat; and on eager tensors, a
 // gradient-penalty step with fg::autograd::grad(..., {.create_graph = true}). Run by the
 // suite (example_functional): it fails unless Newton converges to (1, ..., 1) and the
 // penalty's gradient matches finite differences.
@@ -121,6 +121,25 @@ int main() {
     // [functional-hvp]
     std::printf("(H v)[0] = %.3f\n", hv[0]);
     if (std::abs(hv[0] - (1200 * 0.25 - 400 * 0.5 + 2 - 400 * 0.5)) > 1e-9) return 1;
+  }
+  {
+    // [functional-jacobian]
+    // f: R^3 -> R^4, f(x) = [x0 x1, x1 x2, sin(x2), x0 + x1 + x2]: x[i] is one element (a
+    // scalar), fg::concat builds the output from parts of any lengths
+    auto f = [](const auto& x) { return fg::concat(x[0] * x[1], x[1] * x[2], fg::sin(x[2]), fg::sum(x)); };
+    const std::vector<double> x{0.5, -1.25, 2.0};
+    const std::vector<double> j = fg::jacobian(f)(x);  // 4 x 3, row-major: one jvp per column
+    // [functional-jacobian]
+    std::printf("Jacobian row 0: %.6f %.6f %.6f\n", j[0], j[1], j[2]);
+    const double expect[12] = {x[1], x[0], 0, 0, x[2], x[1], 0, 0, std::cos(x[2]), 1, 1, 1};
+    for (int k = 0; k < 12; ++k)
+      if (j.size() != 12 || std::abs(j[k] - expect[k]) > 1e-15) return 1;
+    // [functional-broadcast]
+    // x[0] broadcast over x: sum(x0 x) + x2 x3, its gradient summed into element 0
+    auto g = fg::grad([](const auto& x) { return fg::sum(x[0] * x) + x[2] * x[3]; })(std::array{1.0, 2.0, 3.0, 4.0});
+    // g = {sum(x) + x0, x0 + 0, x0 + x3, x0 + x2} = {11, 1, 5, 4}
+    // [functional-broadcast]
+    if (g != std::array{11.0, 1.0, 5.0, 4.0}) return 1;
   }
   {
     std::vector<double> data(10000);

@@ -374,10 +374,18 @@ TEST_CASE("the caller-provided-output forms allocate nothing") {
   std::vector<double> p(16, 0.5), hv(16), dir(16, 1.0);
   auto vg = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<float>(gx), std::span<float>(gy));
   auto h = fg::hvp(rosenbrock);
+  // data (fg::data) with scalar arguments only, and an element x[i]: the span engine, into a
+  // caller's outputs
+  double gs = 0, gr = 0;
+  auto vd = fg::value_and_grad([&y](auto s, auto r) { return fg::exp(-r) * fg::mean(fg::relu(s * fg::data(y) - 1.0)); },
+                               fg::argnums<0, 1>).into(gs, gr);
+  std::vector<double> gp(16);
+  auto ve = fg::value_and_grad([](const auto& x) { return fg::sum(x[0] * x); }).into(std::span<double>(gp));
   float v = vg(x, y);  // warm-up
   const long before = allocations.load();
   for (int r = 0; r < 10; ++r) {
     v += vg(std::span<const float>(x), std::span<const float>(y));
+    v += vd(0.75f, 0.05f) + ve(p) * 0;
     h.into(hv)(p, dir);
     v += static_cast<float>(fg::grad([](auto a, auto b) { return a * fg::exp(b); }, fg::argnums<1>)(1.5, 0.5));
   }

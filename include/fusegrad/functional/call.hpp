@@ -47,12 +47,28 @@ struct argnums_t {
 template <std::size_t... I>
 inline constexpr argnums_t<I...> argnums{};
 
+/// A range as data inside a transformed function (`fg::data(draws)`): it enters the
+/// expression element-wise, as a range argument does, and is not differentiated (no gradient,
+/// no tangent). Use it on a range the function captures (Monte Carlo draws, observations), or
+/// pass it as an argument. It holds a pointer to the elements: the range must outlive the
+/// transform's call.
+template <class R>
+  requires range_source<std::remove_cvref_t<R>>::value
+auto data(R&& r) {
+  static_assert(std::is_lvalue_reference_v<R> || std::ranges::borrowed_range<R>,
+                "fusegrad::data: the range is a temporary and would dangle; name it first (fg::data holds a "
+                "pointer to its elements)");
+  using S = range_source<std::remove_cvref_t<R>>;
+  return data_arg<typename S::element_type>{{}, S::data(r), 0, S::size(r)};
+}
+
 namespace detail::fn {
 
 enum class arg_kind { pass, scalar, value, range };
 template <class A>
 constexpr arg_kind kind_of() {
   if constexpr (Element<A>) return arg_kind::scalar;
+  else if constexpr (is_data_v<A>) return arg_kind::pass;  // `fg::data(z)` as an argument: handed on
   else if constexpr (range_source<A>::value) return arg_kind::range;
   else if constexpr (Operand<A>) return arg_kind::value;
   else return arg_kind::pass;
@@ -135,6 +151,19 @@ constexpr auto expression(const F& f, const A&... a) {
                   "fusegrad: a transformed function must return a value computed with fusegrad's ops from "
                   "its arguments (one scalar, or one element-wise value over its range arguments)");
     return e;
+  }
+}
+
+/// Whether `f` on `a...` runs on the span engine: with a range argument, and also with scalar
+/// arguments only when its expression reads data (`fg::data`) or is an output built by
+/// `fg::concat`.
+template <class F, class... A>
+constexpr bool span_form() {
+  if constexpr (any_range<A...>) return true;
+  else if constexpr (std::is_void_v<elem_t<A...>>) return false;
+  else {
+    using E = decltype(expression<elem_t<A...>>(std::declval<const F&>(), std::declval<const A&>()...));
+    return reads_data<E>() || is_concat_v<E>;
   }
 }
 

@@ -79,6 +79,12 @@ struct batch_ctx {
     if constexpr (Full) return load_comps<Vb>(sl.src, a.offset + pos);
     else return load_head_comps<true, Vb>(sl.src, a.offset + pos, rem);  // padded with the first valid lane
   }
+  /// Data: loaded as a range argument is, with masked tails; its tangents are zero.
+  Vb leaf(const data_arg<T>& d) const {
+    const T* src[n_comp<Vs>] = {d.ptr + d.offset};
+    if constexpr (Full) return load_comps<Vb>(src, pos);
+    else return load_head_comps<true, Vb>(src, pos, rem);
+  }
   Vb constant(T x) const { return lift<Vb>(x); }
   template <int B, class H>
   Vb hoisted(const H&) const { return hoisted_values[B]; }
@@ -94,6 +100,14 @@ struct upper_ctx {
   const range_stat_rec<T>* rst = nullptr;  ///< per mark: a statistic of a range's sums
   template <std::size_t I>
   Vs leaf(const scalar_arg<I, T>&) const { return std::get<I>(slots).s; }
+  /// An element of a range argument, with its tangents (zero where the range has none).
+  template <std::size_t I>
+  Vs element(const element_arg<I, T>& a) const {
+    const auto& sl = std::get<I>(slots);
+    T c[n_comp<Vs>];
+    for (int k = 0; k < n_comp<Vs>; ++k) c[k] = sl.src[k] ? sl.src[k][a.i] : T(0);
+    return from_comps<Vs>(c);
+  }
   Vs constant(T x) const { return lift<Vs>(x); }
   template <int B, class R>
   Vs reduction(const R&) const { return red[B]; }
@@ -136,6 +150,18 @@ struct upper_sink {
   template <std::size_t I, class T, class G>
   constexpr upper_sink leaf(const scalar_arg<I, T>&, const G& g) const {
     st->arg[I] = st->arg[I] + g;
+    return *this;
+  }
+  /// Adds the adjoint of element `a.i` of a range argument to that element of its gradient
+  /// (whose array the engine zeroed first).
+  template <std::size_t I, class T, class G>
+  upper_sink element(const element_arg<I, T>& a, const G& g) const {
+    static_assert(!std::is_same_v<Rg, no_ranges>, "fusegrad (internal): a range's gradient without its array");
+    constexpr int nc = n_comp<std::remove_cvref_t<G>>;
+    T c[nc];
+    to_comps(g, c);
+    for (int k = 0; k < nc; ++k)
+      if (T* d = rg.out[I * nc + k]) d[a.i] += c[k];
     return *this;
   }
   template <int B, class R, class G>
@@ -247,7 +273,17 @@ constexpr std::uint64_t range_stat_args() {
     }(std::make_index_sequence<arity_v<E>>{});
 }
 
-/// Calls `fn(leaf)` for each argument leaf of `e`.
+/// The arguments `E` reads single elements of (`x[i]`).
+template <class E>
+constexpr std::uint64_t element_args() {
+  if constexpr (is_element_v<E>) return info<E>::args;
+  else
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (std::uint64_t{0} | ... | element_args<child_t<E, J>>());
+    }(std::make_index_sequence<arity_v<E>>{});
+}
+
+/// Calls `fn(leaf)` for each argument leaf of `e` (and each leaf of data).
 template <class E, class Fn>
 constexpr void each_leaf(const E& e, Fn&& fn) {
   if constexpr (is_arg_v<E>) fn(e);

@@ -61,8 +61,38 @@ struct info<span_arg<I, T>> {
   static constexpr bool elementwise = true;
   static constexpr int reds = 0;
 };
+template <std::size_t I, class T>
+struct info<element_arg<I, T>> {
+  static_assert(I < 64, "fusegrad: a transformed function takes at most 64 arguments");
+  static constexpr std::uint64_t args = std::uint64_t{1} << I;
+  static constexpr bool elementwise = false;
+  static constexpr int reds = 0;
+};
+template <class T>
+struct info<data_arg<T>> {
+  static constexpr std::uint64_t args = 0;
+  static constexpr bool elementwise = true;
+  static constexpr int reds = 0;
+};
+template <class E> inline constexpr bool is_concat_v = false;
+template <class... P> inline constexpr bool is_concat_v<concat_expr<P...>> = true;
+/// An operand that is not an output built by `fg::concat` (whose parts the transforms run one by one).
+template <class E>
+constexpr bool not_concat() {
+  static_assert(!is_concat_v<E>,
+                "fusegrad::concat builds a transformed function's output: return it, and apply ops (and "
+                "reductions) to its parts instead");
+  return true;
+}
+template <class... P>
+struct info<concat_expr<P...>> {
+  static constexpr std::uint64_t args = (info<P>::args | ...);
+  static constexpr bool elementwise = true;
+  static constexpr int reds = 0;
+};
 template <class... A>
 struct info_of_args {
+  static_assert((not_concat<A>() && ...));
   static constexpr std::uint64_t args = (info<A>::args | ...);
   static constexpr bool elementwise = (info<A>::elementwise || ...);
   static constexpr int reds = (info<A>::reds + ...);
@@ -77,6 +107,7 @@ template <class F, class Fwd, class... A>
 struct info<custom_expr<F, Fwd, A...>> : info_of_args<A...> {};
 template <reduce_op K, reduce_axis X, class A>
 struct info<reduce_expr<K, X, A>> {
+  static_assert(not_concat<A>());
   static_assert(X == reduce_axis::all && K != reduce_op::max,
                 "fusegrad: the functional transforms reduce with fg::sum and fg::mean over all elements; "
                 "a reduction over one dim, or a max, needs fg::compile");
@@ -104,9 +135,16 @@ inline constexpr bool is_range_stat_v<range_stat_expr<R, I, T, M, S>> = true;
 
 template <class E> inline constexpr bool is_constant_v = false;
 template <class T> inline constexpr bool is_constant_v<constant_arg<T>> = true;
+template <class E> inline constexpr bool is_data_v = false;
+template <class T> inline constexpr bool is_data_v<data_arg<T>> = true;
+template <class E> inline constexpr bool is_element_v = false;
+template <std::size_t I, class T> inline constexpr bool is_element_v<element_arg<I, T>> = true;
+/// The leaves a context loads (`c.leaf(x)`): arguments and data (which has no gradient: no sink
+/// is handed it).
 template <class E> inline constexpr bool is_arg_v = false;
 template <std::size_t I, class T> inline constexpr bool is_arg_v<scalar_arg<I, T>> = true;
 template <std::size_t I, class T> inline constexpr bool is_arg_v<span_arg<I, T>> = true;
+template <class T> inline constexpr bool is_arg_v<data_arg<T>> = true;
 template <class R> inline constexpr reduce_op red_kind_v = reduce_op::sum;
 template <reduce_op K, reduce_axis X, class A> inline constexpr reduce_op red_kind_v<reduce_expr<K, X, A>> = K;
 template <class E> inline constexpr bool is_real_reduction_v = false;
@@ -131,6 +169,19 @@ struct children<range_stat_expr<R, I, T, M, S>> {  // (its range is not a child:
   using type = std::tuple<M, S>;
 };
 template <class E> using children_t = typename children<E>::type;
+/// Whether `E` reads data (`fg::data`): then the transforms run it on the span engine, also when
+/// every argument is a scalar.
+template <class E>
+constexpr bool reads_data() {
+  if constexpr (is_data_v<E>) return true;
+  else if constexpr (is_concat_v<E>)
+    return []<class... P>(std::type_identity<concat_expr<P...>>) { return (reads_data<P>() || ...); }(
+        std::type_identity<E>{});
+  else
+    return []<std::size_t... K>(std::index_sequence<K...>) {
+      return (false || ... || reads_data<std::tuple_element_t<K, typename children<E>::type>>());
+    }(std::make_index_sequence<std::tuple_size_v<typename children<E>::type>>{});
+}
 template <class E> inline constexpr std::size_t arity_v = std::tuple_size_v<children_t<E>>;
 template <class E, std::size_t J> using child_t = std::tuple_element_t<J, children_t<E>>;
 
@@ -281,6 +332,7 @@ constexpr auto fwd(const C& c, const E& e) {
   if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value)};
   else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e)};
   else if constexpr (C::hoisting && hoistable_v<E>) return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
+  else if constexpr (is_element_v<E>) return vt<decltype(c.element(e))>{c.element(e)};
   else if constexpr (is_real_reduction_v<E>)
     return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e)};
   else if constexpr (is_range_stat_v<E>) {  // the statistics from the context; the value from them
@@ -352,6 +404,7 @@ template <int B, class S, class E, class VT, class G>
   if constexpr (!wanted<S, E> || is_constant_v<E>) return s;
   else if constexpr (is_arg_v<E>) return s.leaf(e, g);
   else if constexpr (S::hoisting && hoistable_v<E>) return s.template hoisted<B>(e, g);
+  else if constexpr (is_element_v<E>) return s.element(e, g);
   else if constexpr (is_real_reduction_v<E>) return s.template reduction<B>(e, g);
   else if constexpr (is_range_stat_v<E>) {
     // the parameters' adjoints in closed form, the range's through the sink (written whole)

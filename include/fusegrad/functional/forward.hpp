@@ -30,7 +30,27 @@ using kept_t = std::conditional_t<Element<A> || std::ranges::view<A>, A, const A
 template <class V, class A, class Tn>
 constexpr auto tangent_of(const A& a, const Tn& t) {
   if constexpr (kind_v<A> == arg_kind::pass) return a;
+  else if constexpr (std::is_same_v<Tn, no_tangent>) return dual<V>{arg_value<V>(a), zero_like(arg_value<V>(a))};
   else return dual<V>{arg_value<V>(a), arg_value<V>(t)};
+}
+
+/// Argument `K`'s tangent from those of the selected arguments (`argnums` order): its own,
+/// or none.
+template <std::size_t K, std::size_t... I, class Tn>
+constexpr decltype(auto) tangent_for(argnums_t<I...>, const Tn& t) {
+  constexpr std::size_t j = [] {
+    std::size_t r = sizeof...(I), q = 0;
+    ((I == K && r == sizeof...(I) ? r = q : 0, ++q), ...);
+    return r;
+  }();
+  if constexpr (j == sizeof...(I)) return no_tangent{};
+  else return (std::get<j>(t));
+}
+template <std::size_t N, class Nums, class Tn>
+constexpr auto full_tangents(Nums nums, const Tn& t) {
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return std::tuple<decltype(tangent_for<K>(nums, t))...>{tangent_for<K>(nums, t)...};
+  }(std::make_index_sequence<N>{});
 }
 }  // namespace detail::fn
 
@@ -47,7 +67,7 @@ constexpr auto jvp(const F& f, const P& primals, const Tn& tangents) {
             [&](const auto&... t) {
               static_assert(sizeof...(a) == sizeof...(t), "fusegrad::jvp: give one tangent per primal");
               using T = elem_t<std::remove_cvref_t<decltype(a)>...>;
-              if constexpr (!any_range<std::remove_cvref_t<decltype(a)>...>) {
+              if constexpr (!span_form<F, std::remove_cvref_t<decltype(a)>...>()) {
                 using V = typename decltype(value_kind<T, std::remove_cvref_t<decltype(a)>...>())::type;
                 auto y = scalar_value_and_grad<0>(f, T(1), tangent_of<V>(a, t)...).first;
                 return std::pair{unwrap(y.p), unwrap(y.t)};
@@ -59,11 +79,11 @@ constexpr auto jvp(const F& f, const P& primals, const Tn& tangents) {
                   const Vs y = span_run<false, 0, Vs>("jvp", e, slots, Vs{}, nullptr, nullptr, nullptr, nullptr);
                   return std::pair{y.p.v, y.t.v};
                 } else {
-                  const index_t n = part_length("jvp", e);
+                  const index_t n = output_length("jvp", e);
                   std::pair<std::vector<T>, std::vector<T>> r{std::vector<T>(static_cast<std::size_t>(n)),
                                                               std::vector<T>(static_cast<std::size_t>(n))};
                   T* y[2] = {r.first.data(), r.second.data()};
-                  span_run<false, 0, Vs>("jvp", e, slots, Vs{}, nullptr, nullptr, y, nullptr);
+                  output_forward<Vs>("jvp", e, slots, y);
                   return r;
                 }
               }
@@ -71,6 +91,22 @@ constexpr auto jvp(const F& f, const P& primals, const Tn& tangents) {
             as_tuple(tangents));
       },
       as_tuple(primals));
+}
+
+/// `fg::jvp` with tangents for the arguments in `argnums` only (`tangents`: one per selected
+/// argument, in `argnums` order); the others are data: no tangent, none given (a range of
+/// observations needs no zero vector of its length).
+template <class F, std::size_t... I, class P, class Tn>
+constexpr auto jvp(const F& f, argnums_t<I...> nums, const P& primals, const Tn& tangents) {
+  using namespace detail::fn;
+  using Pt = std::remove_cvref_t<decltype(as_tuple(primals))>;
+  using Tt = std::remove_cvref_t<decltype(as_tuple(tangents))>;
+  static_assert(std::tuple_size_v<Tt> == sizeof...(I), "fusegrad::jvp: give one tangent per argument in argnums");
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    if constexpr (!check_selected<argnums_t<I...>::mask, std::remove_cvref_t<std::tuple_element_t<K, Pt>>...>())
+      return;  // (its static_assert says why)
+    else return jvp(f, primals, full_tangents<sizeof...(K)>(nums, as_tuple(tangents)));
+  }(std::make_index_sequence<std::tuple_size_v<Pt>>{});
 }
 
 /// `{f(primals...), pullback}` (JAX's `jax.vjp`): `pullback(ybar)` is the gradient of
@@ -90,7 +126,7 @@ auto vjp(const F& f, const A&... a) {
     return std::apply(
         [&](const auto&... x) {
           const auto e = expression<T>(f, x...);
-          if constexpr (!any_range<A...>) {
+          if constexpr (!span_form<F, A...>()) {
             return std::apply([](const auto&... g) {
               if constexpr (sizeof...(g) == 1) return (g, ...);
               else return std::tuple{g...};
@@ -111,8 +147,20 @@ auto vjp(const F& f, const A&... a) {
               }(), ...);
             }(std::index_sequence_for<A...>{});
             if constexpr (info<E>::elementwise) {
-              const T* yb[1] = {range_source<std::remove_cvref_t<decltype(ybar)>>::data(ybar)};
-              span_run<true, all, Vs>("vjp", e, slots, Vs{}, gout, sadj, nullptr, yb);
+              using Yb = std::remove_cvref_t<decltype(ybar)>;
+              const index_t m = output_length("vjp", e);
+              if (range_source<Yb>::size(ybar) != m)
+                detail::fail("vjp", "a cotangent of ", range_source<Yb>::size(ybar), " elements for an output of ", m,
+                     "; expected as many as the output");
+              index_t gsize[sizeof...(A)] = {};
+              [&]<std::size_t... I>(std::index_sequence<I...>) {
+                ((gsize[I] = [&] {
+                   if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> == arg_kind::range)
+                     return std::get<I>(slots).size;
+                   else return index_t{0};
+                 }()), ...);
+              }(std::index_sequence_for<A...>{});
+              output_backward<all, Vs>("vjp", e, slots, gout, gsize, sadj, range_source<Yb>::data(ybar));
             } else {
               span_run<true, all, Vs>("vjp", e, slots, lift<Vs>(static_cast<T>(ybar)), gout, sadj, nullptr, nullptr);
             }
@@ -128,16 +176,16 @@ auto vjp(const F& f, const A&... a) {
         },
         args);
   };
-  if constexpr (!any_range<A...>) {
+  if constexpr (!span_form<F, A...>()) {
     return std::pair{scalar_value_and_grad<0>(f, T(1), a...).first, pullback};
   } else {
     const std::tuple slots{make_slot<Vs>(a, no_tangent{})...};
     if constexpr (!info<E>::elementwise) {
       return std::pair{span_run<false, 0, Vs>("vjp", e, slots, Vs{}, nullptr, nullptr, nullptr, nullptr).v, pullback};
     } else {
-      std::vector<T> y(static_cast<std::size_t>(part_length("vjp", e)));
+      std::vector<T> y(static_cast<std::size_t>(output_length("vjp", e)));
       T* yo[1] = {y.data()};
-      span_run<false, 0, Vs>("vjp", e, slots, Vs{}, nullptr, nullptr, yo, nullptr);
+      output_forward<Vs>("vjp", e, slots, yo);
       return std::pair{std::move(y), pullback};
     }
   }
@@ -154,7 +202,7 @@ struct hvp_fn {
   constexpr auto operator()(const X& x, const Vt& v, const R&... rest) const {
     using namespace detail::fn;
     using T = elem_t<X, R...>;
-    if constexpr (!any_range<X, R...>) {
+    if constexpr (!span_form<F, X, R...>()) {
       using V = typename decltype(value_kind<T, X, R...>())::type;
       const auto g = scalar_value_and_grad<1>(f, T(1), dual<V>{arg_value<V>(x), arg_value<V>(v)}, rest...).second;
       return unwrap(std::get<0>(g).t);

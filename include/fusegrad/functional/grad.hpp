@@ -108,7 +108,7 @@ struct value_and_grad_fn {
     using namespace detail::fn;
     constexpr std::uint64_t mask = mask_of(Nums{});
     if constexpr (!check_selected<mask, A...>()) return;  // (its static_assert says why)
-    else if constexpr (!any_range<A...>) {
+    else if constexpr (!span_form<F, A...>()) {
       auto [v, g] = scalar_value_and_grad<mask>(f, elem_t<A...>(1), a...);
       return std::pair{v, pick(Nums{}, g)};
     } else {
@@ -129,7 +129,7 @@ struct value_and_grad_fn {
       using namespace detail::fn;
       constexpr std::uint64_t mask = mask_of(Nums{});
       if constexpr (!check_selected<mask, std::remove_cvref_t<decltype(a)>...>()) return;  // (its static_assert says why)
-      else if constexpr (!any_range<std::remove_cvref_t<decltype(a)>...>) {
+      else if constexpr (!span_form<F, std::remove_cvref_t<decltype(a)>...>()) {
         const auto r = scalar_value_and_grad<mask>(f, elem_t<decltype(a)...>(1), a...);
         [&]<std::size_t... I>(argnums_t<I...>) {
           [&]<std::size_t... J>(std::index_sequence<J...>) { ((std::get<J>(outs) = std::get<I>(r.second)), ...); }(

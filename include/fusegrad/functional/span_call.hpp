@@ -76,8 +76,8 @@ auto make_slot(const A& a, const Tan& tan, std::string_view op = "jvp") {
     return sl;
   } else {
     static_assert(kind_v<A> != arg_kind::value,
-                  "fusegrad: a function of ranges cannot be differentiated again by an enclosing transform; "
-                  "use fg::hvp, fg::hessian or fg::jacobian on it");
+                  "fusegrad: a function of ranges (or one reading fg::data, or returning fg::concat) cannot be "
+                  "differentiated again by an enclosing transform; use fg::hvp, fg::hessian or fg::jacobian on it");
     return pass_slot{};
   }
 }
@@ -87,12 +87,19 @@ auto make_slot(const A& a, const Tan& tan, std::string_view op = "jvp") {
 template <class E>
 index_t part_length(std::string_view op, const E& e) {
   index_t n = -1;
+  bool n_data = false;
   each_leaf(e, [&](const auto& leaf) {
     if constexpr (requires { leaf.count; }) {
-      if (n < 0) n = leaf.count;
+      constexpr bool data = is_data_v<std::remove_cvref_t<decltype(leaf)>>;
+      if (n < 0) n = leaf.count, n_data = data;
       else if (n != leaf.count)
-        fail(op, "an element-wise part of the function combines ranges of ", n, " and ", leaf.count,
-             " elements; expected equal lengths (fg::slice takes a part of a range)");
+        fail(op, "an element-wise part of the function combines ranges of ", n, " and ", leaf.count, " elements",
+             n_data && data ? " (both data, fg::data)"
+             : n_data       ? " (the first: data, fg::data)"
+             : data         ? " (the second: data, fg::data)"
+                            : "",
+             "; expected equal lengths (fg::slice takes a part of a range; x[i], one element, is a scalar that "
+             "broadcasts)");
     }
   });
   return n < 0 ? 0 : n;
@@ -117,12 +124,14 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
   for (std::size_t i = 0; i < NA; ++i) add[i] = !one_pass;
   each_leaf(e, [&](const auto& leaf) {
     using L = std::remove_cvref_t<decltype(leaf)>;
-    if constexpr (requires { leaf.count; }) {
+    if constexpr (requires { leaf.count; } && !is_data_v<L>) {
       seen[L::index] = true;
       if (leaf.offset != 0 || leaf.count != std::get<L::index>(slots).size) add[L::index] = true;
     }
   });
-  for (std::size_t i = 0; i < NA; ++i) add[i] = add[i] || !seen[i];
+  // an argument read by element (`x[i]`) gets those elements' adjoints added after the pass
+  constexpr std::uint64_t elems = element_args<E>();
+  for (std::size_t i = 0; i < NA; ++i) add[i] = add[i] || !seen[i] || ((elems >> i) & 1);
   // a statistic of a range adds its range's gradient after (or between) the passes
   each_range_stat<0>(e, [&](auto, const auto& r) { add[std::remove_cvref_t<decltype(r.x)>::index] = true; });
   return first < 0 ? 0 : first;
@@ -130,11 +139,13 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
 
 /// Runs `e` on the span engine: returns its value (a scalar output), and with `Back` the
 /// adjoints, seeded with `seed` (or `ybar`, an element-wise output's cotangent), of the
-/// arguments in `Mask`: ranges' into `gout` (`n_comp` pointers per argument), scalars'
-/// into `sadj`. An element-wise output's value goes to `yout`.
+/// arguments in `Mask`: ranges' into `gout` (`n_comp` pointers per argument; with
+/// `accumulate`, added to what they hold: one part of a `concat` after another), scalars'
+/// added to `sadj`. An element-wise output's value goes to `yout`.
 template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
 Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed, typename kind<Vs>::elem* const* gout,
-            Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar) {
+            Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar,
+            bool accumulate = false) {
   using T = typename kind<Vs>::elem;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
   constexpr int NR = marks<E>();  // reductions and hoisted subexpressions, by mark
@@ -142,6 +153,8 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   bool add[NA > 0 ? NA : 1], one_pass = true;
   index_t len[NR > 0 ? NR : 1] = {};
   const index_t n0 = lengths(op, e, slots, len, add, one_pass);
+  if (accumulate)
+    for (int i = 0; i < NA; ++i) add[i] = true;
   // one pass over all element-wise parts, or one per reduction when their lengths differ
   // (`io` by reference: a copy per call was built with 8-byte stores and read back as 16-byte
   // blocks, store-forwarding stalls that cost ~20 ns of a 10-element call)
@@ -153,7 +166,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   };
   if constexpr (Back) {
     for (int i = 0; i < NA; ++i) {
-      if (!((spans >> i) & 1) || !add[i]) continue;
+      if (!((spans >> i) & 1) || !add[i] || accumulate) continue;
       const index_t size = [&]<std::size_t... I>(std::index_sequence<I...>) {
         index_t r = 0;
         ((I == static_cast<std::size_t>(i) ? (r = [&] {
@@ -194,6 +207,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   }
   uc.rst = rst;
   constexpr std::uint64_t stat_args = range_stat_args<E>() & spans;
+  constexpr std::uint64_t elem_args = element_args<E>() & spans;  // read by element (`x[i]`)
   using Rg = range_out<T, Slots>;
   const Rg rg{gout, &slots};
   each_hoist<0, false>(e, [&](auto b, const auto& h) { hval[b] = splat(fwd<b>(uc, h).y); });
@@ -205,7 +219,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       St st{};
       each_hoist<0, false>(e, [&](auto b, const auto& h) {
         if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
-          back<b>(upper_sink<Mask & (scal | stat_args), St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
+          back<b>(upper_sink<Mask & (scal | stat_args | elem_args), St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
       });
       for (int i = 0; i < NA; ++i)
         if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
@@ -236,16 +250,82 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       upper(std::integral_constant<std::uint64_t, 0>{});  // the reductions' adjoints (their values unused)
       pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
       push_hoists();
-      return upper(std::integral_constant<std::uint64_t, scal | stat_args>{});
+      return upper(std::integral_constant<std::uint64_t, scal | stat_args | elem_args>{});
     } else {
       pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
-      const Vs y = upper(std::integral_constant<std::uint64_t, scal | stat_args>{});
+      const Vs y = upper(std::integral_constant<std::uint64_t, scal | stat_args | elem_args>{});
       Vs keep[NR > 0 ? NR : 1];
       io.red_val = keep;
       pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
       push_hoists();
       return y;
     }
+  }
+}
+
+/// Calls `fn(part)` for each part of the output `e` (`e` itself unless a `concat`).
+template <class E, class Fn>
+void each_part(const E& e, Fn&& fn) {
+  if constexpr (is_concat_v<E>) std::apply([&](const auto&... p) { (fn(p), ...); }, e.parts);
+  else fn(e);
+}
+/// The number of elements of the output `e`: an element-wise part's length, 1 for a scalar,
+/// the parts' added for a `concat`.
+template <class E>
+index_t output_length(std::string_view op, const E& e) {
+  index_t m = 0;
+  each_part(e, [&](const auto& p) {
+    if constexpr (info<std::remove_cvref_t<decltype(p)>>::elementwise) m += part_length(op, p);
+    else m += 1;
+  });
+  return m;
+}
+/// Runs the output `e` (element-wise, or a `concat`) forward: its value to `y` (`n_comp`
+/// arrays of `output_length` elements), part by part.
+template <class Vs, class E, class Slots>
+void output_forward(std::string_view op, const E& e, const Slots& slots, typename kind<Vs>::elem* const* y) {
+  using T = typename kind<Vs>::elem;
+  constexpr int nc = n_comp<Vs>;
+  index_t off = 0;
+  each_part(e, [&](const auto& p) {
+    if constexpr (info<std::remove_cvref_t<decltype(p)>>::elementwise) {
+      T* yo[nc];
+      for (int k = 0; k < nc; ++k) yo[k] = y[k] + off;
+      span_run<false, 0, Vs>(op, p, slots, Vs{}, nullptr, nullptr, yo, nullptr);
+      off += part_length(op, p);
+    } else {
+      T c[nc];
+      to_comps(span_run<false, 0, Vs>(op, p, slots, Vs{}, nullptr, nullptr, nullptr, nullptr), c);
+      for (int k = 0; k < nc; ++k) y[k][off] = c[k];
+      off += 1;
+    }
+  });
+}
+/// Pulls the cotangent `ybar` (`output_length` elements) of the output `e` back to the
+/// arguments in `Mask`: ranges' gradients to `gout` (zeroed here first), scalars' added to
+/// `sadj`; a `concat` part by part, each adding its share.
+template <std::uint64_t Mask, class Vs, class E, class Slots>
+void output_backward(std::string_view op, const E& e, const Slots& slots, typename kind<Vs>::elem* const* gout,
+                     const index_t* gsize, Vs* sadj, const typename kind<Vs>::elem* ybar) {
+  using T = typename kind<Vs>::elem;
+  static_assert(n_comp<Vs> == 1, "fusegrad (internal): a cotangent of numbers");
+  if constexpr (!is_concat_v<E>) {
+    const T* yb[1] = {ybar};
+    span_run<true, Mask, Vs>(op, e, slots, Vs{}, gout, sadj, nullptr, yb);
+  } else {
+    for (std::size_t i = 0; i < std::tuple_size_v<Slots>; ++i)
+      if (gout[i]) std::fill_n(gout[i], gsize[i], T(0));
+    index_t off = 0;
+    each_part(e, [&](const auto& p) {
+      if constexpr (info<std::remove_cvref_t<decltype(p)>>::elementwise) {
+        const T* yb[1] = {ybar + off};
+        span_run<true, Mask, Vs>(op, p, slots, Vs{}, gout, sadj, nullptr, yb, true);
+        off += part_length(op, p);
+      } else {
+        span_run<true, Mask, Vs>(op, p, slots, lift<Vs>(ybar[off]), gout, sadj, nullptr, nullptr, true);
+        off += 1;
+      }
+    });
   }
 }
 

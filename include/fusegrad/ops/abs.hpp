@@ -13,5 +13,5 @@ struct abs_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto abs(const X& x) { return apply_op(ops::abs_op{}, x); }
+template <OperandOrNumber X> constexpr auto abs(const X& x) { return apply_op(ops::abs_op{}, x); }
 }  // namespace fusegrad

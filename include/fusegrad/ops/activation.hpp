@@ -57,7 +57,7 @@ struct gelu_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto softplus(const X& x) { return apply_op(ops::softplus_op{}, x); }
-template <Operand X> constexpr auto silu(const X& x) { return apply_op(ops::silu_op{}, x); }
-template <Operand X> constexpr auto gelu(const X& x) { return apply_op(ops::gelu_op{}, x); }
+template <OperandOrNumber X> constexpr auto softplus(const X& x) { return apply_op(ops::softplus_op{}, x); }
+template <OperandOrNumber X> constexpr auto silu(const X& x) { return apply_op(ops::silu_op{}, x); }
+template <OperandOrNumber X> constexpr auto gelu(const X& x) { return apply_op(ops::gelu_op{}, x); }
 }  // namespace fusegrad

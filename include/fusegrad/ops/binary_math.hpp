@@ -68,6 +68,7 @@ struct lerp_scalar_op {
 }  // namespace ops
 
 template <Operand A, Operand B> constexpr auto hypot(const A& a, const B& b) { return apply_op(ops::hypot_op{}, a, b); }
+template <Element T> constexpr T hypot(T a, T b) { return apply_op(ops::hypot_op{}, a, b); }
 template <Operand A, Operand B> constexpr auto fmod(const A& a, const B& b) { return apply_op(ops::fmod_op{}, a, b); }
 template <Operand A, Scalar S> constexpr auto fmod(const A& a, S s) {
   return apply_op(ops::fmod_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);

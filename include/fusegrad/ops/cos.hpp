@@ -15,5 +15,5 @@ struct cos_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto cos(const X& x) { return apply_op(ops::cos_op{}, x); }
+template <OperandOrNumber X> constexpr auto cos(const X& x) { return apply_op(ops::cos_op{}, x); }
 }  // namespace fusegrad

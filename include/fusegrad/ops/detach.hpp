@@ -16,5 +16,5 @@ struct detach_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto detach(const X& x) { return apply_op(ops::detach_op{}, x); }
+template <OperandOrNumber X> constexpr auto detach(const X& x) { return apply_op(ops::detach_op{}, x); }
 }  // namespace fusegrad

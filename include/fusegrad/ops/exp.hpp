@@ -14,5 +14,5 @@ struct exp_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto exp(const X& x) { return apply_op(ops::exp_op{}, x); }
+template <OperandOrNumber X> constexpr auto exp(const X& x) { return apply_op(ops::exp_op{}, x); }
 }  // namespace fusegrad

@@ -46,8 +46,8 @@ struct exp2_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto log1p(const X& x) { return apply_op(ops::log1p_op{}, x); }
-template <Operand X> constexpr auto expm1(const X& x) { return apply_op(ops::expm1_op{}, x); }
-template <Operand X> constexpr auto log2(const X& x) { return apply_op(ops::log2_op{}, x); }
-template <Operand X> constexpr auto exp2(const X& x) { return apply_op(ops::exp2_op{}, x); }
+template <OperandOrNumber X> constexpr auto log1p(const X& x) { return apply_op(ops::log1p_op{}, x); }
+template <OperandOrNumber X> constexpr auto expm1(const X& x) { return apply_op(ops::expm1_op{}, x); }
+template <OperandOrNumber X> constexpr auto log2(const X& x) { return apply_op(ops::log2_op{}, x); }
+template <OperandOrNumber X> constexpr auto exp2(const X& x) { return apply_op(ops::exp2_op{}, x); }
 }  // namespace fusegrad

@@ -47,9 +47,9 @@ struct atanh_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto sinh(const X& x) { return apply_op(ops::sinh_op{}, x); }
-template <Operand X> constexpr auto cosh(const X& x) { return apply_op(ops::cosh_op{}, x); }
-template <Operand X> constexpr auto asinh(const X& x) { return apply_op(ops::asinh_op{}, x); }
-template <Operand X> constexpr auto acosh(const X& x) { return apply_op(ops::acosh_op{}, x); }
-template <Operand X> constexpr auto atanh(const X& x) { return apply_op(ops::atanh_op{}, x); }
+template <OperandOrNumber X> constexpr auto sinh(const X& x) { return apply_op(ops::sinh_op{}, x); }
+template <OperandOrNumber X> constexpr auto cosh(const X& x) { return apply_op(ops::cosh_op{}, x); }
+template <OperandOrNumber X> constexpr auto asinh(const X& x) { return apply_op(ops::asinh_op{}, x); }
+template <OperandOrNumber X> constexpr auto acosh(const X& x) { return apply_op(ops::acosh_op{}, x); }
+template <OperandOrNumber X> constexpr auto atanh(const X& x) { return apply_op(ops::atanh_op{}, x); }
 }  // namespace fusegrad

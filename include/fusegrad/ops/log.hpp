@@ -14,5 +14,5 @@ struct log_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto log(const X& x) { return apply_op(ops::log_op{}, x); }
+template <OperandOrNumber X> constexpr auto log(const X& x) { return apply_op(ops::log_op{}, x); }
 }  // namespace fusegrad

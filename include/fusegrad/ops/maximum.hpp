@@ -22,4 +22,5 @@ struct maximum_op {
 }  // namespace ops
 
 template <Operand A, Operand B> constexpr auto maximum(const A& a, const B& b) { return apply_op(ops::maximum_op{}, a, b); }
+template <Element T> constexpr T maximum(T a, T b) { return apply_op(ops::maximum_op{}, a, b); }
 }  // namespace fusegrad

@@ -22,4 +22,5 @@ struct minimum_op {
 }  // namespace ops
 
 template <Operand A, Operand B> constexpr auto minimum(const A& a, const B& b) { return apply_op(ops::minimum_op{}, a, b); }
+template <Element T> constexpr T minimum(T a, T b) { return apply_op(ops::minimum_op{}, a, b); }
 }  // namespace fusegrad

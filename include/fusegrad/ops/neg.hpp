@@ -14,5 +14,5 @@ struct neg_op {
 }  // namespace ops
 
 template <Operand X> constexpr auto operator-(const X& x) { return apply_op(ops::neg_op{}, x); }
-template <Operand X> constexpr auto neg(const X& x) { return apply_op(ops::neg_op{}, x); }
+template <OperandOrNumber X> constexpr auto neg(const X& x) { return apply_op(ops::neg_op{}, x); }
 }  // namespace fusegrad

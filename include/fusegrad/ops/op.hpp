@@ -39,6 +39,28 @@ concept BinaryOp = Element<T> && requires(const Op& op, T x, simd<T> b) {
   { op.value(b, b) } -> std::convertible_to<simd<T>>;
 };
 
+/// A plain `float` or `double` where an op function takes an operand: a constant (a maturity
+/// `T` captured by a transformed function, in `fg::sqrt(T)`). The op's own `value` computes
+/// it, the definition every representation runs, so `fg::exp(x)` on a number has the bits of
+/// `fg::exp` on an operand holding that number in the scalar form of the transforms.
+template <class X>
+concept Number = Element<std::remove_cvref_t<X>>;
+/// What the element-wise op functions (`fg::sqrt`, `fg::exp`, ...) accept: an operand, or a
+/// number.
+template <class X>
+concept OperandOrNumber = Operand<X> || Number<X>;
+
+template <Element T, class Op>
+  requires UnaryOp<Op, T>
+constexpr T apply_op(const Op& op, T x) {
+  return op.value(x);
+}
+template <Element T, class Op>
+  requires BinaryOp<Op, T>
+constexpr T apply_op(const Op& op, T a, T b) {
+  return op.value(a, b);
+}
+
 namespace detail {
 template <class Op, class V>
 concept has_unary_derivative = requires(const Op& op, const V& v) { op.derivative(v, v, v); };

@@ -58,4 +58,7 @@ template <Operand X, Scalar S> constexpr auto pow(const X& x, S p) {
   return apply_op(ops::pow_scalar_op<element_of<X>>{static_cast<element_of<X>>(p)}, x);
 }
 template <Operand A, Operand B> constexpr auto pow(const A& a, const B& b) { return apply_op(ops::pow_op{}, a, b); }
+/// Of two numbers (constants of a transformed function): the exponent is a scalar, as in
+/// `pow(x, p)` of an operand `x`.
+template <Element T> constexpr T pow(T x, T p) { return apply_op(ops::pow_scalar_op<T>{p}, x); }
 }  // namespace fusegrad

@@ -30,7 +30,7 @@ struct rsqrt_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto square(const X& x) { return apply_op(ops::square_op{}, x); }
-template <Operand X> constexpr auto reciprocal(const X& x) { return apply_op(ops::reciprocal_op{}, x); }
-template <Operand X> constexpr auto rsqrt(const X& x) { return apply_op(ops::rsqrt_op{}, x); }
+template <OperandOrNumber X> constexpr auto square(const X& x) { return apply_op(ops::square_op{}, x); }
+template <OperandOrNumber X> constexpr auto reciprocal(const X& x) { return apply_op(ops::reciprocal_op{}, x); }
+template <OperandOrNumber X> constexpr auto rsqrt(const X& x) { return apply_op(ops::rsqrt_op{}, x); }
 }  // namespace fusegrad

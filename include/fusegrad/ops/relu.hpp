@@ -14,5 +14,5 @@ struct relu_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto relu(const X& x) { return apply_op(ops::relu_op{}, x); }
+template <OperandOrNumber X> constexpr auto relu(const X& x) { return apply_op(ops::relu_op{}, x); }
 }  // namespace fusegrad

@@ -33,8 +33,8 @@ struct trunc_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto floor(const X& x) { return apply_op(ops::floor_op{}, x); }
-template <Operand X> constexpr auto ceil(const X& x) { return apply_op(ops::ceil_op{}, x); }
-template <Operand X> constexpr auto round(const X& x) { return apply_op(ops::round_op{}, x); }
-template <Operand X> constexpr auto trunc(const X& x) { return apply_op(ops::trunc_op{}, x); }
+template <OperandOrNumber X> constexpr auto floor(const X& x) { return apply_op(ops::floor_op{}, x); }
+template <OperandOrNumber X> constexpr auto ceil(const X& x) { return apply_op(ops::ceil_op{}, x); }
+template <OperandOrNumber X> constexpr auto round(const X& x) { return apply_op(ops::round_op{}, x); }
+template <OperandOrNumber X> constexpr auto trunc(const X& x) { return apply_op(ops::trunc_op{}, x); }
 }  // namespace fusegrad

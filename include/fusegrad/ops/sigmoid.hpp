@@ -39,7 +39,7 @@ struct sigmoid_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
+template <OperandOrNumber X> constexpr auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
 /// sigmoid's gradient from its output: g y (1 - y).
 template <Operand G, Operand Y> constexpr auto sigmoid_backward(const G& g, const Y& y) {
   return apply_op(ops::sigmoid_backward_op{}, g, y);

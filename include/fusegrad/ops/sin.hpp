@@ -15,5 +15,5 @@ struct sin_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto sin(const X& x) { return apply_op(ops::sin_op{}, x); }
+template <OperandOrNumber X> constexpr auto sin(const X& x) { return apply_op(ops::sin_op{}, x); }
 }  // namespace fusegrad

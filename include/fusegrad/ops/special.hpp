@@ -61,10 +61,10 @@ struct polygamma_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto erf(const X& x) { return apply_op(ops::erf_op{}, x); }
-template <Operand X> constexpr auto erfc(const X& x) { return apply_op(ops::erfc_op{}, x); }
-template <Operand X> constexpr auto lgamma(const X& x) { return apply_op(ops::lgamma_op{}, x); }
-template <Operand X> constexpr auto digamma(const X& x) { return apply_op(ops::digamma_op{}, x); }
+template <OperandOrNumber X> constexpr auto erf(const X& x) { return apply_op(ops::erf_op{}, x); }
+template <OperandOrNumber X> constexpr auto erfc(const X& x) { return apply_op(ops::erfc_op{}, x); }
+template <OperandOrNumber X> constexpr auto lgamma(const X& x) { return apply_op(ops::lgamma_op{}, x); }
+template <OperandOrNumber X> constexpr auto digamma(const X& x) { return apply_op(ops::digamma_op{}, x); }
 /// ψ⁽ⁿ⁾(x), the n-th derivative of digamma (n ≥ 0; polygamma(0, x) is digamma(x)).
 template <Operand X> constexpr auto polygamma(int n, const X& x) {
   using T = element_of<X>;

@@ -14,5 +14,5 @@ struct sqrt_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto sqrt(const X& x) { return apply_op(ops::sqrt_op{}, x); }
+template <OperandOrNumber X> constexpr auto sqrt(const X& x) { return apply_op(ops::sqrt_op{}, x); }
 }  // namespace fusegrad

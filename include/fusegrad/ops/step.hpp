@@ -16,6 +16,6 @@ struct sign_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto step(const X& x) { return apply_op(ops::step_op{}, x); }
-template <Operand X> constexpr auto sign(const X& x) { return apply_op(ops::sign_op{}, x); }
+template <OperandOrNumber X> constexpr auto step(const X& x) { return apply_op(ops::step_op{}, x); }
+template <OperandOrNumber X> constexpr auto sign(const X& x) { return apply_op(ops::sign_op{}, x); }
 }  // namespace fusegrad

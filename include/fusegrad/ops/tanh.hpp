@@ -36,7 +36,7 @@ struct tanh_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto tanh(const X& x) { return apply_op(ops::tanh_op{}, x); }
+template <OperandOrNumber X> constexpr auto tanh(const X& x) { return apply_op(ops::tanh_op{}, x); }
 /// tanh's gradient from its output: g (1 - y²).
 template <Operand G, Operand Y> constexpr auto tanh_backward(const G& g, const Y& y) {
   return apply_op(ops::tanh_backward_op{}, g, y);

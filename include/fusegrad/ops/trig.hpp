@@ -53,9 +53,10 @@ struct atan2_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto tan(const X& x) { return apply_op(ops::tan_op{}, x); }
-template <Operand X> constexpr auto asin(const X& x) { return apply_op(ops::asin_op{}, x); }
-template <Operand X> constexpr auto acos(const X& x) { return apply_op(ops::acos_op{}, x); }
-template <Operand X> constexpr auto atan(const X& x) { return apply_op(ops::atan_op{}, x); }
+template <OperandOrNumber X> constexpr auto tan(const X& x) { return apply_op(ops::tan_op{}, x); }
+template <OperandOrNumber X> constexpr auto asin(const X& x) { return apply_op(ops::asin_op{}, x); }
+template <OperandOrNumber X> constexpr auto acos(const X& x) { return apply_op(ops::acos_op{}, x); }
+template <OperandOrNumber X> constexpr auto atan(const X& x) { return apply_op(ops::atan_op{}, x); }
 template <Operand A, Operand B> constexpr auto atan2(const A& a, const B& b) { return apply_op(ops::atan2_op{}, a, b); }
+template <Element T> constexpr T atan2(T a, T b) { return apply_op(ops::atan2_op{}, a, b); }
 }  // namespace fusegrad

@@ -38,7 +38,7 @@ struct logical_not_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto logical_not(const X& x) { return apply_op(ops::logical_not_op{}, x); }
+template <OperandOrNumber X> constexpr auto logical_not(const X& x) { return apply_op(ops::logical_not_op{}, x); }
 
 /// `a` where `cond` is nonzero, else `b` (see this header's comment).
 template <Operand C, Operand A, Operand B>

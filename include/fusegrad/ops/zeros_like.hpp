@@ -13,5 +13,5 @@ struct zeros_like_op {
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto zeros_like(const X& x) { return apply_op(ops::zeros_like_op{}, x); }
+template <OperandOrNumber X> constexpr auto zeros_like(const X& x) { return apply_op(ops::zeros_like_op{}, x); }
 }  // namespace fusegrad

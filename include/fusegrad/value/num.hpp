@@ -34,23 +34,26 @@ struct operand_traits<num<V>> {
   using element_type = typename num<V>::element_type;
 };
 
-/// Each op on a SIMD batch rounds on its own, as the eager kernels round it (one op per loop):
-/// the compiler may not contract it with the next one (a multiply and an add into one fused
-/// multiply-add), so the span engine's values and gradients keep eager's bits. On a scalar
-/// (the scalar form of the transforms: Rosenbrock-sized functions) the compiler may contract,
-/// as in hand-written code: its results can differ from eager's in the last bits.
+/// Each op rounds on its own, as the eager kernels round it (one op per loop): the compiler
+/// may not contract it with the next one (a multiply and an add into one fused multiply-add),
+/// so the span engine's values and gradients keep eager's bits. On a scalar (the scalar form
+/// of the transforms) too: GCC contracts by the uses a product has where it is inlined, so
+/// `fg::grad(f)(x)` and `fg::value_and_grad(f)(x).second` (whose value the caller may or may
+/// not read) gave different last bits at -O2 and -O3; rounded op by op, a call's bits do not
+/// depend on where it is inlined. (It costs the 2-D Rosenbrock gradient its FMAs: about a
+/// third of its time, docs/performance.md.)
 template <class V, class Op>
   requires UnaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& x) {
   num<V> r{op.value(x.v)};
-  if constexpr (!std::is_floating_point_v<V>) detail::round_here(r.v);
+  detail::round_here(r.v);
   return r;
 }
 template <class V, class Op>
   requires BinaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& a, const num<V>& b) {
   num<V> r{op.value(a.v, b.v)};
-  if constexpr (!std::is_floating_point_v<V>) detail::round_here(r.v);
+  detail::round_here(r.v);
   return r;
 }
 
