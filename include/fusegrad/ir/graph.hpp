@@ -115,16 +115,9 @@ class graph {
   [[nodiscard]] std::size_t spare_shapes() const noexcept { return spare_.size(); }
   /// Empties the graph, keeping its memory for the next one (the tracer reuses its graph).
   /// It keeps at most as many shape buffers as the graph had nodes: a long-lived graph (the
-  /// tracer's) does not grow with the graphs it has held.
-  void clear() {
-    for (auto& n : nodes_) {
-      if (spare_.size() >= nodes_.size()) break;
-      spare_.push_back(std::move(n.sizes));
-    }
-    nodes_.clear();
-    customs_.clear();
-    inputs_ = 0;
-  }
+  /// tracer's) does not grow with the graphs it has held. (Defined out of the class, so that
+  /// the precompiled runtime's instantiation serves user TUs.)
+  void clear();
 
   graph() = default;
   /// A copy holds the nodes, not the spare shape buffers (they serve the original's next graph).
@@ -473,6 +466,17 @@ class graph {
   std::vector<shape> spare_;
   int inputs_ = 0;
 };
+
+template <Element T>
+void graph<T>::clear() {
+  for (auto& n : nodes_) {
+    if (spare_.size() >= nodes_.size()) break;
+    spare_.push_back(std::move(n.sizes));
+  }
+  nodes_.clear();
+  customs_.clear();
+  inputs_ = 0;
+}
 
 /// Calls `f(op)` with the op struct of node `n` (its constant restored); returns f's result.
 template <Element T, class F>

@@ -15,6 +15,7 @@
 
 /// The jit runtime for element type `T`.
 #define FUSEGRAD_RUNTIME_JIT(T) \
+  FUSEGRAD_RT_EXTERN template class ir::graph<T>; \
   FUSEGRAD_RT_EXTERN template class ir::row_step<T>; \
   FUSEGRAD_RT_EXTERN template class ir::program<T>; \
   FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>; \
