@@ -14,6 +14,7 @@
 #include "fusegrad/core/grad_mode.hpp"
 #include "fusegrad/eager/recorder.hpp"
 #include "fusegrad/eager/tensor.hpp"
+#include "fusegrad/ir/backward.hpp"
 #include "fusegrad/ir/graph.hpp"
 #include "fusegrad/ops/user_ops.hpp"
 
