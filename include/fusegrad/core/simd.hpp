@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -265,33 +266,59 @@ template <trig_fn F, class T>
   }
 }
 #if XSIMD_VERSION_MAJOR == 8
-/// `sin` (`Sin`) or `cos` of a batch whose every |x| is at most 20π: xsimd 8's own steps for
-/// that class (three Cody-Waite steps, its polynomials `sin_eval`/`cos_eval`, the quadrant's
-/// swap and sign), so the bits are `xsimd::sin`/`xsimd::cos`'s. Written out here because
-/// xsimd's `cos` first tests the batch against π/4 and π/2 (forms that give the same bits)
-/// and keeps its whole reduction, Payne-Hanek loop included, one out-of-line call: at
-/// N = 2^20 that call was a fifth of `value_and_grad(sum(cos(cos(x)) * y))`'s profile.
+/// What `sin` and `cos` of a batch whose every |x| is at most 20π share: xsimd 8's own steps
+/// for that class (three Cody-Waite steps, its polynomials `sin_eval`/`cos_eval`, the
+/// quadrant), so the bits are `xsimd::sin`/`xsimd::cos`'s. Written out here because xsimd's
+/// `cos` first tests the batch against π/4 and π/2 (forms that give the same bits) and keeps
+/// its whole reduction, Payne-Hanek loop included, one out-of-line call, which a hot loop
+/// over small arguments should not pay. Both polynomials are
+/// evaluated whichever function is wanted (the quadrant picks one per lane), so the sine and
+/// the cosine of one argument cost one evaluation (`sincos`).
+template <class V>
+struct small_trig_parts {
+  V se, ce, n;  ///< the two polynomials at the reduced argument, and the quadrant (0 to 3)
+  explicit small_trig_parts(const V& x) {
+    namespace xk = xsimd::kernel::detail;
+    using T = typename V::value_type;
+    const V ax = xsimd::abs(x);
+    const V xi = xsimd::nearbyint(ax * xsimd::constants::twoopi<V>());
+    V xr = xsimd::fnma(xi, xsimd::constants::pio2_1<V>(), ax);
+    xr -= xi * xsimd::constants::pio2_2<V>();
+    xr -= xi * xsimd::constants::pio2_3<V>();
+    const V a = xi * V(T(0.25));
+    n = (a - xsimd::floor(a)) * V(T(4));  // as xsimd computes it
+    const V z = xr * xr;
+    se = xk::sin_eval(z, xr), ce = xk::cos_eval(z);
+  }
+  auto odd() const {
+    using T = typename V::value_type;
+    return (n == V(T(1))) || (n == V(T(3)));
+  }
+  /// sin: cos_eval in odd quadrants, negated in quadrants 2 and 3, times sign(x).
+  V sin(const V& x) const {
+    using T = typename V::value_type;
+    const V sign = xsimd::bitofsign(x) ^ xsimd::select(n >= V(T(2)), xsimd::constants::signmask<V>(), V(T(0)));
+    return xsimd::select(odd(), ce, se) ^ sign;
+  }
+  /// cos: sin_eval in odd quadrants, negated in quadrants 1 and 2.
+  V cos() const {
+    using T = typename V::value_type;
+    const auto flip = (n == V(T(1))) || (n == V(T(2)));
+    return xsimd::select(odd(), se, ce) ^ xsimd::select(flip, xsimd::constants::signmask<V>(), V(T(0)));
+  }
+};
+/// `sin` (`Sin`) or `cos` of a batch whose every |x| is at most 20π (see `small_trig_parts`).
 template <bool Sin, class V>
 inline V small_trig(const V& x) {
-  namespace xk = xsimd::kernel::detail;
-  using T = typename V::value_type;
-  const V ax = xsimd::abs(x);
-  const V xi = xsimd::nearbyint(ax * xsimd::constants::twoopi<V>());
-  V xr = xsimd::fnma(xi, xsimd::constants::pio2_1<V>(), ax);
-  xr -= xi * xsimd::constants::pio2_2<V>();
-  xr -= xi * xsimd::constants::pio2_3<V>();
-  const V a = xi * V(T(0.25));
-  const V n = (a - xsimd::floor(a)) * V(T(4));  // the quadrant, 0 to 3 (as xsimd computes it)
-  const V z = xr * xr;
-  const V se = xk::sin_eval(z, xr), ce = xk::cos_eval(z);
-  const auto odd = (n == V(T(1))) || (n == V(T(3)));
-  if constexpr (Sin) {  // sin: cos_eval in odd quadrants, negated in quadrants 2 and 3, times sign(x)
-    const V sign = xsimd::bitofsign(x) ^ xsimd::select(n >= V(T(2)), xsimd::constants::signmask<V>(), V(T(0)));
-    return xsimd::select(odd, ce, se) ^ sign;
-  } else {  // cos: sin_eval in odd quadrants, negated in quadrants 1 and 2
-    const auto flip = (n == V(T(1))) || (n == V(T(2)));
-    return xsimd::select(odd, se, ce) ^ xsimd::select(flip, xsimd::constants::signmask<V>(), V(T(0)));
-  }
+  const small_trig_parts<V> p(x);
+  if constexpr (Sin) return p.sin(x);
+  else return p.cos();
+}
+/// Both, from one reduction.
+template <class V>
+inline std::pair<V, V> small_sincos(const V& x) {
+  const small_trig_parts<V> p(x);
+  return {p.sin(x), p.cos()};
 }
 #else
 template <bool Sin, class V>
@@ -299,7 +326,23 @@ inline V small_trig(const V& x) {  // another xsimd: its own functions
   if constexpr (Sin) return xsimd::sin(x);
   else return xsimd::cos(x);
 }
+template <class V>
+inline std::pair<V, V> small_sincos(const V& x) {
+  return {xsimd::sin(x), xsimd::cos(x)};
+}
 #endif
+
+/// `{sin(x), cos(x)}` of a batch, class by class: out of line, so that `sincos` inlines only
+/// its usual path (as `by_reduction_class` does).
+template <class V>
+[[gnu::noinline, gnu::cold]] std::pair<V, V> sincos_by_class(const V& x) {
+  using T = typename V::value_type;
+  T in[V::size], s[V::size], c[V::size];
+  x.store_unaligned(in);
+  trig_by_class<trig_fn::sin, T>(in, s, static_cast<int>(V::size));
+  trig_by_class<trig_fn::cos, T>(in, c, static_cast<int>(V::size));
+  return {V::load_unaligned(s), V::load_unaligned(c)};
+}
 
 /// `F` of a batch, class by class: `small` (the same bits as `F` on that class, possibly
 /// cheaper) inline when every |x| <= 20π, the evaluation per class out of line otherwise
@@ -326,6 +369,18 @@ template <class V> V sin(const V& x) {
 template <class V> V cos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::cos(x);
   else return detail_trig::by_reduction_class<detail_trig::trig_fn::cos>(x, [](const V& v) { return detail_trig::small_trig<false>(v); });
+}
+/// `{sin(x), cos(x)}`, each with the bits of `sin` and `cos` above, from one reduction of the
+/// argument (the price of one of them where every |x| <= 20π): what a graph that needs both
+/// (a forward `cos` and its backward's `sin`) computes.
+template <class V> inline std::pair<V, V> sincos(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) {
+    return {std::sin(x), std::cos(x)};
+  } else {
+    if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
+      return detail_trig::small_sincos(x);
+    return detail_trig::sincos_by_class(x);
+  }
 }
 /// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
 template <class V> V tan(const V& x) {
