@@ -62,11 +62,12 @@ template <class S> struct is_span_slot : std::bool_constant<is_span_slot_v<S>> {
 // ---- where the leaves' values come from ---------------------------------------------------
 
 /// Inside the loop: batch `pos` (of `rem` valid lanes when not `Full`).
-template <class Vs, bool Full, class Slots>
+template <class Vs, bool Full, class Slots, bool Back>
 struct batch_ctx {
   using T = typename kind<Vs>::elem;
   using Vb = batch_of<Vs>;
   static constexpr bool hoisting = true;
+  static constexpr bool backward = Back;  ///< a backward follows: sin and cos with their siblings
   const Slots& slots;
   const Vb* hoisted_values;  ///< per mark: a hoisted subexpression's value in every lane
   index_t pos, rem;
@@ -398,7 +399,7 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
   constexpr std::uint64_t scalars = summed_scalars<Mask, E, Slots>;
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
-  const batch_ctx<Vs, Full, Slots> c{slots, io.hoisted, pos, rem};
+  const batch_ctx<Vs, Full, Slots, Back> c{slots, io.hoisted, pos, rem};
   using State = batch_state<Vs, NA, NM>;
   State st;  // (not `{}`: the pending adjoints are written before they are read, `has` says which)
   st.out = io.out, st.add = io.add, st.pos = pos, st.rem = rem;

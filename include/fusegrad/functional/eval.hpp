@@ -255,6 +255,14 @@ struct vt<Y, K0, K1, K2> {
   K1 k1;
   K2 k2;
 };
+/// A unary node whose op has a sibling (`sin`, `cos`), evaluated with it (`apply_with_sibling`):
+/// `s` is the sibling's value, which the backward reads instead of computing it.
+template <class Y, class K0>
+struct vt_sib {
+  Y y;
+  K0 k0;
+  Y s;
+};
 template <std::size_t J, class V>
 constexpr const auto& kid(const V& v) {
   if constexpr (J == 0) return v.k0;
@@ -315,6 +323,15 @@ constexpr auto node_value(const E& e, const Y&... y) {
   } else return (y, ...);  // a sum or mean of one scalar is that scalar
 }
 
+/// Whether context `C` evaluates node `E` with its op's sibling: where a backward follows (the
+/// span engine's passes that differentiate) and the operand `X` is a batch.
+template <class C, class E, class X>
+constexpr bool with_sibling() {
+  if constexpr (requires { requires C::backward; std::declval<const E&>().op; })
+    return requires(const E& e, const X& x) { apply_with_sibling(e.op, x); };
+  else return false;
+}
+
 template <int B, class C, class E, std::size_t... J>
 constexpr auto fwd_node(const C& c, const E& e, std::index_sequence<J...>) {
   static_assert(sizeof...(J) <= 3, "fusegrad: the functional transforms take custom ops of at most 3 operands");
@@ -323,6 +340,24 @@ constexpr auto fwd_node(const C& c, const E& e, std::index_sequence<J...>) {
   vt<Y, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...> r{Y{}, fwd<child_base<E, J>(B)>(c, child<J>(e))...};
   r.y = node_value(e, kid<J>(r).y...);
   return r;
+}
+/// A unary node evaluated with its op's sibling (`vt_sib`).
+template <int B, class C, class E>
+constexpr auto fwd_sibling_node(const C& c, const E& e) {
+  auto k = fwd<child_base<E, 0>(B)>(c, child<0>(e));
+  const auto [y, s] = apply_with_sibling(e.op, k.y);
+  // (built from its values: a node built first with placeholders and assigned after had the
+  // whole tree zeroed in memory for every batch)
+  return vt_sib<std::remove_cvref_t<decltype(y)>, decltype(k)>{y, k, s};
+}
+template <int B, class C, class E>
+constexpr bool sibling_node() {
+  if constexpr (arity_v<E> == 1) {
+    using K = decltype(fwd<child_base<E, 0>(B)>(std::declval<const C&>(), child<0>(std::declval<const E&>())));
+    return with_sibling<C, E, decltype(std::declval<const K&>().y)>();
+  } else {
+    return false;
+  }
 }
 
 /// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)`,
@@ -341,7 +376,8 @@ constexpr auto fwd(const C& c, const E& e) {
     const auto& st = c.template range_stat<B>(e);
     using Y = decltype(m.y);
     return vt<Y, std::remove_cvref_t<decltype(st)>, decltype(m), decltype(s)>{range_stat_value(e, st, s.y), st, m, s};
-  } else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
+  } else if constexpr (sibling_node<B, C, E>()) return fwd_sibling_node<B>(c, e);
+  else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
 }
 
 // ---- backward ----------------------------------------------------------------------------
@@ -355,7 +391,8 @@ constexpr auto child_adjoint(const E& e, const VT& v, const G& g) {
   if constexpr (requires { e.op; }) {
     const auto& x0 = kid<0>(v).y;
     if constexpr (arity_v<E> == 1) {
-      if constexpr (requires { e.op.derivative(x0, v.y, g); }) return e.op.derivative(x0, v.y, g);
+      if constexpr (requires { v.s; }) return e.op.derivative_with_sibling(x0, v.y, v.s, g);  // (`vt_sib`)
+      else if constexpr (requires { e.op.derivative(x0, v.y, g); }) return e.op.derivative(x0, v.y, g);
       else return zero_t{};
     } else {
       const auto& x1 = kid<1>(v).y;

@@ -101,6 +101,32 @@ constexpr int op_cost_units() {
   return static_cast<int>(op_cost<Op>() * cost_units_per_load + 0.5);
 }
 
+/// Whether `Op` has a sibling: another op on the same operand whose value comes out of the same
+/// work (`sin` and `cos`: one reduction of the argument gives both). Such an op names it
+/// (`using sibling = cos_op;`) and gives
+///   - `with_sibling(v)`: `{Op's value, the sibling's value}` of a scalar or a batch, each with
+///     the bits of the op's own `value`,
+///   - `derivative_with_sibling(x, y, s, g)`: its `derivative` reading the sibling's value `s`
+///     of the same operand instead of computing it (`derivative` calls it with `s` computed),
+///   - `sibling_cost`: what the second value costs once the first is computed, as `cost`.
+/// An evaluator that meets both ops on one operand in one loop (the fused kernels, the span
+/// engine's forward and backward) computes them together, and the plans count a value whose
+/// sibling the backward computes anyway as costing `sibling_cost` to recompute.
+template <class Op>
+concept has_sibling = requires { typename Op::sibling; };
+/// Whether ops `A` and `B` are siblings (see `has_sibling`).
+template <class A, class B>
+constexpr bool siblings() {
+  if constexpr (has_sibling<A>) return std::is_same_v<typename A::sibling, B>;
+  else return false;
+}
+/// `Op::sibling_cost` in `cost_units_per_load` units (`Op::cost`'s without a sibling).
+template <class Op>
+constexpr int sibling_cost_units() {
+  if constexpr (has_sibling<Op>) return static_cast<int>(Op::sibling_cost * cost_units_per_load + 0.5);
+  else return op_cost_units<Op>();
+}
+
 /// Whether a unary op's derivative reads its one scalar only as the last argument of
 /// `Op::derivative_by(x, y, g, s)` (a static function: it cannot see the member; `derivative`
 /// calls it with the member), so that the scalar may be given as a value of another kind (a

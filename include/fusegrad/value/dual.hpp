@@ -38,9 +38,14 @@ constexpr dual<X> zero_like(const dual<X>& x) {
 template <class X, class Op>
   requires UnaryOp<Op, element_of<X>>
 constexpr dual<X> apply_op(const Op& op, const dual<X>& x) {
-  X y = apply_op(op, x.p);
-  if constexpr (detail::has_unary_derivative<Op, X>) return {y, X(op.derivative(x.p, y, x.t))};
-  else return {y, detail::zero_like(y)};  // piecewise constant (step, sign, comparisons)
+  if constexpr (requires { apply_with_sibling(op, x.p); }) {  // the derivative reads the sibling: one reduction
+    const auto [y, s] = apply_with_sibling(op, x.p);
+    return {y, X(op.derivative_with_sibling(x.p, y, s, x.t))};
+  } else {
+    X y = apply_op(op, x.p);
+    if constexpr (detail::has_unary_derivative<Op, X>) return {y, X(op.derivative(x.p, y, x.t))};
+    else return {y, detail::zero_like(y)};  // piecewise constant (step, sign, comparisons)
+  }
 }
 template <class X, class Op>
   requires BinaryOp<Op, element_of<X>>

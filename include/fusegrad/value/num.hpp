@@ -9,6 +9,7 @@
 /// polynomial is a constant expression.
 
 #include <type_traits>
+#include <utility>
 
 #include "fusegrad/core/operand.hpp"
 #include "fusegrad/core/simd.hpp"
@@ -55,6 +56,24 @@ constexpr num<V> apply_op(const Op& op, const num<V>& a, const num<V>& b) {
   num<V> r{op.value(a.v, b.v)};
   detail::round_here(r.v);
   return r;
+}
+
+/// Whether an op's value on `num<V>` is worth computing with its sibling's (`has_sibling`):
+/// on batches, where one reduction serves both; a scalar's `std::sin` and `std::cos` are two
+/// library calls either way.
+template <class Op, class V>
+concept pairs_with_sibling = detail::has_sibling<Op> && !detail::is_scalar_v<V>;
+
+/// `{op's value, its sibling's value}` on one operand, each rounded on its own as `apply_op`
+/// rounds it (the same bits as the two ops apart).
+template <class V, class Op>
+  requires pairs_with_sibling<Op, V>
+inline std::pair<num<V>, num<V>> apply_with_sibling(const Op& op, const num<V>& x) {
+  auto [a, b] = op.with_sibling(x.v);
+  num<V> ra{a}, rb{b};
+  detail::round_here(ra.v);
+  detail::round_here(rb.v);
+  return {ra, rb};
 }
 
 /// A custom op (`fg::function<F>`) on numbers: its `forward`, run on them.
