@@ -164,6 +164,28 @@ static_assert(saves(make_plan(coscos_costed, in_cache), {0, 1}) && recomputes_no
 // the backward's sin, neg, mul, sin, neg, mul (24 + 1 + 1 + 24 + 1 + 1) and gx stored (16):
 // 204; saving cos(x) as well trades the recomputation (24) for a store and a load (32): 212.
 // In cache: 4 + 48 + 26 + 2 + 54 = 134 against 4 + 28 + 26 + 2 + 54 = 114.
+// Siblings: cos(x) (node 1) and the backward's sin(x) (node 7) come out of one reduction of x,
+// as do cos(c1) (node 2) and sin(c1) (node 4). With the links and a sibling costing 2 units
+// beside the other, recomputing cos(x) in the backward costs 2: in cache the plan that saved
+// cos(x) (a store and a load, 4) now recomputes it; streaming it recomputes it as before.
+constexpr joint_graph<10> coscos_siblings = [] {
+  joint_graph<10> g = coscos_costed;
+  for (auto [a, b] : {std::pair{1, 7}, std::pair{2, 4}}) {
+    g.nodes[a].sibling = b, g.nodes[b].sibling = a;
+    g.nodes[a].sibling_cost = g.nodes[b].sibling_cost = 2;
+  }
+  return g;
+}();
+static_assert(saves(make_plan(coscos_siblings, in_cache), {0}) && recomputes(make_plan(coscos_siblings, in_cache), {1}),
+              "In cache, cos(x) beside the backward's sin(x) is cheaper to recompute than to save.");
+static_assert(saves(make_plan(coscos_siblings, streaming), {0}) && recomputes(make_plan(coscos_siblings, streaming), {1}),
+              "Streaming, the plan is min_cut's, as without siblings.");
+// The call in cache, by hand: 134 above with the recomputation at 2 instead of 24: 112; the
+// plan without the links (saving cos(x)) is 114 by the same count.
+static_assert(fusegrad::partition::estimated_cost(coscos_siblings, make_plan(coscos_siblings, in_cache), in_cache.mem) == 112 &&
+                  fusegrad::partition::estimated_cost(coscos_siblings, make_plan(coscos_costed, in_cache), in_cache.mem) == 114,
+              "In cache, the call under each plan costs what the hand count says.");
+
 using fusegrad::partition::estimated_cost;
 static_assert(estimated_cost(coscos_costed, make_plan(coscos_costed, streaming), streaming.mem) == 204 &&
                   estimated_cost(coscos_costed, make_plan(coscos_costed, in_cache), streaming.mem) == 212,
@@ -807,6 +829,12 @@ TEST_CASE("partition: malformed graphs are rejected") {
   // An out-of-range negative index.
   const joint_graph<2> negative{{in(), froot(pw(-2))}};
   CHECK_THROWS_AS(make_plan(negative, min_cut), fusegrad::error);
+  // A sibling that is the node itself, or out of range.
+  joint_graph<3> own_sibling{{in(), pw(0), froot(pw(1))}};
+  own_sibling.nodes[1].sibling = 1;
+  CHECK_THROWS_AS(make_plan(own_sibling, min_cut), fusegrad::error);
+  own_sibling.nodes[1].sibling = 3;
+  CHECK_THROWS_AS(make_plan(own_sibling, min_cut), fusegrad::error);
   // An unknown policy kind.
   CHECK_THROWS_AS(make_plan(coscos, policy{static_cast<policy_kind>(9), 0}), fusegrad::error);
   try {

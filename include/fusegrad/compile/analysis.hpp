@@ -330,6 +330,8 @@ struct analysis {
       n.children[1] = cg.children[c][1];
       n.children[2] = cg.children[c][2];
       n.cost = cg.cost[c];
+      n.sibling = cg.sibling[c];
+      n.sibling_cost = cg.sibling_cost[c];
     }
     for (int o : out_node) g.nodes[static_cast<std::size_t>(o)].forward_root = true;
     for (int gi : grad_node)

@@ -13,6 +13,8 @@
 #include <bit>
 #include <cstdint>
 #include <string_view>
+#include <tuple>
+#include <utility>
 
 #include "fusegrad/expr/backprop.hpp"
 
@@ -34,12 +36,17 @@ constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
   return h * 0xBF58476D1CE4E5B9ull;
 }
+/// The key of an element-wise node of op `Op` with `arity` operands.
+template <class Op>
+constexpr std::uint64_t pointwise_key(std::size_t arity) {
+  return mix(mix(2, name_hash<Op>()), arity);
+}
 template <class E>
 constexpr std::uint64_t local_key() {
   if constexpr (is_leaf_v<E>) {
     return mix(mix(mix(1, static_cast<std::uint64_t>(E::kind)), E::index), sizeof(typename E::element_type));
   } else if constexpr (is_pointwise_v<E>) {
-    return mix(mix(2, name_hash<decltype(std::declval<E>().op)>()), arity_v<E>);
+    return pointwise_key<std::remove_cvref_t<decltype(std::declval<E>().op)>>(arity_v<E>);
   } else if constexpr (is_custom_v<E>) {
     return []<class F, class Fwd, class... A>(std::type_identity<custom_expr<F, Fwd, A...>>) {
       return mix(mix(3, name_hash<F>()), sizeof...(A));
@@ -118,6 +125,8 @@ struct raw_entry {
   int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
   int children[3] = {-1, -1, -1};  ///< tree positions of the operands
   int cost = 0;               ///< computing one element (`op_cost_units`; the cost-based plan)
+  std::uint64_t sibling_key = 0;  ///< `sibling_of_node`: the key of the node's sibling (0: none)
+  int sibling_cost = 0;           ///< what this node costs beside its sibling
 };
 
 /// What computing one element of node type `E` costs (`op_cost_units`): its op's declared
@@ -137,6 +146,17 @@ struct node_cost<custom_expr<F, Fwd, A...>> {
 template <class E>
 constexpr int node_cost_units() {
   return node_cost<E>::value;
+}
+/// Of a unary element-wise node whose op has a sibling (`has_sibling`: sin, cos): the key of
+/// the sibling's node on the same operand, and what this node costs beside it; else {0, 0}.
+template <class E>
+constexpr std::pair<std::uint64_t, int> sibling_of_node() {
+  if constexpr (is_pointwise_v<E> && arity_v<E> == 1) {
+    using Op = std::remove_cvref_t<decltype(std::declval<E>().op)>;
+    if constexpr (has_sibling<Op>)
+      return {pointwise_key<typename Op::sibling>(1), sibling_cost_units<typename Op::sibling>()};
+  }
+  return {0, 0};
 }
 
 /// Fills `raw` in post-order (children first, left to right) and returns the position of `E`.
@@ -173,6 +193,7 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
       r.kind = kind_of<E>();
       r.key = local_key<E>();
       r.cost = node_cost_units<E>();
+      std::tie(r.sibling_key, r.sibling_cost) = sibling_of_node<E>();
       r.mergeable = true;
       if constexpr (has_state<E>()) {
         if constexpr (state_keyable<E>()) {
@@ -199,6 +220,9 @@ struct canonical_graph {
   std::array<gkind, N> kind{};
   std::array<std::array<int, 3>, N> children{};
   std::array<int, N> cost{};  ///< per canonical node: `raw_entry::cost`
+  /// Per canonical node: its sibling's canonical node (the sibling op on the same operand:
+  /// ops/op.hpp, `has_sibling`), or -1; and what this node costs beside it.
+  std::array<int, N> sibling{}, sibling_cost{};
 };
 
 /// Hash-consing over post-order positions: a node is a new canonical node unless an earlier
@@ -251,6 +275,23 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, c
     g.kind[id] = r.kind;
     g.children[id] = ch;
     g.cost[id] = r.cost;
+  }
+  // Siblings: the node of the sibling's key on the same operands, if the graph has it.
+  g.sibling.fill(-1);
+  for (std::size_t c = 0; c < g.count; ++c) {
+    const raw_entry& r = raw[static_cast<std::size_t>(g.rep[c])];
+    if (r.sibling_key == 0 || !r.mergeable) continue;
+    const auto& ch = g.children[c];
+    for (std::size_t h = mix(mix(mix(r.sibling_key, static_cast<std::uint64_t>(ch[0] + 1)), static_cast<std::uint64_t>(ch[1] + 1)),
+                             static_cast<std::uint64_t>(ch[2] + 1)) & (buckets - 1);
+         table[h] >= 0; h = (h + 1) & (buckets - 1)) {
+      const auto d = static_cast<std::size_t>(table[h]);
+      if (raw[static_cast<std::size_t>(g.rep[d])].key == r.sibling_key && g.children[d] == ch) {
+        g.sibling[c] = static_cast<int>(d);
+        g.sibling_cost[c] = r.sibling_cost;
+        break;
+      }
+    }
   }
   return g;
 }

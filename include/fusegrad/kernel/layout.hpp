@@ -68,10 +68,20 @@ constexpr fused_layout<A::M> make_fused_layout() {
     const auto s = at(S);
     L.first_compute[s] = nc, L.first_reduce[s] = nr, L.first_store[s] = nw, L.first_load[s] = nl;
     L.first_matmul[s] = nm;
+    // An element-wise node's sibling (sin and cos of one operand) runs right after it, so that
+    // the loop computes the two together (`stage_batches::sibling_next`).
+    std::array<bool, M> placed{};
     for (std::size_t c = 0; c < M; ++c) {
       const role r = sch.roles[c];
       const bool here = sch.stage[c] == S;
-      if (r == role::compute && here) L.compute_nodes[at(nc++)] = static_cast<int>(c);
+      if (r == role::compute && here && !placed[c]) {
+        L.compute_nodes[at(nc++)] = static_cast<int>(c);
+        const int d = g.sibling[c];
+        if (d > static_cast<int>(c) && sch.roles[at(d)] == role::compute && sch.stage[at(d)] == S) {
+          L.compute_nodes[at(nc++)] = d;
+          placed[at(d)] = true;
+        }
+      }
       if (r == role::compute && here && sch.store[c]) L.store_nodes[at(nw++)] = static_cast<int>(c);
       if (r == role::reduce && here) L.reduce_nodes[at(nr++)] = static_cast<int>(c);
       if (r == role::matmul && here) L.matmul_nodes[at(nm++)] = static_cast<int>(c);

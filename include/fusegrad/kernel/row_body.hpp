@@ -176,6 +176,22 @@ struct stage_batches {
       h[static_cast<std::size_t>(L.reduce_slot[static_cast<std::size_t>(j)])] = true;
     return h;
   }();
+  /// Per element-wise node: whether the next node of the stage is its sibling (sin and cos of
+  /// one operand, placed together by the layout) in the same cluster: the node computes both
+  /// values with its op's `with_sibling`, and the next node computes nothing.
+  static constexpr std::array<bool, NC + 1> sibling_next = [] {
+    std::array<bool, NC + 1> r{};
+    for (std::size_t q = 0; q + 1 < NC; ++q)
+      r[q] = L.tile_register[c0 + q] >= 0 && L.tile_register[c0 + q + 1] >= 0 &&
+             A::cg.sibling[static_cast<std::size_t>(L.compute_nodes[c0 + q])] == L.compute_nodes[c0 + q + 1] &&
+             cluster_of[q] == cluster_of[q + 1];
+    return r;
+  }();
+  static constexpr std::array<bool, NC + 1> sibling_prev = [] {
+    std::array<bool, NC + 1> r{};
+    for (std::size_t q = 1; q < NC; ++q) r[q] = sibling_next[q - 1];
+    return r;
+  }();
   /// Element-wise node `Q` of the stage is a custom node (its value is its operand's).
   template <std::size_t Q>
   static constexpr bool custom = L.tile_register[c0 + Q] < 0;
@@ -196,13 +212,21 @@ struct stage_batches {
   static void node(V* v, const ops_t& ops, T* const* dst, const index_t* step, index_t k) {
     constexpr auto q = c0 + Q;
     constexpr auto out = static_cast<std::size_t>(L.out_slot[q]);
-    if constexpr (!custom<Q>) {
+    if constexpr (!custom<Q> && !sibling_prev[Q]) {  // (a sibling's value: computed with the node before)
       using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
       using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
       const Op& op = *static_cast<const Op*>(ops[L.compute_nodes[q]]);
       constexpr auto a = static_cast<std::size_t>(L.a_slot[q]), b = static_cast<std::size_t>(L.b_slot[q]);
-      if constexpr (requires { op.value(v[a]); }) v[out] = op.value(v[a]);
-      else v[out] = op.value(v[a], v[b]);
+      if constexpr (sibling_next[Q]) {
+        constexpr auto out2 = static_cast<std::size_t>(L.out_slot[q + 1]);
+        const auto [y, s] = op.with_sibling(v[a]);
+        v[out] = y, v[out2] = s;
+        op_boundary(v[out2]);
+      } else if constexpr (requires { op.value(v[a]); }) {
+        v[out] = op.value(v[a]);
+      } else {
+        v[out] = op.value(v[a], v[b]);
+      }
       op_boundary(v[out]);  // each node rounds as its own kernel does (eager's bits)
     }
     if (writes_in_cluster(Q, step)) v[out].store_unaligned(dst[Q] + k);
@@ -254,6 +278,11 @@ struct stage_batches {
           constexpr std::size_t q = c0 + Q;
           if constexpr (custom<Q>) {  // its value is in another slot; copied if stored
             if (r.step[Q] != 0) std::copy(slot[L.out_slot[q]], slot[L.out_slot[q]] + m, dst[Q]);
+          } else if constexpr (sibling_prev[Q]) {  // computed with the node before
+          } else if constexpr (sibling_next[Q]) {
+            using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
+            using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
+            tile_sibling_kernel(*static_cast<const Op*>(r.ops[L.compute_nodes[q]]), slot[L.a_slot[q]], dst[Q], dst[Q + 1], m);
           } else {
             using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
             using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;

@@ -106,12 +106,14 @@ inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 /// schedule bit for bit: a sum to the same shape copies its operand.
 template <class A>
 struct unreduced : A {
-  /// The canonical nodes' facts the loops read (kind, operands, cost), `sumto` made `custom`.
+  /// The canonical nodes' facts the loops read (kind, operands, cost, sibling), `sumto` made
+  /// `custom`.
   struct graph {
     std::size_t count = A::M;
     std::array<gkind, A::M> kind{};
     std::array<std::array<int, 3>, A::M> children{};
     std::array<int, A::M> cost{};
+    std::array<int, A::M> sibling{};
   };
   static constexpr graph cg = [] {
     graph g;
@@ -119,6 +121,7 @@ struct unreduced : A {
       g.kind[c] = A::cg.kind[c] == gkind::sumto ? gkind::custom : A::cg.kind[c];
       g.children[c] = A::cg.children[c];
       g.cost[c] = A::cg.cost[c];
+      g.sibling[c] = A::cg.sibling[c];
     }
     return g;
   }();

@@ -48,6 +48,26 @@ template <class Op, Element T>
   else store_head(out + i, op.value(load_head<false>(a + i, n - i), load_head<false>(b + i, n - i)), n - i);
 }
 
+/// out[i], sib[i] = op.with_sibling(a[i]) for i in [0, n): a unary op with a sibling
+/// (`has_sibling`: sin and cos from one reduction), each value with the bits of its op's own
+/// `tile_kernel`.
+template <class Op, Element T>
+[[gnu::noinline]] void tile_sibling_kernel(const Op& op, const T* __restrict a, T* __restrict out, T* __restrict sib,
+                                           index_t n) {
+  using V = simd<T>;
+  constexpr index_t W = static_cast<index_t>(V::size);
+  index_t i = 0;
+  for (; i + W <= n; i += W) {
+    const auto [y, s] = op.with_sibling(V::load_unaligned(a + i));
+    y.store_unaligned(out + i);
+    s.store_unaligned(sib + i);
+  }
+  if (i == n) return;
+  const auto [y, s] = op.with_sibling(load_head<false>(a + i, n - i));
+  store_head(out + i, y, n - i);
+  store_head(sib + i, s, n - i);
+}
+
 /// `tile_kernel` of `op`'s type, on `op`.
 template <class Op, Element T>
 inline void tile_op(const Op& op, const T* a, const T* b, T* out, index_t n) {

@@ -48,6 +48,8 @@
 ///    then the latest possible ones, which minimises the recomputation left to the backward
 ///    (e.g. y = tanh(x) with a backward that reads y saves y, not x). This cut is unique, so
 ///    the plan is deterministic.
+///    A forward node whose sibling (`node_info::sibling`: sin and cos of one operand) is a
+///    backward node costs `sibling_cost` to recompute: the backward computes both together.
 ///  - `memory_budget`: the first of save_all, min_cut, recompute_all (least recomputation
 ///    first) whose saved_count <= budget; recompute_all when none fits.
 ///  - `cost` (the default): the plan of least estimated time. AOTAutograd's min-cut counts
@@ -57,7 +59,9 @@
 ///    of it costs, and the policy carries what a load and a store of one element cost in the
 ///    memory regime of the call (`memory_costs`: in cache or streaming). Saving a node costs
 ///    a store in the forward (none for an input: it is already in memory) and a load in the
-///    backward; recomputing it costs its `cost`. The plan minimises the sum over the saved
+///    backward; recomputing it costs its `cost`, or its `sibling_cost` where its sibling
+///    (`node_info::sibling`: sin and cos of one operand) is a backward node, which the backward
+///    computes anyway and together with it. The plan minimises the sum over the saved
 ///    and the recomputed nodes, exactly, as a min cut of the same node-split network with
 ///    these capacities:
 ///      * v_in -> v_out: the save cost of v (cut: v saved);
@@ -110,6 +114,12 @@ struct node_info {
   bool forward_root = false;                  ///< an output of the forward
   bool backward_root = false;                 ///< an output of the backward (a gradient of an input)
   int cost = 0;  ///< `cost` policy: recomputing one element of this (pointwise) node
+  /// `cost` policy: the node whose value comes out of the same work as this one's on the same
+  /// operand (sin and cos: ops/op.hpp, `has_sibling`), or -1; and what this node costs once
+  /// that one is computed. A forward node whose sibling the backward computes is recomputed
+  /// beside it for `sibling_cost`.
+  int sibling = -1;
+  int sibling_cost = 0;
 };
 
 /// What a load and a store of one element cost (`cost` policy), in the unit of the nodes'
@@ -173,6 +183,8 @@ constexpr void validate(const joint_graph<N>& g) {
           n.kind == node_kind::constant)
         throw fusegrad::error(op_name, "an input, grad_input or constant node has no children");
     }
+    if (n.sibling < -1 || n.sibling >= static_cast<int>(N) || n.sibling == static_cast<int>(i))
+      throw fusegrad::error(op_name, "a sibling index must be -1 or another node's index");
   }
 }
 
@@ -353,6 +365,15 @@ constexpr saved_set<N> recompute_all(const joint_graph<N>& g, const regions<N>& 
   return s;
 }
 
+/// What recomputing forward node `i` in the backward costs (`cost` policy): its `cost`, or its
+/// `sibling_cost` where its sibling is a backward node (computed anyway, from the same operand).
+template <std::size_t N>
+constexpr int recompute_cost(const joint_graph<N>& g, const regions<N>& r, std::size_t i) {
+  const node_info& n = g.nodes[i];
+  if (n.sibling >= 0 && r.backward[static_cast<std::size_t>(n.sibling)] && n.sibling_cost < n.cost) return n.sibling_cost;
+  return n.cost;
+}
+
 /// The min cut of the node-split network (see the file comment): `min_cut` when `costed` is
 /// false (every save costs 1, recomputation is free), the `cost` policy's network otherwise.
 template <std::size_t N>
@@ -367,12 +388,12 @@ constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r, boo
   for (std::size_t i = 0; i < N; ++i) {
     const node_info& n = g.nodes[i];
     if (!r.forward[i] || n.kind == node_kind::constant) continue;
-    if (n.cost < 0 || mem.load < 0 || mem.store < 0)
+    if (n.cost < 0 || n.sibling_cost < 0 || mem.load < 0 || mem.store < 0)
       throw fusegrad::error(op_name, "a cost must not be negative");
     const int vin = 2 * static_cast<int>(i), vout = vin + 1;
     net.add_edge(vin, vout, save_cost(n));
     if (is_source_kind(n.kind)) net.add_edge(net_t::source, vin, net_t::infinite);
-    else if (costed && n.cost > 0) net.add_edge(net_t::source, vin, n.cost);
+    else if (costed && recompute_cost(g, r, i) > 0) net.add_edge(net_t::source, vin, recompute_cost(g, r, i));
     for (int c : n.children)
       if (c >= 0 && g.nodes[c].kind != node_kind::constant)
         net.add_edge(2 * c + 1, vin, net_t::infinite);
@@ -390,7 +411,7 @@ constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r, boo
       s.saved[i] = true;
       cut += save_cost(n);
     } else if (costed && to_sink[2 * i] && !is_source_kind(n.kind)) {
-      cut += n.cost;  // recomputed
+      cut += recompute_cost(g, r, i);  // recomputed
     }
   }
   if (cut != flow)
@@ -443,7 +464,9 @@ constexpr long estimated_cost(const joint_graph<N>& g, const plan<N>& p, memory_
     t += loaded ? mem.load : n.cost;
     if (n.forward_root || n.backward_root) t += mem.store;
     if (p.saved[i]) t += (n.kind == node_kind::input ? 0 : mem.store) + mem.load;
-    if (p.recompute[i]) t += n.cost;
+    if (p.recompute[i])
+      t += n.sibling >= 0 && p.backward[static_cast<std::size_t>(n.sibling)] && n.sibling_cost < n.cost ? n.sibling_cost
+                                                                                                       : n.cost;
   }
   return t;
 }
