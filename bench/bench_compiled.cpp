@@ -69,6 +69,20 @@ void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
   set_bytes(state, n, 8);
 }
 
+template <class Trig>
+void BM_coscos_fwd_bwd_hand_sincos(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size());
+  for (auto _ : state) {
+    hand_forward<Trig>(in.x.data(), in.y.data(), out.data(), n);
+    hand_backward_sincos<Trig>(in.x.data(), in.y.data(), in.g.data(), gx.data(), gy.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 8);
+}
+
 /// fg::compile with policy `Policy` (the default, policy::cost, picks its plan by size).
 template <class Policy>
 void BM_coscos_fwd_bwd_policy(benchmark::State& state) {
@@ -245,6 +259,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_coscos_fwd_bwd_policy<fg::policy::cost>)->Name("BM_coscos_fwd_bwd_fused")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand_sincos<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand_sincos")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand_sincos<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_sincos_lanes")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand_save<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand_save")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_lanes")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand_save<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_save_lanes")->Apply(sizes);

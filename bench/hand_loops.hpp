@@ -2,6 +2,7 @@
 // Hand-written reference loops the benchmarks put beside fusegrad's kernels: what a careful
 // programmer would write for these expressions with xsimd, one pass each way.
 #include <cmath>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -18,10 +19,12 @@ constexpr long W = static_cast<long>(B::size);
 struct xsimd_trig {
   static B cos(const B& x) { return xsimd::cos(x); }
   static B sin(const B& x) { return xsimd::sin(x); }
+  static std::pair<B, B> sincos(const B& x) { return xsimd::sincos(x); }
 };
 struct lanes_trig {
   static B cos(const B& x) { return fusegrad::lanes::cos(x); }
   static B sin(const B& x) { return fusegrad::lanes::sin(x); }
+  static std::pair<B, B> sincos(const B& x) { return fusegrad::lanes::sincos(x); }
 };
 
 template <class Trig = xsimd_trig>
@@ -43,6 +46,29 @@ __attribute__((noinline)) void hand_backward(const float* __restrict x, const fl
     const B c1 = Trig::cos(xv);
     (gv * B::load_unaligned(y + i) * Trig::sin(c1) * Trig::sin(xv)).store_unaligned(gx + i);
     (gv * Trig::cos(c1)).store_unaligned(gy + i);
+  }
+  for (; i < n; ++i) {
+    const float c1 = std::cos(x[i]);
+    gx[i] = g[i] * y[i] * std::sin(c1) * std::sin(x[i]);
+    gy[i] = g[i] * std::cos(c1);
+  }
+}
+
+// The backward with the sine and the cosine of each argument from one reduction (`sincos`):
+// cos(x) is recomputed beside the sin(x) the backward needs anyway, cos(cos(x)) beside
+// sin(cos(x)), so the backward costs two reductions per element instead of four. With the
+// forward above: the best hand loop for this work.
+template <class Trig = xsimd_trig>
+__attribute__((noinline)) void hand_backward_sincos(const float* __restrict x, const float* __restrict y,
+                                                    const float* __restrict g, float* __restrict gx,
+                                                    float* __restrict gy, long n) {
+  long i = 0;
+  for (; i + W <= n; i += W) {
+    const B xv = B::load_unaligned(x + i), gv = B::load_unaligned(g + i);
+    const auto [s1, c1] = Trig::sincos(xv);
+    const auto [s2, c2] = Trig::sincos(c1);
+    (gv * B::load_unaligned(y + i) * s2 * s1).store_unaligned(gx + i);
+    (gv * c2).store_unaligned(gy + i);
   }
   for (; i < n; ++i) {
     const float c1 = std::cos(x[i]);
