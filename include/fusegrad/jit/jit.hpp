@@ -196,7 +196,6 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
   std::invoke_result_t<const F&, Args...> call_once(Args&&... args) const {
     namespace J = detail::jit;
     using R = std::invoke_result_t<const F&, Args...>;
-    using O = std::conditional_t<std::is_same_v<E, float>, double, float>;
     J::call_key<E> key;
     (J::add_arg(key, args), ...);
     J::replayer<E>::seal(key);
@@ -212,32 +211,19 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     J::tracing_scope<J::deferred_t<void, F>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);
-    typename J::trace<E>::flush_record rec;
-    typename J::trace<O>::flush_record other;
-    auto& te = fr.template tracer<E>();
-    auto& to = fr.template tracer<O>();
-    struct stop_recording {
-      J::trace<E>& a;
-      J::trace<O>& b;
-      ~stop_recording() {
-        a.recording = nullptr;
-        b.recording = nullptr;
-      }
-    } stop{te, to};
-    te.recording = &rec;
-    to.recording = &other;
+    J::once_recording<E> rec;  // (after the scope: its tracers are the thread's recorders)
     std::vector<const detail::tensor_impl<E>*> results;
     std::vector<std::size_t> counts;
     std::vector<std::string> keys;
     if constexpr (std::is_void_v<R>) {
       std::invoke(fn_, std::forward<Args>(args)...);
       fr.finish();
-      J::replayer<E>::save(*st_, std::move(key), rec, other.flushes, results, std::move(counts), std::move(keys));
+      rec.save(*st_, std::move(key), results, std::move(counts), std::move(keys));
     } else {
       R r = std::invoke(fn_, std::forward<Args>(args)...);
       fr.finish();
       J::take_apart<E>(r, results, counts, keys);
-      J::replayer<E>::save(*st_, std::move(key), rec, other.flushes, results, std::move(counts), std::move(keys));
+      rec.save(*st_, std::move(key), results, std::move(counts), std::move(keys));
       return r;
     }
   }

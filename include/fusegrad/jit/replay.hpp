@@ -85,6 +85,45 @@ struct replayer {
   static bool matches(const traced_call<T>& c, const call_key<T>& k);
 };
 
+/// What the tracers of a trace_once call's traced run report (their flushes), from its
+/// construction, before the function runs, to `save`, after it returned. Its members are
+/// out of line, held by the precompiled runtime with the tracers' own (runtime/jit.hpp).
+template <Element T>
+class once_recording {
+ public:
+  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  once_recording();  // while this thread's tracers are a tracing_scope's
+  ~once_recording();
+  once_recording(const once_recording&) = delete;
+  once_recording& operator=(const once_recording&) = delete;
+  /// `replayer<T>::save` with what the tracers reported.
+  void save(function_state& st, call_key<T>&& k, const std::vector<const tensor_impl<T>*>& results,
+            std::vector<std::size_t> counts, std::vector<std::string> keys);
+
+ private:
+  trace<T>* t_;
+  trace<other>* o_;
+  typename trace<T>::flush_record rec_;
+  typename trace<other>::flush_record other_rec_;
+};
+
+template <Element T>
+once_recording<T>::once_recording()
+    : t_(static_cast<trace<T>*>(active_recorder<T>())), o_(static_cast<trace<other>*>(active_recorder<other>())) {
+  t_->recording = &rec_;
+  o_->recording = &other_rec_;
+}
+template <Element T>
+once_recording<T>::~once_recording() {
+  t_->recording = nullptr;
+  o_->recording = nullptr;
+}
+template <Element T>
+void once_recording<T>::save(function_state& st, call_key<T>&& k, const std::vector<const tensor_impl<T>*>& results,
+                             std::vector<std::size_t> counts, std::vector<std::string> keys) {
+  replayer<T>::save(st, std::move(k), rec_, other_rec_.flushes, results, std::move(counts), std::move(keys));
+}
+
 /// Records kept per function and element type: the signatures a caller cycles through are
 /// few; one that varies without bound (a new size each call) would grow the list forever.
 inline constexpr std::size_t max_traced_calls = 64;
