@@ -231,7 +231,7 @@ class trace final : public recorder<T>, public lazy_source {
   /// point asked): throws, naming the op, when a replay of the graph could not stand for
   /// calling the function.
   void refuse_unreplayable(std::string_view why, bool is_break) const;
-  /// The name of the op of node `k`, for errors.
+  /// The name of node `n`'s op, for errors.
   std::string_view op_of(const ir::node<T>& n) const {
     switch (n.kind) {
       case ir::node_kind::pointwise: return ir::graph<T>::op_name(n.op);
