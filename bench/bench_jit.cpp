@@ -14,12 +14,20 @@
 //       jit (trace + hash + guard check + program run + output allocation), eager (two ops),
 //       hand (the loop alone, into a preallocated buffer). jit - hand is the per-call overhead
 //       of a cache hit (goal < 1 us).
+//   once_vs/<case>/<variant>/round:R/N   trace_once beside the default jit and eager mode, at
+//       N = 10, 2^10, 2^16, 2^20, registered interleaved (each round runs every variant at
+//       every N before the next round), so that the three are compared within one run:
+//       coscos  fg::sum(cos(cos(x)) * y).backward()       (x, y require grad)
+//       xyz     x * y + z, forward only, grad mode off
+//       variants: eager, jit (traced every call), once (jit with trace_once: replayed)
+//     ./bench_jit --benchmark_filter=once_vs --benchmark_min_time=0.2
 //   BM_guard_check/K   one cache entry's guards checked against K input tensors (rank, sizes,
 //       requires_grad, grad mode, aliasing); the counter ns_per_tensor is the goal's figure
 //       (< 20 ns per tensor).
 
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "fusegrad/fusegrad.hpp"
@@ -122,6 +130,54 @@ void BM_guard_check(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(k) * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
+
+// ---- trace_once beside the default jit and eager mode.
+
+enum class variant { eager, jit, once };
+constexpr const char* variant_name[] = {"eager", "jit", "once"};
+
+template <class F>
+auto make_variant(variant v, F f) {
+  return [v, f, jf = fg::jit(f), jo = fg::jit(f, {.trace_once = true})](const auto&... a) {
+    return v == variant::eager ? f(a...) : v == variant::jit ? jf(a...) : jo(a...);
+  };
+}
+
+void once_vs_coscos(benchmark::State& state, variant v) {
+  const long n = state.range(0);
+  const auto f = make_variant(v, [](const fg::tensor<float>& x, const fg::tensor<float>& y) { return fg::sum(fg::cos(fg::cos(x)) * y); });
+  inputs in(n);
+  fg::tensor<float> x = in.x.detach().requires_grad(true), y = in.y.detach().requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    y.zero_grad();
+    f(x, y).backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+}
+
+void once_vs_xyz(benchmark::State& state, variant v) {
+  const long n = state.range(0);
+  const auto f = make_variant(v, [](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) { return x * y + z; });
+  const auto x = fg::randn<float>({n}, 1), y = fg::randn<float>({n}, 2), z = fg::randn<float>({n}, 3);
+  fg::no_grad ng;
+  for (auto _ : state) {
+    fg::tensor<float> out = f(x, y, z);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+}
+
+const bool once_vs_registered = [] {
+  for (int round = 0; round < 3; ++round)
+    for (long n : {10L, 1L << 10, 1L << 16, 1L << 20})
+      for (variant v : {variant::eager, variant::jit, variant::once}) {
+        const std::string tail = std::string("/") + variant_name[static_cast<int>(v)];
+        const std::string r = "/round:" + std::to_string(round);
+        benchmark::RegisterBenchmark(("once_vs/coscos" + tail + r).c_str(), once_vs_coscos, v)->Arg(n)->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark(("once_vs/xyz" + tail + r).c_str(), once_vs_xyz, v)->Arg(n)->Unit(benchmark::kMicrosecond);
+      }
+  return true;
+}();
 
 void sizes(benchmark::internal::Benchmark* b) {
   for (int e : {10, 16, 20}) b->Arg(1L << e);

@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/jit/entry.hpp
 /// The guarded kernel cache of `fg::jit`: an entry's guards (graph structure, input sizes,
-/// requires_grad, grad mode, aliasing) and compiled programs, the per-type caches and dims
+/// requires_grad, grad mode, aliasing) and compiled programs, the per-type caches (with their
+/// `trace_once` records) and dims
 /// marked dynamic of a jitted function, its shared state, the node shapes of an entry for
 /// other inputs, and why an entry's guards reject inputs (the recompiles log).
 
@@ -117,9 +118,13 @@ struct dynamic_dim_marks {
 };
 
 template <Element T>
+struct traced_call;  // fusegrad/jit/replay.hpp
+
+template <Element T>
 struct cache {
   std::vector<std::shared_ptr<const entry<T>>> entries;  ///< most recently used first
   std::vector<dynamic_dim_marks> marks;
+  std::vector<std::shared_ptr<const traced_call<T>>> traced;  ///< trace_once records, most recently used first
 };
 
 /// Everything a jitted function shares between calls and threads.

@@ -2,7 +2,7 @@
 /// \file fusegrad/jit/flush.hpp
 /// A trace's flush (`trace<T>::flush`): the pending graph's cache lookup (or compile, or the
 /// eager fallback), its run, giving the lazy tensors still alive their values, and the
-/// `CompiledFunctionBackward` node recorded for its backward.
+/// `CompiledFunctionBackward` node recorded for its backward (run_entry.hpp).
 
 #include <algorithm>
 #include <cstdint>
@@ -24,6 +24,7 @@
 #include "fusegrad/jit/compile_entry.hpp"
 #include "fusegrad/jit/entry.hpp"
 #include "fusegrad/jit/log.hpp"
+#include "fusegrad/jit/run_entry.hpp"
 #include "fusegrad/jit/trace.hpp"
 
 namespace fusegrad::detail::jit {
@@ -40,23 +41,6 @@ struct pause_recording {
     active_recorder<double>() = d;
   }
 };
-
-/// Gives lazy tensor `dst` the value (and history) of tensor `computed`. A lazy tensor claims contiguous strides from the start, so a value computed as a view
-/// (node by node, eagerly) is copied to keep that promise.
-template <Element T>
-void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
-  const tensor<T> src = fusegrad::contiguous(computed);  // (a clone on the tape when it needs grad)
-  const auto& s = *src.impl();
-  dst.store = s.store;
-  dst.offset = s.offset;
-  dst.st = s.st;
-  dst.sizes = s.sizes;
-  dst.grad_fn = s.grad_fn;
-  dst.output_nr = s.output_nr;
-  dst.requires_grad = s.requires_grad;
-  dst.lazy = nullptr;
-  dst.lazy_node = -1;
-}
 
 /// For each input, the first earlier input that shares its storage (-1: none), in one pass
 /// over the inputs (`first` is scratch space kept between calls).
@@ -77,6 +61,7 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     recording->compiled = false;
   }
   function_state& st = *st_;
+  if (st.opts.trace_once) refuse_unreplayable(why, is_break);
   if (is_break) {
     if (st.opts.fullgraph)
       fail("jit", "fullgraph=true, but ", why, " needs the value of a traced tensor, which would break the graph in '",
@@ -233,11 +218,8 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     return;
   }
 
-  const bool dyn = e->dynamic;
-  std::vector<shape> fwd_shapes;
-  if (dyn) fwd_shapes.assign(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
-  std::vector<tensor<T>> res = e->fwd->run(inputs_, dyn ? &fwd_shapes : nullptr, &calls_);
-  for (std::size_t p = 0; p < outs.size(); ++p) adopt(*targets[p], res[p]);
+  auto jshapes = e->dynamic ? std::make_shared<const std::vector<shape>>(std::move(shapes)) : nullptr;
+  run_entry(e, inputs_, std::move(jshapes), calls_, hooks_, targets);
   if (recording) {
     recording->compiled = true;
     recording->e = e;
@@ -247,77 +229,6 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     recording->calls = calls_;
     recording->call_hook_ids = call_hook_ids_;
     recording->call_hook_ids.resize(calls_.size());
-  }
-  if (e->bwd) {
-    std::vector<tensor<T>> saved(res.begin() + static_cast<std::ptrdiff_t>(outs.size()), res.end());
-    // The outputs the node is recorded on (the thread's buffers: no allocation per call).
-    struct grad_out_list;
-    struct grad_out_ptrs;
-    reused_vector<tensor<T>, grad_out_list> grad_outs;
-    reused_vector<tensor<T>*, grad_out_ptrs> out_ptrs;
-    for (int p : e->grad_outputs) grad_outs->emplace_back(targets[static_cast<std::size_t>(p)]);
-    for (auto& t : *grad_outs) out_ptrs->push_back(&t);
-    auto jshapes = dyn ? std::make_shared<const std::vector<shape>>(std::move(shapes)) : nullptr;
-    const std::size_t n_in = inputs_.size();
-    // This call's hooks (the graph's, by slot); hooks registered later on its outputs join
-    // them in the backward, on each output's whole gradient (`set_applies_hooks`).
-    auto graph_hooks = hooks_.empty() ? nullptr : std::make_shared<const std::vector<std::pair<int, hook<T>>>>(hooks_);
-    auto self = std::make_shared<node<T>*>(nullptr);  // the node: the rule lives in it
-    // The engine leaves the gradient of an output nothing used undefined (no zeros): the
-    // backward of the outputs that received one runs instead (`backward_for`).
-    const auto n = record<T>("CompiledFunctionBackward", inputs_, *out_ptrs, std::move(saved),
-              [e, jshapes, n_in, graph_hooks, self](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
-                // The program's inputs and which gradients came (the thread's buffers; a
-                // backward nested in this one, from a hook, gets its own).
-                struct backward_inputs;
-                struct given_grads;
-                reused_vector<tensor<T>, backward_inputs> bin_buffer;
-                reused_vector<char, given_grads> given_buffer;
-                std::vector<tensor<T>>& bin = *bin_buffer;
-                std::vector<char>& given = *given_buffer;
-                bin.assign(s.begin(), s.end());
-                given.resize(grads.size());
-                for (std::size_t j = 0; j < grads.size(); ++j) {
-                  given[j] = grads[j].defined();
-                  if (given[j]) bin.push_back(grads[j]);
-                }
-                std::vector<std::pair<int, hook<T>>> hs;  // snapshot, as the engine's `run_hooks`
-                if (graph_hooks) hs = *graph_hooks;
-                for (std::size_t j = 0; j < grads.size(); ++j)
-                  for (const auto& h : (*self)->pre_hooks(j))
-                    hs.emplace_back(e->outputs[static_cast<std::size_t>(e->grad_outputs[j])], h);
-                order_hooks(hs.begin(), hs.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
-                std::vector<int> hooked;
-                std::vector<ir::call_fn<T>> hook_fns;
-                for (const auto& [k, h] : hs) {
-                  hooked.push_back(k);
-                  hook_fns.push_back([h = h](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
-                }
-                std::vector<shape> bs;
-                std::shared_ptr<const backward_code<T>> b = e->bwd;
-                if (given != b->given || hooked != b->hooks) {
-                  std::vector<shape> fwd;
-                  if (jshapes) fwd.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
-                  b = backward_for(*e, given, hooked, jshapes ? &fwd : nullptr, bs);
-                } else if (jshapes) {
-                  bs = backward_shapes(*b, *jshapes);
-                }
-                std::vector<tensor<T>> r;
-                if (auto* rec = active_recorder<T>())  // a traced backward: inline this one
-                  r = rec->replay(b->prog->source(), b->prog->outputs(), bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
-                else
-                  r = b->prog->run(bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
-                std::vector<tensor<T>> out(n_in);
-                for (std::size_t j = 0; j < e->wrt.size(); ++j) {
-                  const int o = b->grad_of[j];
-                  const auto i = static_cast<std::size_t>(e->wrt[j]);
-                  out[i] = o >= 0 ? r[static_cast<std::size_t>(o)] : tensor<T>{};
-                }
-                return out;
-              });
-    *self = n.get();
-    n->set_materialize_grads(false);
-    n->set_applies_hooks(true);
   }
   reset();
 }

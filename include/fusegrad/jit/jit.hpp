@@ -29,6 +29,14 @@
 /// which later sizes hit. Sizes 0 and 1 stay specialised. After `recompile_limit` compiles
 /// (default 8) a function's misses run eagerly, and one log line says why.
 ///
+/// **Trace once.** With `trace_once = true` (JAX's contract) the function runs, and is traced,
+/// once per signature — grad mode, each argument's kind, sizes and requires_grad, aliasing
+/// between argument tensors, numbers' values — and a later call with that signature replays
+/// the graph's cached programs on its arguments without calling the function. What a replay
+/// could not redo is an error while tracing, naming the op: a graph break, a hook, a tensor
+/// that is not an argument (captured, made by a factory or a random op, or by an untraced
+/// op), a traced tensor kept outside the result (replay.hpp).
+///
 /// Thread safety: a jitted function may be called from many threads at once; each thread
 /// traces on its own and the cache is shared under a mutex (programs are immutable).
 ///
@@ -39,7 +47,9 @@
 /// `tracing_scope.hpp` (the thread's tracers, installed for one call), `trace.hpp` (the
 /// tracer recording the graph), `flush.hpp` (a sync point: look up, compile, run),
 /// `entry.hpp` (cache entries and their guards), `compile_entry.hpp` (an entry's programs),
-/// `log.hpp` (counters and logs). This file: the user-facing `fg::jit`.
+/// `run_entry.hpp` (running an entry's programs, recording its backward), `replay.hpp`
+/// (`trace_once`: signatures, records and their replay), `log.hpp` (counters and logs). This
+/// file: the user-facing `fg::jit`.
 
 #include <concepts>
 #include <functional>
@@ -53,6 +63,7 @@
 #include "fusegrad/core/type_list.hpp"
 #include "fusegrad/jit/entry.hpp"
 #include "fusegrad/jit/options.hpp"
+#include "fusegrad/jit/replay.hpp"
 #include "fusegrad/jit/tracing_scope.hpp"
 
 namespace fusegrad {
@@ -153,6 +164,18 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
 
   template <class... Args>
   decltype(auto) call(Args&&... args) const {
+    if (st_->opts.trace_once) [[unlikely]] {
+      using E = typename detail::jit::args_element<Args...>::type;
+      using R = std::invoke_result_t<const F&, Args...>;
+      if constexpr (!std::is_void_v<E>) {
+        if constexpr ((detail::jit::takes_arg<E, Args>() && ...) && (std::is_void_v<R> || detail::jit::rebuilds<E, R>::value))
+          return call_once<E>(std::forward<Args>(args)...);
+      }
+      detail::fail("jit", "'", st_->opts.name, "' is jitted with trace_once=true, which takes tensors of one element "
+                   "type, std::map<std::string, tensor>, ranges of tensors and numbers as arguments (at least one tensor), "
+                   "and returns void, a tensor, or a std::vector, std::array, std::map<std::string, ...>, pair or tuple of "
+                   "these; this function's arguments or result are of another type. Call fg::jit without trace_once");
+    }
     detail::jit::tracing_scope<detail::jit::deferred_t<void, F>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);
@@ -163,6 +186,44 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     } else {
       R r = std::invoke(fn_, std::forward<Args>(args)...);
       fr.finish();
+      return r;
+    }
+  }
+
+  /// A `trace_once` call with tensors of element type `E`: a replay when its signature has a
+  /// record, else a traced call that leaves one.
+  template <Element E, class... Args>
+  std::invoke_result_t<const F&, Args...> call_once(Args&&... args) const {
+    namespace J = detail::jit;
+    using R = std::invoke_result_t<const F&, Args...>;
+    J::call_key<E> key;
+    (J::add_arg(key, args), ...);
+    J::replayer<E>::seal(key);
+    if (const auto c = J::replayer<E>::find(*st_, key)) {
+      const std::vector<tensor<E>> ts = J::replayer<E>::replay(*c, key.tensors);
+      if constexpr (!std::is_void_v<R>) {
+        std::size_t t = 0, n = 0, k = 0;
+        return J::rebuild<E, R>(ts, *c, t, n, k);
+      } else {
+        return;
+      }
+    }
+    J::tracing_scope<J::deferred_t<void, F>> fr(*st_);
+    int i = 0;
+    (fr.name_arg(args, i++), ...);
+    J::once_recording<E> rec;  // (after the scope: its tracers are the thread's recorders)
+    std::vector<const detail::tensor_impl<E>*> results;
+    std::vector<std::size_t> counts;
+    std::vector<std::string> keys;
+    if constexpr (std::is_void_v<R>) {
+      std::invoke(fn_, std::forward<Args>(args)...);
+      fr.finish();
+      rec.save(*st_, std::move(key), results, std::move(counts), std::move(keys));
+    } else {
+      R r = std::invoke(fn_, std::forward<Args>(args)...);
+      fr.finish();
+      J::take_apart<E>(r, results, counts, keys);
+      rec.save(*st_, std::move(key), results, std::move(counts), std::move(keys));
       return r;
     }
   }

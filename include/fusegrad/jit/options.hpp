@@ -19,6 +19,9 @@ struct jit_options {
   std::string name = "function";  ///< used in log lines
   jit_backend backend = jit_backend::fused;
   logs::channel graph_log = logs::graph;  ///< where a newly compiled graph is printed
+  /// Trace once per signature (JAX's `jit`): a call whose arguments match an earlier call's
+  /// signature replays that call's graph without calling the function (docs/jit.md).
+  bool trace_once = false;
 };
 
 }  // namespace fusegrad

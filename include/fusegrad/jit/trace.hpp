@@ -161,6 +161,10 @@ class trace final : public recorder<T>, public lazy_source {
   bool add_hook(const tensor<T>& t, const hook<T>& h) override {
     const auto& impl = t.raw_impl();
     if (!impl || impl->lazy != this) return false;
+    if (traces_once())
+      fail("register_hook", "a tensor hook (register_hook or retain_grad) registered inside '", st_->opts.name,
+           "', which is jitted with trace_once=true, would run only for the call that traced it: a replay does not call "
+           "the function. Register it on the result after the call, or call fg::jit without trace_once");
     hooks_.emplace_back(impl->lazy_node, h);
     return true;
   }
@@ -212,8 +216,33 @@ class trace final : public recorder<T>, public lazy_source {
 
   void split_on_grad_mode() {
     const bool gm = is_grad_enabled();
-    if (!g_.empty() && gm != grad_mode_) flush("grad mode changed", false);
+    if (!g_.empty() && gm != grad_mode_) {
+      if (traces_once())
+        fail(gm ? "enable_grad" : "no_grad", "grad mode changed inside '", st_->opts.name,
+             "', which is jitted with trace_once=true: a replay runs one graph in one grad mode. Set the grad mode "
+             "around the call (each grad mode is its own signature), or call fg::jit without trace_once");
+      flush("grad mode changed", false);
+    }
     if (g_.empty()) grad_mode_ = gm;
+  }
+  /// Whether this trace is a `trace_once` call's: what a replay could not redo is refused.
+  bool traces_once() const noexcept { return st_ && st_->opts.trace_once; }
+  /// For a `trace_once` call, before the pending graph is flushed (`why`; `is_break`: a sync
+  /// point asked): throws, naming the op, when a replay of the graph could not stand for
+  /// calling the function.
+  void refuse_unreplayable(std::string_view why, bool is_break) const;
+  /// The name of node `n`'s op, for errors.
+  std::string_view op_of(const ir::node<T>& n) const {
+    switch (n.kind) {
+      case ir::node_kind::pointwise: return ir::graph<T>::op_name(n.op);
+      case ir::node_kind::sum: return "sum";
+      case ir::node_kind::mean: return "mean";
+      case ir::node_kind::max: return "max";
+      case ir::node_kind::expand: return "expand";
+      case ir::node_kind::sum_to: return "sum_to";
+      case ir::node_kind::custom: return "fg::function";
+      default: return "call";
+    }
   }
   /// Whether node `n` (its operands already in the graph) requires grad, as the tape decides:
   /// an operand requires grad and the op has a derivative rule.
@@ -343,6 +372,35 @@ class trace final : public recorder<T>, public lazy_source {
 
 template <Element T>
 trace<T>::~trace() = default;
+
+template <Element T>
+void trace<T>::refuse_unreplayable(std::string_view why, bool is_break) const {
+  const std::string& fn = st_->opts.name;
+  if (is_break)
+    fail(why, "'", fn, "' is jitted with trace_once=true, but ", why,
+         " needs the value of a traced tensor, which would break the graph; a replay runs one graph without calling "
+         "the function, so nothing would compute that value. Read it after the call (return the tensor), or call "
+         "fg::jit without trace_once");
+  if (!calls_.empty())
+    fail(call_names_.front(), "'", fn, "' (jitted with trace_once=true) traced an opaque call, whose function is the "
+         "call's own; call fg::jit without trace_once");
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    const auto& impl = inputs_[i].raw_impl();
+    if (std::any_of(names_.begin(), names_.end(), [&](const arg_name& a) { return a.impl == impl.get(); })) continue;
+    std::string_view op = "an op";  // the first op that reads it
+    for (const auto& n : g_.nodes())
+      if (n.kind != ir::node_kind::input && (n.a == input_nodes_[i] || n.b == input_nodes_[i])) {
+        op = op_of(n);
+        break;
+      }
+    fail(op, "'", fn, "' (jitted with trace_once=true) reads a tensor of shape ", fusegrad::to_string(impl->sizes),
+         " that is not one of its arguments",
+         impl->grad_fn ? cat(" (computed by ", impl->grad_fn->name(), ", an op the tracer does not capture)") : std::string(),
+         ". A replay does not call the function, so a tensor captured from outside, made inside it by a factory or a "
+         "random op (randn, rand, zeros, ...), or computed by an op the tracer does not capture (matmul, views) "
+         "would keep its first call's value. Pass it as an argument, or call fg::jit without trace_once");
+  }
+}
 
 }  // namespace fusegrad::detail::jit
 

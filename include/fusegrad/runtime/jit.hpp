@@ -19,6 +19,8 @@
   FUSEGRAD_RT_EXTERN template class ir::row_step<T>; \
   FUSEGRAD_RT_EXTERN template class ir::program<T>; \
   FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>; \
+  FUSEGRAD_RT_EXTERN template struct detail::jit::replayer<T>; \
+  FUSEGRAD_RT_EXTERN template class detail::jit::once_recording<T>; \
   FUSEGRAD_RT_EXTERN template jit_entry_info detail::jit::entry_info<T>(const detail::jit::entry<T>&);
 
 

@@ -1,0 +1,411 @@
+#pragma once
+/// \file fusegrad/jit/replay.hpp
+/// `fg::jit(f, {.trace_once = true})`: a call's signature, the record a traced call leaves
+/// (its signature, the cache entry its one graph ran, which argument feeds each graph input,
+/// and how the result is rebuilt), and the replay of a record on a later call's arguments,
+/// without calling the function (JAX's contract).
+///
+/// A signature is what the function's C++ may branch on without the tracer seeing it: the
+/// grad mode, each argument's kind (a tensor, a container of tensors and its length, a
+/// `std::map`'s keys, a number and its value), each tensor's sizes (exact: the function may
+/// read them; the graph's program may still be a shape-generic entry of the kernel cache) and
+/// requires_grad, and which argument tensors are the same tensor or share storage.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fusegrad/jit/entry.hpp"
+#include "fusegrad/jit/log.hpp"
+#include "fusegrad/jit/run_entry.hpp"
+#include "fusegrad/jit/trace.hpp"
+
+namespace fusegrad::detail::jit {
+
+/// The signature of one call (`tensors`: its argument tensors, in order, which it is not
+/// compared on).
+template <Element T>
+struct call_key {
+  std::vector<tensor<T>> tensors;
+  std::vector<std::int64_t> layout;  ///< per argument: its kind, then its length or its value's bits
+  std::vector<std::string> keys;     ///< the keys of its `std::map` arguments, in order
+  std::vector<int> same_as;          ///< per tensor: the first earlier tensor that is the same one (-1: none)
+  std::vector<int> alias_of;         ///< per tensor: the first earlier one sharing its storage (-1: none)
+  bool grad_mode = true;
+};
+
+/// A traced call's record: its signature and how to replay it.
+template <Element T>
+struct traced_call {
+  // The signature (with `call_key`'s layout, keys, same_as, alias_of and grad mode).
+  call_key<T> key;  ///< (its `tensors` left empty: a record holds no argument alive)
+  std::vector<shape> sizes;        ///< per argument tensor
+  std::vector<char> defined, requires_grad;
+  // The replay.
+  std::shared_ptr<const entry<T>> e;                 ///< null: the call traced no op
+  std::shared_ptr<const std::vector<shape>> shapes;  ///< a dynamic entry's node shapes for these sizes
+  std::vector<int> input_arg;                        ///< per graph input: the argument tensor it is
+  /// Per tensor of the result: output p (>= 0) of `e`, argument tensor j (-1 - j), or `undefined`.
+  std::vector<int> result;
+  static constexpr int undefined = std::numeric_limits<int>::min();
+  std::vector<std::size_t> result_counts;  ///< lengths of the result's `std::vector`s and maps
+  std::vector<std::string> result_keys;    ///< keys of the result's maps
+};
+
+/// The trace_once records of element type `T`, under `function_state::mu`: finding one,
+/// making one after a traced call, replaying one. A class with out-of-line members so that
+/// the precompiled runtime holds them (runtime/jit.hpp).
+template <Element T>
+struct replayer {
+  /// Fills `k`'s grad mode and aliasing from its tensors.
+  static void seal(call_key<T>& k);
+  /// The record whose signature `k` matches (made most recently used), or null.
+  static std::shared_ptr<const traced_call<T>> find(function_state& st, const call_key<T>& k);
+  /// After a traced call with signature `k`: checks that its trace (`rec`; `other_flushes`:
+  /// graphs of the other element type) can stand for it, naming what cannot, and keeps its
+  /// record. `results`: the result's tensors (null: undefined), its containers' lengths and keys.
+  static void save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec, int other_flushes,
+                   const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
+                   std::vector<std::string> keys);
+  /// The result's tensors of record `c` run on `args` (a call's argument tensors).
+  static std::vector<tensor<T>> replay(const traced_call<T>& c, const std::vector<tensor<T>>& args);
+
+ private:
+  static bool matches(const traced_call<T>& c, const call_key<T>& k);
+};
+
+/// What the tracers of a trace_once call's traced run report (their flushes), from its
+/// construction, before the function runs, to `save`, after it returned. Its members are
+/// out of line, held by the precompiled runtime with the tracers' own (runtime/jit.hpp).
+template <Element T>
+class once_recording {
+ public:
+  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  once_recording();  // while this thread's tracers are a tracing_scope's
+  ~once_recording();
+  once_recording(const once_recording&) = delete;
+  once_recording& operator=(const once_recording&) = delete;
+  /// `replayer<T>::save` with what the tracers reported.
+  void save(function_state& st, call_key<T>&& k, const std::vector<const tensor_impl<T>*>& results,
+            std::vector<std::size_t> counts, std::vector<std::string> keys);
+
+ private:
+  trace<T>* t_;
+  trace<other>* o_;
+  typename trace<T>::flush_record rec_;
+  typename trace<other>::flush_record other_rec_;
+};
+
+template <Element T>
+once_recording<T>::once_recording()
+    : t_(static_cast<trace<T>*>(active_recorder<T>())), o_(static_cast<trace<other>*>(active_recorder<other>())) {
+  t_->recording = &rec_;
+  o_->recording = &other_rec_;
+}
+template <Element T>
+once_recording<T>::~once_recording() {
+  t_->recording = nullptr;
+  o_->recording = nullptr;
+}
+template <Element T>
+void once_recording<T>::save(function_state& st, call_key<T>&& k, const std::vector<const tensor_impl<T>*>& results,
+                             std::vector<std::size_t> counts, std::vector<std::string> keys) {
+  replayer<T>::save(st, std::move(k), rec_, other_rec_.flushes, results, std::move(counts), std::move(keys));
+}
+
+/// Records kept per function and element type: the signatures a caller cycles through are
+/// few; one that varies without bound (a new size each call) would grow the list forever.
+inline constexpr std::size_t max_traced_calls = 64;
+
+template <Element T>
+void replayer<T>::seal(call_key<T>& k) {
+  k.grad_mode = is_grad_enabled();
+  const std::size_t n = k.tensors.size();
+  k.same_as.assign(n, -1);
+  k.alias_of.assign(n, -1);
+  for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
+    const auto& a = k.tensors[i].raw_impl();
+    if (!a) continue;
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& b = k.tensors[j].raw_impl();
+      if (!b) continue;
+      if (k.same_as[i] < 0 && a == b) k.same_as[i] = static_cast<int>(j);
+      if (k.alias_of[i] < 0 && a->store && a->store == b->store) k.alias_of[i] = static_cast<int>(j);
+    }
+  }
+}
+
+template <Element T>
+bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
+  const call_key<T>& s = c.key;
+  if (s.grad_mode != k.grad_mode || s.layout != k.layout || s.same_as != k.same_as || s.alias_of != k.alias_of ||
+      s.keys != k.keys)
+    return false;
+  for (std::size_t i = 0; i < k.tensors.size(); ++i) {
+    const tensor<T>& t = k.tensors[i];
+    if (c.defined[i] != static_cast<char>(t.defined())) return false;
+    if (!t.defined()) continue;
+    if (t.shape() != c.sizes[i] || c.requires_grad[i] != static_cast<char>(k.grad_mode && t.requires_grad())) return false;
+  }
+  return true;
+}
+
+template <Element T>
+std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, const call_key<T>& k) {
+  std::lock_guard lock(st.mu);
+  auto& v = st.cache_of<T>().traced;
+  for (std::size_t q = 0; q < v.size(); ++q)
+    if (matches(*v[q], k)) {
+      std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(q), v.begin() + static_cast<std::ptrdiff_t>(q) + 1);
+      bump(counter_cells().cache_hits);
+      return v.front();
+    }
+  return nullptr;
+}
+
+template <Element T>
+void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec, int other_flushes,
+                       const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
+                       std::vector<std::string> keys) {
+  const std::string& fn = st.opts.name;
+  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  if (other_flushes > 0)
+    fail("jit", "'", fn, "' (jitted with trace_once=true) traced ops on ", dtype_name<other>(),
+         " tensors, but its tensor arguments are ", dtype_name<T>(),
+         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without trace_once");
+  // A graph that ran eagerly (past the recompile limit, or too large to compile) has no
+  // program to replay: such a signature calls the function each time, as the default mode.
+  if (rec.flushes > 0 && !rec.compiled) return;
+  auto c = std::make_shared<traced_call<T>>();
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const tensor_impl<T>* t = results[r];
+    if (!t) {
+      c->result.push_back(traced_call<T>::undefined);
+      continue;
+    }
+    const auto p = std::find(rec.targets.begin(), rec.targets.end(), t);
+    if (p != rec.targets.end()) {
+      c->result.push_back(static_cast<int>(p - rec.targets.begin()));
+      continue;
+    }
+    const auto a = std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.raw_impl().get() == t; });
+    if (a == k.tensors.end())
+      fail("jit", "tensor ", r, " of the result of '", fn, "' (jitted with trace_once=true), of shape ",
+           fusegrad::to_string(t->sizes), ", was neither computed by the trace nor passed as an argument (a tensor "
+           "captured from outside, or made inside the function by a factory, a random op or an op the tracer does "
+           "not capture); a replay does not call the function, so it would keep its first value. Compute it from the "
+           "arguments with traced ops, or call fg::jit without trace_once");
+    c->result.push_back(-1 - static_cast<int>(a - k.tensors.begin()));
+  }
+  for (const tensor_impl<T>* t : rec.targets)
+    if (std::find(results.begin(), results.end(), t) == results.end())
+      fail("jit", "'", fn, "' (jitted with trace_once=true) kept a tensor of shape ", fusegrad::to_string(t->sizes),
+           " that its trace computed alive outside its result (in a captured or static variable?); a replay only "
+           "returns the result. Return the tensor, or call fg::jit without trace_once");
+  if (rec.flushes > 0) {
+    c->e = rec.e;
+    for (const tensor<T>& in : rec.inputs) {
+      const auto a = std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.is_same(in); });
+      if (a == k.tensors.end())  // (the trace refused such an input already)
+        fail("jit", "internal error: a graph input of '", fn, "' is not one of its arguments");
+      c->input_arg.push_back(static_cast<int>(a - k.tensors.begin()));
+    }
+    if (c->e->dynamic) c->shapes = std::make_shared<const std::vector<shape>>(entry_shapes(*c->e, rec.inputs));
+  }
+  c->result_counts = std::move(counts);
+  c->result_keys = std::move(keys);
+  for (const tensor<T>& t : k.tensors) {
+    c->defined.push_back(t.defined());
+    c->sizes.push_back(t.defined() ? t.shape() : shape{});
+    c->requires_grad.push_back(k.grad_mode && t.defined() && t.requires_grad());
+  }
+  k.tensors.clear();
+  c->key = std::move(k);
+  std::lock_guard lock(st.mu);
+  auto& v = st.cache_of<T>().traced;
+  const auto same = [&](const std::shared_ptr<const traced_call<T>>& o) {  // another thread traced it meanwhile
+    return o->key.grad_mode == c->key.grad_mode && o->key.layout == c->key.layout && o->key.keys == c->key.keys &&
+           o->key.same_as == c->key.same_as && o->key.alias_of == c->key.alias_of && o->sizes == c->sizes &&
+           o->defined == c->defined && o->requires_grad == c->requires_grad;
+  };
+  if (std::any_of(v.begin(), v.end(), same)) return;
+  v.insert(v.begin(), std::move(c));
+  if (v.size() > max_traced_calls) v.pop_back();
+}
+
+template <Element T>
+std::vector<tensor<T>> replayer<T>::replay(const traced_call<T>& c, const std::vector<tensor<T>>& args) {
+  std::vector<std::shared_ptr<tensor_impl<T>>> targets;
+  if (c.e) {
+    pause_recording paused;  // the programs' eager steps compute (an outer trace sees the results as inputs)
+    std::vector<tensor<T>> ins;
+    ins.reserve(c.input_arg.size());
+    for (int a : c.input_arg) ins.push_back(args[static_cast<std::size_t>(a)]);
+    targets.reserve(c.e->outputs.size());
+    for (std::size_t p = 0; p < c.e->outputs.size(); ++p) targets.push_back(make_pooled<tensor_impl<T>>());
+    static const std::vector<ir::call_fn<T>> no_calls;
+    static const std::vector<std::pair<int, hook<T>>> no_hooks;
+    run_entry(c.e, ins, c.shapes, no_calls, no_hooks, targets);
+  }
+  std::vector<tensor<T>> out;
+  out.reserve(c.result.size());
+  for (int r : c.result) {
+    if (r == traced_call<T>::undefined) out.emplace_back();
+    else if (r >= 0) out.emplace_back(targets[static_cast<std::size_t>(r)]);
+    else out.push_back(args[static_cast<std::size_t>(-1 - r)]);
+  }
+  return out;
+}
+
+// ---- The arguments and the result, as types: what a trace_once call takes and returns.
+
+/// The element type of a tensor argument, or of a container's tensors (void: none).
+template <class X>
+struct element_of {
+  using type = void;
+};
+template <Element T>
+struct element_of<tensor<T>> {
+  using type = T;
+};
+template <class X>
+  requires(!is_tensor_v<X> && requires { typename X::value_type; } && !std::is_void_v<typename element_of<typename X::value_type>::type>)
+struct element_of<X> : element_of<typename X::value_type> {};
+template <class K, class V, class C, class A>
+struct element_of<std::map<K, V, C, A>> : element_of<V> {};
+
+/// The element type of a call's tensor arguments: the first argument's that has one.
+template <class... X>
+struct args_element {
+  using type = void;
+};
+template <class X, class... Rest>
+struct args_element<X, Rest...> {
+  using own = typename element_of<std::remove_cvref_t<X>>::type;
+  using type = std::conditional_t<std::is_void_v<own>, typename args_element<Rest...>::type, own>;
+};
+
+/// What a trace_once call can take: tensors of `T`, `std::map<std::string, tensor<T>>`,
+/// ranges of `tensor<T>` (as `tracing_scope::name_arg` names them), numbers and enums.
+template <Element T, class A>
+constexpr bool takes_arg() {
+  using X = std::remove_cvref_t<A>;
+  if constexpr (std::is_same_v<X, tensor<T>> || std::is_arithmetic_v<X> || std::is_enum_v<X>) return true;
+  else if constexpr (requires { typename X::key_type; typename X::mapped_type; })
+    return std::is_same_v<typename X::key_type, std::string> && std::is_same_v<typename X::mapped_type, tensor<T>>;
+  else if constexpr (requires(const X& x) { typename X::value_type; x.begin(); x.size(); })
+    return std::is_same_v<typename X::value_type, tensor<T>>;
+  else return false;
+}
+
+/// Argument `a`, into signature `k`. A lazy tensor (an outer trace's) is computed first: the
+/// signature needs its storage.
+template <Element T, class A>
+void add_arg(call_key<T>& k, const A& a) {
+  using X = std::remove_cvref_t<A>;
+  enum : std::int64_t { tensor_arg = 1, map_arg, range_arg, integer_arg, real_arg };
+  const auto add = [&](const tensor<T>& t) {
+    if (t.is_lazy()) t.raw_impl()->lazy->realize("an argument of a trace_once call");
+    k.tensors.push_back(t);
+  };
+  if constexpr (std::is_same_v<X, tensor<T>>) {
+    k.layout.push_back(tensor_arg);
+    add(a);
+  } else if constexpr (std::is_floating_point_v<X>) {
+    k.layout.insert(k.layout.end(), {real_arg, std::bit_cast<std::int64_t>(static_cast<double>(a))});
+  } else if constexpr (std::is_arithmetic_v<X> || std::is_enum_v<X>) {
+    k.layout.insert(k.layout.end(), {integer_arg, static_cast<std::int64_t>(a)});
+  } else if constexpr (requires { typename X::key_type; typename X::mapped_type; }) {
+    k.layout.insert(k.layout.end(), {map_arg, static_cast<std::int64_t>(a.size())});
+    for (const auto& [key, v] : a) {
+      k.keys.push_back(key);
+      add(v);
+    }
+  } else {
+    k.layout.insert(k.layout.end(), {range_arg, static_cast<std::int64_t>(a.size())});
+    for (const auto& v : a) add(v);
+  }
+}
+
+/// What a trace_once call can return (rebuilt on a replay): void, a `tensor<T>`, a
+/// `std::vector`, `std::array` or `std::map<std::string, ...>` of these, or a pair or tuple.
+template <Element T, class R>
+struct rebuilds : std::false_type {};
+template <Element T>
+struct rebuilds<T, tensor<T>> : std::true_type {};
+template <Element T, class V, class A>
+struct rebuilds<T, std::vector<V, A>> : rebuilds<T, V> {};
+template <Element T, class V, std::size_t N>
+struct rebuilds<T, std::array<V, N>> : rebuilds<T, V> {};
+template <Element T, class V, class C, class A>
+struct rebuilds<T, std::map<std::string, V, C, A>> : rebuilds<T, V> {};
+template <Element T, class... V>
+struct rebuilds<T, std::tuple<V...>> : std::bool_constant<(rebuilds<T, V>::value && ...)> {};
+template <Element T, class A, class B>
+struct rebuilds<T, std::pair<A, B>> : std::bool_constant<rebuilds<T, A>::value && rebuilds<T, B>::value> {};
+
+/// Result `r`'s tensors (null: undefined), its containers' lengths and its maps' keys, in the
+/// order `rebuild` reads them back.
+template <Element T, class R>
+void take_apart(const R& r, std::vector<const tensor_impl<T>*>& ts, std::vector<std::size_t>& counts,
+                std::vector<std::string>& keys) {
+  if constexpr (std::is_same_v<R, tensor<T>>) {
+    ts.push_back(r.raw_impl().get());
+  } else if constexpr (requires { typename R::key_type; }) {
+    counts.push_back(r.size());
+    for (const auto& [key, v] : r) {
+      keys.push_back(key);
+      take_apart<T>(v, ts, counts, keys);
+    }
+  } else if constexpr (requires { typename R::value_type; }) {
+    counts.push_back(r.size());
+    for (const auto& v : r) take_apart<T>(v, ts, counts, keys);
+  } else {  // a pair or tuple
+    std::apply([&](const auto&... v) { (take_apart<T>(v, ts, counts, keys), ...); }, r);
+  }
+}
+
+/// Reads a result of type `R` back from a replay's tensors `ts` and record `c`'s lengths and
+/// keys, from positions `t`, `n`, `k`.
+template <Element T, class R>
+R rebuild(const std::vector<tensor<T>>& ts, const traced_call<T>& c, std::size_t& t, std::size_t& n, std::size_t& k) {
+  if constexpr (std::is_same_v<R, tensor<T>>) {
+    return ts[t++];
+  } else if constexpr (requires { typename R::key_type; }) {
+    R r;
+    const std::size_t count = c.result_counts[n++];
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::string& key = c.result_keys[k++];
+      r.emplace(key, rebuild<T, typename R::mapped_type>(ts, c, t, n, k));
+    }
+    return r;
+  } else if constexpr (requires(R& r) { r.push_back(std::declval<typename R::value_type>()); }) {
+    R r;
+    const std::size_t count = c.result_counts[n++];
+    r.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) r.push_back(rebuild<T, typename R::value_type>(ts, c, t, n, k));
+    return r;
+  } else if constexpr (requires { typename R::value_type; }) {  // std::array
+    R r;
+    ++n;
+    for (auto& v : r) v = rebuild<T, typename R::value_type>(ts, c, t, n, k);
+    return r;
+  } else {  // a pair or tuple, its elements in order
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return R{rebuild<T, std::tuple_element_t<I, R>>(ts, c, t, n, k)...};
+    }(std::make_index_sequence<std::tuple_size_v<R>>{});
+  }
+}
+
+}  // namespace fusegrad::detail::jit

@@ -1,0 +1,292 @@
+// fg::jit with trace_once: the function runs once per signature, later calls replay the cached
+// programs without calling it; values and gradients equal the default mode's and eager's bit
+// for bit; a new signature retraces; what a replay could not redo is refused at trace time.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+namespace fg = fusegrad;
+
+namespace {
+
+template <class T>
+bool same_bits(const fg::tensor<T>& a, const fg::tensor<T>& b) {
+  return a.shape() == b.shape() && a.to_vector() == b.to_vector();
+}
+
+/// `cos(cos(x)) * y + sum(x)`, counting its calls.
+struct counted {
+  std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
+  template <class X>
+  X operator()(const X& x, const X& y) const {
+    ++*calls;
+    return fg::cos(fg::cos(x)) * y + fg::sum(x);
+  }
+};
+
+template <class T>
+void values_and_grads_equal_default_and_eager() {
+  counted fn;
+  auto once = fg::jit(fn, {.trace_once = true});
+  auto every = fg::jit(fn);
+  const auto x0 = fg::randn<T>({300}, 1), y0 = fg::randn<T>({300}, 2), w = fg::randn<T>({300}, 3);
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    auto xo = x0.detach().clone().requires_grad(true), yo = y0.detach().clone().requires_grad(true);
+    auto xd = x0.detach().clone().requires_grad(true), yd = y0.detach().clone().requires_grad(true);
+    auto xe = x0.detach().clone().requires_grad(true), ye = y0.detach().clone().requires_grad(true);
+    const int before = *fn.calls;
+    const fg::tensor<T> o = once(xo, yo);
+    CHECK(*fn.calls == before + (round == 0 ? 1 : 0));  // a hit does not call the function
+    const fg::tensor<T> d = every(xd, yd);
+    const fg::tensor<T> e = fn(xe, ye);
+    REQUIRE(!o.is_lazy());
+    CHECK(o.requires_grad());
+    CHECK(same_bits(o, d));
+    CHECK(same_bits(o, e));
+    fg::sum(o * w).backward();
+    fg::sum(d * w).backward();
+    fg::sum(e * w).backward();
+    CHECK(same_bits(xo.grad(), xd.grad()));
+    CHECK(same_bits(yo.grad(), yd.grad()));
+    CHECK(same_bits(xo.grad(), xe.grad()));
+    CHECK(same_bits(yo.grad(), ye.grad()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("trace_once: a hit replays without calling the function; values and gradients equal default jit and eager") {
+  SUBCASE("float") { values_and_grads_equal_default_and_eager<float>(); }
+  SUBCASE("double") { values_and_grads_equal_default_and_eager<double>(); }
+}
+
+TEST_CASE("trace_once: a new signature retraces (sizes, requires_grad, grad mode, dtype, aliasing, numbers)") {
+  counted fn;
+  auto f = fg::jit(fn, {.trace_once = true});
+  const auto x = fg::randn<float>({8}, 1), y = fg::randn<float>({8}, 2);
+  auto calls_for = [&](auto&&... args) {
+    const int before = *fn.calls;
+    (void)f(args...);
+    return *fn.calls - before;
+  };
+  CHECK(calls_for(x, y) == 1);
+  CHECK(calls_for(x, y) == 0);
+  CHECK(calls_for(fg::randn<float>({8}, 5), fg::randn<float>({8}, 6)) == 0);  // other tensors, same signature
+  CHECK(calls_for(fg::randn<float>({9}, 1), fg::randn<float>({9}, 2)) == 1);  // sizes
+  CHECK(calls_for(x.detach().requires_grad(true), y) == 1);                   // requires_grad
+  CHECK(calls_for(x.detach().requires_grad(true), y) == 0);
+  {
+    fg::no_grad ng;
+    CHECK(calls_for(x.detach().requires_grad(true), y) == 1);  // grad mode
+  }
+  CHECK(calls_for(fg::randn<double>({8}, 1), fg::randn<double>({8}, 2)) == 1);  // element type
+  CHECK(calls_for(x, x) == 1);                                                   // the same tensor twice
+  CHECK(calls_for(x, x.detach()) == 1);                                          // two tensors sharing storage
+  CHECK(calls_for(x, x) == 0);
+  // The same tensor twice is bound as one: a replay with two tensors of one storage is a
+  // different signature, and its values are those of the two tensors.
+  const auto a = fg::randn<float>({8}, 7);
+  const auto b = a.detach();
+  CHECK(same_bits(f(x, x), fn(x, x)));
+  CHECK(same_bits(f(a, b), fn(a, b)));
+
+  int scale_calls = 0;
+  auto g = fg::jit([&](const fg::tensor<float>& t, float s) {
+    ++scale_calls;
+    return t * s;
+  }, {.trace_once = true});
+  CHECK(same_bits(g(x, 2.0f), x * 2.0f));
+  CHECK(same_bits(g(x, 3.0f), x * 3.0f));  // a number argument is part of the signature
+  CHECK(same_bits(g(x, 2.0f), x * 2.0f));
+  CHECK(scale_calls == 2);
+}
+
+TEST_CASE("trace_once: what a replay could not redo is refused while tracing, naming the op") {
+  const auto x = fg::randn<float>({6}, 1), y = fg::randn<float>({6}, 2);
+  SUBCASE("item (a graph break)") {
+    auto f = fg::jit([](const fg::tensor<float>& a) { return fg::sum(a * a).item() > 0 ? a * 2.0f : a * 3.0f; },
+                     {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("item: 'function' is jitted with trace_once=true, but item needs"), fg::error);
+  }
+  SUBCASE("to_vector and graph_break()") {
+    auto f = fg::jit([](const fg::tensor<float>& a) {
+      auto b = a * 2.0f;
+      (void)b.to_vector();
+      return b;
+    }, {.name = "reads", .trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("'reads' is jitted with trace_once=true, but to_vector needs"), fg::error);
+    auto g = fg::jit([](const fg::tensor<float>& a) {
+      auto b = a * 2.0f;
+      fg::graph_break();
+      return b + 1.0f;
+    }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(g(x), doctest::Contains("but graph_break() needs"), fg::error);
+  }
+  SUBCASE("an untraced op on a traced tensor") {
+    auto f = fg::jit([](const fg::tensor<float>& a) { return (a * 2.0f).reshape({2, 3}); }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("but an op the tracer does not capture needs"), fg::error);
+  }
+  SUBCASE("an untraced op on an argument") {
+    auto f = fg::jit([](const fg::tensor<float>& a) { return a.reshape({2, 3}) * 2.0f; }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x.detach().requires_grad(true)),
+                         doctest::Contains("mul: 'function' (jitted with trace_once=true) reads a tensor of shape [2, 3] "
+                                           "that is not one of its arguments (computed by "),
+                         fg::error);
+  }
+  SUBCASE("a hook registered inside the function") {
+    auto f = fg::jit([](const fg::tensor<float>& a) {
+      auto b = a * 2.0f;
+      b.register_hook([](const fg::tensor<float>& g) { return g; });
+      return b;
+    }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x.detach().requires_grad(true)), doctest::Contains("register_hook: a tensor hook"), fg::error);
+    auto r = fg::jit([](const fg::tensor<float>& a) {
+      auto b = a * 2.0f;
+      b.retain_grad();
+      return b + 1.0f;
+    }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(r(x.detach().requires_grad(true)), doctest::Contains("(register_hook or retain_grad)"), fg::error);
+  }
+  SUBCASE("a random op inside the function") {
+    auto f = fg::jit([](const fg::tensor<float>& a) { return a * fg::randn<float>(a.shape(), 3); }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("mul: 'function' (jitted with trace_once=true) reads a tensor of shape [6]"),
+                         fg::error);
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("random op (randn"), fg::error);
+  }
+  SUBCASE("a tensor captured from outside") {
+    auto f = fg::jit([&y](const fg::tensor<float>& a) { return fg::exp(a) + y; }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("add: 'function' (jitted with trace_once=true) reads a tensor"), fg::error);
+  }
+  SUBCASE("grad mode changed inside the function") {
+    auto f = fg::jit([](const fg::tensor<float>& a) {
+      auto b = a * 2.0f;
+      fg::no_grad ng;
+      return b + 1.0f;
+    }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("no_grad: grad mode changed inside 'function'"), fg::error);
+  }
+  SUBCASE("a result the trace did not compute, and a traced tensor kept outside the result") {
+    auto f = fg::jit([](const fg::tensor<float>& a) { return std::pair{a * 2.0f, fg::zeros<float>({3})}; }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("tensor 1 of the result of 'function' (jitted with trace_once=true), of shape [3], "
+                                                 "was neither computed by the trace nor passed as an argument"),
+                         fg::error);
+    std::vector<fg::tensor<float>> kept;
+    auto g = fg::jit([&kept](const fg::tensor<float>& a) {
+      kept.push_back(fg::exp(a));
+      return a * 2.0f;
+    }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(g(x), doctest::Contains("kept a tensor of shape [6] that its trace computed alive outside its result"),
+                         fg::error);
+  }
+  SUBCASE("an argument trace_once cannot put in a signature") {
+    auto f = fg::jit([](const fg::tensor<float>& a, const std::string&) { return a * 2.0f; }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x, std::string("s")), doctest::Contains("jitted with trace_once=true, which takes tensors"), fg::error);
+  }
+  SUBCASE("after a refusal the function still works without the refused code") {
+    bool read = true;
+    auto f = fg::jit([&read](const fg::tensor<float>& a) {
+      auto b = a * 2.0f;
+      if (read) (void)b.item();
+      return b;
+    }, {.trace_once = true});
+    CHECK_THROWS_AS(f(fg::ones<float>({})), fg::error);
+    read = false;
+    CHECK(same_bits(f(x), x * 2.0f));
+  }
+}
+
+TEST_CASE("trace_once: an argument returned unchanged, and containers of results") {
+  int calls = 0;
+  auto f = fg::jit([&calls](const std::map<std::string, fg::tensor<double>>& in) {
+    ++calls;
+    const auto& a = in.at("a");
+    const auto& b = in.at("b");
+    return std::tuple{std::vector<fg::tensor<double>>{a * b, fg::exp(a)}, a, std::map<std::string, fg::tensor<double>>{{"s", a + b}}};
+  }, {.trace_once = true});
+  const auto a = fg::randn<double>({5}, 1), b = fg::randn<double>({5}, 2);
+  for (int round = 0; round < 3; ++round) {
+    auto [v, same, m] = f({{"a", a}, {"b", b}});
+    REQUIRE(v.size() == 2);
+    CHECK(same_bits(v[0], a * b));
+    CHECK(same_bits(v[1], fg::exp(a)));
+    CHECK(same.is_same(a));  // the argument itself, as the default mode returns it
+    CHECK(same_bits(m.at("s"), a + b));
+  }
+  CHECK(calls == 1);
+  (void)f({{"a", a}, {"b", b}, {"c", b}});  // other keys: another signature
+  CHECK(calls == 2);
+}
+
+TEST_CASE("trace_once: dynamic shapes retrace per size but compile a shape-generic program once") {
+  counted fn;
+  auto f = fg::jit(fn, {.trace_once = true});
+  for (fg::index_t n : {10, 8, 6, 12, 8, 10}) {
+    CAPTURE(n);
+    const auto x = fg::randn<double>({n}, 1).requires_grad(true), y = fg::randn<double>({n}, 2);
+    const auto xe = x.detach().requires_grad(true);
+    const auto o = f(x, y);
+    const auto e = fn(xe, y);
+    CHECK(same_bits(o, e));
+    fg::sum(o).backward();
+    fg::sum(e).backward();
+    CHECK(same_bits(x.grad(), xe.grad()));
+  }
+  CHECK(*fn.calls == 4 + 6);  // 4 sizes traced, plus the 6 eager calls above
+  CHECK(f.compiles() == 2);   // 10, then one shape-generic entry for the others
+}
+
+TEST_CASE("trace_once: past the recompile limit a signature's graph runs eagerly and the function is called each time") {
+  counted fn;
+  auto f = fg::jit(fn, {.recompile_limit = 1, .trace_once = true});
+  fg::reset_counters();
+  const auto x = fg::randn<float>({4, 3}, 1), y = fg::randn<float>({4, 3}, 2);
+  const auto u = fg::randn<float>({3, 4, 3}, 3), v = fg::randn<float>({3, 4, 3}, 4);  // a new rank: a miss
+  CHECK(same_bits(f(x, y), fn(x, y)));
+  CHECK(same_bits(f(u, v), fn(u, v)));
+  CHECK(same_bits(f(u, v), fn(u, v)));
+  CHECK(*fn.calls == 2 + 2 + 2);  // each line: the jitted call, then the eager reference
+  CHECK(fg::counters().fallbacks == 2);
+  CHECK(f.compiles() == 1);
+}
+
+TEST_CASE("trace_once: captured numbers are constants of the trace") {
+  float scale = 2.0f;
+  auto f = fg::jit([&scale](const fg::tensor<float>& x) { return x * scale; }, {.trace_once = true});
+  auto every = fg::jit([&scale](const fg::tensor<float>& x) { return x * scale; });
+  const auto x = fg::randn<float>({7}, 1);
+  CHECK(same_bits(f(x), x * 2.0f));
+  scale = 3.0f;
+  CHECK(same_bits(f(x), x * 2.0f));      // replayed: the trace's 2
+  CHECK(same_bits(every(x), x * 3.0f));  // the default mode runs the function each call
+  CHECK(same_bits(f(fg::randn<float>({2}, 2)), fg::randn<float>({2}, 2) * 3.0f));  // a new signature traces anew
+}
+
+TEST_CASE("trace_once: two threads calling at once") {
+  counted fn;
+  auto f = fg::jit(fn, {.trace_once = true});
+  const auto x = fg::randn<float>({64}, 1), y = fg::randn<float>({64}, 2);
+  const auto want = fn(x, y);
+  std::atomic<int> wrong{0};
+  auto work = [&] {
+    for (int i = 0; i < 200; ++i) {
+      fg::tensor<float> xi = x.detach().requires_grad(true);
+      const auto o = f(xi, y);
+      fg::sum(o).backward();
+      if (!same_bits(o, want) || !xi.grad().defined()) ++wrong;
+    }
+  };
+  std::thread a(work), b(work);
+  a.join();
+  b.join();
+  CHECK(wrong == 0);
+  CHECK(*fn.calls <= 1 + 2);  // the eager reference, then one trace per thread at most
+}
