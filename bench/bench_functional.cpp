@@ -107,6 +107,30 @@ __attribute__((noinline)) float hand_ccy_lanes(const float* __restrict x, const 
   return s;
 }
 
+/// The loop of the masked hand loops below: `body(x, y, dx)` (returning dy) on every full
+/// batch, then on the last, partial batch through AVX2 masked loads and stores (masked lanes
+/// load as 0: y = 0 there adds 0 to the sum).
+template <class Body>
+[[gnu::always_inline]] inline void masked_loop(const float* __restrict x, const float* __restrict y,
+                                               float* __restrict gx, float* __restrict gy, long n, Body& body) {
+  long i = 0;
+  for (; i + WF <= n; i += WF) {
+    BF dx;
+    const BF dy = body(BF::load_unaligned(x + i), BF::load_unaligned(y + i), dx);
+    dx.store_unaligned(gx + i);
+    dy.store_unaligned(gy + i);
+  }
+  if (i < n) {
+#if defined(__AVX2__)
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    BF dx;
+    const BF dy = body(BF(_mm256_maskload_ps(x + i, m)), BF(_mm256_maskload_ps(y + i, m)), dx);
+    _mm256_maskstore_ps(gx + i, m, dx);
+    _mm256_maskstore_ps(gy + i, m, dy);
+#endif
+  }
+}
+
 /// The same with the last, partial batch through AVX2 masked loads and stores (element by
 /// element copies into a batch stall store forwarding): the fastest hand loop at N = 10.
 __attribute__((noinline)) float hand_ccy_lanes_masked(const float* __restrict x, const float* __restrict y,
@@ -119,22 +143,7 @@ __attribute__((noinline)) float hand_ccy_lanes_masked(const float* __restrict x,
     dx = yv * L::sin(c1) * L::sin(xv);
     return c2;
   };
-  long i = 0;
-  for (; i + WF <= n; i += WF) {
-    BF dx;
-    const BF c2 = body(BF::load_unaligned(x + i), BF::load_unaligned(y + i), dx);
-    dx.store_unaligned(gx + i);
-    c2.store_unaligned(gy + i);
-  }
-  if (i < n) {  // masked lanes load as 0: y = 0 there adds 0 to the sum
-#if defined(__AVX2__)
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    BF dx;
-    const BF c2 = body(BF(_mm256_maskload_ps(x + i, m)), BF(_mm256_maskload_ps(y + i, m)), dx);
-    _mm256_maskstore_ps(gx + i, m, dx);
-    _mm256_maskstore_ps(gy + i, m, c2);
-#endif
-  }
+  masked_loop(x, y, gx, gy, n, body);
   return xsimd::hadd(acc);
 }
 
@@ -157,22 +166,7 @@ __attribute__((noinline)) float hand_ccy_sincos(const float* __restrict x, const
     dx = yv * s2 * s1;
     return c2;
   };
-  long i = 0;
-  for (; i + WF <= n; i += WF) {
-    BF dx;
-    const BF c2 = body(BF::load_unaligned(x + i), BF::load_unaligned(y + i), dx);
-    dx.store_unaligned(gx + i);
-    c2.store_unaligned(gy + i);
-  }
-  if (i < n) {  // masked lanes load as 0: y = 0 there adds 0 to the sum
-#if defined(__AVX2__)
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    BF dx;
-    const BF c2 = body(BF(_mm256_maskload_ps(x + i, m)), BF(_mm256_maskload_ps(y + i, m)), dx);
-    _mm256_maskstore_ps(gx + i, m, dx);
-    _mm256_maskstore_ps(gy + i, m, c2);
-#endif
-  }
+  masked_loop(x, y, gx, gy, n, body);
   return xsimd::hadd(acc);
 }
 
