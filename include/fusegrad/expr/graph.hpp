@@ -154,7 +154,7 @@ constexpr std::pair<std::uint64_t, int> sibling_of_node() {
   if constexpr (is_pointwise_v<E> && arity_v<E> == 1) {
     using Op = std::remove_cvref_t<decltype(std::declval<E>().op)>;
     if constexpr (has_sibling<Op>)
-      return {pointwise_key<typename Op::sibling>(1), sibling_cost_units<typename Op::sibling>()};
+      return {pointwise_key<typename Op::sibling>(1), cost_beside_sibling<Op>()};
   }
   return {0, 0};
 }

@@ -120,10 +120,12 @@ constexpr bool siblings() {
   if constexpr (has_sibling<A>) return std::is_same_v<typename A::sibling, B>;
   else return false;
 }
-/// `Op::sibling_cost` in `cost_units_per_load` units (`Op::cost`'s without a sibling).
+/// What a value of op `Op` costs once its sibling's value is computed (the sibling's
+/// `sibling_cost`), in `cost_units_per_load` units; `op_cost_units` without a sibling.
 template <class Op>
-constexpr int sibling_cost_units() {
-  if constexpr (has_sibling<Op>) return static_cast<int>(Op::sibling_cost * cost_units_per_load + 0.5);
+constexpr int cost_beside_sibling() {
+  if constexpr (has_sibling<Op>)
+    return static_cast<int>(Op::sibling::sibling_cost * cost_units_per_load + 0.5);
   else return op_cost_units<Op>();
 }
 
