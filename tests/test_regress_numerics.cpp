@@ -622,8 +622,9 @@ TEST_CASE("regression: sums give the same bits on every path, whatever the layou
 
 // A graph that needs the sine and the cosine of one value (a forward cos and its backward's
 // sin) computes them together, from one reduction (lanes::sincos): fg::compile's loops under
-// every plan (the cost plans recompute cos(x) beside the backward's sin(x)) and the span
-// engine's forward and backward; fg::jit computes them apart. Each path keeps eager's bits: values in every
+// every plan (the cost plans recompute cos(x) beside the backward's sin(x)), fg::jit's
+// programs (one instruction for both) and the span engine's forward and backward. Each path
+// keeps eager's bits: values in every
 // reduction class (small, medium, huge, inf, NaN), at every position of a batch.
 template <class T, class F>
 void check_sibling_paths(const F& f, index_t n, double scale) {
@@ -661,7 +662,13 @@ void check_sibling_paths(const F& f, index_t n, double scale) {
   check_compiled(fg::compile<fg::backend::fused, fg::policy::cost_cached>(f), "cost_cached");
   check_compiled(fg::compile<fg::backend::fused, fg::policy::cost_streamed>(f), "cost_streamed");
   check_compiled(fg::compile<fg::backend::fused, fg::policy::min_cut>(f), "min_cut");
-  check_compiled(fg::jit([&](const t_t& x, const t_t& y) { return f(x, y); }), "jit");
+  auto jitted = fg::jit([&](const t_t& x, const t_t& y) { return f(x, y); });
+  check_compiled(jitted, "jit");
+  if (n > 1) {  // its backward program computes the pairs together ("%3+%4" in its code)
+    const auto entries = jitted.entries();
+    REQUIRE(entries.size() == 1);
+    CHECK(entries[0].code.find("+%") != std::string::npos);
+  }
   // The span engine: value and gradients in one loop (the sum in fusegrad's summation order).
   auto [xs, ys] = leaves();
   const auto [value, grads] = fg::value_and_grad([&](const auto& x, const auto& y) { return fg::sum(f(x, y)); },

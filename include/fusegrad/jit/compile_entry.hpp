@@ -6,8 +6,10 @@
 /// where some outputs received no gradient.
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "fusegrad/ir/backward.hpp"
@@ -71,6 +73,23 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
     }
     pn.children[0] = n.a;
     pn.children[1] = n.b;
+  }
+  // Siblings (sin and cos of one operand, which the programs compute together): by the
+  // sibling op's number and the operand, the node that computes it.
+  std::map<std::pair<int, int>, int> unary;
+  for (std::size_t k = 0; k < J.size(); ++k) {
+    const auto& n = J.nodes()[k];
+    if (n.kind == ir::node_kind::pointwise && n.b < 0) unary.emplace(std::pair{n.op, n.a}, static_cast<int>(k));
+  }
+  for (std::size_t k = 0; k < J.size(); ++k) {
+    const auto& n = J.nodes()[k];
+    if (n.kind != ir::node_kind::pointwise || n.b >= 0) continue;
+    const int sib = ir::detail::sibling_of<T>(n.op).op;
+    if (sib < 0) continue;
+    if (const auto it = unary.find({sib, n.a}); it != unary.end()) {
+      jg->nodes[k].sibling = it->second;
+      jg->nodes[k].sibling_cost = ir::detail::sibling_cost_of<T>(n.op);
+    }
   }
   for (int r : fwd_roots) jg->nodes[static_cast<std::size_t>(r)].forward_root = true;
   for (int r : bwd_roots)

@@ -41,6 +41,31 @@ constexpr std::array<int, sizeof...(Ops)> cost_table(type_list<Ops...>) {
   return {fusegrad::detail::op_cost_units<Ops>()...};
 }
 
+/// Both values of a unary op with a sibling (`has_sibling`: sin and cos from one reduction)
+/// over `n` elements: the op's into `out`, its sibling's into `sib`.
+template <Element T>
+using sibling_kernel_fn = void (*)(const T* a, T* out, T* sib, index_t n);
+template <class Op, Element T>
+void op_sibling_kernel(const T* a, T* out, T* sib, index_t n) {
+  fusegrad::detail::tile_sibling_kernel(Op{}, a, out, sib, n);
+}
+/// Of an op: its sibling's number in the table and the kernel computing both (-1 and null: none).
+template <Element T>
+struct sibling_entry {
+  int op = -1;
+  sibling_kernel_fn<T> kernel = nullptr;
+};
+template <Element T, class Op>
+constexpr sibling_entry<T> sibling_entry_of() {
+  if constexpr (fusegrad::detail::has_sibling<Op> && std::is_empty_v<Op>)
+    return {ops::table_index<typename Op::sibling, T>, &op_sibling_kernel<Op, T>};
+  else return {};
+}
+template <Element T, class... Ops>
+constexpr std::array<sibling_entry<T>, sizeof...(Ops)> sibling_table(type_list<Ops...>) {
+  return {sibling_entry_of<T, Ops>()...};
+}
+
 /// The tile kernel of op number `op`: a built-in's from the table, a user op's from its record.
 template <Element T>
 kernel_fn<T> kernel_of(int op) {
@@ -54,6 +79,22 @@ int cost_of(int op) {
   static constexpr auto costs = cost_table(ops::table<T>{});
   if (op >= 0 && op < ops::table_size<T>) return costs[static_cast<std::size_t>(op)];
   return ops::user_op_at<T>(op, "jit").cost;
+}
+/// Op number `op`'s sibling and the kernel computing both (none for a user's op).
+template <Element T>
+sibling_entry<T> sibling_of(int op) {
+  static constexpr auto siblings = sibling_table<T>(ops::table<T>{});
+  if (op >= 0 && op < ops::table_size<T>) return siblings[static_cast<std::size_t>(op)];
+  return {};
+}
+/// What op number `op` costs once its sibling's value is computed (`cost_beside_sibling`).
+template <Element T>
+int sibling_cost_of(int op) {
+  static constexpr auto costs = []<class... Ops>(type_list<Ops...>) {
+    return std::array<int, sizeof...(Ops)>{fusegrad::detail::cost_beside_sibling<Ops>()...};
+  }(ops::table<T>{});
+  if (op >= 0 && op < ops::table_size<T>) return costs[static_cast<std::size_t>(op)];
+  return cost_of<T>(op);
 }
 }  // namespace detail
 

@@ -96,6 +96,9 @@ class program {
     int node = -1;
     int reg = -1;  ///< tile register (-1: written to the node's tensor)
     source_ref src[2];
+    /// The next instruction is this one's sibling (sin and cos of one operand): this one
+    /// computes both values (`sibling_of`), the next computes nothing.
+    bool with_sibling = false, by_sibling = false;
   };
   struct step {
     bool eager = false;
@@ -126,6 +129,10 @@ class program {
   }
 
   void lower();
+  /// Moves each element-wise member of a loop whose sibling (sin and cos of one operand) is a
+  /// later member right before that one (its operand is earlier still), and says which members
+  /// are now followed by their sibling.
+  std::vector<bool> pair_siblings(std::vector<int>& members) const;
 
   /// Where an instruction reads and writes: a fixed pointer, one that moves with the tile, or
   /// a tile register (an index: each thread running a block has its own registers).
@@ -257,7 +264,7 @@ std::string program<T>::to_string() const {
          (st.tile != min_tile ? " (of " + std::to_string(st.tile) + " where it streams from memory)" : std::string()) + " (" +
          std::to_string(st.registers) + " registers):";
     for (const auto& in : st.code) {
-      s += " %" + std::to_string(in.node);
+      s += (in.by_sibling ? "+%" : " %") + std::to_string(in.node);  // %3+%4: computed together
       if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
     }
     s += "\n";
@@ -419,6 +426,7 @@ void program<T>::lower() {
       continue;
     }
     st.space_node = key.second;
+    const std::vector<bool> paired = pair_siblings(members);
     const index_t space = numel(ns[static_cast<std::size_t>(key.second)].sizes);
     std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
     for (std::size_t p = 0; p < members.size(); ++p)
@@ -465,6 +473,8 @@ void program<T>::lower() {
             last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
           free_regs.push_back(reg[static_cast<std::size_t>(c)]);
       }
+      in.with_sibling = paired[p];
+      in.by_sibling = p > 0 && paired[p - 1];
       st.code.push_back(in);
     }
     {
@@ -486,6 +496,28 @@ void program<T>::lower() {
 }
 
 template <Element T>
+std::vector<bool> program<T>::pair_siblings(std::vector<int>& members) const {
+  const auto& ns = g_.nodes();
+  std::vector<bool> paired(members.size(), false);
+  for (std::size_t p = 0; p + 1 < members.size(); ++p) {
+    const auto& n = ns[static_cast<std::size_t>(members[p])];
+    if (n.kind != node_kind::pointwise || n.b >= 0 || (p > 0 && paired[p - 1])) continue;
+    const int sib = detail::sibling_of<T>(n.op).op;
+    if (sib < 0) continue;
+    for (std::size_t q = p + 1; q < members.size(); ++q) {
+      const auto& m = ns[static_cast<std::size_t>(members[q])];
+      if (m.kind != node_kind::pointwise || m.op != sib || m.a != n.a || m.b >= 0) continue;
+      // (members between p and q read neither: q's only operand is before p)
+      std::rotate(members.begin() + static_cast<std::ptrdiff_t>(p) + 1, members.begin() + static_cast<std::ptrdiff_t>(q),
+                  members.begin() + static_cast<std::ptrdiff_t>(q) + 1);
+      paired[p] = true;
+      break;
+    }
+  }
+  return paired;
+}
+
+template <Element T>
 void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
                            reduction_state* red) const {
   const auto& ns = g_.nodes();
@@ -501,6 +533,10 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
     detail::kernel_fn<T> fn;
     T scalar;
     node_kind kind;
+    detail::sibling_kernel_fn<T> both;  ///< with its sibling: the kernel of both, into `d` and `d2`
+    T* d2;
+    index_t dm2;
+    bool skip;  ///< the sibling's value: the instruction before computed it
   };
   auto resolve = [&](std::size_t p) {
     const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
@@ -516,11 +552,20 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
     r.fn = nd.kind == node_kind::pointwise ? detail::kernel_of<T>(nd.op) : nullptr;
     r.scalar = nd.scalar;
     r.kind = nd.kind;
+    r.both = nullptr, r.d2 = nullptr, r.dm2 = 0;
+    r.skip = st.code[p].by_sibling;
+    if (st.code[p].with_sibling) {
+      r.both = detail::sibling_of<T>(nd.op).kernel;
+      const ptrs& Q = pv[p + 1];
+      r.d2 = const_cast<T*>(at(Q.dst_reg, Q.dst, Q.dst_adv, r.dm2));
+    }
     return r;
   };
   // Instruction `p` (resolved as `r`) on the `n` elements of the tile at `t0`.
   auto run = [&](std::size_t p, const resolved& r, index_t t0, index_t n) {
     const T* a = r.a + (t0 & r.am);
+    if (r.skip) return;
+    if (r.both) return r.both(a, r.d + (t0 & r.dm), r.d2 + (t0 & r.dm2), n);
     if (r.fn) [[likely]] return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
     switch (r.kind) {
       case node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
