@@ -44,13 +44,16 @@ static_assert(eager_like.saved_count == 2, "save_all keeps x and cos(x)");
 static_assert(aot.saved_count == 1, "min-cut keeps only x and recomputes cos(x)");
 static_assert(plan_of::cg.kind[aot.saved_nodes[0]] == fg::detail::gkind::input,
               "the one saved tensor is the input");
-// fusegrad's default weighs what a CPU pays instead: a cos costs about six loads of an element
-// streamed from memory, so saving cos(x) (a store and a load) beats recomputing it, in cache
-// and out of it; for a cheaper op such as exp the two size classes plan differently.
+// fusegrad's default weighs what a CPU pays instead. A cos costs about six loads of an element
+// streamed from memory, more than saving it (a store and a load), but the backward computes
+// sin(x) anyway, and sin and cos of one value come out of one reduction (lanes::sincos): cos(x)
+// recomputed beside it costs a select. So the cost-based plan keeps only x, in cache and out of
+// it, and the backward's loop computes the pair together; for a cheaper op such as exp the two
+// size classes plan differently.
 constexpr auto cached = plan_of::plan<fg::policy::cost_cached>;
 constexpr auto streamed = plan_of::plan<fg::policy::cost_streamed>;
-static_assert(cached.saved_count == 2 && streamed.saved_count == 2,
-              "the cost-based plan keeps x and cos(x): a cos costs more than a store and a load");
+static_assert(cached.saved_count == 1 && streamed.saved_count == 1 && plan_of::cg.sibling[1] >= 0,
+              "the cost-based plan keeps x and recomputes cos(x) beside its sibling sin(x)");
 // [walkthrough-plan]
 
 template <class T>

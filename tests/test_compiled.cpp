@@ -88,10 +88,14 @@ static_assert(plan_sum4::cg.kind[plan_sum4::plan<fg::policy::min_cut>.saved_node
               "the saved tensor is the sum, not an input");
 static_assert(plan_sum4::plan<fg::policy::recompute_all>.saved_count == 4, "recompute_all saves the four inputs");
 static_assert(plan_sum4::plan<fg::policy::memory_budget<1>>.saved_count == 1, "a budget of one picks min-cut");
-// The cost-based plans (issue 18): a cos costs more than saving its result, in cache or not;
-// an exp (2 streamed loads) costs more than an L2 store and load, less than a streamed pair.
-static_assert(plan_coscos::plan<fg::policy::cost_cached>.saved_count == 2, "in cache, cos(x) is saved");
-static_assert(plan_coscos::plan<fg::policy::cost_streamed>.saved_count == 2, "streaming, cos(x) is saved too");
+// The cost-based plans: a cos costs more than saving its result, in cache or not, but cos(x)
+// is recomputed beside the backward's sin(x) for the price of a select (siblings: one
+// reduction gives both); an exp (2 streamed loads) costs more than an L2 store and load, less
+// than a streamed pair.
+static_assert(plan_coscos::plan<fg::policy::cost_cached>.saved_count == 1 &&
+                  plan_coscos::plan<fg::policy::cost_cached>.recompute[1],
+              "in cache, cos(x) is recomputed beside its sibling");
+static_assert(plan_coscos::plan<fg::policy::cost_streamed>.saved_count == 1, "streaming too");
 auto expexp_mul = [](auto x, auto y) { return fg::exp(fg::exp(x)) * y; };
 using plan_expexp = decltype(fg::compile(expexp_mul))::analysis<float, 2>;
 static_assert(plan_expexp::plan<fg::policy::cost_cached>.saved_count == 3, "in cache, exp(x) and exp(exp(x)) are saved (with y)");
