@@ -37,7 +37,9 @@ class trace final : public recorder<T>, public lazy_source {
     names_.clear();
   }
   /// Names an argument's tensor: `key` for a map entry, else "arg<arg>" or "arg<arg>[<elem>]".
-  void name(const void* impl, int arg, int elem, const std::string* key) { names_.push_back({impl, arg, elem, key}); }
+  /// Names an argument's tensor for logs and guards. (Out of the class body: the precompiled
+  /// runtime holds it, so a user TU compiles none of the names' vector.)
+  void name(const void* impl, int arg, int elem, const std::string* key);
 
   tensor<T> pointwise(int op, T scalar, const tensor<T>& a, const tensor<T>* b) override {
     split_on_grad_mode();
@@ -372,6 +374,11 @@ class trace final : public recorder<T>, public lazy_source {
 
 template <Element T>
 trace<T>::~trace() = default;
+
+template <Element T>
+void trace<T>::name(const void* impl, int arg, int elem, const std::string* key) {
+  names_.push_back({impl, arg, elem, key});
+}
 
 template <Element T>
 void trace<T>::refuse_unreplayable(std::string_view why, bool is_break) const {
