@@ -302,6 +302,28 @@ TEST_CASE_TEMPLATE("a user's fg::function under fg::jit: its forward traced and 
   CHECK(Product::setups == setups);
 }
 
+// An fg::function whose output needs no grad (its input is detached) beside a value that does,
+// in one jitted graph: the backward from `c - x` reaches the function's node, whose
+// setup_context never ran; no gradient flows through it, as eagerly. (Found by the fuzzer:
+// the function's backward ran on an empty list of saved tensors.)
+TEST_CASE("regression: a jitted fg::function whose output needs no grad, read by a value that does") {
+  auto program = [](const fg::tensor<double>& x) {
+    const fg::tensor<double> c = fg::function<Softclip>::apply(x.detach());
+    return std::vector<fg::tensor<double>>{c - x, c};
+  };
+  auto jf = fg::jit(program);
+  for (int call = 0; call < 2; ++call) {
+    const auto xe = fg::randn<double>({8}, 3).requires_grad(true), xj = xe.detach().requires_grad(true);
+    const auto want = program(xe), got = jf(xj);
+    CHECK(!got[1].requires_grad());
+    CHECK(got[0].to_vector() == want[0].to_vector());
+    CHECK(got[1].to_vector() == want[1].to_vector());
+    fg::sum(want[0] * 2.0).backward();
+    fg::sum(got[0] * 2.0).backward();
+    CHECK(xj.grad().to_vector() == xe.grad().to_vector());
+  }
+}
+
 TEST_CASE("a jitted fg::function runs node by node on the eager backend, with its tape node") {
   auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) { return function_graph(x, y); },
                     {.backend = fg::jit_backend::eager});

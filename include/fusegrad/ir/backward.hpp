@@ -109,6 +109,7 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
       }
       case node_kind::sum_to: add_to(n.a, g.add_expand(gk, n.a, 0)); break;
       case node_kind::custom: {
+        if (!g.custom_at(static_cast<int>(k)).differentiable) break;  // its output needs no grad
         if (!user.function)
           fusegrad::detail::fail("ir::backward", "node ", k, " is the output of a user's fg::function, whose backward "
                                  "runs on tensors; expected a custom_rule to record it");

@@ -99,6 +99,9 @@ struct value;
 struct custom_call {
   int fn = -1;
   std::vector<int> inputs, saved;
+  /// Its output needs grad: the function saved `saved` (setup_context ran, as eagerly) and
+  /// its backward applies. Otherwise no gradient flows through it (its inputs need none).
+  bool differentiable = false;
   bool operator==(const custom_call&) const = default;
 };
 
@@ -249,7 +252,12 @@ class graph {
     customs_.push_back({fn, std::move(inputs), {}});
     return push(std::move(n));
   }
-  void set_custom_saved(int k, std::vector<int> saved) { customs_.at(static_cast<std::size_t>(at(k).index)).saved = std::move(saved); }
+  /// What custom node `k`'s function saved, its output needing grad (`custom_call::differentiable`).
+  void set_custom_saved(int k, std::vector<int> saved) {
+    custom_call& c = customs_.at(static_cast<std::size_t>(at(k).index));
+    c.saved = std::move(saved);
+    c.differentiable = true;
+  }
   /// The function call of `custom` node `k`.
   [[nodiscard]] const custom_call& custom_at(int k) const { return customs_.at(static_cast<std::size_t>(at(k).index)); }
   /// Replaces `custom` node `k` by its value, a `detach` node (no gradient flows through it):
@@ -332,6 +340,7 @@ class graph {
       mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.fn)) | (std::uint64_t{c.inputs.size()} << 32));
       for (int i : c.inputs) mix(static_cast<std::uint32_t>(i));
       for (int i : c.saved) mix(static_cast<std::uint32_t>(i) ^ 0x9E3779B9U);
+      mix(c.differentiable ? 1 : 0);
     }
     return h;
   }
@@ -395,8 +404,12 @@ class graph {
           const custom_call& c = custom_at(static_cast<int>(i));
           s += "function '" + std::string(ops::user_function_at<T>(c.fn, "ir::graph").name) + "'(" + v(n.a) + "; inputs";
           for (int x : c.inputs) s += " " + v(x);
-          s += "; saved";
-          for (int x : c.saved) s += x >= 0 ? " " + v(x) : std::string(" none");
+          if (c.differentiable) {
+            s += "; saved";
+            for (int x : c.saved) s += x >= 0 ? " " + v(x) : std::string(" none");
+          } else {
+            s += "; no grad";
+          }
           s += ")";
           break;
         }
