@@ -109,9 +109,10 @@ constexpr int op_cost_units() {
 ///   - `derivative_with_sibling(x, y, s, g)`: its `derivative` reading the sibling's value `s`
 ///     of the same operand instead of computing it (`derivative` calls it with `s` computed),
 ///   - `sibling_cost`: what the second value costs once the first is computed, as `cost`.
-/// An evaluator that meets both ops on one operand in one loop (the fused kernels, the span
-/// engine's forward and backward) computes them together, and the plans count a value whose
-/// sibling the backward computes anyway as costing `sibling_cost` to recompute.
+/// An evaluator that meets both ops on one operand in one loop (fg::compile's fused kernels,
+/// fg::jit's programs, the span engine's forward and backward) computes them together, and the
+/// plans count a value whose sibling the backward computes anyway as costing `sibling_cost` to
+/// recompute.
 template <class Op>
 concept has_sibling = requires { typename Op::sibling; };
 /// Whether ops `A` and `B` are siblings (see `has_sibling`).
