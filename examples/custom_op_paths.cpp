@@ -1,7 +1,7 @@
 // A custom differentiable op written once and used on every path of one program: eagerly, in
 // two fg::compile functions, in two fg::jit functions, and under gradcheck. Each path's value
 // and gradient are checked against the op's closed form. (This is also the user TU of the
-// compile-time budget: tools/compile_ratios.sh, docs/performance.md "Build".)
+// compile-time budget: tools/compile_ratios.sh, docs/performance.md "Compile time and the build".)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

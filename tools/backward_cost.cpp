@@ -1,7 +1,7 @@
 // The instructions of one small eager backward (sum(cos(x) * y + w), three leaves of 16
 // floats), for comparing two versions of the headers under callgrind: the difference of a
 // 20,000-iteration and a 2,000-iteration run, divided by 18,000, is one iteration's cost
-// without start-up (docs/performance.md, "What a backward's all-or-nothing .grad() costs").
+// without start-up (docs/performance-log.md, "what a backward's all-or-nothing .grad() costs").
 //   g++ -std=c++20 -O2 -DNDEBUG -mavx2 -mfma -Iinclude tools/backward_cost.cpp -o backward_cost
 //   for a in short long; do valgrind --tool=callgrind --callgrind-out-file=/dev/null ./backward_cost $a; done
 #include <cstdio>

@@ -1,6 +1,6 @@
 // Compiled autograd against the eager engine on bench_compiled_autograd's MLP (64-64-64-1,
 // tanh) at batch N / 64, one process per engine so that its peak resident memory and page
-// faults are its own (docs/performance.md, "seventh session"). Build and run:
+// faults are its own (docs/performance-log.md, "the fused loops' plain pass"). Build and run:
 //   g++ -std=c++20 -O3 -DNDEBUG -mavx2 -mfma -Iinclude tools/ca_mlp_memory.cpp -o ca_mlp_memory -lpthread
 //   for e in compiled eager; do /usr/bin/time -f "%M KB peak, %R minor faults" ./ca_mlp_memory $e 1048576 40; done
 #include <chrono>
