@@ -1,4 +1,4 @@
-// Keeps the docs honest: every ```cpp block in docs/*.md and README.md must appear verbatim
+// Keeps the docs honest: every ```cpp block in docs/*.md, README.md and CONTRIBUTING.md must appear verbatim
 // (line by line, ignoring common indentation) in one of examples/*.cpp, which are built and
 // run as tests. Usage: docs_snippets <source dir>. Exits non-zero naming each stale block.
 #include <algorithm>
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
       for (auto& l : ls) l = strip(l);
       examples.push_back(std::move(ls));
     }
-  std::vector<fs::path> docs{root / "README.md"};
+  std::vector<fs::path> docs{root / "README.md", root / "CONTRIBUTING.md"};
   for (const auto& e : fs::directory_iterator(root / "docs"))
     if (e.path().extension() == ".md") docs.push_back(e.path());
   int blocks = 0, stale = 0;

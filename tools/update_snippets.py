@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Refreshes the code blocks in README.md and docs/*.md from examples/*.cpp.
+"""Refreshes the code blocks in README.md, CONTRIBUTING.md and docs/*.md from examples/*.cpp.
 
 A block preceded by `<!-- snippet: examples/FILE.cpp#NAME -->` is replaced by the lines between
 the two `// [NAME]` markers of that file (common indentation removed). The test
@@ -17,7 +17,7 @@ def region(path, name):
         sys.exit(f"{path}: expected two '// [{name}]' markers, found {len(tags)}")
     return textwrap.dedent("\n".join(lines[tags[0] + 1:tags[1]]))
 
-for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+for doc in [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]:
     out, lines, i = [], doc.read_text().splitlines(), 0
     while i < len(lines):
         out.append(lines[i])
