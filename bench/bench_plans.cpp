@@ -1,4 +1,4 @@
-// The plans' measure: forward + backward of three functions through fg::compile (the default
+// How the save/recompute plans fare: forward + backward of three functions through fg::compile (the default
 // cost-based plan, and AOTAutograd's min-cut for comparison), fg::jit and eager mode, beside the
 // two hand-written loops a careful engineer would try — one that recomputes what the backward
 // needs, one that saves it — at N = 2^10 ... 2^24 floats. The best hand loop at a size is the

@@ -579,7 +579,7 @@ TEST_CASE("a hit where two nodes saved one tensor at the capture and two tensors
   // Saved inputs are the tensors themselves (double backward needs their history), so two
   // nodes that save one constant hand the capture one tensor twice; the graph reads it once.
   // A later tape of the same structure whose nodes save two different constants must not
-  // reuse the first for both (regression: direct hits met create_graph's saved inputs).
+  // reuse the first for both (a regression of direct hits, which run a plan, under create_graph).
   ca_off guard;
   fg::compiled_autograd::reset();
   auto grad_of = [](bool compiled, const fg::tensor<double>& c1, const fg::tensor<double>& c2) {

@@ -1,5 +1,5 @@
-// Double backward on the eager tape: `fg::autograd::grad` and
-// `backward({.create_graph = true})` return gradients that are on the tape themselves.
+// Double backward on the eager tape: `fg::autograd::grad` and `backward({.create_graph = true})`
+// return gradients that are on the tape themselves.
 //  - every differentiable op of the registry: gradgradcheck, i.e. gradcheck of the function
 //    x -> <grad f(x), w>, whose analytic derivative is the double backward;
 //  - second derivatives against closed forms;

@@ -255,7 +255,7 @@ TEST_CASE("issue 16 item 2: one gradient feeding both sum's and mean's backward 
   }
 }
 
-// --- item 3: hooks and retain_grad on intermediates of jitted functions ------------------------
+// --- hooks and retain_grad on intermediates of jitted functions -------------------------------
 
 namespace {
 

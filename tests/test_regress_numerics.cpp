@@ -1,5 +1,4 @@
-// Numerics: the same bits everywhere, sums that do not drift,
-// PyTorch's special values.
+// Numerics: the same bits everywhere, sums that do not drift, PyTorch's special values.
 //   - Every element-wise op gives bit-identical results wherever an element sits (SIMD body,
 //     the last partial batch, a row's tail) and on every path (eager contiguous and strided,
 //     fg::compile's fused loops, fg::jit's programs), on special inputs (±0, ±inf, NaN, ±1,

@@ -126,8 +126,8 @@ TEST_CASE("one jitted function called from 8 threads at once (shared cache, dyna
   CHECK(bad == 0);
 }
 
-// Concurrent backwards into shared leaves (and through shared nodes)
-// accumulate under the leaf's lock, as in PyTorch (docs/eager.md, "Thread safety").
+// Concurrent backwards into shared leaves (and through shared nodes) accumulate under the
+// leaf's lock, as in PyTorch (docs/eager.md, "Thread safety").
 
 TEST_CASE("two threads, 2,000 backwards each, into one shared leaf") {
   auto w = fg::ones<double>({3}).requires_grad(true);

@@ -92,7 +92,7 @@ constexpr std::pair<int, std::size_t> slow_chain(int S) {
 /// that overlap and still keep each value in L1: the fastest of the three for the ten-layer
 /// chain's forward). In registers where the stage is small, or larger but of cheap ops only,
 /// whose operands through L1 would cost more than the ops (the chain's backward, 50 nodes of
-/// arithmetic, runs more than twice as fast in registers); a large stage with slow ops runs
+/// arithmetic, runs much faster in registers); a large stage with slow ops runs
 /// as fast by tiles, and every op a batch inlines adds to the compile time of the user's TU
 /// (slow ops are also the long ones). See docs/compile.md, "How `fused` runs".
 template <class A, const auto& Active, const auto& Keep>
