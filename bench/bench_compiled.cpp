@@ -250,7 +250,7 @@ void BM_coscos_fwd_hand(benchmark::State& state) {
 }
 
 void sizes(benchmark::internal::Benchmark* b) {
-  b->Arg(10);  // the fixed cost of a call (issue 18: compiled forward + backward at N = 10)
+  b->Arg(10);  // the fixed cost of a call (compiled forward + backward at N = 10)
   for (int e = 10; e <= 24; e += 2) b->Arg(1L << e);
   b->Unit(benchmark::kMicrosecond);
 }

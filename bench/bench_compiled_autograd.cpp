@@ -29,7 +29,7 @@
 //       AccumulateGrad) built and looked up (a hit), its saved tensors collected in the same
 //       walk: the fixed cost compiled autograd adds to a backward before the captured graph
 //       runs. Goal: <= 30 ns per node at K = 101.
-//   BM_linear_step/<variant>   the seed's Linear(10, 10) training step: sum(linear(x)) for x of
+//   BM_linear_step/<variant>   a Linear(10, 10) training step: sum(linear(x)) for x of
 //       10 elements, backward, SGD step.
 //   BM_tiny_backward/<variant>   the 20-layer chain at N = 16: the whole per-backward overhead.
 //   BM_scaled_step/<variant>/N   forward and backward of sum(tanh(x * w) * k) where k changes
@@ -103,8 +103,8 @@ __attribute__((noinline)) void hand_chain_backward_saved(const float* const* act
 /// The same pass over the saved activations in blocks of `block` elements, layer by layer: each
 /// layer's loop streams four tensors (its output, its input, its weight, its weight's gradient)
 /// while the running gradient of the block stays in L1. With 62 tensors streamed at once (the
-/// single pass above) the memory system runs at a third of its rate; this is the faster
-/// hand loop from memory (2^20: 12-15 ms against 30-37 ms on the machine of docs/performance.md).
+/// single pass above) the memory system runs far below its rate; this is the faster hand loop
+/// from memory (figures: docs/performance.md).
 __attribute__((noinline)) void hand_chain_backward_saved_blocked(const float* const* act, const float* const* w,
                                                                  float* __restrict gx, float* const* gw, long n) {
   constexpr long block = 4096;
@@ -321,7 +321,7 @@ void time_step(benchmark::State& state, bool compiled, Step step) {
   }
 }
 
-/// The seed's training step: `loss = sum(linear(x))` for a Linear(10, 10) and x of 10
+/// A small training step: `loss = sum(linear(x))` for a Linear(10, 10) and x of 10
 /// elements, its backward, an SGD step (forward, backward and update all timed).
 void linear_step(benchmark::State& state, bool compiled) {
   fg::nn::linear<float> lin(10, 10, true, 7);

@@ -9,7 +9,7 @@
 // Naming: BM_<case>/<variant>/<N>, registered N by N so each pair runs (and prints) together:
 //   fusegrad       the eager op on tensors that do not require grad (no tape node)
 //   fusegrad_grad  the same op on tensors that require grad (also records a tape node; N = 1 and
-//                  N = 10, issue 18's size for the fixed cost)
+//                  N = 10, the size that shows the fixed cost)
 //   hand           a plain loop over raw 64-byte-aligned arrays into a preallocated output,
 //                  in a noinline function with __restrict pointers (GCC -O3 vectorises the
 //                  arithmetic ones; std::cos / std::exp and an IEEE-ordered float sum stay scalar)

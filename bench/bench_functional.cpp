@@ -276,8 +276,8 @@ constexpr double half_log_2pi = 0.91893853320467274178;
 
 /// log p = -n log(sigma) - n/2 log(2 pi) - sum((x - mu)^2) / (2 sigma^2); d/dmu = sum(x - mu) /
 /// sigma^2; d/dsigma = sum((x - mu)^2) / sigma^3 - n / sigma: two sums in one SIMD pass, then
-/// the closed forms. Four accumulators per sum (two, the earlier reference, ran 1.9x slower:
-/// each sum's chain of dependent additions bounded the loop; eight spilled).
+/// the closed forms. Four accumulators per sum (with two, each sum's chain of dependent
+/// additions bounded the loop; eight spilled: docs/functional.md, "Log-densities").
 __attribute__((noinline)) std::array<double, 3> hand_logpdf(const double* __restrict x, long n, double mu,
                                                             double sigma) {
   constexpr int U = 4;

@@ -1,4 +1,4 @@
-// Calibration of the cost-based partitioner (issue 18): what one element of each built-in
+// Calibration of the cost-based partitioner: what one element of each built-in
 // element-wise op costs (its tile kernel over a tile that stays in L1), against what a load
 // or a store of one element costs when a tensor streams from memory and when it stays in L2.
 // The `cost` each op declares (ops/*.hpp, in streamed loads) and the memory regimes of
@@ -108,7 +108,7 @@ FUSEGRAD_OP_COST(pow_scalar_2, fg::ops::pow_scalar_op<T>{T(2)});
 FUSEGRAD_OP_COST(pow_scalar_1_5, fg::ops::pow_scalar_op<T>{T(1.5)});
 FUSEGRAD_OP_COST(mul_scalar, fg::ops::mul_scalar_op<T>{T(3)});
 FUSEGRAD_OP_COST(div_scalar, fg::ops::div_scalar_op<T>{T(3)});
-// The op library of issue 21: the transcendental ones declare what these measure.
+// The rest of the op library: the transcendental ones declare what these measure.
 FUSEGRAD_OP_COST(tan, fg::ops::tan_op{});
 FUSEGRAD_OP_COST(asin, fg::ops::asin_op{});
 FUSEGRAD_OP_COST(acos, fg::ops::acos_op{});

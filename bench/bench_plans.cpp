@@ -1,4 +1,4 @@
-// Issue 18's measure: forward + backward of three functions through fg::compile (the default
+// How the save/recompute plans fare: forward + backward of three functions through fg::compile (the default
 // cost-based plan, and AOTAutograd's min-cut for comparison), fg::jit and eager mode, beside the
 // two hand-written loops a careful engineer would try — one that recomputes what the backward
 // needs, one that saves it — at N = 2^10 ... 2^24 floats. The best hand loop at a size is the
@@ -97,7 +97,8 @@ __attribute__((noinline)) void tanh10_backward_recompute(const float* __restrict
 /// The forward that saves every layer's value (hs[k]: layer k + 1; hs[layers - 1] is out).
 /// Layer by layer over blocks of 256 elements (each layer's block is read back from L1): the
 /// ten tanh of one element depend on each other, so an element-major loop waits on each
-/// tanh's latency (3x slower on random inputs, where xsimd::tanh takes both of its paths).
+/// tanh's latency (several times slower on random inputs, where xsimd::tanh takes both of its
+/// paths).
 __attribute__((noinline)) void tanh10_forward_save(const float* __restrict x, const float* __restrict w,
                                                    float* const* hs, long n) {
   constexpr long block = 256;

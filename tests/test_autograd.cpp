@@ -890,7 +890,7 @@ TEST_CASE("remove_hook") {
 
 namespace {
 
-/// The seed's Cosine: forward cos, saves x, backward -sin(x) * grad.
+/// examples/custom_function.cpp's `Cosine`: forward cos, saves x, backward -sin(x) * grad.
 struct Cosine {
   static constexpr std::string_view name = "CosineBackward";
   static inline int saved_count = 0;
@@ -1073,7 +1073,7 @@ TEST_CASE("custom function: two inputs, backward returns a std::tuple") {
   // s's AccumulateGrad stores zeros: s.grad() is defined ([0, 0]) instead of staying
   // undefined as documented in function.hpp and as in PyTorch (s.grad is None).
   CHECK_FALSE(s.grad().defined());
-  if (s.grad().defined()) check_values(s.grad(), {0, 0});  // what it holds today
+  if (s.grad().defined()) check_values(s.grad(), {0, 0});  // what the regression held
 }
 
 TEST_CASE("custom function without setup_context saves all inputs") {

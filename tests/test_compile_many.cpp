@@ -1,4 +1,4 @@
-// Many compiled functions in one program (issue 16, item 1): graphs that share
+// Many compiled functions in one program: graphs that share
 // subexpressions, sizes and pass masks must not share anything else. Under GCC 12 the
 // schedules of the fused backend were keyed on the passes' masks as class-type template
 // arguments (std::array<bool, M> values), which GCC mangles without the positions of their
@@ -84,7 +84,7 @@ void check_function(const char* name, F fn, const X&... xs) {
 
 TEST_CASE("many compiled functions with shared subexpressions in one program") {
   const D x = fg::randn<double>({2, 3}, 1), y = fg::randn<double>({3}, 2), a = fg::randn<double>({4}, 3);
-  // The issue's reproducer first: f after h, in one program.
+  // The first case that failed: f after h, in one program.
   check_function("exp", f_exp, x, y);
   check_function("square", f_square, x, y);
   check_function("mul", f_mul, x, y);

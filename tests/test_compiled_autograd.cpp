@@ -375,7 +375,7 @@ TEST_CASE("a changed scalar in a rule is not a stale constant on a hit") {
     CHECK(max_normwise(t.x.grad(), want[0]) < 1e-12);
     CHECK(max_normwise(t.w.grad(), want[1]) < 1e-12);
   }
-  // `* k` is an input of the captured graph (the seed's `scalars`), not a constant: one capture.
+  // `* k` is an input of the captured graph (PyTorch's `scalars`), not a constant: one capture.
   CHECK(fg::counters().compiled_autograd_captures == 1);
   CHECK(fg::counters().compiled_autograd_direct == 3);
 }
@@ -579,7 +579,7 @@ TEST_CASE("a hit where two nodes saved one tensor at the capture and two tensors
   // Saved inputs are the tensors themselves (double backward needs their history), so two
   // nodes that save one constant hand the capture one tensor twice; the graph reads it once.
   // A later tape of the same structure whose nodes save two different constants must not
-  // reuse the first for both (regression: found merging issue 20 with create_graph).
+  // reuse the first for both (a regression of direct hits, which run a plan, under create_graph).
   ca_off guard;
   fg::compiled_autograd::reset();
   auto grad_of = [](bool compiled, const fg::tensor<double>& c1, const fg::tensor<double>& c2) {

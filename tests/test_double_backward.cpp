@@ -1,5 +1,5 @@
-// Double backward on the eager tape (issue 19): `fg::autograd::grad` and
-// `backward({.create_graph = true})` return gradients that are on the tape themselves.
+// Double backward on the eager tape: `fg::autograd::grad` and `backward({.create_graph = true})`
+// return gradients that are on the tape themselves.
 //  - every differentiable op of the registry: gradgradcheck, i.e. gradcheck of the function
 //    x -> <grad f(x), w>, whose analytic derivative is the double backward;
 //  - second derivatives against closed forms;
@@ -792,7 +792,7 @@ TEST_CASE("autograd::grad: returns gradients, writes no .grad(), checks its argu
 }
 
 namespace {
-/// The seed's Cosine, written with fusegrad's ops: differentiable again.
+/// examples/custom_function.cpp's `Cosine`, written with fusegrad's ops: differentiable again.
 struct cosine_fn {
   static constexpr std::string_view name = "CosineBackward";
   static auto forward(const auto& x) { return fg::cos(x); }

@@ -393,7 +393,7 @@ TEST_CASE("the caller-provided-output forms allocate nothing") {
   CHECK(std::isfinite(v));
 }
 
-// Issue 18's fixed cost: recording an element-wise op that saves nothing (add, sub, neg, a
+// The eager fixed cost: recording an element-wise op that saves nothing (add, sub, neg, a
 // scalar op) makes no heap allocation: the node, its edges, the output and its buffer come
 // from the thread's pools, and the node holds no list of saved tensors and no input shapes
 // (it sums each gradient to its input's shape from its edges). Failed before (one allocation

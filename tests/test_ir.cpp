@@ -168,7 +168,8 @@ TEST_CASE("IR graphs: the shape buffers kept for reuse stay bounded and are not 
 TEST_CASE("the last-level cache is the one a core sees: sysfs's figure before the C library's") {
   // glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) comes from cpuid and said 384 MiB on a virtual
   // machine whose core sees 32 MiB (lscpu, sysfs): loops that stream from memory then ran in
-  // short tiles, and a captured 20-layer backward at 2^20 took 21-24 ms instead of 11.
+  // short tiles, and a captured 20-layer backward that streams from memory ran much slower
+  // than in long tiles.
   fg::set_last_cache_bytes(0);  // the queried value
   CHECK(fg::last_cache_bytes() > 0);
   if (const std::size_t sysfs = fg::detail::sysfs_cache_bytes(3); sysfs > 0 && !std::getenv("FUSEGRAD_LAST_CACHE_BYTES"))

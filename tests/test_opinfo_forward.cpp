@@ -1,6 +1,6 @@
 // Generated from the op registry (tests/opinfo/registry.hpp): forward mode against backward.
 // For every differentiable entry, at sample points and at mixed values, `fg::jvp` on scalars
-// (tangents pushed through the entry's expression type, issue 19's forward mode) gives the
+// (tangents pushed through the entry's expression type: forward mode) gives the
 // value eager computes and the derivative the eager tape's backward gives, operand by operand.
 #include <doctest/doctest.h>
 

@@ -171,7 +171,8 @@ TEST_CASE("with several threads, compiled paths equal eager and pass gradcheck")
 }
 
 // Products with one to three columns (a layer with one output, and its backward) have their
-// own loop (rows side by side, sums in registers: 7x faster at [4096, 64] x [64, 1]); it must
+// own loop (rows side by side, sums in registers: much faster than the general kernel for so
+// few columns; docs/architecture.md, "Every core"); it must
 // give the columns of the general kernel bit for bit, whatever the rows' cut.
 TEST_CASE_TEMPLATE("thin products give the wide kernel's columns bitwise, with 1 and 3 threads", T, float, double) {
   const auto a = fg::randn<T>({203, 67}, 31), wide = fg::randn<T>({67, 6}, 32);

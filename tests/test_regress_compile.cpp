@@ -1,4 +1,4 @@
-// Regressions of fg::compile found by hostile use (issue 16, items 4 and 7): every compiled
+// Regressions of fg::compile found by hostile use: every compiled
 // path (fg::compile with the eager, aot_eager and fused backends, fg::jit, and a compiled
 // function traced inside fg::jit) accepts exactly what eager mode accepts, with the same
 // errors, and writes every element of every gradient it produces (empty outputs, broadcasts

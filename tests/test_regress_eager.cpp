@@ -1,10 +1,10 @@
-// Regression tests of the eager runtime's safety (issue 16, items 9, 10 and 12; the
-// concurrency of item 11 is in test_threads.cpp, which the TSan preset runs):
-//   9. shapes whose element or byte count overflows, negative sizes, and out-of-memory throw
+// Regression tests of the eager runtime's safety (its concurrency is in test_threads.cpp,
+// which the TSan preset runs):
+//   - shapes whose element or byte count overflows, negative sizes, and out-of-memory throw
 //      fusegrad::error naming the op and the shape, at every entry point;
-//  10. a 200,000-op graph is freed (and run backward, printed, hooked, traced) without
+//   - a 200,000-op graph is freed (and run backward, printed, hooked, traced) without
 //      recursing on its depth;
-//  12. hooks that register or remove hooks while they run (PyTorch's semantics: the running
+//   - hooks that register or remove hooks while they run (PyTorch's semantics: the running
 //      backward uses a snapshot of the list).
 // Expected gradients are derived by hand, never produced by the code under test.
 
@@ -415,7 +415,7 @@ TEST_CASE("small_vector: copies and moves between inline and heap storage keep t
 }
 
 TEST_CASE("linear reads a dense view whose dims of size 1 have other strides as the dense tensor it is") {
-  // Found by the differential fuzzer at 16 threads (seed 2, graph 66): linear(x [1, 4, 1, 10])
+  // Found by the differential fuzzer at 16 threads (`--seed 2`, graph 66): linear(x [1, 4, 1, 10])
   // under a permute, whose backward hands linear a [1, 4, 1, 1] gradient with strides
   // [4, 1, 4, 4]. Such a view is dense (is_contiguous: a dim of size 1 steps nowhere), so it
   // was read in place, and its rows were taken to step by the stride of the dim of size 1

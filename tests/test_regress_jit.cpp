@@ -1,8 +1,8 @@
-// Regressions of issue 16 in fg::jit and compiled autograd.
-//  - Item 2: reductions over nothing, over size-1 dims or with keepdim (0-d, [1], [1,1],
+// Regressions in fg::jit and compiled autograd.
+//  - Reductions over nothing, over size-1 dims or with keepdim (0-d, [1], [1,1],
 //    [1,3], [3,1] inputs; sum, mean, max; full and over dims) through fg::jit with static and
 //    dynamic shapes, and through compiled autograd, against the eager path and gradcheck.
-//  - Item 3: tensor hooks and retain_grad on intermediates of a jitted function behave as in
+//  - Tensor hooks and retain_grad on intermediates of a jitted function behave as in
 //    eager mode (generic and not, replacing the gradient or not, removed between calls).
 #include <doctest/doctest.h>
 
@@ -65,7 +65,7 @@ std::vector<reduction> reductions_for(std::size_t rank) {
   return r;
 }
 
-/// Functions of (x, y), y shaped like x, around one reduction: the issue's forms and forms
+/// Functions of (x, y), y shaped like x, around one reduction: the forms that failed and forms
 /// where the reduced value is broadcast back against x.
 std::vector<std::pair<std::string, std::function<D(const D&, const D&, const reduction&)>>> forms() {
   return {
@@ -255,7 +255,7 @@ TEST_CASE("issue 16 item 2: one gradient feeding both sum's and mean's backward 
   }
 }
 
-// --- item 3: hooks and retain_grad on intermediates of jitted functions ------------------------
+// --- hooks and retain_grad on intermediates of jitted functions -------------------------------
 
 namespace {
 
@@ -500,7 +500,7 @@ TEST_CASE("issue 16 item 3: hooks of a jitted forward under compiled autograd, a
   CHECK(max_normwise(fg::from_vector<double>(seen_e[0], {12}), fg::from_vector<double>(seen_j[0], {12})) < 1e-12);
 }
 
-// --- Fuzzer findings F1 and F2 (issue 16 follow-up) ------------------------------------------
+// --- Fuzzer findings F1 and F2 --------------------------------------------------------------
 //  - F1: results of ops without a derivative (comparisons, step, sign) do not require grad
 //    inside or after fg::jit, as in eager mode (backward and register_hook on them throw).
 //  - F2: an output of a flushed graph (alive at a graph break) that the loss does not use
@@ -773,7 +773,7 @@ TEST_CASE_TEMPLATE("fuzz F2: fg::compile with several outputs, one unused: no Na
   }
 }
 
-// --- fuzz seed 6: hooks registered on outputs of an fg::jit graph after it ran -----------------
+// --- fuzzer, `--seed 6`: hooks registered on outputs of an fg::jit graph after it ran --------
 // A hook (or retain_grad) registered after a graph break on a value the broken-off graph also
 // used inside itself must see that value's whole gradient (the part from inside the graph
 // too), and run in registration order with the graph's own hooks on it, as in eager mode.

@@ -1,5 +1,4 @@
-// Numerics (issue 16, items 5, 6 and 8): the same bits everywhere, sums that do not drift,
-// PyTorch's special values.
+// Numerics: the same bits everywhere, sums that do not drift, PyTorch's special values.
 //   - Every element-wise op gives bit-identical results wherever an element sits (SIMD body,
 //     the last partial batch, a row's tail) and on every path (eager contiguous and strided,
 //     fg::compile's fused loops, fg::jit's programs), on special inputs (±0, ±inf, NaN, ±1,
@@ -185,8 +184,8 @@ TEST_CASE("regression: every element-wise op gives the same bits at every positi
 }
 
 TEST_CASE("regression: pow is C's pow, in SIMD lanes too") {
-  // The cases the issue names, in a SIMD body and alone (a row's last partial batch), in float
-  // and double (the grid of every special value is in the test above).
+  // The cases xsimd's exp(b log a) got wrong, in a SIMD body and alone (a row's last partial
+  // batch), in float and double (the grid of every special value is in the test above).
   const std::vector<std::pair<float, float>> named = {{1.0f, f_nan},   {1.0f, f_inf},   {-1.0f, f_inf},
                                                       {-1.0f, -f_inf}, {-f_inf, 0.5f},  {-f_inf, -0.5f},
                                                       {-0.0f, -1.0f},  {-0.0f, 3.0f},   {f_nan, 0.0f}};
@@ -211,7 +210,7 @@ TEST_CASE("regression: pow is C's pow, in SIMD lanes too") {
   CHECK(fg::pow(fg::full<double>({8}, tiny), fg::ones<double>({8})).to_vector() == std::vector<double>(8, tiny));
 }
 
-// Found by the differential fuzzer (seed 402, graph 33244): sin of an expanded value gave
+// Found by the differential fuzzer (`--seed 402`, graph 33244): sin of an expanded value gave
 // another last bit under fg::jit than eagerly, because xsimd reduces a batch's arguments by
 // one method picked by the batch's largest |x|, so an element's sin depended on its
 // neighbours (here a huge pow result sharing its batch).

@@ -126,8 +126,8 @@ TEST_CASE("one jitted function called from 8 threads at once (shared cache, dyna
   CHECK(bad == 0);
 }
 
-// Issue 16, item 11: concurrent backwards into shared leaves (and through shared nodes)
-// accumulate under the leaf's lock, as in PyTorch (docs/eager.md, "Thread safety").
+// Concurrent backwards into shared leaves (and through shared nodes) accumulate under the
+// leaf's lock, as in PyTorch (docs/eager.md, "Thread safety").
 
 TEST_CASE("two threads, 2,000 backwards each, into one shared leaf") {
   auto w = fg::ones<double>({3}).requires_grad(true);
@@ -216,7 +216,7 @@ TEST_CASE("concurrent backwards into a shared leaf under compiled autograd") {
   for (double g : w.grad().to_vector()) CHECK(g == doctest::Approx(threads * rounds * 2.0 * std::cos(1.0)).epsilon(1e-12));
 }
 
-// Issue 22: library threads inside user threads. 8 user threads call jitted and compiled
+// Library threads inside user threads. 8 user threads call jitted and compiled
 // functions whose loops run on 4 library threads: the shared lease keeps the library's
 // workers at 3 in all (no oversubscription), nothing waits on anything (no deadlock), and
 // every result has the bits of a 1-thread run. Run under the `tsan` preset for races.

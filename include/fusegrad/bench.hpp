@@ -122,9 +122,9 @@ double best_seconds_per_call(F&& fn) {
 
 /// The cheapest loop with a fused pass's memory traffic: reads `R` arrays of `n` floats and
 /// writes `W`, storing the bitwise or of the inputs to each output (an or takes one cycle, so
-/// the loop is bound by its loads and stores, as a copy is; a chain of adds measured up to 1.9x
-/// slower than x * y + z in L1). The pointers come by value: a SIMD store may alias anything,
-/// and pointers read through a reference would be read again after every store.
+/// the loop is bound by its loads and stores, as a copy is; a chain of adds measured slower
+/// than x * y + z in L1: docs/benchmarking.md). The pointers come by value: a SIMD store may
+/// alias anything, and pointers read through a reference would be read again after every store.
 template <std::size_t R, std::size_t W>
 [[gnu::noinline]] void stream(const std::array<const float*, R> src, const std::array<float*, W> dst, std::size_t n) {
   using B = xsimd::batch<float>;

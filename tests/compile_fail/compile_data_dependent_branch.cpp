@@ -1,5 +1,6 @@
-// The walk-through seed's `if x.mean() > 0.5:` inside fg::compile: a symbolic value has no
-// bool, so data-dependent control flow is a compile error that points to the tracer.
+// examples/walkthrough.cpp's data-dependent branch (`if (fg::mean(x).item() > 0.5f)`) inside
+// fg::compile: a symbolic value has no bool, so data-dependent control flow is a compile error
+// that points to the tracer.
 // expect: data-dependent control flow
 #include <fusegrad/fusegrad.hpp>
 int main() {

@@ -90,10 +90,9 @@ std::string tagged(char c, long long i);
 std::string format_shape(const fg::shape& s);
 
 // ---------------------------------------------------------------------------------------
-// Known issues: each mismatch class found (and reported in /work/notes/fuzz_findings.md and
-// docs/fuzzing.md) has a switch here; while on, the cases it names are not compared (they are
-// counted as "masked"), so that the rest can be fuzzed. `--unmask NAME` (or `all`) turns one
-// off to check whether it is fixed.
+// Known issues: each mismatch class found (and described in docs/fuzzing.md) has a switch
+// here; while on, the cases it names are not compared (they are counted as "masked"), so that
+// the rest can be fuzzed. `--unmask NAME` (or `all`) turns one off to check whether it is fixed.
 // ---------------------------------------------------------------------------------------
 struct known_issue {
   const char* name;

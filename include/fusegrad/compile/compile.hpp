@@ -9,7 +9,7 @@
 /// `CompiledFunctionBackward`, whose backward runs the derived backward with the same backend.
 /// Compiled functions therefore compose with eager ops, hooks and other compiled functions.
 ///
-/// Backends (the seed's table): `backend::eager` runs `fn` op by op on tensors (the
+/// Backends (torch.compile's, renamed): `backend::eager` runs `fn` op by op on tensors (the
 /// reference); `backend::aot_eager` runs the joint graph and plan node by node; `backend::fused`
 /// (default) runs one vectorised loop per fusion group. Any type modelling `Backend` plugs in
 /// (fusegrad/compile/backend.hpp; the fused backend: fusegrad/kernel/fused.hpp). What runs a

@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/compiled_autograd/compiled_autograd.hpp
 /// Compiled autograd: `backward()` captures the whole backward pass into the run-time IR
-/// and runs it as compiled programs (the seed's compiled autograd).
+/// and runs it as compiled programs (PyTorch's compiled autograd).
 ///
 /// When it is on (`fg::config().compiled_autograd = true`, or an `fg::compiled_autograd::enable`
 /// scope on this thread), a backward pass
@@ -27,7 +27,7 @@
 ///     (`make_plan`; none where the graph cannot run from collected values alone).
 ///
 /// `FUSEGRAD_LOGS=compiled_autograd` prints each captured graph and its signature
-/// (`forward(inputs, sizes, scalars, hooks)`, as the seed); `compiled_autograd_verbose`
+/// (`forward(inputs, sizes, scalars, hooks)`, as PyTorch's); `compiled_autograd_verbose`
 /// adds the reason for each cache miss.
 
 

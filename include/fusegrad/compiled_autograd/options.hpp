@@ -18,8 +18,8 @@ namespace fusegrad {
 namespace compiled_autograd::detail {
 /// Installs compiled autograd's backward runner into the engine (idempotent). A template, so
 /// that only the translation units that turn compiled autograd on instantiate the capture
-/// machinery: installing it from a static initializer in every TU that includes this header
-/// cost ~30 s of compile time per TU at -O2.
+/// machinery: installed from a static initializer, it was compiled into every TU that
+/// includes this header, and was the largest part of such a TU's compile time.
 template <class Tag>
 void install() noexcept;
 }  // namespace compiled_autograd::detail
@@ -76,7 +76,7 @@ inline const options* current() {
 }
 }  // namespace detail
 
-/// Turns compiled autograd on for this thread until the scope ends (the seed's context
+/// Turns compiled autograd on for this thread until the scope ends (PyTorch's context
 /// manager). Use it as `enable`; it is a template only so that the capture machinery is
 /// instantiated where a scope is made, not in every TU that includes this header.
 template <class Tag = void>

@@ -17,7 +17,7 @@ namespace compiled_autograd {
 
 namespace detail {
 
-/// How a cache hit runs a captured backward without running a rule (the seed's
+/// How a cache hit runs a captured backward without running a rule (PyTorch's
 /// `forward(inputs, sizes, scalars, hooks)`): the captured graph's cache entry, where each of
 /// its inputs comes from in what the key walk collects (a saved tensor, a root gradient, a
 /// node's scalar input), the leaves its outputs accumulate into, and its call slots: a
@@ -54,7 +54,7 @@ struct plan {
   std::vector<hook_source> hooks;
 };
 
-/// The signature of a plan's graph, as the seed prints it.
+/// The signature of a plan's graph, as PyTorch's compiled autograd prints it.
 template <Element T>
 std::string signature(const plan<T>& p, const collected<T>& col) {
   auto node_of = [&](std::uint32_t flat) {

@@ -216,7 +216,7 @@ class running_sum {
   /// gives, with less work for a short run (an output of a few values, as a softmax over a
   /// short dim sums): `n` values up to `lanes` sit in the first `bit_ceil(n)` accumulators, the
   /// others stay -0 and add nothing in the pairwise fold; it runs in registers, unrolled for
-  /// each `n` (a loop through memory cost 5x a plain sequential sum).
+  /// each `n` (a loop through memory cost several times a plain sequential sum).
   [[nodiscard]] static T sum(const T* x, index_t n, index_t step) noexcept {
     if (n == 0) return T(0);
     if (n <= lanes) return short_sums[static_cast<std::size_t>(n - 1)](x, step);

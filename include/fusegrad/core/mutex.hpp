@@ -3,11 +3,11 @@
 /// `light_mutex`: the lock a tape node and a tensor's autograd state hold for a few
 /// instructions (checking saved tensors, swapping a gradient). Uncontended, it is one atomic
 /// compare-exchange to lock and one exchange to unlock (no call into libpthread: a
-/// `std::mutex` pair cost about 150 instructions, a sixth of compiled autograd's key walk per
-/// node); contended, a waiter sleeps on the word (C++20 `atomic::wait`, a futex on Linux), so a
-/// lock held through a long rule (a node's `apply`) costs the waiting thread no CPU. While the
+/// `std::mutex` pair cost a good part of compiled autograd's key walk per node); contended, a
+/// waiter sleeps on the word (C++20 `atomic::wait`, a futex on Linux), so a lock held through
+/// a long rule (a node's `apply`) costs the waiting thread no CPU. While the
 /// process has one thread, both are a plain load and store (glibc's mutex does the same:
-/// without it, the locked instructions made a node's lock 2.5x slower than `std::mutex`). It is not
+/// without it, the locked instructions made a node's lock slower than `std::mutex`). It is not
 /// recursive, like `std::mutex`, and meets the Lockable requirements (`std::lock_guard`).
 ///
 /// The states are Drepper's ("Futexes Are Tricky", mutex 3): 0 unlocked, 1 locked, 2 locked

@@ -79,7 +79,7 @@ inline constexpr bool parallel_enabled =
 #endif
 
 /// Elements a block of an element-wise loop gets at least (a loop is split only when every
-/// block gets this much): about 5 us of a cheap op, several times a parallel region's cost.
+/// block gets this much): enough of a cheap op to outweigh a parallel region's cost several times.
 /// A variable only so that tests can lower it (`set_parallel_grain`) to split small tensors.
 inline std::atomic<index_t> parallel_grain_setting{index_t{1} << 14};
 inline index_t parallel_grain() noexcept { return parallel_grain_setting.load(std::memory_order_relaxed); }
@@ -212,7 +212,8 @@ void parallel_blocks(index_t count, F&& f) {
       // Each member owns a contiguous range of the blocks and takes them first, then helps
       // the others with theirs. Owning the same range from loop to loop keeps a thread on the
       // same part of same-shaped tensors (in its own core's cache: a chain of element-wise
-      // ops on L2-sized tensors ran 3-5x more CPU time when any thread took any block), and
+      // ops on L2-sized tensors took several times the CPU time when any thread took any
+      // block; docs/architecture.md, "Every core"), and
       // helping keeps a member that the machine slows from holding the others up.
       const int members = extra + 1;
       struct alignas(64) cursor {

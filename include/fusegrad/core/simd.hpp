@@ -211,7 +211,7 @@ template <class V, class F> V per_lane(const V& a, const V& b, F f) {
 /// values, `pow(1, NaN) = 1`, `pow(-inf, 0.5) = inf`, `pow(-0, -1) = -inf`, ..., and its
 /// accuracy). xsimd's batch pow is exp(b log a): besides the special values it gets wrong, it
 /// loses precision as |b log a| grows, flushes subnormal results to 0 (pow(x, 1) != x), and it
-/// measured slower than glibc's pow for doubles and only 2x faster for floats.
+/// measured slower than glibc's pow for doubles and not much faster for floats.
 template <class V> V pow(const V& a, const V& b) {
   return per_lane(a, b, [](auto x, auto y) { return std::pow(x, y); });
 }

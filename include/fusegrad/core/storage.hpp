@@ -29,12 +29,12 @@ namespace detail {
 /// every iteration does not pay the allocator each time:
 ///  - small buffers (under 64 KiB) in power-of-two size classes from 64 bytes, a free list of
 ///    up to `small_per_class` per class: a tensor of a few elements costs a pop and a push
-///    instead of an aligned `operator new` and `delete` (about 40% of a small call's time);
+///    instead of an aligned `operator new` and `delete` (a large share of a small call's time);
 ///  - large buffers by exact size, up to `max_entries` and `fusegrad::buffer_cache_limit()`
 ///    bytes (oldest out first), so that they are not handed back to the OS and faulted in
 ///    again each time: a buffer the allocator maps afresh costs a page fault per 4 KiB on its
 ///    first writes (a ten-layer tanh chain over 2^24 floats frees nine 64 MiB buffers per
-///    step; with 512 MiB cached, its compiled step took 270 ms instead of 155).
+///    step, and runs much slower when they do not all stay cached: docs/eager.md, "Memory").
 class buffer_cache {
  public:
   static constexpr std::size_t min_bytes = std::size_t{64} << 10;

@@ -203,8 +203,9 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
   if (inner_kept) {  // column form: rows along the kept innermost dim, an output per element
     // Blocks of columns (independent outputs) on different threads, each block whole cache
     // lines of the output: every row adds into each block's outputs, so two threads writing
-    // halves of one line would trade it back and forth once per row (a sum over dim 0 of a
-    // [4096, 64] float tensor ran 6x slower on 2 threads than on 1 with 8-column blocks). A
+    // halves of one line would trade it back and forth once per row (with blocks narrower than
+    // a line, a sum over dim 0 ran slower on 2 threads than on 1: docs/architecture.md,
+    // "Every core"). A
     // block narrower than 4 lines reads too little of each row to pay for its thread.
     const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
     constexpr index_t line = std::max<index_t>(static_cast<index_t>(simd<T>::size), 64 / static_cast<index_t>(sizeof(T)));

@@ -62,8 +62,8 @@ struct span_arg : symbolic {
   index_t offset = 0, count = 0;
   // The copy is written field by field on purpose: as an aggregate, GCC built a symbol with two
   // 8-byte stores and copied it into each expression node as one 16-byte block (and nodes
-  // into nodes at other offsets), loads that store forwarding cannot serve; they cost a
-  // third of a 10-element `value_and_grad` (bench_functional: 130-140 -> 100 ns).
+  // into nodes at other offsets), loads that store forwarding cannot serve; they stalled a
+  // short `value_and_grad` for a large part of its time.
   constexpr span_arg() = default;
   constexpr span_arg(index_t o, index_t c) noexcept : offset(o), count(c) {}
   constexpr span_arg(const span_arg& o) noexcept : symbolic(), offset(o.offset), count(o.count) {}

@@ -201,8 +201,8 @@ struct tuple_sink {
 /// Adjoints of the scalar form kept in place, for values closed under `+` (numbers, duals):
 /// nothing is copied as the backward walks. (GCC copied `tuple_sink`'s tuples as 16-byte
 /// blocks and read their halves back, or built them from two 8-byte stores and read them as
-/// one: store-forwarding stalls that made the 2-D Rosenbrock gradient 20 ns at -O2, against
-/// 1.8 ns by hand.) `has[i]`: argument `i` has had a contribution (`add_adjoint_to`).
+/// one: store-forwarding stalls that made the 2-D Rosenbrock gradient at -O2 many times
+/// slower than by hand.) `has[i]`: argument `i` has had a contribution (`add_adjoint_to`).
 template <std::uint64_t Mask, class V>
 struct array_sink {
   static constexpr std::uint64_t mask = Mask;

@@ -387,9 +387,9 @@ struct pass_io {
 inline constexpr index_t tile = 256;
 
 /// One batch: the element-wise parts forward and back. (`[[gnu::flatten]]` here ran the
-/// cos(cos(x)) * y case 8% faster, but took the 40-node test function's TU from 26 s to over
-/// 6 minutes at -O3: its value tree has about 450 nodes, the tree repeating reused
-/// subexpressions.)
+/// cos(cos(x)) * y case a little faster, but made the 40-node test function's TU take many
+/// times as long to compile at -O3: its value tree is several hundred nodes, the tree
+/// repeating reused subexpressions.)
 /// `put(std::integral_constant<int, q>, v)` takes the batch `v` of summed quantity `q` (into a
 /// tile buffer's slot, or registers).
 template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, class Put>
@@ -441,8 +441,8 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
 
 /// Adds a tile of each summed quantity in use to its sum. Out of line on purpose: with
 /// `running_sum::add` inlined into the pass, GCC allocated the batch loop's registers worse
-/// (`value_and_grad` of `sum(cos(cos(x)) * y)` at N = 2^20 took 3.8-4.4 ms against 3.3 ms, at
-/// -O3); one call per tile of 256 elements costs nothing measurable.
+/// and a long `value_and_grad` of `sum(cos(cos(x)) * y)` ran slower at -O3; one call per tile
+/// of 256 elements costs nothing measurable.
 template <class T, int NQ>
 [[gnu::noinline]] void add_tiles(running_sum<T> (&sums)[NQ], const T (&buf)[NQ][tile], const bool (&used)[NQ],
                                  index_t n) noexcept {
@@ -495,10 +495,9 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
   index_t start = 0;
   // A cheap body with few sums (a normal log-density: `x - mu`, its square and the adjoint
   // of `mu`) sums whole chunks in registers, as `running_sum` sums a chunk: the batches
-  // unrolled by the chunk's accumulators, batch b into accumulator b % U. The tile buffer's
-  // stores and reloads took a fifth of such a body's time (the factored log-density of 16384
-  // doubles: 5.9 -> 4.8 us); a costly body (cos(cos(x)) * y) unrolled spills, and its sums
-  // are noise.
+  // unrolled by the chunk's accumulators, batch b into accumulator b % U. For such a body the
+  // tile buffer's stores and reloads cost as much as a good part of the arithmetic; a costly
+  // body (cos(cos(x)) * y) unrolled spills, and its sums are noise.
   constexpr index_t lanes = running_sum<T>::lanes, chunk = running_sum<T>::chunk, U = lanes / W;
   constexpr int NP = (info<E>::elementwise ? 0 : info<E>::reds) + (Back ? element_hoists<false, E>() + NS : 0);
   if constexpr (NP > 0 && NP * nc * U <= 8 && element_cost<E>() <= 2.0) {

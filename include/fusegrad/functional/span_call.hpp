@@ -157,7 +157,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
     for (int i = 0; i < NA; ++i) add[i] = true;
   // one pass over all element-wise parts, or one per reduction when their lengths differ
   // (`io` by reference: a copy per call was built with 8-byte stores and read back as 16-byte
-  // blocks, store-forwarding stalls that cost ~20 ns of a 10-element call)
+  // blocks, store-forwarding stalls that weighed on a short call)
   auto pass = [&]<bool B, std::uint64_t M>(std::bool_constant<B>, std::integral_constant<std::uint64_t, M>,
                                            const pass_io<Vs, NA>& io) {
     if (one_pass) return element_pass<B, M, Vs>(e, slots, n0, io);

@@ -8,7 +8,7 @@
 /// is redefined here: programs run the op struct's own `value` on SIMD tiles, the eager
 /// fallback calls the eager op, and `ir::backward` derives the backward graph by calling the
 /// op's own derivative rule on `ir::value`s, which append nodes as they are combined (see
-/// DESIGN.md, "The one idea").
+/// docs/architecture.md, "The one idea: each op is defined once").
 
 #include <array>
 #include <bit>

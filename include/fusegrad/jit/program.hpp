@@ -47,12 +47,9 @@ class program {
   /// to 16384 elements (`tile_for`)
   /// while its tile registers and splats hold at most `tile_bytes` (half of a 512 KiB L2).
   /// There the memory system, not L1, sets the pace, and it keeps up only when each tensor is
-  /// read in long runs (a captured 20-layer chain's backward streams 62 tensors: at 2^20, 32-34
-  /// ms in tiles of 256, 23-24 ms in tiles of 4096; with tanh_backward, 12.2-13.1 ms in tiles
-  /// of 4096 and 11.3-11.6 in tiles of 16384; the 10-layer tanh(h * w) chain's backward, 15
-  /// streams, 6.1-7.0 against 4.6-5.3 ms). In cache, L2 or L3, long tiles are slower: that
-  /// backward at 2^16, 136-150 us in tiles of 256 against 173-182 us in tiles of 16384; at 2^18
-  /// (15 MB streamed) 0.66 against 0.78 ms.
+  /// read in long runs (a captured 20-layer chain's backward streams 62 tensors, and runs
+  /// markedly faster in long tiles). In cache, L2 or L3, long tiles are slower: there L1 sets
+  /// the pace again. Measured: docs/jit.md, "Programs".
   static constexpr index_t min_tile = fusegrad::detail::tile_elems, max_tile = 16384;
   static constexpr std::size_t tile_bytes = std::size_t{256} << 10;
   static constexpr int many_streams = 12;

@@ -20,8 +20,8 @@ namespace fusegrad::detail::jit {
 /// `Tag` is known). The tracer types below are templates over a tag
 /// so that a TU instantiates the tracer (its virtual functions pull in the whole run-time
 /// compiler, for float and double) only when it makes a jitted call or turns compiled
-/// autograd on, not by including the header (that cost every TU ~4 s, and compiled
-/// autograd's runner ~30 s, at -O2).
+/// autograd on, not by including the header (instantiated there, the tracers and compiled
+/// autograd's runner made every TU that included it compile for far longer).
 template <class T, class Tag>
 using deferred_t = std::conditional_t<sizeof(Tag*) == 0, Tag, T>;
 

@@ -40,10 +40,10 @@ void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::s
 /// Whether pass `Active` of `A` also gets loops for `unreduced<A>` (its gradients summed to
 /// unbroadcast shapes as the identity): where those take fewer loops over memory and every one
 /// of them keeps its batches in registers. A pass saved is then memory traffic saved (the
-/// ten-layer tanh chain's backward at 2^22: 41 -> 12 ms); where the fewer loops would run node
-/// by node over tiles, the general loops are as fast (a 40-node function's backward at 2^16:
-/// 770 us in two tiled loops, 690 us in ten loops in registers), and a second set of loops
-/// would only add to the compile time.
+/// ten-layer tanh chain's backward stores and re-reads each layer's term otherwise: see
+/// docs/compile.md, "Gradients summed to an operand's shape"); where the fewer loops would run
+/// node by node over tiles, the general loops, in registers, are as fast, and a second set of
+/// loops would only add to the compile time.
 template <class A, const auto& Active, const auto& Keep>
 constexpr bool unreduced_loops_pay() {
   if constexpr (!reads_a_sum_to_shape<A, Active>()) {

@@ -46,8 +46,8 @@ using row_body_fn = void (*)(const row_args<T>&, index_t n);
 inline constexpr std::size_t register_stage_nodes = 16;
 inline constexpr std::size_t register_cheap_stage_nodes = 64;
 /// The most slow ops (a transcendental function: see `slow_op_cost`) one path through a stage
-/// may hold for its loop to run batch by batch in registers: one (`cos(cos(x)) * y`'s forward
-/// in clusters at 2^16: 141 -> 120 us; the hand loop 127 us).
+/// may hold for its loop to run batch by batch in registers: one (`cos(cos(x)) * y`'s forward,
+/// two slow ops deep, runs faster in clusters, as fast as a hand loop).
 inline constexpr int register_slow_chain = 1;
 /// The most element-wise nodes of a stage run in clusters (see `stage_batches::cluster_of`)
 /// when they cannot all run in registers; a larger stage runs node by node over each tile.
@@ -88,13 +88,13 @@ constexpr std::pair<int, std::size_t> slow_chain(int S) {
 /// Whether the batches of stage `S` go through its nodes in registers (the values of a batch
 /// never leave them), else in clusters or node by node over each tile (see `stage_batches`).
 /// Not where a batch would wait on a chain of slow ops: a batch through ten `tanh` in a row
-/// waits for ten latencies, where over a tile the batches of one `tanh` overlap (the ten-layer
-/// chain's forward at 2^22: 34 ms by tiles, 80 ms in registers, 26 ms in clusters). In
-/// registers where the stage is small, or larger but of cheap ops only, whose operands through
-/// L1 would cost more than the ops (the chain's backward, 50 nodes of arithmetic: 12 ms in
-/// registers, 28 ms by tiles); a large stage with slow ops runs as fast by tiles (a 40-node
-/// function: within 3%), and every op a batch inlines adds to the compile time of the user's
-/// TU (slow ops are also the long ones).
+/// waits for ten latencies, where over a tile the batches of one `tanh` overlap (clusters keep
+/// that overlap and still keep each value in L1: the fastest of the three for the ten-layer
+/// chain's forward). In registers where the stage is small, or larger but of cheap ops only,
+/// whose operands through L1 would cost more than the ops (the chain's backward, 50 nodes of
+/// arithmetic, runs much faster in registers); a large stage with slow ops runs
+/// as fast by tiles, and every op a batch inlines adds to the compile time of the user's TU
+/// (slow ops are also the long ones). See docs/compile.md, "How `fused` runs".
 template <class A, const auto& Active, const auto& Keep>
 constexpr bool stage_in_registers(int S) {
   const auto [chain, nodes] = slow_chain<A, Active, Keep>(S);

@@ -41,8 +41,8 @@ struct operand_traits<num<V>> {
 /// of the transforms) too: GCC contracts by the uses a product has where it is inlined, so
 /// `fg::grad(f)(x)` and `fg::value_and_grad(f)(x).second` (whose value the caller may or may
 /// not read) gave different last bits at -O2 and -O3; rounded op by op, a call's bits do not
-/// depend on where it is inlined. (It costs the 2-D Rosenbrock gradient its FMAs: about a
-/// third of its time, docs/performance.md.)
+/// depend on where it is inlined. (It costs the 2-D Rosenbrock gradient its FMAs: see
+/// docs/functional.md, "Scalars: straight-line code, `constexpr`".)
 template <class V, class Op>
   requires UnaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& x) {
