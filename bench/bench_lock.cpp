@@ -3,7 +3,7 @@
 // eager engine do.
 //
 //   cmake --preset bench && cmake --build --preset bench --target bench_lock
-//   ./build/bench/bench/bench_lock        (figures: docs/performance.md)
+//   ./build/bench/bench/bench_lock        (figures: docs/performance-log.md, "a lighter lock")
 //
 //   BM_lock_100/<lock>/single    while the process has one thread (glibc's mutex then uses no
 //                                locked instruction; light_mutex a plain load and store)

@@ -148,7 +148,7 @@ bool check_paths(const JF& jf, const F& fn, const fg::shape& s, std::uint64_t se
 
 }  // namespace
 
-TEST_CASE("issue 16 item 2: the reproducers (0-d mean, 0-d sum, keepdim sum over [1], compiled autograd of sin(max))") {
+TEST_CASE("reductions of size-1 and 0-d inputs: the reproducers (0-d mean, 0-d sum, keepdim sum over [1], compiled autograd of sin(max))") {
   ca_off guard;
   {
     auto f = fg::jit([](const D& x0, const D& x1) { return 2.0 - (x1 + fg::mean(x0)); });
@@ -185,7 +185,7 @@ TEST_CASE("issue 16 item 2: the reproducers (0-d mean, 0-d sum, keepdim sum over
   }
 }
 
-TEST_CASE("issue 16 item 2: every reduction of 0-d, [1], [1,1], [1,3], [3,1] inputs: jit (static, dynamic) and compiled autograd equal eager") {
+TEST_CASE("reductions of size-1 and 0-d inputs: every reduction of 0-d, [1], [1,1], [1,3], [3,1] inputs: jit (static, dynamic) and compiled autograd equal eager") {
   ca_off guard;
   const std::vector<fg::shape> shapes{{}, {1}, {1, 1}, {1, 3}, {3, 1}, {3}};
   int checked = 0;
@@ -214,7 +214,7 @@ TEST_CASE("issue 16 item 2: every reduction of 0-d, [1], [1,1], [1,3], [3,1] inp
   CHECK(checked > 600);
 }
 
-TEST_CASE("issue 16 item 2: jitted reductions over size-1 and 0-d inputs pass gradcheck") {
+TEST_CASE("reductions of size-1 and 0-d inputs: jitted reductions over size-1 and 0-d inputs pass gradcheck") {
   ca_off guard;
   const std::vector<fg::shape> shapes{{}, {1}, {1, 1}, {1, 3}, {3, 1}};
   for (const auto& s : shapes)
@@ -243,7 +243,7 @@ TEST_CASE("issue 16 item 2: jitted reductions over size-1 and 0-d inputs pass gr
       }
 }
 
-TEST_CASE("issue 16 item 2: one gradient feeding both sum's and mean's backward (shared one-element operand)") {
+TEST_CASE("reductions of size-1 and 0-d inputs: one gradient feeding both sum's and mean's backward (shared one-element operand)") {
   ca_off guard;
   const std::vector<fg::shape> shapes{{}, {1}, {3}, {1, 3}, {3, 1}, {4, 5}};
   auto fn = [](const D& x, const D& y) { return fg::sum(x) + fg::mean(x) + fg::max(y) * fg::mean(y); };
@@ -286,7 +286,7 @@ D same_hooks_as_eager(const JF& jf, const F& fn, const D& x0) {
 
 }  // namespace
 
-TEST_CASE("issue 16 item 3: the reproducer: a hook g * 10 on an intermediate of a jitted function runs") {
+TEST_CASE("hooks on jitted values: the reproducer: a hook g * 10 on an intermediate of a jitted function runs") {
   ca_off guard;
   auto fn = [](const D& x) {
     D y = fg::sin(x) * 2.0;
@@ -302,7 +302,7 @@ TEST_CASE("issue 16 item 3: the reproducer: a hook g * 10 on an intermediate of 
   CHECK(xj.grad().item() == doctest::Approx(xe.grad().item()).epsilon(1e-14));
 }
 
-TEST_CASE("issue 16 item 3: hooks on jitted intermediates: generic or not, replacing the gradient or not") {
+TEST_CASE("hooks on jitted values: hooks on jitted intermediates: generic or not, replacing the gradient or not") {
   ca_off guard;
   const D x0 = input({4, 3}, 11);
   using hook_fn = std::function<D(const D&, seen_t&)>;
@@ -397,7 +397,7 @@ TEST_CASE("issue 16 item 3: hooks on jitted intermediates: generic or not, repla
   }
 }
 
-TEST_CASE("issue 16 item 3: retain_grad on jitted intermediates and outputs") {
+TEST_CASE("hooks on jitted values: retain_grad on jitted intermediates and outputs") {
   ca_off guard;
   const D x0 = input({3, 4}, 21);
   auto fn = [](const D& x, D& mid, D& out) {
@@ -433,7 +433,7 @@ TEST_CASE("issue 16 item 3: retain_grad on jitted intermediates and outputs") {
   CHECK(max_normwise(mid_e.grad(), mid_j.grad()) < 1e-12);
 }
 
-TEST_CASE("issue 16 item 3: a hook removed between calls is not replayed; each call runs its own hook") {
+TEST_CASE("hooks on jitted values: a hook removed between calls is not replayed; each call runs its own hook") {
   ca_off guard;
   bool use_hook = true;
   double scale = 10.0;
@@ -458,7 +458,7 @@ TEST_CASE("issue 16 item 3: a hook removed between calls is not replayed; each c
   CHECK(jf.compiles() == 2);
 }
 
-TEST_CASE("issue 16 item 3: hooks of a jitted forward under compiled autograd, and in a backward inside the jitted call") {
+TEST_CASE("hooks on jitted values: hooks of a jitted forward under compiled autograd, and in a backward inside the jitted call") {
   ca_off guard;
   const D x0 = input({4, 3}, 41);
   auto fn = [](const D& x, seen_t& seen) {
@@ -778,7 +778,7 @@ TEST_CASE_TEMPLATE("fuzz F2: fg::compile with several outputs, one unused: no Na
 // used inside itself must see that value's whole gradient (the part from inside the graph
 // too), and run in registration order with the graph's own hooks on it, as in eager mode.
 
-TEST_CASE("fuzz seed 6: hooks registered after a graph break on an output also used inside its graph") {
+TEST_CASE("a fuzzer reproducer: hooks registered after a graph break on an output also used inside its graph") {
   ca_off guard;
   const D x0 = input({3, 4}, 61);
   using hook_fn = std::function<D(const D&, seen_t&)>;
