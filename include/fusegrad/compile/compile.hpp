@@ -29,7 +29,6 @@
 #include "fusegrad/compile/backend.hpp"
 #include "fusegrad/compile/compiled_graph.hpp"
 #include "fusegrad/compile/node_eval.hpp"
-#include "fusegrad/core/machine.hpp"
 #include "fusegrad/core/mutex.hpp"
 #include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/jit/log.hpp"
@@ -125,8 +124,8 @@ class compiled_function {
   }
 
  public:
-  /// The size class whose plan a call on `in` runs (`policy::cost`): cached when its inputs,
-  /// outputs and what the cached plan saves fit in `fg::cache_bytes()`.
+  /// The size class whose plan a call on `in` runs (`policy::cost`): `partition::size_class_of`
+  /// the bytes of its inputs, outputs and what the cached plan saves.
   template <Element T, std::size_t N>
   static partition::size_class size_class_for(const std::vector<tensor<T>>& in) {
     using A = detail::analysis<T, Fn, N>;
@@ -136,7 +135,7 @@ class compiled_function {
       largest = std::max(largest, static_cast<std::size_t>(t.numel()) * sizeof(T));
     }
     bytes += largest * (A::n_out + static_cast<std::size_t>(A::template plan<policy::cost_cached>.saved_count));
-    return bytes <= cache_bytes() ? partition::size_class::cached : partition::size_class::streamed;
+    return partition::size_class_of(bytes);
   }
   /// Whether the cost-based plans of the two size classes differ for `N` inputs of type `T`.
   template <Element T, std::size_t N>

@@ -158,8 +158,7 @@ inline std::uint64_t name_hash(std::string_view name) {
   thread_local slot memo[64];
   slot& m = memo[(reinterpret_cast<std::uintptr_t>(name.data()) >> 3) & 63];
   if (m.p == name.data() && m.n == name.size() && (name.empty() || (m.c0 == name.front() && m.c1 == name.back()))) return m.h;
-  std::uint64_t h = 1469598103934665603ULL;
-  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  const std::uint64_t h = fusegrad::detail::fnv1a().mix(name).value();
   m = {name.data(), name.size(), h, name.empty() ? '\0' : name.front(), name.empty() ? '\0' : name.back()};
   return h;
 }
@@ -185,25 +184,24 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   col.offsets.clear();
   col.all = true;
   call.clear();
-  constexpr std::uint64_t basis = 1469598103934665603ULL;
-  auto mix = [](std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ULL; };
+  using fusegrad::detail::fnv1a;
   auto add_shape = [&](const shape& s) {
     key.sizes.push_back(static_cast<index_t>(s.size()));
     for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
   };
-  auto add_hooks = [&](std::uint64_t h, const std::vector<hook<T>>& hs) {
+  auto add_hooks = [&](fnv1a& h, const std::vector<hook<T>>& hs) {
     for (const auto& hk : hs) {
       if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
         col.all = false;
-        h = mix(h, hk.id);
+        h.mix(hk.id);
       } else {
-        h = mix(h, hk.retains_grad ? 0x52ULL : 0x48ULL);
+        h.mix(hk.retains_grad ? 0x52ULL : 0x48ULL);
       }
     }
-    return h;
   };
   // NodeCall 0: the root, with one edge per backward root.
-  std::uint64_t h = mix(basis, sizeof(T));
+  fnv1a h;
+  h.mix(sizeof(T));
   key.offsets.push_back(0);
   for (const auto& r : roots) {
     const auto e = fusegrad::detail::gradient_edge(r);
@@ -214,9 +212,9 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
       if (fresh) order.push_back(e.fn.get());
       target = static_cast<std::uint64_t>(idx);
     }
-    h = mix(h, target);
+    h.mix(target);
   }
-  key.structure.push_back(h);
+  key.structure.push_back(h.value());
   key.names.emplace_back("GraphRoot");
   key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
   for (std::size_t q = 0; q < order.size(); ++q) {
@@ -224,7 +222,7 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
     const std::string_view name = n->name();
     key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
     col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
-    h = name_hash(name);
+    h = fnv1a(name_hash(name));
     for (const auto& e : n->next_edges()) {
       std::uint64_t target = ~0ULL;
       if (e.fn) {
@@ -232,10 +230,10 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
         if (fresh) order.push_back(e.fn.get());
         target = static_cast<std::uint64_t>(idx) << 8 | e.input_nr;
       }
-      h = mix(h, target);
+      h.mix(target);
     }
     for (std::size_t i = 0; i < n->num_outputs(); ++i) {
-      h = add_hooks(mix(h, 0x4F5554ULL), n->pre_hooks(i));
+      add_hooks(h.mix(0x4F5554ULL), n->pre_hooks(i));
       add_shape(n->output_shape(i));
     }
     std::uint64_t params = 0;
@@ -244,9 +242,9 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
     if (n->applies_hooks() || !n->collect(params, col.tensors)) {
       col.all = false;
       col.tensors.resize(first);
-      h = mix(h, 0xC0FFEEULL);
+      h.mix(0xC0FFEEULL);
     } else {
-      h = mix(h, params);
+      h.mix(params);
       // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
       // captured graph did not; see `run_plan`.)
       for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
@@ -256,8 +254,8 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
     }
     if (accumulates)  // only accumulate_grad says so
       if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable(); leaf.defined())
-        h = add_hooks(mix(h, 0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
-    key.structure.push_back(h);
+        add_hooks(h.mix(0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
+    key.structure.push_back(h.value());
     key.names.push_back(name);
     key.bytes.push_back(static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
   }

@@ -190,9 +190,9 @@ class running_sum {
   /// Adds `n` values `step` apart (0: one value `n` times).
   void add(const T* x, index_t n, index_t step) noexcept {
     if (step == 1) return add(x, n);
-    alignas(64) T buf[256];
-    for (index_t i = 0; i < n; i += 256) {
-      const index_t m = std::min<index_t>(256, n - i);
+    alignas(64) T buf[tile_elems];
+    for (index_t i = 0; i < n; i += tile_elems) {
+      const index_t m = std::min<index_t>(tile_elems, n - i);
       for (index_t k = 0; k < m; ++k) buf[k] = x[(i + k) * step];
       add(buf, m);
     }

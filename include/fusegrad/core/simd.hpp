@@ -1,7 +1,8 @@
 #pragma once
 /// \file fusegrad/core/simd.hpp
-/// The SIMD vocabulary shared by every kernel: the batch type, and the few helpers that let
-/// one generic op definition serve a scalar (`float`, `double`) and an xsimd batch alike.
+/// The SIMD vocabulary shared by every kernel: the batch type, the tile (`tile_elems`), and the
+/// few helpers that let one generic op definition serve a scalar (`float`, `double`) and an
+/// xsimd batch alike.
 
 #include <algorithm>
 #include <cmath>
@@ -39,6 +40,13 @@ struct lane_type<xsimd::batch<T, A>> {
 };
 template <class V>
 using lane_type_t = typename lane_type<V>::type;
+
+/// Elements per tile, the run of elements a loop works on at a time so that its values stay in
+/// L1: 256 floats or doubles (1-2 KiB per value). The tile kernels (loops/tile.hpp) and the
+/// loops that call them, the functional engine's sum buffers and strided sums' gather buffer
+/// all cut their work in tiles of this many. (`index_t`'s type, spelled as in the rest of this
+/// header, which does not include core/shape.hpp.)
+inline constexpr std::int64_t tile_elems = 256;
 
 #if defined(__AVX2__)
 /// The AVX2 lane mask of a batch's first `n` lanes (all bits set in those lanes), for a

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/eager/grad_sum.hpp"
 #include "fusegrad/eager/grad_journal.hpp"
 #include "fusegrad/eager/hooks.hpp"
@@ -42,22 +43,20 @@ std::uintptr_t type_id() noexcept {
 /// scalars by their bits, shapes and dim lists element by element.
 template <class... A>
 std::uint64_t params_of(const A&... a) {
-  std::uint64_t h = 1469598103934665603ULL;
-  auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  fnv1a h;
   auto one = [&](const auto& x, auto& self) -> void {
     using X = std::remove_cvref_t<decltype(x)>;
-    if constexpr (std::is_same_v<X, float>) mix(std::bit_cast<std::uint32_t>(x));
-    else if constexpr (std::is_same_v<X, double>) mix(std::bit_cast<std::uint64_t>(x));
-    else if constexpr (std::is_integral_v<X> || std::is_enum_v<X>) mix(static_cast<std::uint64_t>(x));
-    else if constexpr (std::is_same_v<X, std::string_view>) {
-      for (char c : x) mix(static_cast<unsigned char>(c));
-    } else {
-      mix(0xD1B54A32D192ED03ULL ^ static_cast<std::uint64_t>(x.size()));
+    if constexpr (std::is_same_v<X, float>) h.mix(std::bit_cast<std::uint32_t>(x));
+    else if constexpr (std::is_same_v<X, double>) h.mix(std::bit_cast<std::uint64_t>(x));
+    else if constexpr (std::is_integral_v<X> || std::is_enum_v<X>) h.mix(static_cast<std::uint64_t>(x));
+    else if constexpr (std::is_same_v<X, std::string_view>) h.mix(x);
+    else {
+      h.mix(0xD1B54A32D192ED03ULL ^ static_cast<std::uint64_t>(x.size()));
       for (const auto& e : x) self(static_cast<std::conditional_t<std::is_same_v<X, std::vector<bool>>, bool, std::remove_cvref_t<decltype(e)>>>(e), self);
     }
   };
   (one(a, one), ...);
-  return h;
+  return h.value();
 }
 
 /// `f(a, b)` (`b` may be undefined): computed now, or, in a traced backward where an operand

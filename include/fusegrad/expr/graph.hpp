@@ -16,6 +16,7 @@
 #include <tuple>
 #include <utility>
 
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/expr/backprop.hpp"
 
 namespace fusegrad::detail {
@@ -28,9 +29,7 @@ enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumt
 /// hashed from `__PRETTY_FUNCTION__`, which is unique per type.
 template <class X>
 constexpr std::uint64_t name_hash() {
-  std::uint64_t h = 1469598103934665603ull;
-  for (char c : std::string_view(__PRETTY_FUNCTION__)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
+  return fnv1a().mix(std::string_view(__PRETTY_FUNCTION__)).value();
 }
 constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);

@@ -6,7 +6,7 @@
 /// (`sum(cos(cos(x)) * y)`, `-n log(sigma) - 0.5 sum(((x - mu) / sigma)^2)`), or one
 /// element-wise part (a function returning a range).
 ///
-/// A pass walks the elements SIMD batch by batch, in tiles of `tile` elements: for each
+/// A pass walks the elements SIMD batch by batch, in tiles of `tile_elems` elements: for each
 /// batch it evaluates the element-wise parts forward (`fwd`, in registers) and, in a
 /// backward pass, pushes each reduction's adjoint back through them (`back`) right away:
 /// nothing is saved, nothing reloaded. Gradients of ranges are stored as they come (added,
@@ -383,9 +383,6 @@ struct pass_io {
   int only = -1;                ///< the one reduction this pass runs (-1: all)
 };
 
-/// Elements per tile: the unit of the sums' buffers.
-inline constexpr index_t tile = 256;
-
 /// One batch: the element-wise parts forward and back. (`[[gnu::flatten]]` here ran the
 /// cos(cos(x)) * y case a little faster, but made the 40-node test function's TU take many
 /// times as long to compile at -O3: its value tree is several hundred nodes, the tree
@@ -444,7 +441,7 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
 /// and a long `value_and_grad` of `sum(cos(cos(x)) * y)` ran slower at -O3; one call per tile
 /// of 256 elements costs nothing measurable.
 template <class T, int NQ>
-[[gnu::noinline]] void add_tiles(running_sum<T> (&sums)[NQ], const T (&buf)[NQ][tile], const bool (&used)[NQ],
+[[gnu::noinline]] void add_tiles(running_sum<T> (&sums)[NQ], const T (&buf)[NQ][tile_elems], const bool (&used)[NQ],
                                  index_t n) noexcept {
   running_sum<T>* s[NQ];
   const T* x[NQ];
@@ -479,7 +476,7 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     each_pass_hoist<Mask>(e, io.only, [&](auto h, const auto&) { use(h); });
     for (int q = NM * nc; q < NQ; ++q) used[q] = true;
   }
-  alignas(64) T buf[NQ > 0 ? NQ : 1][tile];
+  alignas(64) T buf[NQ > 0 ? NQ : 1][tile_elems];
   batch_of<Vs> red_adj[NM > 0 ? NM : 1];  // backward: each reduction's adjoint (a mean's over n), splat
   if constexpr (Back && !info<E>::elementwise)
     each_reduction<0>(e, [&](auto b, const auto& r) {
@@ -531,8 +528,8 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
       }(std::make_index_sequence<static_cast<std::size_t>(NQ)>{});
     }
   }
-  for (index_t t0 = start; t0 < n; t0 += tile) {
-    const index_t m = std::min(tile, n - t0);
+  for (index_t t0 = start; t0 < n; t0 += tile_elems) {
+    const index_t m = std::min(tile_elems, n - t0);
     index_t j = 0;
     auto put = [&](auto q, const batch_of<Vs>& v) {
       std::array<T*, nc> p;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/ops/reduce.hpp"
 #include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/max.hpp"
@@ -321,28 +322,27 @@ class graph {
 
   /// Order-sensitive hash of the structure (not the shapes): the kernel cache's first key.
   [[nodiscard]] std::uint64_t structure_hash() const noexcept {
-    std::uint64_t h = 1469598103934665603ULL;
-    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+    fusegrad::detail::fnv1a h;
     for (const auto& n : nodes_) {
-      mix(static_cast<std::uint64_t>(n.kind) | (std::uint64_t(n.keepdim) << 8) | (std::uint64_t(n.average) << 9) |
-          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.op)) << 16));
-      mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.a)) |
-          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.b)) << 32));
-      mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.index)) |
-          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.ref)) << 32));
-      mix(n.dims);
+      h.mix(static_cast<std::uint64_t>(n.kind) | (std::uint64_t(n.keepdim) << 8) | (std::uint64_t(n.average) << 9) |
+            (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.op)) << 16));
+      h.mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.a)) |
+            (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.b)) << 32));
+      h.mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.index)) |
+            (static_cast<std::uint64_t>(static_cast<std::uint32_t>(n.ref)) << 32));
+      h.mix(n.dims);
       if (n.fixed_shape())
-        for (index_t d : n.sizes) mix(static_cast<std::uint64_t>(d));
-      if constexpr (sizeof(T) == 4) mix(std::bit_cast<std::uint32_t>(n.scalar));
-      else mix(std::bit_cast<std::uint64_t>(n.scalar));
+        for (index_t d : n.sizes) h.mix(static_cast<std::uint64_t>(d));
+      if constexpr (sizeof(T) == 4) h.mix(std::bit_cast<std::uint32_t>(n.scalar));
+      else h.mix(std::bit_cast<std::uint64_t>(n.scalar));
     }
     for (const custom_call& c : customs_) {
-      mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.fn)) | (std::uint64_t{c.inputs.size()} << 32));
-      for (int i : c.inputs) mix(static_cast<std::uint32_t>(i));
-      for (int i : c.saved) mix(static_cast<std::uint32_t>(i) ^ 0x9E3779B9U);
-      mix(c.differentiable ? 1 : 0);
+      h.mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.fn)) | (std::uint64_t{c.inputs.size()} << 32));
+      for (int i : c.inputs) h.mix(static_cast<std::uint32_t>(i));
+      for (int i : c.saved) h.mix(static_cast<std::uint32_t>(i) ^ 0x9E3779B9U);
+      h.mix(c.differentiable ? 1 : 0);
     }
-    return h;
+    return h.value();
   }
   [[nodiscard]] bool same_structure(const graph& o) const noexcept {
     if (nodes_.size() != o.nodes_.size() || customs_ != o.customs_) return false;

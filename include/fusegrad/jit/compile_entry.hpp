@@ -16,7 +16,6 @@
 #include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/entry.hpp"
 #include "fusegrad/jit/user_rule.hpp"
-#include "fusegrad/core/machine.hpp"
 #include "fusegrad/ops/table.hpp"
 #include "fusegrad/partition/costs.hpp"
 #include "fusegrad/partition/plan.hpp"
@@ -30,8 +29,8 @@ struct split {
   partition::size_class cls = partition::size_class::cached;  ///< whose cost-based plan this is
 };
 
-/// The size class of a joint graph's call: cached when its forward's values (inputs and
-/// every pointwise value, as if all were saved) fit in `fg::cache_bytes()`.
+/// The size class of a joint graph's call: `partition::size_class_of` the bytes of its
+/// forward's values (inputs and every pointwise value, as if all were saved).
 template <Element T>
 partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int>& fwd_roots) {
   std::vector<char> fwd(J.size(), 0);
@@ -44,7 +43,7 @@ partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int
     for (int c : {n.a, n.b})
       if (c >= 0) fwd[static_cast<std::size_t>(c)] = 1;
   }
-  return bytes <= cache_bytes() ? partition::size_class::cached : partition::size_class::streamed;
+  return partition::size_class_of(bytes);
 }
 
 template <std::size_t N, Element T>

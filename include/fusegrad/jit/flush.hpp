@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusegrad/core/hash.hpp"
 #include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/eager/autograd.hpp"
 #include "fusegrad/eager/views.hpp"
@@ -93,15 +94,17 @@ void trace<T>::flush(std::string_view why, bool is_break) {
   const bool gm = grad_mode_;
   std::vector<int>& alias = alias_;
   find_aliases(inputs_, alias, first_of_storage_);
-  std::uint64_t h = g_.structure_hash();
-  for (int o : outs) h = (h ^ static_cast<std::uint64_t>(o)) * 1099511628211ULL;
+  fnv1a key(g_.structure_hash());
+  for (int o : outs) key.mix(static_cast<std::uint64_t>(o));
   std::vector<int>& hooked = hook_nodes_;  // the node of each hook: part of the key
   hooked.clear();
   order_hooks(hooks_.begin(), hooks_.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
   for (const auto& hk : hooks_) {
     hooked.push_back(hk.first);
-    h = (h ^ (0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(hk.first))) * 1099511628211ULL;
+    // Offset so that a hook on node k mixes unlike an output k: neither list's length is mixed.
+    key.mix(0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(hk.first));
   }
+  const std::uint64_t h = key.value();
 
   // Lookup, most recently used first; compile on a miss.
   std::shared_ptr<const entry<T>> e;

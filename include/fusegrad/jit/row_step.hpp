@@ -41,7 +41,7 @@ namespace fusegrad::ir {
 template <Element T>
 class row_step {
  public:
-  static constexpr index_t tile = fusegrad::detail::tile_elems;
+  static constexpr index_t tile_elems = fusegrad::detail::tile_elems;
   /// A value's shape relative to the step's rows.
   enum class form : std::uint8_t { none, full, keep, drop, one };
 
@@ -351,7 +351,7 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
     const shape& to = size_of(static_cast<std::size_t>(mem_[i].node));
     divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, dims_mask(n.dims, to.size())));
   }
-  const index_t width = std::min(C, tile);
+  const index_t width = std::min(C, tile_elems);
   T* const* const dp = data.data();
   const T* const dv = divisor.data();
   auto rows = [&](index_t r0, index_t r1) {
@@ -362,8 +362,8 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
     thread_local std::vector<iptr> ip;
     if (ip.size() < widest_) ip.resize(widest_);
     const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
-    const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile);
-    const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile);
+    const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile_elems);
+    const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile_elems);
     const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
     if (buf.size() < need) buf.resize(need);
     if (sums.size() < mem_.size()) sums.resize(mem_.size());
@@ -456,14 +456,14 @@ void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T*
   auto base = [&](const operand& o, bool& adv) -> const T* {
     adv = false;
     if ((o.node) < 0) return nullptr;  // parenthesised: clang reads `o.node <` as a template
-    if (o.splat >= 0) return splat + o.splat * tile;
+    if (o.splat >= 0) return splat + o.splat * tile_elems;
     adv = true;
     if (o.member < 0) return dp[o.node] + off;
     const member& c = mem_[static_cast<std::size_t>(o.member)];
     if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C;
     if (c.store) return dp[c.node] + off;
     adv = false;
-    return c.alias ? splat + c.src[0].splat * tile : regs + c.reg * tile;
+    return c.alias ? splat + c.src[0].splat * tile_elems : regs + c.reg * tile_elems;
   };
   for (int p = 0; p <= passes_; ++p) {
     const pass_work& P = at_[static_cast<std::size_t>(p)];
@@ -482,7 +482,7 @@ void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T*
       const operand& o = e.src[s];
       T v = scalar_of(o);
       if (n.kind == node_kind::expand && n.average) v /= dv[m];
-      std::fill_n(splat + o.splat * tile, width, v);
+      std::fill_n(splat + o.splat * tile_elems, width, v);
     }
     for (std::size_t q = 0; q < P.tiles.size(); ++q) {
       const auto m = static_cast<std::size_t>(P.tiles[q]);
@@ -501,11 +501,11 @@ void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T*
         }
       } else {
         x.adv_d = e.reg < 0;
-        x.d = e.reg >= 0 ? regs + e.reg * tile : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C : dp[e.node] + off;
+        x.d = e.reg >= 0 ? regs + e.reg * tile_elems : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C : dp[e.node] + off;
       }
     }
-    for (index_t t0 = 0; t0 < C; t0 += tile) {
-      const index_t n = std::min(tile, C - t0);
+    for (index_t t0 = 0; t0 < C; t0 += tile_elems) {
+      const index_t n = std::min(tile_elems, C - t0);
       for (std::size_t q = 0; q < P.tiles.size(); ++q) {
         const auto m = static_cast<std::size_t>(P.tiles[q]);
         const member& e = mem_[m];

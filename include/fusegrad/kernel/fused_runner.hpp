@@ -486,11 +486,10 @@ class fused_runner {
     const int* reduce_slot = L_.reduce_slot + r0;
     const std::size_t N = NL + NW + NR;
     using V = simd<T>;
-    constexpr index_t tile = tile_elems;
     scratch& sc = fit_scratch(S, span, sc_);
     const int nregs = L_.register_count[S];
     T* const regs = sc.regs.data();
-    T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile;
+    T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile_elems;
     // Buffers only grow (`fit_scratch`); every entry a pass reads is written first.
     sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
     std::fill_n(sc.divisor.begin(), NL, T(1));
@@ -577,9 +576,9 @@ class fused_runner {
     auto row_fn = [&](work& w, const index_t* base, index_t n, const index_t* is) {
       bool scaled = false;
       for (std::size_t j = 0; j < NL; ++j) {
-        T* const buf = w.loadbuf + j * tile;
+        T* const buf = w.loadbuf + j * tile_elems;
         if (is[j] == 0) {
-          std::fill(buf, buf + std::min(n, tile), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
+          std::fill(buf, buf + std::min(n, tile_elems), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
           w.lrow[j] = buf;
           w.lstep[j] = 0;
         } else {
@@ -593,9 +592,9 @@ class fused_runner {
         const int sw = store_index[q];
         const bool to_store = sw >= 0 && is[NL + static_cast<std::size_t>(sw)] != 0;
         one_element_store = one_element_store || (sw >= 0 && !to_store);
-        w.dst[q] = to_store ? wp[sw] + base[NL + static_cast<std::size_t>(sw)]
-                            : (tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile
-                                                     : nullptr);
+        w.dst[q] = to_store              ? wp[sw] + base[NL + static_cast<std::size_t>(sw)]
+                   : tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile_elems
+                                           : nullptr;
         w.step[q] = to_store ? 1 : 0;
         const int rj = redir[q];
         if (rj >= 0 && is[NL + NW + static_cast<std::size_t>(rj)] != 0) {

@@ -1,6 +1,7 @@
 #pragma once
 /// \file fusegrad/loops/tile.hpp
-/// Tile kernels: one op over a short run of elements that stays in L1 (a "tile").
+/// Tile kernels: one op over a short run of elements that stays in L1 (a "tile", `tile_elems`
+/// elements: core/simd.hpp).
 ///
 /// Fused loops (the compile-time `fused` backend and the run-time IR's programs) walk their
 /// iteration space in tiles and run each node of the fusion group over the whole tile with
@@ -16,9 +17,6 @@
 #include "fusegrad/core/simd.hpp"
 
 namespace fusegrad::detail {
-
-/// Elements per tile: 256 floats or doubles (1–2 KiB per value).
-inline constexpr index_t tile_elems = 256;
 
 /// out[i] = op.value(a[i]) (or op.value(a[i], b[i])) for i in [0, n), the op object at `p`:
 /// the one out-of-line loop of `Op` for element type `T`, called directly (`tile_op`) or

@@ -3,12 +3,13 @@
 /// The memory side of the cost-based save/recompute plan (`policy_kind::cost`, plan.hpp): what
 /// a load and a store of one element cost, in the unit of the ops' declared costs
 /// (`cost_units_per_load`: 1/16 of a load streamed from memory), for the two size classes a
-/// compiled function plans for. The numbers are ratios measured on a Zen 3 core
-/// (docs/performance.md, "The cost-based plan"); what matters is their order against the ops'
-/// costs, not their last digit.
+/// compiled function plans for, and which class a call falls in (`size_class_of`). The numbers
+/// are ratios measured on a Zen 3 core (docs/performance.md, "The cost-based plan"); what
+/// matters is their order against the ops' costs, not their last digit.
 
 #include <cstddef>
 
+#include "fusegrad/core/machine.hpp"
 #include "fusegrad/ops/op.hpp"
 #include "fusegrad/partition/plan.hpp"
 
@@ -17,6 +18,14 @@ namespace fusegrad::partition {
 /// The size classes of a call: its values fit in the cache (L2: a saved value is written and
 /// read back at cache speed), or they stream from memory.
 enum class size_class : unsigned char { cached, streamed };
+
+/// The size class of a call whose values take `bytes`: cached when they fit in
+/// `fg::cache_bytes()`. The one rule of both compilers; each counts the bytes it can see
+/// (`compiled_function::size_class_for`: inputs, outputs and what the cached plan saves; the
+/// jit's `size_class_of`: the forward's values, as if all were saved).
+inline size_class size_class_of(std::size_t bytes) noexcept {
+  return bytes <= cache_bytes() ? size_class::cached : size_class::streamed;
+}
 
 /// A load or a store of an element inside a fused loop (8 to 12 streams, the loop computing
 /// too), from the hand loops of `cos(cos(x)) * y` that save or recompute `cos(x)` and
