@@ -11,6 +11,8 @@
 
 namespace fusegrad::ops {
 
+// The ops of one kind on one line:
+// clang-format off
 struct neg_op; struct exp_op; struct log_op; struct sin_op; struct cos_op; struct tanh_op;
 struct sigmoid_op; struct relu_op; struct abs_op; struct sqrt_op; struct step_op; struct sign_op;
 struct add_op; struct sub_op; struct mul_op; struct div_op; struct maximum_op; struct pow_op;
@@ -42,10 +44,12 @@ template <Element T> struct polygamma_op;
 template <Element T> struct fmod_scalar_op;
 template <Element T> struct select_op;
 template <Element T> struct lerp_scalar_op;
+// clang-format on
 
 /// Every built-in element-wise op, in one list: a run-time IR node names its op by its index
 /// here, and the precompiled runtime instantiates each. Ops with state hold exactly one scalar
 /// of the element type (the node's `scalar`).
+// clang-format off
 template <Element T>
 using table = detail::type_list<
     ops::neg_op, ops::exp_op, ops::log_op, ops::sin_op, ops::cos_op, ops::tanh_op, ops::sigmoid_op,
@@ -66,6 +70,7 @@ using table = detail::type_list<
     ops::polygamma_op<T>, ops::fmod_scalar_op<T>,                                           //
     ops::select_op<T>, ops::lerp_scalar_op<T>,                                              //
     ops::tanh_backward_op, ops::sigmoid_backward_op, ops::detach_op>;
+// clang-format on
 
 /// Index of `Op` in `table<T>` (-1 for ops not in it, e.g. a user's own).
 template <class Op, Element T>
@@ -73,5 +78,5 @@ inline constexpr int table_index = detail::type_index<Op>(table<T>{});
 
 /// An op of `table<T>` (the run-time IR can hold it).
 template <class Op, class T>
-concept TableOp = Element<T> && table_index<Op, T> >= 0;
+concept TableOp = Element<T> && (table_index<Op, T> >= 0);
 }  // namespace fusegrad::ops

@@ -24,6 +24,8 @@
 /// The IR's op table (`ops::table<T>`), in its order: `U(T, Op)` for an op with one
 /// operand, `B(T, Op)` for one with two. `runtime_ops_match` (fusegrad/runtime.hpp)
 /// checks it against the table.
+// One line per group of ops, as in ops::table:
+// clang-format off
 #define FUSEGRAD_IR_OPS(U, B, T)                                                                         \
   U(T, ops::neg_op) U(T, ops::exp_op) U(T, ops::log_op) U(T, ops::sin_op) U(T, ops::cos_op)              \
   U(T, ops::tanh_op) U(T, ops::sigmoid_op) U(T, ops::relu_op) U(T, ops::abs_op) U(T, ops::sqrt_op)       \
@@ -46,6 +48,7 @@
   U(T, ops::clamp_min_op<T>) U(T, ops::clamp_max_op<T>) U(T, ops::fill_op<T>) U(T, ops::polygamma_op<T>)   \
   U(T, ops::fmod_scalar_op<T>) B(T, ops::select_op<T>) B(T, ops::lerp_scalar_op<T>)                    \
   B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op) U(T, ops::detach_op)
+// clang-format on
 
 #define FUSEGRAD_RT_UNARY(T, Op)                                                             \
   FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&);        \
