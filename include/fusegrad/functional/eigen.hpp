@@ -23,10 +23,13 @@ namespace fusegrad {
 
 namespace detail {
 /// A dense Eigen object with storage (`data()`), elements one apart along its inner dim.
+// clang-format 14 misreads a parenthesis after && in a concept:
+// clang-format off
 template <class D>
 concept EigenStorage = std::derived_from<D, Eigen::DenseBase<D>> && requires(const D& d) { d.data(); } &&
                        Element<typename D::Scalar> && (int(D::InnerStrideAtCompileTime) == 1) &&
                        !std::ranges::contiguous_range<const D&>;
+// clang-format on
 }  // namespace detail
 
 template <detail::EigenStorage D>

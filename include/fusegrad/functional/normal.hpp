@@ -16,8 +16,11 @@
 namespace fusegrad {
 namespace detail::fn {
 /// A parameter of a statistic of a range: a number or an expression with no range in it.
+// clang-format 14 misreads a parenthesis after && in a concept:
+// clang-format off
 template <class P>
 concept scalar_parameter = std::is_arithmetic_v<P> || (Expr<P> && !info<P>::elementwise && info<P>::reds == 0);
+// clang-format on
 
 template <Element T, class P>
 constexpr auto as_parameter(const P& p) {

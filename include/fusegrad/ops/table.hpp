@@ -77,6 +77,9 @@ template <class Op, Element T>
 inline constexpr int table_index = detail::type_index<Op>(table<T>{});
 
 /// An op of `table<T>` (the run-time IR can hold it).
+// clang-format 14 misreads a parenthesis after && in a concept:
+// clang-format off
 template <class Op, class T>
 concept TableOp = Element<T> && (table_index<Op, T> >= 0);
+// clang-format on
 }  // namespace fusegrad::ops
