@@ -49,10 +49,19 @@ inline constexpr index_t row_block_elems = 8192;
 // ---- the loops: run-time code, one per element type ----------------------------------------
 
 /// Runs the stages of a `fused_view` over the values of one evaluation.
+///
+/// The phases, by function: `run` walks the stages, taking consecutive stages whose rows line
+/// up as a row group (`run_row_group`) and the others one by one (`stage`, `run_loop`). A
+/// stage's loop picks one strategy (`choose_strategy`): the plain pass (`run_plain_pass`),
+/// one contiguous row (`run_one_row`, split into blocks on all threads by
+/// `run_one_row_in_blocks`), strided rows (`run_strided_rows`, in parallel blocks of rows or in
+/// order), or node by node on whole tensors (`run_node_by_node`). Every pass runs each row with
+/// `run_row`: its loads, destinations and reductions set up, then the stage's row body.
 template <Element T>
 class fused_runner {
  public:
-  fused_runner(const fused_view& L, const row_body_fn<T>* bodies, node_eval<T>& g) : L_(L), bodies_(bodies), g_(g) {}
+  fused_runner(const fused_view& layout, const row_body_fn<T>* bodies, node_eval<T>& nodes)
+      : layout_(layout), bodies_(bodies), nodes_(nodes) {}
 
   // The entry points are defined out of the class (not inline), so that the precompiled
   // runtime's extern declaration (fusegrad/runtime.hpp) keeps the loops out of user TUs.
@@ -65,6 +74,8 @@ class fused_runner {
   void eval(int c);
 
  private:
+  using V = simd<T>;
+
   /// What a thread running rows changes: its tile registers and load buffers, the pointers the
   /// row body reads, the reductions' running state. `blocks`: a block of a parallel pass,
   /// whose full maxes stay in `acc`/`tail` (combined once every block is done).
@@ -76,7 +87,7 @@ class fused_runner {
     index_t* step;
     const T** lrow;
     index_t* lstep;
-    simd<T>* acc;
+    V* acc;
     T* tail;
     running_sum<T>* rsum;
     T** cur;
@@ -91,32 +102,35 @@ class fused_runner {
   };
 
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
+  /// Per operand (loads, then stores, then reductions): `st` its strides over the space,
+  /// `base` its offset and `is` its step along the row (0: broadcast, 1: contiguous).
   struct scratch {
-    std::vector<const T*> slot, lrow, lp;
-    std::vector<T*> dst, wp;
+    std::vector<const T*> slot, lrow, lp;  ///< `lp`: per load, its data
+    std::vector<T*> dst, wp;               ///< `wp`: per store, then per reduction, its output's data
     std::vector<index_t> step, lstep, is, base;
-    std::vector<char> rmax, direct;
-    std::vector<T> divisor, tail, regs;
+    std::vector<char> rmax, direct;        ///< per reduction: a max; written directly (see `set_direct`)
+    std::vector<T> divisor, tail, regs;    ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
-    std::vector<simd<T>> acc;
+    std::vector<V> acc;
     std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
     std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
     std::vector<char> colf;             ///< per reduction: in the column form
     std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
-    std::size_t nl = 0, nc = 0, nw = 0, nr = 0;  ///< the counts the buffers fit
+    std::size_t load_cap = 0, node_cap = 0, store_cap = 0, reduction_cap = 0;  ///< the counts the buffers fit
 
-    /// Makes the buffers fit `NL` loads, `NC` element-wise nodes, `NW` stores, `NR` reductions
-    /// (a few comparisons when they do already).
-    void fit(std::size_t NL, std::size_t NC, std::size_t NW, std::size_t NR) {
-      if (NL <= nl && NC <= nc && NW <= nw && NR <= nr) return;
-      nl = std::max(nl, NL), nc = std::max(nc, NC), nw = std::max(nw, NW), nr = std::max(nr, NR);
-      grow(nl + nc + 1, slot);
-      grow(nc, dst, step, redir);
-      grow(nl, lrow, lstep, lp, divisor);
-      grow(nw + nr, wp);
-      grow(nr, acc, tail, rmax, rsum, cols, cur, colf);
-      grow(nl + nw + nr, st, is, base);
+    /// Makes the buffers fit `loads` loads, `nodes` element-wise nodes, `stores` stores and
+    /// `reductions` reductions (a few comparisons when they do already).
+    void fit(std::size_t loads, std::size_t nodes, std::size_t stores, std::size_t reductions) {
+      if (loads <= load_cap && nodes <= node_cap && stores <= store_cap && reductions <= reduction_cap) return;
+      load_cap = std::max(load_cap, loads), node_cap = std::max(node_cap, nodes);
+      store_cap = std::max(store_cap, stores), reduction_cap = std::max(reduction_cap, reductions);
+      grow(load_cap + node_cap + 1, slot);
+      grow(node_cap, dst, step, redir);
+      grow(load_cap, lrow, lstep, lp, divisor);
+      grow(store_cap + reduction_cap, wp);
+      grow(reduction_cap, acc, tail, rmax, rsum, cols, cur, colf);
+      grow(load_cap + store_cap + reduction_cap, st, is, base);
     }
   };
   /// Makes each of `vs` at least `n` long (buffers only grow).
@@ -124,7 +138,7 @@ class fused_runner {
   static void grow(std::size_t n, std::vector<X>&... vs) {
     ((vs.size() < n ? vs.resize(n) : void()), ...);
   }
-  static scratch& scratch_() {
+  static scratch& thread_scratch() {
     thread_local scratch s;
     return s;
   }
@@ -135,49 +149,86 @@ class fused_runner {
     return g;
   }
 
-  const std::array<int, 3>& ch(int c) const { return g_.children[static_cast<std::size_t>(c)]; }
-  const node_desc& d(int c) const { return g_.desc[c]; }
-  tensor<T>& val(int c) { return g_.values[static_cast<std::size_t>(c)]; }
-  const shape& shp(int c) const { return g_.shapes[static_cast<std::size_t>(c)]; }
+  // ---- the graph's nodes -----------------------------------------------------------------
+
+  const std::array<int, 3>& children_of(int c) const { return nodes_.children[static_cast<std::size_t>(c)]; }
+  const node_desc& desc(int c) const { return nodes_.desc[c]; }
+  tensor<T>& value(int c) { return nodes_.values[static_cast<std::size_t>(c)]; }
+  const shape& shape_of(int c) const { return nodes_.shapes[static_cast<std::size_t>(c)]; }
+  bool is_max(int c) const { return desc(c).rkind == detail::reduce_op::max; }
+  bool is_mean(int c) const { return desc(c).rkind == detail::reduce_op::mean; }
 
   /// An element-wise node on whole tensors, its operands broadcast to its shape (the eager
   /// path's `map_strided` with the node's tile kernel).
   void eval_pointwise(int c) {
-    tensor<T> r = empty<T>(shp(c));
-    const int b = ch(c)[1];
-    if (r.numel() > 0) map_strided<T>(g_.kernels[c], g_.state[c], val(ch(c)[0]), b >= 0 ? &val(b) : nullptr, r);
-    val(c) = std::move(r);
+    tensor<T> r = empty<T>(shape_of(c));
+    const int b = children_of(c)[1];
+    if (r.numel() > 0) map_strided<T>(nodes_.kernels[c], nodes_.state[c], value(children_of(c)[0]), b >= 0 ? &value(b) : nullptr, r);
+    value(c) = std::move(r);
+  }
+
+  // ---- a stage's lists and space ---------------------------------------------------------
+
+  /// Where stage `S`'s lists start in the layout's tables, and their lengths. A pass's
+  /// operands are its loads, then its stores, then its reductions (`store_operand`,
+  /// `reduction_operand`): each has strides, a base and a step per row.
+  struct stage_span {
+    int first_node, first_load, first_store, first_reduction;
+    std::size_t nodes, reductions, loads, stores;
+    std::size_t operand_count() const { return loads + stores + reductions; }
+    std::size_t store_operand(std::size_t j) const { return loads + j; }
+    std::size_t reduction_operand(std::size_t j) const { return loads + stores + j; }
+  };
+  stage_span span_of(int S) const {
+    const int c0 = layout_.first_compute[S], l0 = layout_.first_load[S], w0 = layout_.first_store[S],
+              r0 = layout_.first_reduce[S];
+    return {c0,
+            l0,
+            w0,
+            r0,
+            static_cast<std::size_t>(layout_.first_compute[S + 1] - c0),
+            static_cast<std::size_t>(layout_.first_reduce[S + 1] - r0),
+            static_cast<std::size_t>(layout_.first_load[S + 1] - l0),
+            static_cast<std::size_t>(layout_.first_store[S + 1] - w0)};
   }
 
   /// Whether stage `S` has a loop: something to store or to reduce.
   bool has_loop(int S) const {
-    return L_.first_store[S] != L_.first_store[S + 1] || L_.first_reduce[S] != L_.first_reduce[S + 1];
+    return layout_.first_store[S] != layout_.first_store[S + 1] || layout_.first_reduce[S] != layout_.first_reduce[S + 1];
   }
   /// Whether reduction `c` of stage `S` reduces one element that the stage loads (its value is
   /// that element, whatever it sums or takes the max of, known before the loop): the gradient
   /// of a one-element output summed to its shape.
   bool of_one_element(int S, int c) const {
-    const int in = ch(c)[0];
-    if (numel(shp(in)) != 1) return false;
-    for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j)
-      if (L_.load_nodes[j] == in) return d(in).kind != gkind::unreduce;
+    const int in = children_of(c)[0];
+    if (numel(shape_of(in)) != 1) return false;
+    for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
+      if (layout_.load_nodes[j] == in) return desc(in).kind != gkind::unreduce;
     return false;
   }
   /// Stage `S`'s iteration space (it has a loop): what the reductions of more than one element
   /// read, else the largest store, else what the reductions read (a reference into the shapes,
   /// which a loop does not change: no copy per call).
   const shape& space_of(int S) const {
-    const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
+    const int w0 = layout_.first_store[S], w1 = layout_.first_store[S + 1], r0 = layout_.first_reduce[S],
+              r1 = layout_.first_reduce[S + 1];
     for (int j = r0; j < r1; ++j)
-      if (!of_one_element(S, L_.reduce_nodes[j])) return shp(ch(L_.reduce_nodes[j])[0]);
-    if (w0 == w1) return shp(ch(L_.reduce_nodes[r0])[0]);
-    const shape* best = &shp(L_.store_nodes[w0]);
+      if (!of_one_element(S, layout_.reduce_nodes[j])) return shape_of(children_of(layout_.reduce_nodes[j])[0]);
+    if (w0 == w1) return shape_of(children_of(layout_.reduce_nodes[r0])[0]);
+    const shape* best = &shape_of(layout_.store_nodes[w0]);
     for (int j = w0; j < w1; ++j) {
-      const shape& s = shp(L_.store_nodes[j]);
+      const shape& s = shape_of(layout_.store_nodes[j]);
       if (s.size() > best->size() || (s.size() == best->size() && numel(s) > numel(*best))) best = &s;
     }
     return *best;
   }
+  /// Reduction `c` of a value of shape `it`, seen with `it`'s rank (1 on the reduced dims).
+  shape sum_view(int c, const shape& it) const {
+    return desc(c).kind == gkind::reduction ? keepdim_shape(it, desc(c).raxis) : shape_of(c);
+  }
+
+  // ---- a stage's outputs -----------------------------------------------------------------
+
   /// `scratch::direct` of a reduction of one element over a larger space: its value is set
   /// before the loop, which leaves it alone.
   static constexpr char set_before = 3;
@@ -185,93 +236,656 @@ class fused_runner {
   /// identity, except those to their own input's shape (`sc.direct`: each element written
   /// once) and those of one element (computed here).
   void make_outputs(int S, const shape& space, scratch& sc) {
-    const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
-    for (int j = w0; j < w1; ++j) val(L_.store_nodes[j]) = empty<T>(shp(L_.store_nodes[j]));
+    const int w0 = layout_.first_store[S], w1 = layout_.first_store[S + 1], r0 = layout_.first_reduce[S],
+              r1 = layout_.first_reduce[S + 1];
+    for (int j = w0; j < w1; ++j) value(layout_.store_nodes[j]) = empty<T>(shape_of(layout_.store_nodes[j]));
     set_direct(S, space, sc);
     for (int j = r0; j < r1; ++j) {
-      const int c = L_.reduce_nodes[j];
+      const int c = layout_.reduce_nodes[j];
       const char direct = sc.direct[static_cast<std::size_t>(j - r0)];
       if (direct == set_before) {
         eval(c);
         continue;
       }
-      val(c) = empty<T>(shp(c));
-      if (!direct) fill(val(c), d(c).rkind == detail::reduce_op::max ? -std::numeric_limits<T>::infinity() : T(0));
+      value(c) = empty<T>(shape_of(c));
+      if (!direct) fill(value(c), is_max(c) ? -std::numeric_limits<T>::infinity() : T(0));
     }
   }
   /// `sc.direct` for stage `S`'s reductions over `space` (see `make_outputs`).
   void set_direct(int S, const shape& space, scratch& sc) const {
-    const int r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
+    const int r0 = layout_.first_reduce[S], r1 = layout_.first_reduce[S + 1];
     grow(static_cast<std::size_t>(r1 - r0), sc.direct);
     for (int j = r0; j < r1; ++j) {
-      const int c = L_.reduce_nodes[j];
+      const int c = layout_.reduce_nodes[j];
       sc.direct[static_cast<std::size_t>(j - r0)] =
-          of_one_element(S, c) && numel(space) > 1 ? set_before : static_cast<char>(shp(c) == space && numel(space) > 1);
+          of_one_element(S, c) && numel(space) > 1 ? set_before : static_cast<char>(shape_of(c) == space && numel(space) > 1);
     }
   }
   /// A mean's sums divided by the count each holds: outputs [e0, e1) of reduction `c`.
   void divide_mean(int c, index_t e0, index_t e1) {
-    const index_t cnt = numel(shp(ch(c)[0])) / std::max<index_t>(val(c).numel(), 1);
-    T* p = val(c).data_ptr();
+    const index_t cnt = numel(shape_of(children_of(c)[0])) / std::max<index_t>(value(c).numel(), 1);
+    T* p = value(c).data_ptr();
     for (index_t e = e0; e < e1; ++e) p[e] /= static_cast<T>(cnt);
   }
-
-  void loop(int S) {
-    const int w0 = L_.first_store[S], w1 = L_.first_store[S + 1], r0 = L_.first_reduce[S], r1 = L_.first_reduce[S + 1];
-    if (w0 == w1 && r0 == r1) return;
-    const shape& space = space_of(S);
-    // The usual case: every load and store has the space's shape and every reduction
-    // reads all of it, into the same shape or into one element: one row, no strides, and
-    // nothing more to check.
-    bool same_shapes = true;
-    for (int j = L_.first_load[S]; j < L_.first_load[S + 1] && same_shapes; ++j)
-      same_shapes = d(L_.load_nodes[j]).kind != gkind::unreduce && shp(L_.load_nodes[j]) == space;
-    for (int j = w0; j < w1 && same_shapes; ++j) same_shapes = shp(L_.store_nodes[j]) == space;
-    for (int j = r0; j < r1 && same_shapes; ++j) {
-      const shape& out = shp(L_.reduce_nodes[j]);
-      same_shapes = shp(ch(L_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1);
-    }
-    scratch& sc = scratch_();
-    if (same_shapes && plain_pass(S, space, sc)) return;
-    const bool empty_space = numel(space) == 0;
-    bool one_space = true;
-    if (!same_shapes) {
-      for (int j = r0; j < r1; ++j)
-        one_space = one_space && (shp(ch(L_.reduce_nodes[j])[0]) == space || of_one_element(S, L_.reduce_nodes[j]));
-      // A store is written by visiting the space's elements: a store with elements over an
-      // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
-      // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
-      for (int j = w0; j < w1; ++j)
-        one_space = one_space && broadcasts_to(shp(L_.store_nodes[j]), space) &&
-                    !(empty_space && numel(shp(L_.store_nodes[j])) > 0);
-      // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
-      // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
-      for (int j = r0; j < r1 && one_space; ++j)
-        one_space = d(L_.reduce_nodes[j]).rkind == detail::reduce_op::max ||
-                    sum_rows_in_order(space, sum_view(L_.reduce_nodes[j], space));
-    }
-    if (!one_space) {  // node by node (rare: reductions over differently broadcast values)
-      for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j)
-        if (d(L_.load_nodes[j]).kind == gkind::unreduce && !val(L_.load_nodes[j]).defined()) eval(L_.load_nodes[j]);
-      for (int q = L_.first_compute[S]; q < L_.first_compute[S + 1]; ++q) {
-        const int c = L_.compute_nodes[q];
-        if (L_.tile_register[q] < 0) val(c) = val(L_.value_child[c]);
-        else eval_pointwise(c);
-      }
-      for (int j = r0; j < r1; ++j) eval(L_.reduce_nodes[j]);
-      return;
-    }
-    make_outputs(S, space, sc);
-    if (!empty_space) pass(S, space, same_shapes, sc);  // an empty space: its stores are empty, the fills are the sums
-    for (int j = r0; j < r1; ++j)
-      if (d(L_.reduce_nodes[j]).rkind == detail::reduce_op::mean) divide_mean(L_.reduce_nodes[j], 0, val(L_.reduce_nodes[j]).numel());
+  /// Every mean of stage `S`, once its sums are complete.
+  void divide_means(int S) {
+    for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j)
+      if (is_mean(layout_.reduce_nodes[j])) divide_mean(layout_.reduce_nodes[j], 0, value(layout_.reduce_nodes[j]).numel());
   }
+
+  // ---- a stage's loop: its strategies and the choice among them --------------------------
+
+  /// How a stage's loop runs (see `choose_strategy`).
+  enum class loop_strategy {
+    plain_pass,    ///< one contiguous row on this thread, no per-tile hooks (`run_plain_pass`)
+    one_row,       ///< one contiguous row, in blocks on all threads where it is long (`run_one_row`)
+    strided_rows,  ///< operands broadcast over the space, walked in rows (`run_strided_rows`)
+    node_by_node,  ///< each node on whole tensors (`run_node_by_node`)
+  };
+  /// Stage `S`'s loop over its space, by the strategy `choose_strategy` picks.
+  void run_loop(int S) {
+    if (!has_loop(S)) return;
+    const shape& space = space_of(S);
+    scratch& sc = thread_scratch();
+    switch (choose_strategy(S, space, sc)) {
+      case loop_strategy::plain_pass: return run_plain_pass(S, numel(space), sc);
+      case loop_strategy::one_row: return run_pass(S, space, loop_strategy::one_row, sc);
+      case loop_strategy::strided_rows: return run_pass(S, space, loop_strategy::strided_rows, sc);
+      case loop_strategy::node_by_node: return run_node_by_node(S);
+    }
+  }
+  /// The strategy of stage `S`'s loop over `space`. Operands of the space's shape run as one
+  /// contiguous row: the plain pass where the stage fits it (`fits_plain_pass`, which leaves
+  /// its plan in `sc`), else the general one. Others are walked in strided rows where one pass
+  /// over the space computes every output (`one_pass_covers`), else node by node.
+  loop_strategy choose_strategy(int S, const shape& space, scratch& sc) {
+    if (operands_share_space(S, space)) return fits_plain_pass(S, space, sc) ? loop_strategy::plain_pass : loop_strategy::one_row;
+    return one_pass_covers(S, space) ? loop_strategy::strided_rows : loop_strategy::node_by_node;
+  }
+  /// The usual case: every load and store of stage `S` has the space's shape and every
+  /// reduction reads all of it, into the same shape or into one element: one row, no
+  /// strides, and nothing more to check.
+  bool operands_share_space(int S, const shape& space) const {
+    for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
+      if (desc(layout_.load_nodes[j]).kind == gkind::unreduce || !(shape_of(layout_.load_nodes[j]) == space)) return false;
+    for (int j = layout_.first_store[S]; j < layout_.first_store[S + 1]; ++j)
+      if (!(shape_of(layout_.store_nodes[j]) == space)) return false;
+    for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) {
+      const shape& out = shape_of(layout_.reduce_nodes[j]);
+      if (!(shape_of(children_of(layout_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1))) return false;
+    }
+    return true;
+  }
+  /// Whether one pass over `space` in rows computes every output of stage `S` (its operands
+  /// of other shapes broadcast over it); else the stage runs node by node (rare: reductions
+  /// over differently broadcast values).
+  bool one_pass_covers(int S, const shape& space) const {
+    const int w0 = layout_.first_store[S], w1 = layout_.first_store[S + 1], r0 = layout_.first_reduce[S],
+              r1 = layout_.first_reduce[S + 1];
+    for (int j = r0; j < r1; ++j)
+      if (!(shape_of(children_of(layout_.reduce_nodes[j])[0]) == space || of_one_element(S, layout_.reduce_nodes[j]))) return false;
+    // A store is written by visiting the space's elements: a store with elements over an
+    // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
+    // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
+    const bool empty_space = numel(space) == 0;
+    for (int j = w0; j < w1; ++j)
+      if (!broadcasts_to(shape_of(layout_.store_nodes[j]), space) || (empty_space && numel(shape_of(layout_.store_nodes[j])) > 0))
+        return false;
+    // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
+    // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
+    for (int j = r0; j < r1; ++j)
+      if (!(is_max(layout_.reduce_nodes[j]) || sum_rows_in_order(space, sum_view(layout_.reduce_nodes[j], space)))) return false;
+    return true;
+  }
+
+  /// Stage `S` node by node on whole tensors: the broadcasts of reductions it loads, its
+  /// element-wise nodes, then its reductions.
+  void run_node_by_node(int S) {
+    for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
+      if (desc(layout_.load_nodes[j]).kind == gkind::unreduce && !value(layout_.load_nodes[j]).defined()) eval(layout_.load_nodes[j]);
+    for (int q = layout_.first_compute[S]; q < layout_.first_compute[S + 1]; ++q) {
+      const int c = layout_.compute_nodes[q];
+      if (layout_.tile_register[q] < 0) value(c) = value(layout_.value_child[c]);
+      else eval_pointwise(c);
+    }
+    for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) eval(layout_.reduce_nodes[j]);
+  }
+
+  /// Stage `S` in one pass over `space` (`how`: as one contiguous row, or in strided rows):
+  /// its outputs made, every row run, its means divided.
+  void run_pass(int S, const shape& space, loop_strategy how, scratch& sc) {
+    make_outputs(S, space, sc);
+    if (numel(space) > 0) {  // an empty space: its stores are empty, the fills are the sums
+      const pass_state p = start_pass(S, sc, nullptr);
+      if (how == loop_strategy::one_row) run_one_row(p, space);
+      else run_strided_rows(p, space, nullptr);
+    }
+    divide_means(S);
+  }
+
+  // ---- the plain pass --------------------------------------------------------------------
+
+  /// The thread's scratch fitted to stage `S` (`sp`): its tile registers, then a load buffer
+  /// per load, and the per-node lists (buffers only grow).
+  scratch& fit_scratch(int S, const stage_span& sp, scratch& sc) {
+    const auto need = static_cast<std::size_t>((layout_.register_count[S] + static_cast<int>(sp.loads)) * tile_elems);
+    if (sc.regs.size() < need) sc.regs.resize(need);
+    sc.fit(sp.loads, sp.nodes, sp.stores, sp.reductions);
+    return sc;
+  }
+
+  /// Has the element-wise node of stage `S` whose value reduction `j` of the stage sums (to
+  /// its own shape) write straight into the reduction's output: `redir[q] = j` for that node
+  /// `q`, where it has a tile register, is not stored and writes no other reduction.
+  bool redirect(int S, std::size_t j, int* redir) const {
+    const int c0 = layout_.first_compute[S], nodes = layout_.first_compute[S + 1] - c0;
+    const int rslot = layout_.reduce_slot[layout_.first_reduce[S] + static_cast<int>(j)];
+    for (int q = 0; q < nodes; ++q)
+      if (layout_.out_slot[c0 + q] == rslot && layout_.tile_register[c0 + q] >= 0 && layout_.store_index[c0 + q] < 0 &&
+          redir[q] < 0) {
+        redir[q] = static_cast<int>(j);
+        return true;
+      }
+    return false;
+  }
+
+  /// Whether stage `S` (every operand of the space's shape) fits the plain pass: the space
+  /// has more than one element and runs on this thread in one row, and each reduction is a
+  /// sum to its own input's shape that an element-wise node of the stage writes straight
+  /// into, or a copy of a load (no per-tile hooks). Where it does, `sc` holds its plan
+  /// (`redir`, `direct`) for `run_plain_pass`; where not, `make_outputs` and `start_pass`
+  /// set both afresh.
+  bool fits_plain_pass(int S, const shape& space, scratch& sc_) {
+    const index_t total = numel(space);
+    if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
+    const stage_span span = span_of(S);
+    scratch& sc = fit_scratch(S, span, sc_);
+    int* const redir = sc.redir.data();
+    std::fill_n(redir, span.nodes, -1);
+    grow(span.reductions, sc.direct);
+    for (std::size_t j = 0; j < span.reductions; ++j) {
+      const int c = layout_.reduce_nodes[span.first_reduction + static_cast<int>(j)];
+      if (is_max(c) || numel(shape_of(c)) != total) return false;
+      // Written by its node (2), or a copy of a load (1: the general pass copies it tile by
+      // tile; here in one piece after the row).
+      if (redirect(S, j, redir)) sc.direct[j] = 2;
+      else if (layout_.reduce_slot[span.first_reduction + static_cast<int>(j)] < static_cast<int>(span.loads)) sc.direct[j] = 1;
+      else return false;
+    }
+    return true;
+  }
+  /// The usual stage without the general bookkeeping of a pass (`fits_plain_pass` chose it
+  /// and planned it in `sc`): its `total` elements as one row on this thread. The same row
+  /// body on the same pointers as `run_one_row` (the same bits).
+  void run_plain_pass(int S, index_t total, scratch& sc) {
+    const stage_span span = span_of(S);
+    const int c0 = span.first_node, l0 = span.first_load, w0 = span.first_store, r0 = span.first_reduction;
+    const std::size_t loads = span.loads, nodes = span.nodes;
+    const int* const redir = sc.redir.data();
+    T* const regs = sc.regs.data();
+    for (std::size_t j = 0; j < loads; ++j) {
+      sc.lrow[j] = value(layout_.load_nodes[l0 + static_cast<int>(j)]).data_ptr();
+      sc.lstep[j] = 1;
+    }
+    for (std::size_t j = 0; j < span.stores; ++j) {
+      const int c = layout_.store_nodes[w0 + static_cast<int>(j)];
+      value(c) = empty<T>(shape_of(c));
+    }
+    for (std::size_t j = 0; j < span.reductions; ++j) {
+      const int c = layout_.reduce_nodes[r0 + static_cast<int>(j)];
+      value(c) = empty<T>(shape_of(c));
+    }
+    for (std::size_t q = 0; q < nodes; ++q) {
+      const int cq = c0 + static_cast<int>(q);
+      const int sw = layout_.store_index[cq];
+      const int reg = layout_.tile_register[cq];
+      T* to = reg >= 0 ? regs + static_cast<std::ptrdiff_t>(reg) * tile_elems : nullptr;
+      index_t step = 0;
+      if (sw >= 0) to = value(layout_.store_nodes[w0 + sw]).data_ptr(), step = 1;
+      else if (redir[q] >= 0) to = value(layout_.reduce_nodes[r0 + redir[q]]).data_ptr(), step = 1;
+      sc.dst[q] = to;
+      sc.step[q] = step;
+    }
+    sc.slot[loads + nodes] = nullptr;  // the second operand of a unary node
+    const row_args<T> args{nodes_.state, sc.slot.data(), sc.lrow.data(), sc.lstep.data(), sc.dst.data(), sc.step.data(),
+                           nullptr, nullptr, nullptr};
+    bodies_[S](args, total);
+    for (std::size_t j = 0; j < span.reductions; ++j)
+      if (sc.direct[j] == 1) {
+        const T* from = sc.lrow[static_cast<std::size_t>(layout_.reduce_slot[r0 + static_cast<int>(j)])];
+        std::copy(from, from + total, value(layout_.reduce_nodes[r0 + static_cast<int>(j)]).data_ptr());
+      }
+  }
+
+  // ---- a pass: its state and its rows ----------------------------------------------------
 
   /// Rows [r0, r1) of a pass's space, a row group's block (`first`: the space's first).
   struct row_block {
     index_t r0, r1;
     bool first;
   };
+  /// One pass of stage `S` (see `start_pass`): the stage's lists, the scratch it runs on (the
+  /// thread's, or in a row group the stage's own), and this thread's `work` on it.
+  struct pass_state {
+    int S;
+    stage_span span;
+    scratch& sc;
+    work main;
+    row_body_fn<T> body;
+    const int* load_nodes;
+    const int* store_nodes;
+    const int* reduce_nodes;
+    const int* tile_register;  ///< per element-wise node
+    const int* store_index;    ///< per element-wise node
+    const int* store_slot;     ///< per store
+    const int* reduce_slot;    ///< per reduction
+  };
+  /// Stage `S`'s pass set up on `sc_` (fitted to it): divisors, the reductions' kinds and
+  /// state, and which node writes straight into a reduction. In a row group (`block`): the
+  /// block's rows only, its sums over everything carried on from the block before (a
+  /// row-form sum restarts at the group's first block only).
+  pass_state start_pass(int S, scratch& sc_, const row_block* block) {
+    const stage_span span = span_of(S);
+    scratch& sc = fit_scratch(S, span, sc_);
+    T* const regs = sc.regs.data();
+    T* const loadbuf = regs + static_cast<std::ptrdiff_t>(layout_.register_count[S]) * tile_elems;
+    // Buffers only grow (`fit_scratch`); every entry a pass reads is written first.
+    sc.slot[span.loads + span.nodes] = nullptr;  // the second operand of a unary node
+    std::fill_n(sc.divisor.begin(), span.loads, T(1));
+    // A reduction to its own input's shape (`direct`) whose input is an element-wise node of
+    // the stage not stored otherwise has that node write straight into its output (instead of
+    // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
+    std::fill_n(sc.redir.begin(), span.nodes, -1);
+    for (std::size_t j = 0; j < span.reductions; ++j) {
+      if ((sc.direct[j] == 1 || sc.direct[j] == 2) && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
+    }
+    const int* const reduce_nodes = layout_.reduce_nodes + span.first_reduction;
+    for (std::size_t j = 0; j < span.reductions; ++j) {
+      sc.rmax[j] = is_max(reduce_nodes[j]);
+      if (!block || block->first) sc.cur[j] = nullptr;  // a row-form sum's current output
+      sc.colf[j] = 0;                                   // a column-form sum (set up by `start_column_sums`)
+    }
+    const work main{regs,          loadbuf,        sc.slot.data(), sc.dst.data(),  sc.step.data(), sc.lrow.data(),
+                    sc.lstep.data(), sc.acc.data(), sc.tail.data(), sc.rsum.data(), sc.cur.data(), false};
+    return {S,
+            span,
+            sc,
+            main,
+            bodies_[S],
+            layout_.load_nodes + span.first_load,
+            layout_.store_nodes + span.first_store,
+            reduce_nodes,
+            layout_.tile_register + span.first_node,
+            layout_.store_index + span.first_node,
+            layout_.store_slot + span.first_store,
+            layout_.reduce_slot + span.first_reduction};
+  }
+
+  /// The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
+  /// back), stores of one element, reductions.
+  struct tile_hooks {
+    const T** slot;
+    const T* const* lrow;
+    const index_t* lstep;
+    const T* divisor;
+    T* loadbuf;
+    std::size_t loads, stores, reductions;
+    const index_t* base;
+    const index_t* is;
+    T* const* wp;
+    const int* store_slot;
+    const int* reduce_slot;
+    const char* direct;
+    const char* rmax;
+    V* acc;
+    T* tail;
+    running_sum<T>* rsum;
+    static void before(void* p, index_t, index_t m) {
+      auto& h = *static_cast<tile_hooks*>(p);
+      for (std::size_t j = 0; j < h.loads; ++j)
+        if (h.lstep[j] != 0 && h.divisor[j] != T(1)) {
+          T* const buf = h.loadbuf + j * tile_elems;
+          tile_div(h.slot[j], h.divisor[j], buf, m);
+          h.slot[j] = buf;
+        }
+    }
+    static void after(void* p, index_t i, index_t m) {
+      auto& h = *static_cast<tile_hooks*>(p);
+      const std::size_t loads = h.loads, stores = h.stores;
+      for (std::size_t j = 0; j < stores; ++j)
+        if (h.is[loads + j] == 0) h.wp[j][h.base[loads + j]] = h.slot[h.store_slot[j]][0];
+      for (std::size_t j = 0; j < h.reductions; ++j) {
+        if (h.direct[j] == set_before) continue;
+        const std::size_t q = loads + stores + j;
+        const T* src = h.slot[h.reduce_slot[j]];
+        T* out = h.wp[stores + j] + h.base[q];
+        const bool mx = h.rmax[j];
+        if (h.is[q] == 0) {
+          if (mx) tile_max(src, m, h.acc[j], h.tail[j]);
+          else h.rsum[j].add(src, m);
+        } else if (h.direct[j] == 2) {
+          // written in place by the row body
+        } else if (h.direct[j]) {
+          std::copy(src, src + m, out + i);
+        } else if (mx) {
+          tile_reduce_into<true>(src, out + i, m);
+        } else {
+          tile_reduce_into<false>(src, out + i, m);
+        }
+      }
+    }
+  };
+
+  /// One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
+  /// broadcast, 1: contiguous). What is fixed along the row is resolved here; the stage's
+  /// row body walks the tiles.
+  void run_row(const pass_state& p, work& w, const index_t* base, index_t n, const index_t* is) const {
+    const bool scaled = set_row_loads(p, w, base, n, is);
+    const bool one_element_store = set_row_destinations(p, w, base, is);
+    start_row_reductions(p, w, base, is);
+    scratch& sc = p.sc;
+    const std::size_t reductions = p.span.reductions;
+    tile_hooks h{w.slot,       w.lrow,        w.lstep,       sc.divisor.data(), w.loadbuf,       p.span.loads,
+                 p.span.stores, reductions,   base,          is,                sc.wp.data(),    p.store_slot,
+                 p.reduce_slot, sc.direct.data(), sc.rmax.data(), w.acc,        w.tail,          w.rsum};
+    const row_args<T> args{nodes_.state, w.slot, w.lrow, w.lstep, w.dst, w.step, scaled ? &tile_hooks::before : nullptr,
+                           reductions > 0 || one_element_store ? &tile_hooks::after : nullptr, &h};
+    p.body(args, n);
+    end_row_reductions(p, w, base, n, is);
+  }
+  /// The row's loads: a contiguous one read in place, a broadcast one (step 0) filled into
+  /// its load buffer for the row's tiles. True where a contiguous load is a mean's gradient
+  /// to divide tile by tile.
+  [[gnu::always_inline]] static bool set_row_loads(const pass_state& p, work& w, const index_t* base, index_t n,
+                                                   const index_t* is) {
+    const T* const* const lp = p.sc.lp.data();
+    const T* const divisor = p.sc.divisor.data();
+    bool scaled = false;
+    for (std::size_t j = 0; j < p.span.loads; ++j) {
+      T* const buf = w.loadbuf + j * tile_elems;
+      if (is[j] == 0) {
+        std::fill(buf, buf + std::min(n, tile_elems), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
+        w.lrow[j] = buf;
+        w.lstep[j] = 0;
+      } else {
+        w.lrow[j] = lp[j] + base[j];
+        w.lstep[j] = 1;
+        scaled = scaled || divisor[j] != T(1);
+      }
+    }
+    return scaled;
+  }
+  /// Where each element-wise node writes along the row: its stored tensor, the reduction it
+  /// writes straight into, or its tile register. True where a store of one element (a store
+  /// broadcast along the row) takes its value from the tiles' hook.
+  [[gnu::always_inline]] static bool set_row_destinations(const pass_state& p, work& w, const index_t* base,
+                                                          const index_t* is) {
+    T* const* const wp = p.sc.wp.data();
+    const int* const redir = p.sc.redir.data();
+    bool one_element_store = false;
+    for (std::size_t q = 0; q < p.span.nodes; ++q) {
+      const int sw = p.store_index[q];
+      const bool to_store = sw >= 0 && is[p.span.store_operand(static_cast<std::size_t>(sw))] != 0;
+      one_element_store = one_element_store || (sw >= 0 && !to_store);
+      w.dst[q] = to_store ? wp[sw] + base[p.span.store_operand(static_cast<std::size_t>(sw))]
+                          : (p.tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(p.tile_register[q]) * tile_elems
+                                                     : nullptr);
+      w.step[q] = to_store ? 1 : 0;
+      const int rj = redir[q];
+      if (rj >= 0 && is[p.span.reduction_operand(static_cast<std::size_t>(rj))] != 0) {
+        w.dst[q] = wp[p.span.stores + static_cast<std::size_t>(rj)] + base[p.span.reduction_operand(static_cast<std::size_t>(rj))];
+        w.step[q] = 1;
+      }
+    }
+    return one_element_store;
+  }
+  /// The reductions' state at the row's start: a max starts afresh; a row-form sum moving on
+  /// to its next output stores the total of the one before.
+  [[gnu::always_inline]] static void start_row_reductions(const pass_state& p, work& w, const index_t* base, const index_t* is) {
+    const scratch& sc = p.sc;
+    T* const* const wp = sc.wp.data();
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const std::size_t q = p.span.reduction_operand(j);
+      if (sc.rmax[j]) {
+        w.acc[j] = V(-std::numeric_limits<T>::infinity());
+        w.tail[j] = -std::numeric_limits<T>::infinity();
+      } else if (is[q] == 0 && sc.direct[j] != set_before && wp[p.span.stores + j] + base[q] != w.cur[j]) {
+        if (w.cur[j]) *w.cur[j] = w.rsum[j].total();
+        w.rsum[j].reset();
+        w.cur[j] = wp[p.span.stores + j] + base[q];
+      }
+    }
+  }
+  /// The reductions at the row's end: a column-form sum takes the row; a max to one element
+  /// per row takes the row's max (in a block of a parallel pass, kept for `merge_block_reductions`).
+  [[gnu::always_inline]] static void end_row_reductions(const pass_state& p, work& w, const index_t* base, index_t n,
+                                                        const index_t* is) {
+    scratch& sc = p.sc;
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const std::size_t q = p.span.reduction_operand(j);
+      if (is[q] != 0) {
+        if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
+      } else if (sc.rmax[j] && !w.blocks && sc.direct[j] != set_before) {
+        T* out = sc.wp[p.span.stores + j] + base[q];
+        *out = lanes::max(*out, lanes::max(lanes_max(w.acc[j]), w.tail[j]));
+      }
+    }
+  }
+  /// The sums' totals, once every row has passed (in a row group's block: a sum over
+  /// everything written so far, and carried on).
+  static void finish_sums(const pass_state& p) {
+    scratch& sc = p.sc;
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
+      if (sc.colf[j]) sc.cols[j].finish();
+    }
+  }
+
+  // ---- strategy: one contiguous row ------------------------------------------------------
+
+  /// Operands of one shape: one flat row of the space's elements, no strides to compute; on
+  /// this thread, or in blocks on all threads where it is long (`run_one_row_in_blocks`).
+  void run_one_row(const pass_state& p, const shape& space) {
+    scratch& sc = p.sc;
+    const std::size_t operands_n = p.span.operand_count();
+    const index_t total = numel(space);
+    std::fill_n(sc.is.begin(), operands_n, total == 1 ? 0 : 1);
+    std::fill_n(sc.base.begin(), operands_n, 0);
+    for (std::size_t j = 0; j < p.span.loads; ++j) sc.lp[j] = value(p.load_nodes[j]).data_ptr();
+    for (std::size_t j = 0; j < p.span.stores; ++j) sc.wp[j] = value(p.store_nodes[j]).data_ptr();
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      sc.wp[p.span.stores + j] = value(p.reduce_nodes[j]).data_ptr();
+      if (value(p.reduce_nodes[j]).numel() == 1) sc.is[p.span.reduction_operand(j)] = 0;
+    }
+    if (total > 0) {
+      const block_split split = split_pow2(total, sum_chunk<T>, parallel_grain());
+      work main = p.main;
+      if (split.count <= 1) run_row(p, main, sc.base.data(), total, sc.is.data());
+      else run_one_row_in_blocks(p, split, total);
+    }
+    finish_sums(p);
+  }
+
+  /// A `work` on a thread's own buffers `bs` (sized here for pass `p`), with the given
+  /// reduction state.
+  work block_work(block_scratch& bs, const pass_state& p, V* acc, T* tail, running_sum<T>* rsum, T** cur) const {
+    const int nregs = layout_.register_count[p.S];
+    const std::size_t loads = p.span.loads, nodes = p.span.nodes;
+    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(loads)) * tile_elems);
+    if (bs.regs.size() < need) bs.regs.resize(need);
+    grow(loads + nodes + 1, bs.slot);
+    bs.slot[loads + nodes] = nullptr;  // the second operand of a unary node
+    grow(nodes, bs.dst, bs.step);
+    grow(loads, bs.lrow, bs.lstep);
+    grow(p.span.operand_count(), bs.base);
+    return work{bs.regs.data(), bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
+                bs.slot.data(), bs.dst.data(), bs.step.data(), bs.lrow.data(), bs.lstep.data(), acc, tail, rsum, cur, true};
+  }
+
+  /// The one row of `total` elements on all threads: blocks of 2^j sum chunks, each with its
+  /// own tile registers and running reductions, merged by `merge_block_reductions`.
+  void run_one_row_in_blocks(const pass_state& p, block_split split, index_t total) {
+    const std::size_t reductions = p.span.reductions, operands_n = p.span.operand_count();
+    const auto parts = static_cast<std::size_t>(split.count) * reductions;
+    std::vector<V> acc(parts, V(-std::numeric_limits<T>::infinity()));
+    std::vector<T> tail(parts, -std::numeric_limits<T>::infinity());
+    std::vector<running_sum<T>> rsum(parts);
+    std::vector<T*> cur(parts, nullptr);
+    const index_t* const is = p.sc.is.data();
+    parallel_blocks(split.count, [&](index_t b) {
+      thread_local block_scratch bs;  // this thread's registers and row pointers
+      const auto r = static_cast<std::size_t>(b) * reductions;
+      work w = block_work(bs, p, acc.data() + r, tail.data() + r, rsum.data() + r, cur.data() + r);
+      const index_t b0 = b * split.size;
+      for (std::size_t q = 0; q < operands_n; ++q) bs.base[q] = is[q] != 0 ? b0 : 0;
+      run_row(p, w, bs.base.data(), std::min(split.size, total - b0), is);
+    });
+    merge_block_reductions(p, split.count, acc.data(), tail.data(), rsum.data());
+  }
+  /// The blocks' reductions to one element, combined: full sums by `sum_of_blocks` and maxes
+  /// lane by lane in block order, so the bits are one thread's.
+  static void merge_block_reductions(const pass_state& p, index_t blocks, const V* acc, const T* tail,
+                                     const running_sum<T>* rsum) {
+    const std::size_t reductions = p.span.reductions;
+    const scratch& sc = p.sc;
+    std::vector<T> totals(static_cast<std::size_t>(blocks));
+    for (std::size_t j = 0; j < reductions; ++j) {
+      if (sc.is[p.span.reduction_operand(j)] != 0) continue;  // written in place (a reduction to its own shape)
+      T* const out = sc.wp[p.span.stores + j];
+      if (sc.rmax[j]) {
+        V a(-std::numeric_limits<T>::infinity());
+        T t = -std::numeric_limits<T>::infinity();
+        for (index_t b = 0; b < blocks; ++b) {
+          a = lanes::max(a, acc[static_cast<std::size_t>(b) * reductions + j]);
+          t = lanes::max(t, tail[static_cast<std::size_t>(b) * reductions + j]);
+        }
+        *out = lanes::max(*out, lanes::max(lanes_max(a), t));
+      } else {
+        for (index_t b = 0; b < blocks; ++b)
+          totals[static_cast<std::size_t>(b)] = rsum[static_cast<std::size_t>(b) * reductions + j].total();
+        *out = sum_of_blocks(totals.data(), blocks);
+      }
+    }
+  }
+
+  // ---- strategy: strided rows ------------------------------------------------------------
+
+  /// Operands broadcast over the space `it`, walked in rows along its innermost dim of size
+  /// > 1, each row in tiles: rows that write disjoint elements in blocks of rows on all
+  /// threads (`rows_write_apart`), the others in order on this one. In a row group (`block`):
+  /// the block's rows only, in order.
+  void run_strided_rows(const pass_state& p, const shape& it, const row_block* block) {
+    set_operand_strides(p, it);
+    const shape space = walked_space(p, it, block);
+    start_column_sums(p, it, space);
+    const std::size_t operands_n = p.span.operand_count();
+    std::vector<const strides*> sp(operands_n);
+    for (std::size_t q = 0; q < operands_n; ++q) sp[q] = &p.sc.st[q];
+    const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
+    const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
+    if (!block && rows_write_apart(p, space, rows, grain_rows)) {
+      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
+        thread_local block_scratch bs;
+        work w = block_work(bs, p, nullptr, nullptr, nullptr, nullptr);
+        std::vector<index_t> boff(operands_n, 0), binner(operands_n, 0);
+        for_each_row_n(
+            space, operands_n, sp.data(), boff.data(), binner.data(),
+            [&](const index_t* b, index_t n, const index_t* is) { run_row(p, w, b, n, is); }, r0, r1);
+      });
+      return;
+    }
+    work main = p.main;
+    std::vector<index_t> off(operands_n, 0), inner(operands_n, 0);
+    for_each_row_n(
+        space, operands_n, sp.data(), off.data(), inner.data(),
+        [&](const index_t* b, index_t n, const index_t* is) { run_row(p, main, b, n, is); }, block ? block->r0 : 0,
+        block ? block->r1 : -1);
+    finish_sums(p);
+  }
+  /// Each operand's data and strides over `it`: a load that broadcasts a reduction back reads
+  /// the reduction's value with its reduced dims kept (and divides a mean's gradient by the
+  /// count); a smaller store rides along (the same value rewritten); a reduction is seen
+  /// with `it`'s rank (`sum_view`).
+  void set_operand_strides(const pass_state& p, const shape& it) {
+    scratch& sc = p.sc;
+    auto& st = sc.st;
+    for (std::size_t j = 0; j < p.span.loads; ++j) {
+      const int c = p.load_nodes[j];
+      if (desc(c).kind == gkind::unreduce) {
+        const tensor<T>& src = value(children_of(c)[0]);
+        const shape& to = shape_of(c);
+        const shape ks = keepdim_shape(to, desc(c).raxis);
+        st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
+        sc.lp[j] = src.data_ptr();
+        if (is_mean(c)) sc.divisor[j] = static_cast<T>(numel(to) / std::max<index_t>(numel(ks), 1));  // eager: g / n
+      } else {
+        st[j] = broadcast_strides(value(c), it);
+        sc.lp[j] = value(c).data_ptr();
+      }
+    }
+    for (std::size_t j = 0; j < p.span.stores; ++j) {
+      st[p.span.store_operand(j)] = broadcast_strides(value(p.store_nodes[j]), it);
+      sc.wp[j] = value(p.store_nodes[j]).data_ptr();
+    }
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const int c = p.reduce_nodes[j];
+      sc.wp[p.span.stores + j] = value(c).data_ptr();
+      const shape view_shape = sum_view(c, it);
+      st[p.span.reduction_operand(j)] = broadcast_strides(alias(value(c), view_shape, contiguous_strides(view_shape), 0), it);
+    }
+  }
+  /// The space the rows walk, the operands' strides rewritten to it: one 1-D row when every
+  /// operand covers the whole space (or a reduction covers none of it), else `it` without its
+  /// dims of size 1 (they play no part: rows run along the innermost dim of size > 1, which
+  /// decides the form of a sum, core/accumulate.hpp, as it does in eager mode).
+  shape walked_space(const pass_state& p, const shape& it, const row_block* block) const {
+    auto& st = p.sc.st;
+    const std::size_t operands_n = p.span.operand_count(), first_reduction = p.span.reduction_operand(0);
+    const strides full = contiguous_strides(it);
+    auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
+    bool flat = true;
+    for (std::size_t q = 0; q < operands_n && flat; ++q) flat = st[q] == full || (q >= first_reduction && is_zero(st[q]));
+    shape space = it;
+    if (flat && !block) {
+      space = shape{numel(it)};
+      for (std::size_t q = 0; q < operands_n; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+    } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
+      space.clear();
+      for (std::size_t k = 0; k < it.size(); ++k)
+        if (it[k] != 1) space.push_back(it[k]);
+      for (std::size_t q = 0; q < operands_n; ++q) {
+        strides t;
+        for (std::size_t k = 0; k < it.size(); ++k)
+          if (it[k] != 1) t.push_back(st[q][k]);
+        st[q] = std::move(t);
+      }
+    }
+    return space;
+  }
+  /// A sum whose output runs along the rows (the innermost dim kept) is in the column form:
+  /// its partial sums are the output, the chunks and the tree are kept by `column_sums`.
+  void start_column_sums(const pass_state& p, const shape& it, const shape& space) {
+    scratch& sc = p.sc;
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const std::size_t q = p.span.reduction_operand(j);
+      if (sc.rmax[j] || sc.direct[j] || numel(space) == 0 || space.empty() || sc.st[q].back() == 0) continue;
+      tensor<T>& out = value(p.reduce_nodes[j]);
+      const index_t m = space.back();
+      sc.cols[j].start(out.data_ptr(), out.numel() / m, m, numel(it) / out.numel());
+      sc.colf[j] = 1;
+    }
+  }
+  /// Whether the rows of `space` write disjoint elements (no reduction, every store covering
+  /// the space) and are enough for more than one thread.
+  static bool rows_write_apart(const pass_state& p, const shape& space, index_t rows, index_t grain_rows) {
+    if (p.span.reductions != 0 || split_items(rows, grain_rows).count <= 1) return false;
+    for (std::size_t j = 0; j < p.span.stores; ++j)
+      if (!(p.sc.st[p.span.store_operand(j)] == contiguous_strides(space))) return false;
+    return true;
+  }
+
+  // ---- row groups ------------------------------------------------------------------------
+
   /// Whether stage `S` can join a row group begun at stage `S0` over `space` (the space's rows
   /// walked block by block, each block through every stage of the group before the next): a
   /// block of rows of each value the stage reads from the group is complete once the block
@@ -281,32 +895,36 @@ class fused_runner {
   /// value that no stage of the group reads (it is complete only after the last block).
   bool joins_rows(int S, int S0, const shape& space) const {
     if (!has_loop(S) || !(space_of(S) == space)) return false;
-    if (S > S0 && L_.first_matmul[S] != L_.first_matmul[S + 1]) return false;
+    if (S > S0 && layout_.first_matmul[S] != layout_.first_matmul[S + 1]) return false;
     const shape row = keepdim_shape(space, reduce_axis::last);
-    for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j) {
-      const int c = L_.reduce_nodes[j];
+    for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) {
+      const int c = layout_.reduce_nodes[j];
       if (of_one_element(S, c)) continue;  // set before the loop
-      if (!(shp(ch(c)[0]) == space)) return false;
+      if (!(shape_of(children_of(c)[0]) == space)) return false;
       const shape v = sum_view(c, space);
       if (!(v == space || v == row || numel(v) == 1)) return false;
     }
-    for (int j = L_.first_store[S]; j < L_.first_store[S + 1]; ++j)
-      if (!broadcasts_to(shp(L_.store_nodes[j]), space)) return false;
-    for (int j = L_.first_load[S]; j < L_.first_load[S + 1]; ++j) {
-      const int l = L_.load_nodes[j];
-      const bool unreduce = d(l).kind == gkind::unreduce;
-      const int source = unreduce ? ch(l)[0] : l;
-      for (int P = S0; P < S; ++P) {
-        for (int k = L_.first_reduce[P]; k < L_.first_reduce[P + 1]; ++k) {
-          if (L_.reduce_nodes[k] != source || of_one_element(P, source)) continue;
-          if (numel(shp(source)) == 1) return false;  // complete only after the last block
-          // Read as it is, a value of one per row must be laid out as the rows: [m, n] * sum(x,
-          // -1) broadcasts an [n] sum along the columns, and a row reads every row's sum.
-          if (!unreduce && !(shp(source) == row)) return false;
-        }
-        for (int k = L_.first_store[P]; k < L_.first_store[P + 1]; ++k)
-          if (L_.store_nodes[k] == source && !(shp(source) == space || shp(source) == row)) return false;
+    for (int j = layout_.first_store[S]; j < layout_.first_store[S + 1]; ++j)
+      if (!broadcasts_to(shape_of(layout_.store_nodes[j]), space)) return false;
+    for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
+      if (!group_has_read(S, S0, layout_.load_nodes[j], space, row)) return false;
+    return true;
+  }
+  /// Whether load `l` of stage `S` finds a block's rows complete when stages [S0, S) of the
+  /// group made its value (or its reduction's, for a broadcast back).
+  bool group_has_read(int S, int S0, int l, const shape& space, const shape& row) const {
+    const bool unreduce = desc(l).kind == gkind::unreduce;
+    const int source = unreduce ? children_of(l)[0] : l;
+    for (int P = S0; P < S; ++P) {
+      for (int k = layout_.first_reduce[P]; k < layout_.first_reduce[P + 1]; ++k) {
+        if (layout_.reduce_nodes[k] != source || of_one_element(P, source)) continue;
+        if (numel(shape_of(source)) == 1) return false;  // complete only after the last block
+        // Read as it is, a value of one per row must be laid out as the rows: [m, n] * sum(x,
+        // -1) broadcasts an [n] sum along the columns, and a row reads every row's sum.
+        if (!unreduce && !(shape_of(source) == row)) return false;
       }
+      for (int k = layout_.first_store[P]; k < layout_.first_store[P + 1]; ++k)
+        if (layout_.store_nodes[k] == source && !(shape_of(source) == space || shape_of(source) == row)) return false;
     }
     return true;
   }
@@ -327,484 +945,67 @@ class fused_runner {
   /// over everything are fed the rows in order: the bits of the stage-by-stage loops.
   /// Rows that are independent (no reduction of the group over everything) run on all
   /// threads, in ranges of whole blocks: a row's values are the same whichever thread runs it.
-  void row_group(int S0, int E) {
-    for (int j = L_.first_matmul[S0]; j < L_.first_matmul[S0 + 1]; ++j) eval(L_.matmul_nodes[j]);
+  void run_row_group(int S0, int E) {
+    for (int j = layout_.first_matmul[S0]; j < layout_.first_matmul[S0 + 1]; ++j) eval(layout_.matmul_nodes[j]);
     const shape& space = space_of(S0);
-    const auto stages = static_cast<std::size_t>(E - S0);
     const index_t rows = row_count(space), per = std::max<index_t>(1, row_block_elems / space.back());
-    bool apart = true;  // no sum or max over everything: blocks of rows in any order
-    {
-      auto& group = group_scratch(stages);
-      for (int S = S0; S < E; ++S) {
-        make_outputs(S, space, group[static_cast<std::size_t>(S - S0)]);
-        for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j)
-          apart = apart && (numel(shp(L_.reduce_nodes[j])) != 1 || of_one_element(S, L_.reduce_nodes[j]));
-      }
-    }
-    // Rows [r0, r1) block by block on this thread (`first`: the thread's first rows of the call).
-    auto run_rows = [&](index_t r0, index_t r1, bool first) {
-      auto& group = group_scratch(stages);
-      for (index_t b = r0; b < r1; b += per) {
-        const row_block block{b, std::min(r1, b + per), first && b == r0};
-        for (int S = S0; S < E; ++S) {
-          scratch& sc = group[static_cast<std::size_t>(S - S0)];
-          if (block.first) set_direct(S, space, sc);
-          pass(S, space, false, sc, &block);
-          for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j) {
-            const int c = L_.reduce_nodes[j];
-            if (d(c).rkind == detail::reduce_op::mean && val(c).numel() == rows) divide_mean(c, block.r0, block.r1);
-          }
-        }
-      }
-    };
-    if (apart) {
+    if (make_group_outputs(S0, E, space)) {
       const index_t grain_rows = std::max<index_t>(per, parallel_grain() / space.back());
-      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) { run_rows(r0, r1, true); }, per);
+      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) { run_group_rows(S0, E, space, per, r0, r1); }, per);
     } else {
-      run_rows(0, rows, true);
+      run_group_rows(S0, E, space, per, 0, rows);
     }
+    divide_group_means(S0, E, rows);
+  }
+  /// The outputs of the group's stages (each in its stage's scratch); true where the group's
+  /// rows are independent: no sum or max over everything, so blocks of rows in any order.
+  bool make_group_outputs(int S0, int E, const shape& space) {
+    auto& group = group_scratch(static_cast<std::size_t>(E - S0));
+    bool apart = true;
+    for (int S = S0; S < E; ++S) {
+      make_outputs(S, space, group[static_cast<std::size_t>(S - S0)]);
+      for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j)
+        apart = apart && (numel(shape_of(layout_.reduce_nodes[j])) != 1 || of_one_element(S, layout_.reduce_nodes[j]));
+    }
+    return apart;
+  }
+  /// Rows [r0, r1) of the group on this thread, `per` rows a block, each block through every
+  /// stage (a pass over the block's strided rows), its means of one value per row divided.
+  void run_group_rows(int S0, int E, const shape& space, index_t per, index_t r0, index_t r1) {
+    auto& group = group_scratch(static_cast<std::size_t>(E - S0));
+    const index_t rows = row_count(space);
+    for (index_t b = r0; b < r1; b += per) {
+      const row_block block{b, std::min(r1, b + per), b == r0};
+      for (int S = S0; S < E; ++S) {
+        scratch& sc = group[static_cast<std::size_t>(S - S0)];
+        if (block.first) set_direct(S, space, sc);
+        run_strided_rows(start_pass(S, sc, &block), space, &block);
+        for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) {
+          const int c = layout_.reduce_nodes[j];
+          if (is_mean(c) && value(c).numel() == rows) divide_mean(c, block.r0, block.r1);
+        }
+      }
+    }
+  }
+  /// The group's means over more than one row each, once every block has passed.
+  void divide_group_means(int S0, int E, index_t rows) {
     for (int S = S0; S < E; ++S)
-      for (int j = L_.first_reduce[S]; j < L_.first_reduce[S + 1]; ++j) {
-        const int c = L_.reduce_nodes[j];
-        if (d(c).rkind == detail::reduce_op::mean && val(c).numel() != rows) divide_mean(c, 0, val(c).numel());
+      for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) {
+        const int c = layout_.reduce_nodes[j];
+        if (is_mean(c) && value(c).numel() != rows) divide_mean(c, 0, value(c).numel());
       }
   }
 
-  /// Where stage `S`'s lists start in the layout's tables, and their lengths.
-  struct stage_span {
-    int c0, l0, w0, r0;
-    std::size_t NC, NR, NL, NW;
-  };
-  stage_span span_of(int S) const {
-    const int c0 = L_.first_compute[S], l0 = L_.first_load[S], w0 = L_.first_store[S], r0 = L_.first_reduce[S];
-    return {c0, l0, w0, r0, static_cast<std::size_t>(L_.first_compute[S + 1] - c0), static_cast<std::size_t>(L_.first_reduce[S + 1] - r0),
-            static_cast<std::size_t>(L_.first_load[S + 1] - l0), static_cast<std::size_t>(L_.first_store[S + 1] - w0)};
-  }
-  /// The thread's scratch fitted to stage `S` (`sp`): its tile registers, then a load buffer
-  /// per load, and the per-node lists (buffers only grow).
-  scratch& fit_scratch(int S, const stage_span& sp, scratch& sc) {
-    const auto need = static_cast<std::size_t>((L_.register_count[S] + static_cast<int>(sp.NL)) * tile_elems);
-    if (sc.regs.size() < need) sc.regs.resize(need);
-    sc.fit(sp.NL, sp.NC, sp.NW, sp.NR);
-    return sc;
-  }
-
-  /// Has the element-wise node of stage `S` whose value reduction `j` of the stage sums (to
-  /// its own shape) write straight into the reduction's output: `redir[q] = j` for that node
-  /// `q`, where it has a tile register, is not stored and writes no other reduction.
-  bool redirect(int S, std::size_t j, int* redir) const {
-    const int c0 = L_.first_compute[S], NC = L_.first_compute[S + 1] - c0;
-    const int rslot = L_.reduce_slot[L_.first_reduce[S] + static_cast<int>(j)];
-    for (int q = 0; q < NC; ++q)
-      if (L_.out_slot[c0 + q] == rslot && L_.tile_register[c0 + q] >= 0 && L_.store_index[c0 + q] < 0 && redir[q] < 0) {
-        redir[q] = static_cast<int>(j);
-        return true;
-      }
-    return false;
-  }
-
-  /// The usual stage without the general bookkeeping of `pass`: every operand has the
-  /// space's shape (`same_shapes`), the space has more than one element and runs on this
-  /// thread in one row, and each reduction is a sum to its own input's shape that an
-  /// element-wise node of the stage writes straight into, or a copy of a load (no per-tile
-  /// hooks). The same row body on the same pointers as `pass` (the same bits); false, having
-  /// made no value, where the stage is not of that kind.
-  bool plain_pass(int S, const shape& space, scratch& sc_) {
-    const index_t total = numel(space);
-    if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
-    const stage_span span = span_of(S);
-    const int c0 = span.c0, l0 = span.l0, w0 = span.w0, r0 = span.r0;
-    const std::size_t NC = span.NC, NR = span.NR, NL = span.NL, NW = span.NW;
-    scratch& sc = fit_scratch(S, span, sc_);
-    int* const redir = sc.redir.data();
-    std::fill_n(redir, NC, -1);
-    grow(NR, sc.direct);
-    for (std::size_t j = 0; j < NR; ++j) {
-      const int c = L_.reduce_nodes[r0 + static_cast<int>(j)];
-      if (d(c).rkind == detail::reduce_op::max || numel(shp(c)) != total) return false;
-      // Written by its node (2), or a copy of a load (1: the general pass copies it tile by
-      // tile; here in one piece after the row).
-      if (redirect(S, j, redir)) sc.direct[j] = 2;
-      else if (L_.reduce_slot[r0 + static_cast<int>(j)] < static_cast<int>(NL)) sc.direct[j] = 1;
-      else return false;
-    }
-    T* const regs = sc.regs.data();
-    for (std::size_t j = 0; j < NL; ++j) {
-      sc.lrow[j] = val(L_.load_nodes[l0 + static_cast<int>(j)]).data_ptr();
-      sc.lstep[j] = 1;
-    }
-    for (std::size_t j = 0; j < NW; ++j) {
-      const int c = L_.store_nodes[w0 + static_cast<int>(j)];
-      val(c) = empty<T>(shp(c));
-    }
-    for (std::size_t j = 0; j < NR; ++j) {
-      const int c = L_.reduce_nodes[r0 + static_cast<int>(j)];
-      val(c) = empty<T>(shp(c));
-    }
-    for (std::size_t q = 0; q < NC; ++q) {
-      const int cq = c0 + static_cast<int>(q);
-      const int sw = L_.store_index[cq];
-      const int reg = L_.tile_register[cq];
-      T* to = reg >= 0 ? regs + static_cast<std::ptrdiff_t>(reg) * tile_elems : nullptr;
-      index_t step = 0;
-      if (sw >= 0) to = val(L_.store_nodes[w0 + sw]).data_ptr(), step = 1;
-      else if (redir[q] >= 0) to = val(L_.reduce_nodes[r0 + redir[q]]).data_ptr(), step = 1;
-      sc.dst[q] = to;
-      sc.step[q] = step;
-    }
-    sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
-    const row_args<T> args{g_.state, sc.slot.data(), sc.lrow.data(), sc.lstep.data(), sc.dst.data(), sc.step.data(), nullptr, nullptr, nullptr};
-    bodies_[S](args, total);
-    for (std::size_t j = 0; j < NR; ++j)
-      if (sc.direct[j] == 1) {
-        const T* from = sc.lrow[static_cast<std::size_t>(L_.reduce_slot[r0 + static_cast<int>(j)])];
-        std::copy(from, from + total, val(L_.reduce_nodes[r0 + static_cast<int>(j)]).data_ptr());
-      }
-    return true;
-  }
-
-  /// Reduction `c` of a value of shape `it`, seen with `it`'s rank (1 on the reduced dims).
-  shape sum_view(int c, const shape& it) const {
-    return d(c).kind == gkind::reduction ? keepdim_shape(it, d(c).raxis) : shp(c);
-  }
-
-  /// One pass of loop `S` over the space `it`: every sink of the stage, walked in rows, each
-  /// row in tiles; the stage's tile body runs every node over the whole tile. `same_shapes`:
-  /// every operand has the shape `it` (or is a reduction of all of it to one element).
-  /// In a row group (`block`): only the block's rows, its sums over everything carried on
-  /// from the block before (in `sc`, the stage's own scratch).
-  void pass(int S, const shape& it, bool same_shapes, scratch& sc_, const row_block* block = nullptr) {
-    const stage_span span = span_of(S);
-    const int c0 = span.c0, l0 = span.l0, w0 = span.w0, r0 = span.r0;
-    const std::size_t NC = span.NC, NR = span.NR, NL = span.NL, NW = span.NW;  // (not bindings: the lambdas below capture them)
-    const int* Rn = L_.reduce_nodes + r0;
-    const int* Ln = L_.load_nodes + l0;
-    const int* Wn = L_.store_nodes + w0;
-    const int* tile_register = L_.tile_register + c0;
-    const int* store_index = L_.store_index + c0;
-    const int* store_slot = L_.store_slot + w0;
-    const int* reduce_slot = L_.reduce_slot + r0;
-    const std::size_t N = NL + NW + NR;
-    using V = simd<T>;
-    scratch& sc = fit_scratch(S, span, sc_);
-    const int nregs = L_.register_count[S];
-    T* const regs = sc.regs.data();
-    T* const loadbuf = regs + static_cast<std::ptrdiff_t>(nregs) * tile_elems;
-    // Buffers only grow (`fit_scratch`); every entry a pass reads is written first.
-    sc.slot[NL + NC] = nullptr;  // the second operand of a unary node
-    std::fill_n(sc.divisor.begin(), NL, T(1));
-    // A reduction to its own input's shape (`direct`) whose input is an element-wise node of
-    // the stage not stored otherwise has that node write straight into its output (instead of
-    // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
-    std::fill_n(sc.redir.begin(), NC, -1);
-    for (std::size_t j = 0; j < NR; ++j) {
-      if ((sc.direct[j] == 1 || sc.direct[j] == 2) && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
-    }
-    for (std::size_t j = 0; j < NR; ++j) {
-      sc.rmax[j] = d(Rn[j]).rkind == detail::reduce_op::max;
-      if (!block || block->first) sc.cur[j] = nullptr;  // a row-form sum's current output
-      sc.colf[j] = 0;       // a column-form sum (set up below)
-    }
-    const row_body_fn<T> body = bodies_[S];
-    const T* const* const lp = sc.lp.data();
-    const T* const divisor = sc.divisor.data();
-    T* const* const wp = sc.wp.data();
-    const char* const direct = sc.direct.data();
-    const int* const redir = sc.redir.data();
-
-    work main{regs, loadbuf, sc.slot.data(), sc.dst.data(), sc.step.data(), sc.lrow.data(), sc.lstep.data(),
-              sc.acc.data(), sc.tail.data(), sc.rsum.data(), sc.cur.data(), false};
-
-    // The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
-    // back), stores of one element, reductions.
-    struct hooks {
-      const T** slot;
-      const T* const* lrow;
-      const index_t* lstep;
-      const T* divisor;
-      T* loadbuf;
-      std::size_t NL, NW, NR;
-      const index_t* base;
-      const index_t* is;
-      T* const* wp;
-      const int* store_slot;
-      const int* reduce_slot;
-      const char* direct;
-      const char* rmax;
-      V* acc;
-      T* tail;
-      running_sum<T>* rsum;
-      static void before(void* p, index_t, index_t m) {
-        auto& h = *static_cast<hooks*>(p);
-        for (std::size_t j = 0; j < h.NL; ++j)
-          if (h.lstep[j] != 0 && h.divisor[j] != T(1)) {
-            T* const buf = h.loadbuf + j * tile_elems;
-            tile_div(h.slot[j], h.divisor[j], buf, m);
-            h.slot[j] = buf;
-          }
-      }
-      static void after(void* p, index_t i, index_t m) {
-        auto& h = *static_cast<hooks*>(p);
-        const std::size_t NL = h.NL, NW = h.NW;
-        for (std::size_t j = 0; j < NW; ++j)
-          if (h.is[NL + j] == 0) h.wp[j][h.base[NL + j]] = h.slot[h.store_slot[j]][0];
-        for (std::size_t j = 0; j < h.NR; ++j) {
-          if (h.direct[j] == set_before) continue;
-          const std::size_t q = NL + NW + j;
-          const T* src = h.slot[h.reduce_slot[j]];
-          T* out = h.wp[NW + j] + h.base[q];
-          const bool mx = h.rmax[j];
-          if (h.is[q] == 0) {
-            if (mx) tile_max(src, m, h.acc[j], h.tail[j]);
-            else h.rsum[j].add(src, m);
-          } else if (h.direct[j] == 2) {
-            // written in place by the row body
-          } else if (h.direct[j]) {
-            std::copy(src, src + m, out + i);
-          } else if (mx) {
-            tile_reduce_into<true>(src, out + i, m);
-          } else {
-            tile_reduce_into<false>(src, out + i, m);
-          }
-        }
-      }
-    };
-
-    // One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
-    // broadcast, 1: contiguous). What is fixed along the row is resolved here; the stage's
-    // row body walks the tiles.
-    auto row_fn = [&](work& w, const index_t* base, index_t n, const index_t* is) {
-      bool scaled = false;
-      for (std::size_t j = 0; j < NL; ++j) {
-        T* const buf = w.loadbuf + j * tile_elems;
-        if (is[j] == 0) {
-          std::fill(buf, buf + std::min(n, tile_elems), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
-          w.lrow[j] = buf;
-          w.lstep[j] = 0;
-        } else {
-          w.lrow[j] = lp[j] + base[j];
-          w.lstep[j] = 1;
-          scaled = scaled || divisor[j] != T(1);
-        }
-      }
-      bool one_element_store = false;
-      for (std::size_t q = 0; q < NC; ++q) {
-        const int sw = store_index[q];
-        const bool to_store = sw >= 0 && is[NL + static_cast<std::size_t>(sw)] != 0;
-        one_element_store = one_element_store || (sw >= 0 && !to_store);
-        w.dst[q] = to_store              ? wp[sw] + base[NL + static_cast<std::size_t>(sw)]
-                   : tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(tile_register[q]) * tile_elems
-                                           : nullptr;
-        w.step[q] = to_store ? 1 : 0;
-        const int rj = redir[q];
-        if (rj >= 0 && is[NL + NW + static_cast<std::size_t>(rj)] != 0) {
-          w.dst[q] = wp[NW + static_cast<std::size_t>(rj)] + base[NL + NW + static_cast<std::size_t>(rj)];
-          w.step[q] = 1;
-        }
-      }
-      for (std::size_t j = 0; j < NR; ++j) {
-        const std::size_t q = NL + NW + j;
-        if (sc.rmax[j]) {
-          w.acc[j] = V(-std::numeric_limits<T>::infinity());
-          w.tail[j] = -std::numeric_limits<T>::infinity();
-        } else if (is[q] == 0 && direct[j] != set_before && wp[NW + j] + base[q] != w.cur[j]) {  // a row-form sum's next output
-          if (w.cur[j]) *w.cur[j] = w.rsum[j].total();
-          w.rsum[j].reset();
-          w.cur[j] = wp[NW + j] + base[q];
-        }
-      }
-      hooks h{w.slot, w.lrow, w.lstep, divisor, w.loadbuf, NL, NW, NR, base, is, wp, store_slot, reduce_slot, direct, sc.rmax.data(), w.acc, w.tail, w.rsum};
-      const row_args<T> args{g_.state, w.slot, w.lrow, w.lstep, w.dst, w.step, scaled ? &hooks::before : nullptr,
-                             NR > 0 || one_element_store ? &hooks::after : nullptr, &h};
-      body(args, n);
-      for (std::size_t j = 0; j < NR; ++j) {
-        const std::size_t q = NL + NW + j;
-        if (is[q] != 0) {
-          if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
-        } else if (sc.rmax[j] && !w.blocks && direct[j] != set_before) {
-          T* p = wp[NW + j] + base[q];
-          *p = lanes::max(*p, lanes::max(lanes_max(w.acc[j]), w.tail[j]));
-        }
-      }
-    };
-    // The sums' totals, once every row has passed.
-    auto finish_sums = [&] {
-      for (std::size_t j = 0; j < NR; ++j) {
-        if (sc.cur[j]) *sc.cur[j] = sc.rsum[j].total();
-        if (sc.colf[j]) sc.cols[j].finish();
-      }
-    };
-
-    // Operands of one shape: one flat row, no strides to compute.
-    {
-      if (same_shapes && !block) {
-        const index_t total = numel(it);
-        std::fill_n(sc.is.begin(), N, total == 1 ? 0 : 1);
-        std::fill_n(sc.base.begin(), N, 0);
-        for (std::size_t j = 0; j < NL; ++j) sc.lp[j] = val(Ln[j]).data_ptr();
-        for (std::size_t j = 0; j < NW; ++j) sc.wp[j] = val(Wn[j]).data_ptr();
-        for (std::size_t j = 0; j < NR; ++j) {
-          sc.wp[NW + j] = val(Rn[j]).data_ptr();
-          if (val(Rn[j]).numel() == 1) sc.is[NL + NW + j] = 0;
-        }
-        if (total > 0) {
-          const block_split split = split_pow2(total, sum_chunk<T>, parallel_grain());
-          if (split.count <= 1) row_fn(main, sc.base.data(), total, sc.is.data());
-          else parallel_row(split, total, N, NL, NC, NW, NR, nregs, row_fn, sc);
-        }
-        finish_sums();
-        return;
-      }
-    }
-    auto& st = sc.st;
-    for (std::size_t j = 0; j < NL; ++j) {
-      const int c = Ln[j];
-      if (d(c).kind == gkind::unreduce) {
-        const tensor<T>& src = val(ch(c)[0]);
-        const shape& to = shp(c);
-        const shape ks = keepdim_shape(to, d(c).raxis);
-        st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
-        sc.lp[j] = src.data_ptr();
-        if (d(c).rkind == detail::reduce_op::mean)
-          sc.divisor[j] = static_cast<T>(numel(to) / std::max<index_t>(numel(ks), 1));  // eager: g / n
-      } else {
-        st[j] = broadcast_strides(val(c), it);
-        sc.lp[j] = val(c).data_ptr();
-      }
-    }
-    for (std::size_t j = 0; j < NW; ++j) {
-      st[NL + j] = broadcast_strides(val(Wn[j]), it);  // a smaller store rides along (same value rewritten)
-      sc.wp[j] = val(Wn[j]).data_ptr();
-    }
-    for (std::size_t j = 0; j < NR; ++j) {
-      const int c = Rn[j];
-      sc.wp[NW + j] = val(c).data_ptr();
-      const shape view_shape = sum_view(c, it);
-      st[NL + NW + j] = broadcast_strides(alias(val(c), view_shape, contiguous_strides(view_shape), 0), it);
-    }
-    // One 1-D pass when every operand covers the whole space (or a reduction covers none of it).
-    const strides full = contiguous_strides(it);
-    auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
-    bool flat = true;
-    for (std::size_t q = 0; q < N && flat; ++q) flat = st[q] == full || (q >= NL + NW && is_zero(st[q]));
-    shape space = it;
-    if (flat && !block) {
-      space = shape{numel(it)};
-      for (std::size_t q = 0; q < N; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
-    } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
-      // Dims of size 1 play no part: rows run along the innermost dim of size > 1, which
-      // decides the form of a sum (core/accumulate.hpp) as it does in eager mode.
-      space.clear();
-      for (std::size_t k = 0; k < it.size(); ++k)
-        if (it[k] != 1) space.push_back(it[k]);
-      for (std::size_t q = 0; q < N; ++q) {
-        strides t;
-        for (std::size_t k = 0; k < it.size(); ++k)
-          if (it[k] != 1) t.push_back(st[q][k]);
-        st[q] = std::move(t);
-      }
-    }
-    // A sum whose output runs along the rows (the innermost dim kept) is in the column form:
-    // its partial sums are the output, the chunks and the tree are kept by `column_sums`.
-    for (std::size_t j = 0; j < NR; ++j) {
-      const std::size_t q = NL + NW + j;
-      if (sc.rmax[j] || direct[j] || numel(space) == 0 || space.empty() || st[q].back() == 0) continue;
-      tensor<T>& out = val(Rn[j]);
-      const index_t m = space.back();
-      sc.cols[j].start(out.data_ptr(), out.numel() / m, m, numel(it) / out.numel());
-      sc.colf[j] = 1;
-    }
-    std::vector<const strides*> sp(N);
-    for (std::size_t q = 0; q < N; ++q) sp[q] = &st[q];
-    // Rows that write disjoint elements (no reduction, every store covering the space) run in
-    // blocks of rows on all threads; the others in order on this one.
-    const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
-    const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
-    bool apart = !block && NR == 0 && split_items(rows, grain_rows).count > 1;
-    for (std::size_t j = 0; j < NW && apart; ++j) apart = st[NL + j] == contiguous_strides(space);
-    if (apart) {
-      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
-        thread_local block_scratch bs;
-        work w = block_work(bs, N, NL, NC, L_.register_count[S], nullptr, nullptr, nullptr, nullptr);
-        std::vector<index_t> boff(N, 0), binner(N, 0);
-        for_each_row_n(
-            space, N, sp.data(), boff.data(), binner.data(),
-            [&](const index_t* b, index_t n, const index_t* is) { row_fn(w, b, n, is); }, r0, r1);
-      });
-      return;
-    }
-    std::vector<index_t> off(N, 0), inner(N, 0);
-    for_each_row_n(
-        space, N, sp.data(), off.data(), inner.data(), [&](const index_t* b, index_t n, const index_t* is) { row_fn(main, b, n, is); },
-        block ? block->r0 : 0, block ? block->r1 : -1);
-    finish_sums();  // (in a block: a sum over everything written so far, and carried on)
-  }
-
-  /// A `work` on a thread's own buffers `bs` (sized here), with the given reduction state.
-  static work block_work(block_scratch& bs, std::size_t N, std::size_t NL, std::size_t NC, int nregs, simd<T>* acc,
-                         T* tail, running_sum<T>* rsum, T** cur) {
-    const auto need = static_cast<std::size_t>((nregs + static_cast<int>(NL)) * tile_elems);
-    if (bs.regs.size() < need) bs.regs.resize(need);
-    grow(NL + NC + 1, bs.slot);
-    bs.slot[NL + NC] = nullptr;  // the second operand of a unary node
-    grow(NC, bs.dst, bs.step);
-    grow(NL, bs.lrow, bs.lstep);
-    grow(N, bs.base);
-    return work{bs.regs.data(), bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
-                bs.slot.data(), bs.dst.data(), bs.step.data(), bs.lrow.data(), bs.lstep.data(), acc, tail, rsum, cur, true};
-  }
-
-  /// The fast path's one row of `total` elements on all threads: blocks of 2^j sum chunks,
-  /// each with its own tile registers and running reductions; full sums are combined by
-  /// `sum_of_blocks` and maxes lane by lane in block order, so the bits are one thread's.
-  template <class RowFn>
-  void parallel_row(block_split split, index_t total, std::size_t N, std::size_t NL, std::size_t NC, std::size_t NW,
-                    std::size_t NR, int nregs, RowFn& row_fn, scratch& sc) {
-    using V = simd<T>;
-    const auto parts = static_cast<std::size_t>(split.count) * NR;
-    std::vector<V> acc(parts, V(-std::numeric_limits<T>::infinity()));
-    std::vector<T> tail(parts, -std::numeric_limits<T>::infinity());
-    std::vector<running_sum<T>> rsum(parts);
-    std::vector<T*> cur(parts, nullptr);
-    const index_t* const is = sc.is.data();
-    parallel_blocks(split.count, [&](index_t b) {
-      thread_local block_scratch bs;  // this thread's registers and row pointers
-      const auto r = static_cast<std::size_t>(b) * NR;
-      work w = block_work(bs, N, NL, NC, nregs, acc.data() + r, tail.data() + r, rsum.data() + r, cur.data() + r);
-      const index_t b0 = b * split.size;
-      for (std::size_t q = 0; q < N; ++q) bs.base[q] = is[q] != 0 ? b0 : 0;
-      row_fn(w, bs.base.data(), std::min(split.size, total - b0), is);
-    });
-    std::vector<T> totals(static_cast<std::size_t>(split.count));
-    for (std::size_t j = 0; j < NR; ++j) {
-      const std::size_t q = NL + NW + j;
-      if (is[q] != 0) continue;  // written in place (a reduction to its own shape)
-      T* const out = sc.wp[NW + j];
-      if (sc.rmax[j]) {
-        V a(-std::numeric_limits<T>::infinity());
-        T t = -std::numeric_limits<T>::infinity();
-        for (index_t b = 0; b < split.count; ++b) {
-          a = lanes::max(a, acc[static_cast<std::size_t>(b) * NR + j]);
-          t = lanes::max(t, tail[static_cast<std::size_t>(b) * NR + j]);
-        }
-        *out = lanes::max(*out, lanes::max(lanes_max(a), t));
-      } else {
-        for (index_t b = 0; b < split.count; ++b)
-          totals[static_cast<std::size_t>(b)] = rsum[static_cast<std::size_t>(b) * NR + j].total();
-        *out = sum_of_blocks(totals.data(), split.count);
-      }
-    }
-  }
-  const fused_view& L_;
+  const fused_view& layout_;
   const row_body_fn<T>* bodies_;
-  node_eval<T>& g_;
+  node_eval<T>& nodes_;
 };
 
 template <Element T>
 void fused_runner<T>::run(int n) {
   for (int S = 0; S < n;) {
     const int E = row_group_end(S, n);
-    if (E - S >= 2) row_group(S, E);
+    if (E - S >= 2) run_row_group(S, E);
     else stage(S);
     S = std::max(E, S + 1);
   }
@@ -812,13 +1013,13 @@ void fused_runner<T>::run(int n) {
 
 template <Element T>
 void fused_runner<T>::stage(int S) {
-  for (int j = L_.first_matmul[S]; j < L_.first_matmul[S + 1]; ++j) eval(L_.matmul_nodes[j]);
-  loop(S);
+  for (int j = layout_.first_matmul[S]; j < layout_.first_matmul[S + 1]; ++j) eval(layout_.matmul_nodes[j]);
+  run_loop(S);
 }
 
 template <Element T>
 void fused_runner<T>::eval(int c) {
-  g_.values[static_cast<std::size_t>(c)] = g_.eval(c);
+  nodes_.values[static_cast<std::size_t>(c)] = nodes_.eval(c);
 }
 
 }  // namespace fusegrad::detail

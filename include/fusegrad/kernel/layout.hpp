@@ -88,8 +88,9 @@ constexpr fused_layout<A::M> make_fused_layout() {
       if (loads[s][c]) L.load_nodes[at(nl++)] = static_cast<int>(c);
     }
     const int c0 = L.first_compute[s], w0 = L.first_store[s], r0 = L.first_reduce[s], l0 = L.first_load[s];
-    // Slots: load j is slot j, element-wise node q is slot NL + q; a custom node shares its
-    // operand's slot; slot NL + NC stays null (the second operand of a unary node).
+    // Slots: the stage's loads first (load j is slot j), then its element-wise nodes in order;
+    // a custom node shares its operand's slot; the slot after them all stays null (the second
+    // operand of a unary node).
     std::array<int, M> slot{};
     slot.fill(-1);
     for (int j = l0; j < nl; ++j) slot[at(L.load_nodes[at(j)])] = j - l0;

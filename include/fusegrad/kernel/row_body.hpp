@@ -47,7 +47,8 @@ inline constexpr std::size_t register_stage_nodes = 16;
 inline constexpr std::size_t register_cheap_stage_nodes = 64;
 /// The most slow ops (a transcendental function: see `slow_op_cost`) one path through a stage
 /// may hold for its loop to run batch by batch in registers: one (`cos(cos(x)) * y`'s forward,
-/// two slow ops deep, runs faster in clusters, as fast as a hand loop).
+/// its two cosines in separate clusters, runs faster than with both in registers, and as fast
+/// as the hand loop).
 inline constexpr int register_slow_chain = 1;
 /// The most element-wise nodes of a stage run in clusters (see `stage_batches::cluster_of`)
 /// when they cannot all run in registers; a larger stage runs node by node over each tile.
@@ -88,13 +89,13 @@ constexpr std::pair<int, std::size_t> slow_chain(int S) {
 /// Whether the batches of stage `S` go through its nodes in registers (the values of a batch
 /// never leave them), else in clusters or node by node over each tile (see `stage_batches`).
 /// Not where a batch would wait on a chain of slow ops: a batch through ten `tanh` in a row
-/// waits for ten latencies, where over a tile the batches of one `tanh` overlap (clusters keep
-/// that overlap and still keep each value in L1: the fastest of the three for the ten-layer
-/// chain's forward). In registers where the stage is small, or larger but of cheap ops only,
-/// whose operands through L1 would cost more than the ops (the chain's backward, 50 nodes of
-/// arithmetic, runs much faster in registers); a large stage with slow ops runs
-/// as fast by tiles, and every op a batch inlines adds to the compile time of the user's TU
-/// (slow ops are also the long ones). See docs/compile.md, "How `fused` runs".
+/// waits for ten latencies, where over a tile the batches of one `tanh` overlap (the ten-layer
+/// chain's forward runs more than twice as fast by tiles as in registers, and faster still in
+/// clusters). In registers where the stage is small, or larger but of cheap ops only, whose
+/// operands through L1 would cost more than the ops (the chain's backward, 50 nodes of
+/// arithmetic, runs more than twice as fast in registers as by tiles); a large stage with slow
+/// ops runs as fast by tiles (a 40-node function), and every op a batch inlines adds to the
+/// compile time of the user's TU (slow ops are also the long ones).
 template <class A, const auto& Active, const auto& Keep>
 constexpr bool stage_in_registers(int S) {
   const auto [chain, nodes] = slow_chain<A, Active, Keep>(S);
@@ -108,8 +109,9 @@ struct stage_batches {
   static constexpr auto& L = fused_layout_v<A, Active, Keep>;
   static constexpr std::size_t s = static_cast<std::size_t>(S);
   static constexpr std::size_t c0 = static_cast<std::size_t>(L.first_compute[s]);
-  static constexpr std::size_t NL = static_cast<std::size_t>(L.first_load[s + 1] - L.first_load[s]);
-  static constexpr std::size_t NC = static_cast<std::size_t>(L.first_compute[s + 1] - L.first_compute[s]);
+  /// The stage's loads and element-wise nodes.
+  static constexpr std::size_t load_count = static_cast<std::size_t>(L.first_load[s + 1] - L.first_load[s]);
+  static constexpr std::size_t node_count = static_cast<std::size_t>(L.first_compute[s + 1] - L.first_compute[s]);
   using V = simd<T>;
   static constexpr index_t W = static_cast<index_t>(V::size);
   /// Whether the stage's batches go through its nodes in registers (`stage_in_registers`).
@@ -119,13 +121,13 @@ struct stage_batches {
   /// one of them holding at most one slow op (a stage in registers is one cluster). Values a
   /// later cluster reads go through their tile registers (L1). The ten-layer tanh chain's
   /// forward runs as a careful hand loop does, one `tanh(h * w)` per cluster over a tile.
-  static constexpr std::array<int, NC + 1> cluster_of = [] {
-    std::array<int, NC + 1> k{};
-    if (in_registers || NC > cluster_stage_nodes) return k;
+  static constexpr std::array<int, node_count + 1> cluster_of = [] {
+    std::array<int, node_count + 1> k{};
+    if (in_registers || node_count > cluster_stage_nodes) return k;
     std::array<int, A::M> depth{}, home{};  // per node: slow ops on a path to it in its cluster; its cluster
     home.fill(-1);
     int cur = 0;
-    for (std::size_t q = 0; q < NC; ++q) {
+    for (std::size_t q = 0; q < node_count; ++q) {
       const auto c = static_cast<std::size_t>(L.compute_nodes[c0 + q]);
       const bool slow = slow_node<A>(c);
       int d = 0;
@@ -141,36 +143,36 @@ struct stage_batches {
     }
     return k;
   }();
-  static constexpr int clusters = in_registers ? 1 : (NC > cluster_stage_nodes ? 0 : cluster_of[NC > 0 ? NC - 1 : 0] + 1);
+  static constexpr int clusters = in_registers ? 1 : (node_count > cluster_stage_nodes ? 0 : cluster_of[node_count > 0 ? node_count - 1 : 0] + 1);
   /// Per cluster, the slots its batches load (read, not computed in it), and per node whether
   /// a later cluster reads its value (it writes it to its tile register).
-  static constexpr std::size_t NS = NL + NC + 1;
+  static constexpr std::size_t slot_count = load_count + node_count + 1;
   static constexpr auto cluster_loads = [] {
-    std::array<std::array<bool, NS>, (clusters > 0 ? clusters : 1)> need{};
-    std::array<int, NS> made{};  // per slot: the cluster computing it (-1: a load)
+    std::array<std::array<bool, slot_count>, (clusters > 0 ? clusters : 1)> need{};
+    std::array<int, slot_count> made{};  // per slot: the cluster computing it (-1: a load)
     made.fill(-1);
-    for (std::size_t q = 0; q < NC; ++q)
+    for (std::size_t q = 0; q < node_count; ++q)
       if (L.tile_register[c0 + q] >= 0) made[static_cast<std::size_t>(L.out_slot[c0 + q])] = cluster_of[q];
-    for (std::size_t q = 0; q < NC; ++q) {
+    for (std::size_t q = 0; q < node_count; ++q) {
       const auto K = static_cast<std::size_t>(cluster_of[q]);
       const bool custom_node = L.tile_register[c0 + q] < 0;
       for (int sl : {custom_node ? L.out_slot[c0 + q] : L.a_slot[c0 + q], custom_node ? -1 : L.b_slot[c0 + q]})
-        if (sl >= 0 && static_cast<std::size_t>(sl) != NS - 1 && made[static_cast<std::size_t>(sl)] != static_cast<int>(K))
+        if (sl >= 0 && static_cast<std::size_t>(sl) != slot_count - 1 && made[static_cast<std::size_t>(sl)] != static_cast<int>(K))
           need[K][static_cast<std::size_t>(sl)] = true;
     }
     return need;
   }();
-  static constexpr std::array<bool, NC + 1> crosses = [] {
-    std::array<bool, NC + 1> x{};
-    for (std::size_t q = 0; q < NC; ++q)
+  static constexpr std::array<bool, node_count + 1> crosses = [] {
+    std::array<bool, node_count + 1> x{};
+    for (std::size_t q = 0; q < node_count; ++q)
       for (int K = cluster_of[q] + 1; K < clusters; ++K)
         x[q] = x[q] || (L.tile_register[c0 + q] >= 0 && cluster_loads[static_cast<std::size_t>(K)][static_cast<std::size_t>(L.out_slot[c0 + q])]);
     return x;
   }();
   /// The slots a store or a reduction of the stage reads (through the runner's per-tile
   /// hook): in memory at the end of a tile.
-  static constexpr std::array<bool, NL + NC + 1> hooked = [] {
-    std::array<bool, NL + NC + 1> h{};
+  static constexpr std::array<bool, load_count + node_count + 1> hooked = [] {
+    std::array<bool, load_count + node_count + 1> h{};
     for (int j = L.first_store[s]; j < L.first_store[s + 1]; ++j) h[static_cast<std::size_t>(L.store_slot[static_cast<std::size_t>(j)])] = true;
     for (int j = L.first_reduce[s]; j < L.first_reduce[s + 1]; ++j)
       h[static_cast<std::size_t>(L.reduce_slot[static_cast<std::size_t>(j)])] = true;
@@ -179,17 +181,17 @@ struct stage_batches {
   /// Per element-wise node: whether the next node of the stage is its sibling (sin and cos of
   /// one operand, placed together by the layout) in the same cluster: the node computes both
   /// values with its op's `with_sibling`, and the next node computes nothing.
-  static constexpr std::array<bool, NC + 1> sibling_next = [] {
-    std::array<bool, NC + 1> r{};
-    for (std::size_t q = 0; q + 1 < NC; ++q)
+  static constexpr std::array<bool, node_count + 1> sibling_next = [] {
+    std::array<bool, node_count + 1> r{};
+    for (std::size_t q = 0; q + 1 < node_count; ++q)
       r[q] = L.tile_register[c0 + q] >= 0 && L.tile_register[c0 + q + 1] >= 0 &&
              A::cg.sibling[static_cast<std::size_t>(L.compute_nodes[c0 + q])] == L.compute_nodes[c0 + q + 1] &&
              cluster_of[q] == cluster_of[q + 1];
     return r;
   }();
-  static constexpr std::array<bool, NC + 1> sibling_prev = [] {
-    std::array<bool, NC + 1> r{};
-    for (std::size_t q = 1; q < NC; ++q) r[q] = sibling_next[q - 1];
+  static constexpr std::array<bool, node_count + 1> sibling_prev = [] {
+    std::array<bool, node_count + 1> r{};
+    for (std::size_t q = 1; q < node_count; ++q) r[q] = sibling_next[q - 1];
     return r;
   }();
   /// Element-wise node `Q` of the stage is a custom node (its value is its operand's).
@@ -235,13 +237,13 @@ struct stage_batches {
   template <int K>
   static constexpr auto load_list = index_list([] {
     auto m = cluster_loads[static_cast<std::size_t>(K)];
-    m[NS - 1] = false;  // the null slot
+    m[slot_count - 1] = false;  // the null slot
     return m;
   });
   template <int K>
   static constexpr auto node_list = index_list([] {
-    std::array<bool, NC> m{};
-    for (std::size_t q = 0; q < NC; ++q) m[q] = cluster_of[q] == K;
+    std::array<bool, node_count> m{};
+    for (std::size_t q = 0; q < node_count; ++q) m[q] = cluster_of[q] == K;
     return m;
   });
   /// The batch at element `k` of the tile through cluster `K`: the slots it loads from `src`
@@ -250,7 +252,7 @@ struct stage_batches {
   static void batch([[maybe_unused]] const ops_t& ops, [[maybe_unused]] const T* const* src,
                     [[maybe_unused]] T* const* dst, [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k,
                     std::index_sequence<I...>, std::index_sequence<P...>) {
-    V v[NS];
+    V v[slot_count];
     ((v[load_list<K>[I]] = V::load_unaligned(src[load_list<K>[I]] + k)), ...);
     (node<node_list<K>[P]>(v, ops, dst, step, k), ...);
   }
@@ -301,41 +303,41 @@ struct stage_batches {
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
 void row_body(const row_args<T>& r, index_t n) {
   using B = stage_batches<A, Active, Keep, S, T>;
-  constexpr std::size_t NL = B::NL, NC = B::NC;
+  constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
   constexpr index_t W = B::W;
   const T** const slot = r.slot;
   const void* const* const ops = r.ops;
-  T* dst[NC > 0 ? NC : 1];
+  T* dst[node_count > 0 ? node_count : 1];
   for (index_t i = 0; i < n; i += tile_elems) {
     const index_t m = std::min(tile_elems, n - i);
-    for (std::size_t j = 0; j < NL; ++j) slot[j] = r.lrow[j] + i * r.lstep[j];
+    for (std::size_t j = 0; j < load_count; ++j) slot[j] = r.lrow[j] + i * r.lstep[j];
     if (r.before) r.before(r.hook_state, i, m);
-    for (std::size_t q = 0; q < NC; ++q) {
+    for (std::size_t q = 0; q < node_count; ++q) {
       dst[q] = r.dst[q] + i * r.step[q];
       if (B::L.tile_register[B::c0 + q] >= 0) slot[B::L.out_slot[B::c0 + q]] = dst[q];
     }
     if constexpr (B::clusters == 0) {  // node by node over the tile, each with its tile kernel
-      B::tile_nodes(r, slot, dst, m, std::make_index_sequence<NC>{});
+      B::tile_nodes(r, slot, dst, m, std::make_index_sequence<node_count>{});
     } else {
       constexpr auto clusters = std::make_integer_sequence<int, B::clusters>{};
       const index_t k = m / W * W;
       B::all_batches(ops, slot, dst, r.step, 0, k, clusters);
       if (k < m) {  // the last, partial batch: zero-padded copies in, the valid lanes out
         const index_t rem = m - k;
-        alignas(64) T in[NL > 0 ? NL : 1][W];
+        alignas(64) T in[load_count > 0 ? load_count : 1][W];
         // Every node writes its `out` row before a store reads it (`writes` implies
         // `writes_in_cluster`); zeroed anyway, as GCC cannot see that through the clusters'
         // fold and warns (-Wmaybe-uninitialized) in a release build.
-        alignas(64) T out[NC > 0 ? NC : 1][W] = {};
-        const T* src[B::NS];  // by slot: the loads' copies, the nodes' values (a later cluster reads)
-        T* to[NC > 0 ? NC : 1];
+        alignas(64) T out[node_count > 0 ? node_count : 1][W] = {};
+        const T* src[B::slot_count];  // by slot: the loads' copies, the nodes' values (a later cluster reads)
+        T* to[node_count > 0 ? node_count : 1];
         // (a masked load stored whole: the batch loads below read one store, which forwards;
         // copied element by element, each stalled)
-        for (std::size_t j = 0; j < NL; ++j) load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
-        for (std::size_t q = 0; q < NC; ++q) src[NL + q] = to[q] = out[q];
-        src[NL + NC] = nullptr;
+        for (std::size_t j = 0; j < load_count; ++j) load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
+        for (std::size_t q = 0; q < node_count; ++q) src[load_count + q] = to[q] = out[q];
+        src[load_count + node_count] = nullptr;
         B::all_batches(ops, src, to, r.step, 0, W, clusters);
-        for (std::size_t q = 0; q < NC; ++q)
+        for (std::size_t q = 0; q < node_count; ++q)
           if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
       }
     }
