@@ -41,7 +41,9 @@ using namespace fusegrad_bench;
 
 struct inputs {
   explicit inputs(long n)
-      : x(fg::randn<float>({n}, 1)), y(fg::randn<float>({n}, 2)), z(fg::randn<float>({n}, 3)),
+      : x(fg::randn<float>({n}, 1)),
+        y(fg::randn<float>({n}, 2)),
+        z(fg::randn<float>({n}, 3)),
         g(fg::randn<float>({n}, 4)) {}
   fg::tensor<float> x, y, z, g;
 };

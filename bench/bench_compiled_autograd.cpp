@@ -57,7 +57,8 @@ constexpr int layers = 20;
 struct chain {
   explicit chain(long n) : x(fg::randn<float>({n}, 1).requires_grad(true)) {
     for (int i = 0; i < layers; ++i)
-      w.push_back((fg::randn<float>({n}, 10 + static_cast<std::uint64_t>(i)) * 0.5f + 1.0f).detach().requires_grad(true));
+      w.push_back(
+          (fg::randn<float>({n}, 10 + static_cast<std::uint64_t>(i)) * 0.5f + 1.0f).detach().requires_grad(true));
     fg::tensor<float> h = x;
     acts.push_back(x);
     for (const auto& wi : w) acts.push_back(h = fg::tanh(h * wi));
@@ -76,8 +77,8 @@ struct chain {
 /// The chain's backward by hand from the saved activations, as the tape holds them: one pass
 /// reading x, the weights and the activations, writing the 21 gradients (the memory-bound
 /// optimum for this tape; no transcendental recomputed).
-__attribute__((noinline)) void hand_chain_backward_saved(const float* const* act, const float* const* w, float* __restrict gx,
-                                                         float* const* gw, long n) {
+__attribute__((noinline)) void hand_chain_backward_saved(const float* const* act, const float* const* w,
+                                                         float* __restrict gx, float* const* gw, long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
     B g(1.0f);
@@ -141,7 +142,8 @@ __attribute__((noinline)) void hand_chain_backward_saved_blocked(const float* co
 /// reference to beat: it tells the cost of running a graph instruction by instruction (an
 /// interpreter's loops) from the cost of the captured program's own dispatch.
 template <int K>
-__attribute__((noinline)) void hand_pass(const float* __restrict a, const float* __restrict b, float* __restrict o, long m) {
+__attribute__((noinline)) void hand_pass(const float* __restrict a, const float* __restrict b, float* __restrict o,
+                                         long m) {
   long i = 0;
   for (; i + W <= m; i += W) {
     const B x = B::load_unaligned(a + i), y = B::load_unaligned(b + i);
@@ -168,8 +170,8 @@ __attribute__((noinline)) void hand_chain_backward_saved_split(const float* cons
 
 /// The chain's backward by hand: per SIMD batch, the forward recomputed into registers, then
 /// the gradients from the last layer down.
-__attribute__((noinline)) void hand_chain_backward(const float* __restrict x, const float* const* w, float* __restrict gx,
-                                                   float* const* gw, long n) {
+__attribute__((noinline)) void hand_chain_backward(const float* __restrict x, const float* const* w,
+                                                   float* __restrict gx, float* const* gw, long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
     B h[layers + 1];
@@ -259,7 +261,9 @@ void BM_chain_backward_compiled(benchmark::State& state) {
   set_bytes(state, state.range(0));
 }
 void BM_chain_backward_hand_saved(benchmark::State& state) { time_hand(state, hand_chain_backward_saved); }
-void BM_chain_backward_hand_saved_blocked(benchmark::State& state) { time_hand(state, hand_chain_backward_saved_blocked); }
+void BM_chain_backward_hand_saved_blocked(benchmark::State& state) {
+  time_hand(state, hand_chain_backward_saved_blocked);
+}
 void BM_chain_backward_hand_saved_split(benchmark::State& state) { time_hand(state, hand_chain_backward_saved_split); }
 void BM_chain_backward_hand(benchmark::State& state) {
   time_hand(state, [](const float* const* act, const float* const* w, float* gx, float* const* gw, long n) {

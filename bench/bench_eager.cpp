@@ -53,12 +53,12 @@ struct aligned64 {
   aligned64() = default;
   template <class U>
   aligned64(const aligned64<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
-  }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{64}); }
   template <class U>
-  bool operator==(const aligned64<U>&) const noexcept { return true; }
+  bool operator==(const aligned64<U>&) const noexcept {
+    return true;
+  }
 };
 using fvec = std::vector<float, aligned64<float>>;
 
@@ -112,8 +112,8 @@ HAND float sum_loop_xsimd(const float* __restrict a, index_t n) {
   return s;
 }
 // [rows, cols] + [cols]
-HAND void bcast_add_loop(const float* __restrict a, const float* __restrict b, float* __restrict c,
-                         index_t rows, index_t cols) {
+HAND void bcast_add_loop(const float* __restrict a, const float* __restrict b, float* __restrict c, index_t rows,
+                         index_t cols) {
   for (index_t r = 0; r < rows; ++r) {
     const float* __restrict ar = a + r * cols;
     float* __restrict cr = c + r * cols;
@@ -469,7 +469,7 @@ void BM_fwd_bwd_hand(benchmark::State& st) {
   fvec gx(static_cast<std::size_t>(n)), gy(static_cast<std::size_t>(n));
   for (auto _ : st) {
     const float loss = Xsimd ? fwd_bwd_loop_xsimd(x.data(), y.data(), gx.data(), gy.data(), n)
-                       : fwd_bwd_loop(x.data(), y.data(), gx.data(), gy.data(), n);
+                             : fwd_bwd_loop(x.data(), y.data(), gx.data(), gy.data(), n);
     benchmark::DoNotOptimize(loss);
     benchmark::DoNotOptimize(gx.data());
     benchmark::DoNotOptimize(gy.data());
@@ -506,19 +506,18 @@ const int registered = [] {
   register_cases("bcast_add", {{"fusegrad", BM_bcast_add_fusegrad}, {"hand", BM_bcast_add_hand}},
                  {1 << 4, 1 << 10, 1 << 16, 1 << 20});
   register_cases("matmul",
-                 {{"fusegrad", BM_matmul_fusegrad},
-                  {"hand", BM_matmul_hand<false>},
-                  {"hand_tiled", BM_matmul_hand<true>},
+                 {
+                   {"fusegrad", BM_matmul_fusegrad}, {"hand", BM_matmul_hand<false>},
+                       {"hand_tiled", BM_matmul_hand<true>},
 #if defined(FUSEGRAD_HAVE_EIGEN)
-                  {"eigen", BM_matmul_eigen},
+                       {"eigen", BM_matmul_eigen},
 #endif
                  },
                  {16, 64, 256});
-  register_cases("fwd_bwd",
-                 {{"fusegrad", BM_fwd_bwd_fusegrad},
-                  {"hand", BM_fwd_bwd_hand<false>},
-                  {"hand_xsimd", BM_fwd_bwd_hand<true>}},
-                 {1, 1 << 4, 1 << 10, 1 << 16, 1 << 20});
+  register_cases(
+      "fwd_bwd",
+      {{"fusegrad", BM_fwd_bwd_fusegrad}, {"hand", BM_fwd_bwd_hand<false>}, {"hand_xsimd", BM_fwd_bwd_hand<true>}},
+      {1, 1 << 4, 1 << 10, 1 << 16, 1 << 20});
   return 0;
 }();
 

@@ -122,7 +122,8 @@ template <class Body>
   }
   if (i < n) {
 #if defined(__AVX2__)
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i m =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     BF dx;
     const BF dy = body(BF(_mm256_maskload_ps(x + i, m)), BF(_mm256_maskload_ps(y + i, m)), dx);
     _mm256_maskstore_ps(gx + i, m, dx);
@@ -173,7 +174,9 @@ __attribute__((noinline)) float hand_ccy_sincos(const float* __restrict x, const
 struct ccy_data {
   std::vector<float> x, y, gx, gy;
   explicit ccy_data(long n) : x(static_cast<std::size_t>(n)), y(x.size()), gx(x.size()), gy(x.size()) {
-    for (long i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = std::sin(0.1f * float(i)), y[static_cast<std::size_t>(i)] = 1.0f + 0.001f * float(i % 100);
+    for (long i = 0; i < n; ++i)
+      x[static_cast<std::size_t>(i)] = std::sin(0.1f * float(i)),
+      y[static_cast<std::size_t>(i)] = 1.0f + 0.001f * float(i % 100);
   }
 };
 
@@ -414,7 +417,8 @@ auto asian = [](const auto& z, auto s0, auto k, auto r, auto sigma, auto t) {
   const auto p = fg::size(z) / fixings;
   const auto wz = [&]<std::size_t... j>(std::index_sequence<j...>) {
     return ((double(fixings - j) / fixings * fg::slice(z, long(j) * p, p)) + ...);
-  }(std::make_index_sequence<fixings>{});
+  }
+  (std::make_index_sequence<fixings>{});
   const auto logg = (r - 0.5 * sigma * sigma) * dt * weight_sum + sigma * fg::sqrt(dt) * wz;
   return fg::exp(-r * t) * fg::mean(fg::relu(s0 * fg::exp(logg) - k));
 };
@@ -434,7 +438,8 @@ __attribute__((noinline)) double hand_asian(const double* __restrict z, double s
   BD acc(0.0);
   for (long p = 0; p < paths; p += WD) {
     BD wz(0.0);
-    for (int j = 0; j < fixings; ++j) wz = xsimd::fma(BD(double(fixings - j) / fixings), BD::load_unaligned(z + j * paths + p), wz);
+    for (int j = 0; j < fixings; ++j)
+      wz = xsimd::fma(BD(double(fixings - j) / fixings), BD::load_unaligned(z + j * paths + p), wz);
     acc += xsimd::max(BD(s0) * xsimd::exp(BD(drift) + BD(vol) * wz) - BD(k), BD(0.0));
   }
   return std::exp(-r * t) * xsimd::hadd(acc) / paths;
@@ -446,7 +451,8 @@ void BM_asian_price_hand(benchmark::State& s) {
 }
 void BM_asian_price_fg(benchmark::State& s) {
   const auto z = normals();
-  for (auto _ : s) benchmark::DoNotOptimize(fg::vjp(asian, std::span<const double>(z), 100.0, 100.0, 0.03, 0.25, 1.0).first);
+  for (auto _ : s)
+    benchmark::DoNotOptimize(fg::vjp(asian, std::span<const double>(z), 100.0, 100.0, 0.03, 0.25, 1.0).first);
 }
 void BM_asian_price_and_greeks_fg(benchmark::State& s) {
   const auto z = normals();

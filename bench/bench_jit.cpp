@@ -85,7 +85,8 @@ void BM_coscos_fwd_bwd_hand(benchmark::State& state) {
 constexpr long tiny = 16;
 
 void BM_tiny_call_jit(benchmark::State& state) {
-  auto f = fg::jit([](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) { return x * y + z; });
+  auto f = fg::jit(
+      [](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) { return x * y + z; });
   const auto x = fg::randn<float>({tiny}, 1), y = fg::randn<float>({tiny}, 2), z = fg::randn<float>({tiny}, 3);
   fg::no_grad ng;
   for (auto _ : state) {
@@ -126,9 +127,8 @@ void BM_guard_check(benchmark::State& state) {
     bool ok = e.accepts(ins, true, alias);
     benchmark::DoNotOptimize(ok);
   }
-  state.counters["ns_per_tensor"] =
-      benchmark::Counter(static_cast<double>(k) * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_tensor"] = benchmark::Counter(static_cast<double>(k) * static_cast<double>(state.iterations()),
+                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // ---- trace_once beside the default jit and eager mode.
@@ -145,7 +145,8 @@ auto make_variant(variant v, F f) {
 
 void once_vs_coscos(benchmark::State& state, variant v) {
   const long n = state.range(0);
-  const auto f = make_variant(v, [](const fg::tensor<float>& x, const fg::tensor<float>& y) { return fg::sum(fg::cos(fg::cos(x)) * y); });
+  const auto f = make_variant(
+      v, [](const fg::tensor<float>& x, const fg::tensor<float>& y) { return fg::sum(fg::cos(fg::cos(x)) * y); });
   inputs in(n);
   fg::tensor<float> x = in.x.detach().requires_grad(true), y = in.y.detach().requires_grad(true);
   for (auto _ : state) {
@@ -158,7 +159,8 @@ void once_vs_coscos(benchmark::State& state, variant v) {
 
 void once_vs_xyz(benchmark::State& state, variant v) {
   const long n = state.range(0);
-  const auto f = make_variant(v, [](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) { return x * y + z; });
+  const auto f = make_variant(
+      v, [](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) { return x * y + z; });
   const auto x = fg::randn<float>({n}, 1), y = fg::randn<float>({n}, 2), z = fg::randn<float>({n}, 3);
   fg::no_grad ng;
   for (auto _ : state) {
@@ -173,8 +175,12 @@ const bool once_vs_registered = [] {
       for (variant v : {variant::eager, variant::jit, variant::once}) {
         const std::string tail = std::string("/") + variant_name[static_cast<int>(v)];
         const std::string r = "/round:" + std::to_string(round);
-        benchmark::RegisterBenchmark(("once_vs/coscos" + tail + r).c_str(), once_vs_coscos, v)->Arg(n)->Unit(benchmark::kMicrosecond);
-        benchmark::RegisterBenchmark(("once_vs/xyz" + tail + r).c_str(), once_vs_xyz, v)->Arg(n)->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark(("once_vs/coscos" + tail + r).c_str(), once_vs_coscos, v)
+            ->Arg(n)
+            ->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark(("once_vs/xyz" + tail + r).c_str(), once_vs_xyz, v)
+            ->Arg(n)
+            ->Unit(benchmark::kMicrosecond);
       }
   return true;
 }();

@@ -109,7 +109,8 @@ __attribute__((noinline)) void tanh10_forward_save(const float* __restrict x, co
       float* __restrict out = hs[k] + i0;
       const float* __restrict wb = w + i0;
       long i = 0;
-      for (; i + W <= m; i += W) xsimd::tanh(B::load_unaligned(prev + i) * B::load_unaligned(wb + i)).store_unaligned(out + i);
+      for (; i + W <= m; i += W)
+        xsimd::tanh(B::load_unaligned(prev + i) * B::load_unaligned(wb + i)).store_unaligned(out + i);
       for (; i < m; ++i) out[i] = std::tanh(prev[i] * wb[i]);
     }
   }
@@ -157,8 +158,11 @@ __attribute__((noinline)) void xyz_backward(const float* __restrict x, const flo
 // ---- the cases ----------------------------------------------------------------------------
 struct data {
   explicit data(long n)
-      : x(fg::randn<float>({n}, 1)), y(fg::randn<float>({n}, 2)), z(fg::randn<float>({n}, 3)),
-        w(fg::randn<float>({n}, 5) * 0.5f + 1.0f), g(fg::randn<float>({n}, 4)) {}
+      : x(fg::randn<float>({n}, 1)),
+        y(fg::randn<float>({n}, 2)),
+        z(fg::randn<float>({n}, 3)),
+        w(fg::randn<float>({n}, 5) * 0.5f + 1.0f),
+        g(fg::randn<float>({n}, 4)) {}
   tf x, y, z, w, g;
 };
 
@@ -173,8 +177,8 @@ void library_case(benchmark::State& state, F f, const tf& g, const X&... ins) {
   std::array<tf, sizeof...(X)> leaves{ins.detach().requires_grad(true)...};
   for (auto _ : state) {
     for (auto& l : leaves) l.zero_grad();
-    tf out = [&]<std::size_t... I>(std::index_sequence<I...>) { return tf(f(leaves[I]...)); }(
-        std::index_sequence_for<X...>{});
+    tf out = [&]<std::size_t... I>(std::index_sequence<I...>) { return tf(f(leaves[I]...)); }
+    (std::index_sequence_for<X...>{});
     out.backward(g);
     benchmark::DoNotOptimize(leaves[0].grad().data_ptr());
   }

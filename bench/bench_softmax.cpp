@@ -136,25 +136,27 @@ auto softmax = [](auto x) { return fg::softmax(x, -1); };
 auto log_softmax = [](auto x) { return fg::log_softmax(x, -1); };
 auto logsumexp = [](auto x) { return fg::logsumexp(x, -1); };
 
-#define FORWARD_CASES(name, fn, hand)                                                        \
-  void BM_##name##_eager(benchmark::State& s) { run_forward(s, [](const fg::tensor<float>& x) { return fn(x); }); } \
-  void BM_##name##_compiled(benchmark::State& s) {                                           \
-    auto f = fg::compile(fn);                                                                \
-    run_forward(s, f);                                                                       \
-  }                                                                                          \
-  void BM_##name##_jit(benchmark::State& s) {                                                \
-    auto f = fg::jit([](const fg::tensor<float>& x) { return fn(x); });                       \
-    run_forward(s, f);                                                                       \
-  }                                                                                          \
-  void BM_##name##_hand(benchmark::State& s) {                                               \
-    const long rows = s.range(0);                                                            \
-    const auto x = input(rows).to_vector();                                                  \
-    std::vector<float> y(static_cast<std::size_t>(rows * C));                                \
-    for (auto _ : s) {                                                                       \
-      hand(x.data(), y.data(), rows);                                                        \
-      benchmark::DoNotOptimize(y.data());                                                    \
-    }                                                                                        \
-    s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float)));       \
+#define FORWARD_CASES(name, fn, hand)                                                  \
+  void BM_##name##_eager(benchmark::State& s) {                                        \
+    run_forward(s, [](const fg::tensor<float>& x) { return fn(x); });                  \
+  }                                                                                    \
+  void BM_##name##_compiled(benchmark::State& s) {                                     \
+    auto f = fg::compile(fn);                                                          \
+    run_forward(s, f);                                                                 \
+  }                                                                                    \
+  void BM_##name##_jit(benchmark::State& s) {                                          \
+    auto f = fg::jit([](const fg::tensor<float>& x) { return fn(x); });                \
+    run_forward(s, f);                                                                 \
+  }                                                                                    \
+  void BM_##name##_hand(benchmark::State& s) {                                         \
+    const long rows = s.range(0);                                                      \
+    const auto x = input(rows).to_vector();                                            \
+    std::vector<float> y(static_cast<std::size_t>(rows * C));                          \
+    for (auto _ : s) {                                                                 \
+      hand(x.data(), y.data(), rows);                                                  \
+      benchmark::DoNotOptimize(y.data());                                              \
+    }                                                                                  \
+    s.SetBytesProcessed(s.iterations() * rows * C * static_cast<long>(sizeof(float))); \
   }
 FORWARD_CASES(softmax, softmax, hand_softmax)
 FORWARD_CASES(log_softmax, log_softmax, hand_log_softmax)
@@ -178,7 +180,9 @@ void run_cross_entropy(benchmark::State& state, F&& logits_of) {
   }
   state.SetBytesProcessed(state.iterations() * rows * C * static_cast<long>(sizeof(float)) * 2);
 }
-void BM_cross_entropy_eager(benchmark::State& s) { run_cross_entropy(s, [](const fg::tensor<float>& x) { return x; }); }
+void BM_cross_entropy_eager(benchmark::State& s) {
+  run_cross_entropy(s, [](const fg::tensor<float>& x) { return x; });
+}
 void BM_cross_entropy_jit(benchmark::State& s) {
   fg::compiled_autograd::enable on;
   const long rows = s.range(0);
@@ -227,17 +231,17 @@ void run_grad(benchmark::State& state, F&& f) {
 auto softmax_loss = [](auto x, auto g) { return fg::sum(fg::softmax(x, -1) * g); };
 auto log_softmax_loss = [](auto x, auto g) { return fg::sum(fg::log_softmax(x, -1) * g); };
 
-#define GRAD_CASES(name, fn)                                                                       \
-  void BM_##name##_grad_eager(benchmark::State& s) {                                               \
-    run_grad(s, [](const fg::tensor<float>& x, const fg::tensor<float>& g) { return fn(x, g); });  \
-  }                                                                                                \
-  void BM_##name##_grad_compiled(benchmark::State& s) {                                            \
-    auto f = fg::compile(fn);                                                                      \
-    run_grad(s, f);                                                                                \
-  }                                                                                                \
-  void BM_##name##_grad_jit(benchmark::State& s) {                                                 \
+#define GRAD_CASES(name, fn)                                                                           \
+  void BM_##name##_grad_eager(benchmark::State& s) {                                                   \
+    run_grad(s, [](const fg::tensor<float>& x, const fg::tensor<float>& g) { return fn(x, g); });      \
+  }                                                                                                    \
+  void BM_##name##_grad_compiled(benchmark::State& s) {                                                \
+    auto f = fg::compile(fn);                                                                          \
+    run_grad(s, f);                                                                                    \
+  }                                                                                                    \
+  void BM_##name##_grad_jit(benchmark::State& s) {                                                     \
     auto f = fg::jit([](const fg::tensor<float>& x, const fg::tensor<float>& g) { return fn(x, g); }); \
-    run_grad(s, f);                                                                                \
+    run_grad(s, f);                                                                                    \
   }
 GRAD_CASES(softmax, softmax_loss)
 GRAD_CASES(log_softmax, log_softmax_loss)
@@ -318,11 +322,15 @@ void run_torch_forward(benchmark::State& state, F&& f) {
   }
   state.SetBytesProcessed(state.iterations() * state.range(0) * C * static_cast<long>(sizeof(float)));
 }
-void BM_softmax_libtorch(benchmark::State& s) { run_torch_forward(s, [](const torch::Tensor& x) { return torch::softmax(x, -1); }); }
+void BM_softmax_libtorch(benchmark::State& s) {
+  run_torch_forward(s, [](const torch::Tensor& x) { return torch::softmax(x, -1); });
+}
 void BM_log_softmax_libtorch(benchmark::State& s) {
   run_torch_forward(s, [](const torch::Tensor& x) { return torch::log_softmax(x, -1); });
 }
-void BM_logsumexp_libtorch(benchmark::State& s) { run_torch_forward(s, [](const torch::Tensor& x) { return torch::logsumexp(x, -1); }); }
+void BM_logsumexp_libtorch(benchmark::State& s) {
+  run_torch_forward(s, [](const torch::Tensor& x) { return torch::logsumexp(x, -1); });
+}
 void BM_cross_entropy_libtorch(benchmark::State& s) {
   torch::set_num_threads(1);
   const long rows = s.range(0);
@@ -356,7 +364,9 @@ void run_torch_grad(benchmark::State& state, F&& f) {
   }
   state.SetBytesProcessed(state.iterations() * rows * cols * static_cast<long>(sizeof(float)) * 3);
 }
-void BM_softmax_grad_libtorch(benchmark::State& s) { run_torch_grad(s, [](const torch::Tensor& x) { return torch::softmax(x, -1); }); }
+void BM_softmax_grad_libtorch(benchmark::State& s) {
+  run_torch_grad(s, [](const torch::Tensor& x) { return torch::softmax(x, -1); });
+}
 void BM_log_softmax_grad_libtorch(benchmark::State& s) {
   run_torch_grad(s, [](const torch::Tensor& x) { return torch::log_softmax(x, -1); });
 }

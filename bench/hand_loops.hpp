@@ -28,8 +28,8 @@ struct lanes_trig {
 };
 
 template <class Trig = xsimd_trig>
-__attribute__((noinline)) void hand_forward(const float* __restrict x, const float* __restrict y,
-                                            float* __restrict out, long n) {
+__attribute__((noinline)) void hand_forward(const float* __restrict x, const float* __restrict y, float* __restrict out,
+                                            long n) {
   long i = 0;
   for (; i + W <= n; i += W)
     (Trig::cos(Trig::cos(B::load_unaligned(x + i))) * B::load_unaligned(y + i)).store_unaligned(out + i);
@@ -38,8 +38,8 @@ __attribute__((noinline)) void hand_forward(const float* __restrict x, const flo
 
 template <class Trig = xsimd_trig>
 __attribute__((noinline)) void hand_backward(const float* __restrict x, const float* __restrict y,
-                                             const float* __restrict g, float* __restrict gx,
-                                             float* __restrict gy, long n) {
+                                             const float* __restrict g, float* __restrict gx, float* __restrict gy,
+                                             long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
     const B xv = B::load_unaligned(x + i), gv = B::load_unaligned(g + i);
@@ -81,8 +81,8 @@ __attribute__((noinline)) void hand_backward_sincos(const float* __restrict x, c
 // (four transcendental calls per element instead of six, four more streams).
 template <class Trig = xsimd_trig>
 __attribute__((noinline)) void hand_forward_save(const float* __restrict x, const float* __restrict y,
-                                                 float* __restrict out, float* __restrict c1s,
-                                                 float* __restrict c2s, long n) {
+                                                 float* __restrict out, float* __restrict c1s, float* __restrict c2s,
+                                                 long n) {
   long i = 0;
   for (; i + W <= n; i += W) {
     const B c1 = Trig::cos(B::load_unaligned(x + i)), c2 = Trig::cos(c1);
@@ -115,7 +115,7 @@ __attribute__((noinline)) void hand_backward_save(const float* __restrict x, con
 }
 
 __attribute__((noinline)) inline void hand_xyz(const float* __restrict x, const float* __restrict y,
-                                        const float* __restrict z, float* __restrict out, long n) {
+                                               const float* __restrict z, float* __restrict out, long n) {
   for (long i = 0; i < n; ++i) out[i] = x[i] * y[i] + z[i];
 }
 

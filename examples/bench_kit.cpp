@@ -63,15 +63,15 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   char min_time[] = "--benchmark_min_time=0.01";  // seconds (Google Benchmark 1.7)
   if (quick) args.push_back(min_time);
-  const std::vector<fg::index_t> sizes = quick ? std::vector<fg::index_t>{10, 1 << 10}
-                                               : std::vector<fg::index_t>{10, 1 << 10, 1 << 16, 1 << 20};
+  const std::vector<fg::index_t> sizes =
+      quick ? std::vector<fg::index_t>{10, 1 << 10} : std::vector<fg::index_t>{10, 1 << 10, 1 << 16, 1 << 20};
   try {
     // [bench-kit-suite]
     fg::bench::suite("coscos", [](auto x, auto y) { return fg::cos(fg::cos(x)) * y; })
         .sizes(sizes)
-        .with_backward()   // sum(f(x, y)) and both gradients
+        .with_backward()  // sum(f(x, y)) and both gradients
         .hand(coscos_hand)
-        .check(1e-5)       // every variant against the hand loop first, at the smallest size
+        .check(1e-5)  // every variant against the hand loop first, at the smallest size
         .add();
     // [bench-kit-suite]
     // [bench-kit-xyz]

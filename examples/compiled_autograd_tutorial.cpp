@@ -32,7 +32,8 @@ struct captured_logs {
   explicit captured_logs(const char* channels) {
     fg::logs::set(channels);
     fg::logs::set_sink([this](fg::logs::channel c, std::string_view s) {
-      std::printf("  [fusegrad:%s] %.*s\n", std::string(fg::logs::name(c)).c_str(), static_cast<int>(s.size()), s.data());
+      std::printf("  [fusegrad:%s] %.*s\n", std::string(fg::logs::name(c)).c_str(), static_cast<int>(s.size()),
+                  s.data());
       lines.emplace_back(s);
     });
   }
@@ -86,7 +87,10 @@ int main() {
     const fg::tensor<float> x = fg::randn<float>({10}, 1);
     fg::tensor<float> loss = fg::sum(fg::tanh(model(x)) * 2.0f);
     fg::reset_counters();
-    { fg::compiled_autograd::enable scope; loss.backward(); }
+    {
+      fg::compiled_autograd::enable scope;
+      loss.backward();
+    }
     expect(logs.contains("graph of 'compiled_autograd'"), "the captured backward graph is logged");
     expect(logs.contains("tanh") || logs.contains("mul("), "it holds the tanh and mul backwards, fused");
     // The weight's gradient: linear is one node (LinearBackward0, as PyTorch's addmm), whose
@@ -170,7 +174,8 @@ int main() {
     }
     // [ca-hook]
     expect(max_abs_diff(x.grad(), fg::full<float>({10, 10}, 11.0f)) < 1e-6, "the hook ran: every gradient is 1 + 10");
-    expect(logs.contains("call_hook(%aot0_"), "the hook is a call_hook node of the captured graph, on the inlined backward");
+    expect(logs.contains("call_hook(%aot0_"),
+           "the hook is a call_hook node of the captured graph, on the inlined backward");
     expect(logs.contains("accumulate_grad(%"), "the gradient accumulation is in the captured graph");
   }
   {
@@ -184,7 +189,8 @@ int main() {
       loss.backward();
     }
     // [ca-hook-traced]
-    expect(max_abs_diff(x.grad(), fg::full<float>({10, 10}, 12.0f)) < 1e-6, "the traced hook ran: every gradient is 2 + 10");
+    expect(max_abs_diff(x.grad(), fg::full<float>({10, 10}, 12.0f)) < 1e-6,
+           "the traced hook ran: every gradient is 2 + 10");
     expect(logs.contains("add(%") && logs.contains(", 10.0)") && !logs.contains("call_hook"),
            "the generic hook is traced into the graph (add 10), not called");
   }
@@ -208,9 +214,12 @@ int main() {
     // [ca-new-node]
     fg::config().compiled_autograd = false;
     expect(logs.contains("Cache miss due to new autograd node: GraphRoot (NodeCall 0)"), "a miss for the first tape");
-    expect(logs.contains("Cache miss due to new autograd node: SubBackward0 (NodeCall 2)"), "SubBackward0 is a new node");
-    expect(logs.contains("Cache miss due to new autograd node: MulBackward0 (NodeCall 2)"), "MulBackward0 is a new node");
-    expect(logs.contains("Cache miss due to new autograd node: DivBackward0 (NodeCall 2)"), "DivBackward0 is a new node");
+    expect(logs.contains("Cache miss due to new autograd node: SubBackward0 (NodeCall 2)"),
+           "SubBackward0 is a new node");
+    expect(logs.contains("Cache miss due to new autograd node: MulBackward0 (NodeCall 2)"),
+           "MulBackward0 is a new node");
+    expect(logs.contains("Cache miss due to new autograd node: DivBackward0 (NodeCall 2)"),
+           "DivBackward0 is a new node");
   }
 
   std::printf("2. Due to tensors changing shapes\n");
@@ -228,9 +237,11 @@ int main() {
     // [ca-shapes]
     fg::config().compiled_autograd = false;
     const auto c = fg::counters();
-    expect(logs.contains("Cache miss due to changed shapes: marking size idx 1 of AccumulateGrad (NodeCall 2) as dynamic"),
-           "the changed sizes are marked dynamic");
-    expect(c.compiled_autograd_captures == 2 && c.compiled_autograd_hits == 1, "10 and 100 are captured, the second 10 hits");
+    expect(
+        logs.contains("Cache miss due to changed shapes: marking size idx 1 of AccumulateGrad (NodeCall 2) as dynamic"),
+        "the changed sizes are marked dynamic");
+    expect(c.compiled_autograd_captures == 2 && c.compiled_autograd_hits == 1,
+           "10 and 100 are captured, the second 10 hits");
     std::printf("  backward graphs compiled: %llu\n", static_cast<unsigned long long>(c.unique_graphs));
     expect(c.unique_graphs == 2, "the backward graph compiles twice");
   }
@@ -246,8 +257,8 @@ int main() {
       fg::compiled_autograd::enable on;
       // [ca-scalars]
       for (double k : {0.5, 2.0, 0.5, -3.0}) {
-        auto h = fg::tanh(x * w) * k + w;       // MulBackward1's k: scalars[...] of the graph
-        fg::sum(h * h).backward();             // one capture, then three direct hits
+        auto h = fg::tanh(x * w) * k + w;  // MulBackward1's k: scalars[...] of the graph
+        fg::sum(h * h).backward();         // one capture, then three direct hits
         compiled_grads.push_back(x.grad().to_vector());
         x.zero_grad();
         w.zero_grad();
@@ -255,7 +266,8 @@ int main() {
       // [ca-scalars]
     }
     const auto c = fg::counters();
-    expect(c.compiled_autograd_captures == 1 && c.compiled_autograd_direct == 3, "one capture, three hits that run the graph");
+    expect(c.compiled_autograd_captures == 1 && c.compiled_autograd_direct == 3,
+           "one capture, three hits that run the graph");
     bool same = true;
     std::size_t i = 0;
     for (double k : {0.5, 2.0, 0.5, -3.0}) {

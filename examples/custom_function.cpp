@@ -47,8 +47,7 @@ int main() {
   std::printf("saved %d tensors; max |grad difference| = %g\n", Cosine::saved_count, worst);
 
   // [custom-gradcheck]
-  auto r = fg::gradcheck([](const auto& x) { return fg::function<Cosine>::apply(x); },
-                         fg::randn<double>({3, 2}, 7));
+  auto r = fg::gradcheck([](const auto& x) { return fg::function<Cosine>::apply(x); }, fg::randn<double>({3, 2}, 7));
   std::printf("%s\n", r.message.c_str());
   // [custom-gradcheck]
   return (Cosine::saved_count == 3 && worst < 1e-6 && r) ? 0 : 1;

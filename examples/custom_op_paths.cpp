@@ -48,8 +48,10 @@ int main() {
   auto squared = [](auto x, auto w) { return softclip(x) * softclip(x) * w; };
   const auto compiled_scaled = fg::compile(scaled);
   const auto compiled_squared = fg::compile(squared);
-  const auto jitted_scaled = fg::jit([&](const fg::tensor<double>& x, const fg::tensor<double>& w) { return scaled(x, w); });
-  const auto jitted_squared = fg::jit([&](const fg::tensor<double>& x, const fg::tensor<double>& w) { return squared(x, w); });
+  const auto jitted_scaled =
+      fg::jit([&](const fg::tensor<double>& x, const fg::tensor<double>& w) { return scaled(x, w); });
+  const auto jitted_squared =
+      fg::jit([&](const fg::tensor<double>& x, const fg::tensor<double>& w) { return squared(x, w); });
 
   double worst = 0;
   auto run = [&](const char* path, auto&& f, bool sq) {

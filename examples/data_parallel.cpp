@@ -15,7 +15,8 @@ namespace {
 /// A step's share of the batch for `rank`: inputs, and a teacher's targets.
 std::pair<fg::tensor<float>, fg::tensor<float>> batch_of(int step, int rank) {
   const fg::tensor<float> teacher = fg::randn<float>({16, 1}, 42);
-  fg::tensor<float> x = fg::randn<float>({32, 16}, 1000 * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank));
+  fg::tensor<float> x =
+      fg::randn<float>({32, 16}, 1000 * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank));
   return {x, fg::matmul(x, teacher)};
 }
 
@@ -66,7 +67,9 @@ int train(int rank, int ranks) {
   float lo = sum, hi = sum;
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) std::printf("%d ranks: loss %.4f -> %.4f, parameters equal on every rank: %s\n", ranks, first, last, lo == hi ? "yes" : "no");
+  if (rank == 0)
+    std::printf("%d ranks: loss %.4f -> %.4f, parameters equal on every rank: %s\n", ranks, first, last,
+                lo == hi ? "yes" : "no");
   return lo == hi && last < first ? 0 : 1;
 }
 

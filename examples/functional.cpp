@@ -63,12 +63,12 @@ int main() {
   {
     // [functional-scalar]
     constexpr auto poly = [](auto x) { return x * x * x - 2.0 * x; };
-    static_assert(fg::grad(poly)(2.0) == 10.0);           // 3x^2 - 2, at compile time
+    static_assert(fg::grad(poly)(2.0) == 10.0);            // 3x^2 - 2, at compile time
     static_assert(fg::grad(fg::grad(poly))(2.0) == 12.0);  // 6x: the backward differentiated again
 
     auto f = [](auto x, auto y) { return fg::sin(x) * y + x * x; };
     auto [value, grads] = fg::value_and_grad(f, fg::argnums<0, 1>)(0.5, 2.0);
-    auto [dfdx, dfdy] = grads;                                   // 2 cos(0.5) + 1, sin(0.5)
+    auto [dfdx, dfdy] = grads;                                              // 2 cos(0.5) + 1, sin(0.5)
     auto [y, dy] = fg::jvp(f, std::tuple{0.5, 2.0}, std::tuple{1.0, 0.0});  // forward mode: dy == dfdx
     // [functional-scalar]
     std::printf("f = %.6f, df/dx = %.6f, df/dy = %.6f, jvp = %.6f\n", value, dfdx, dfdy, dy);
@@ -161,8 +161,8 @@ int main() {
     double mean = 0, var = 0;
     for (double v : data) mean += v / n;
     for (double v : data) var += (v - mean) * (v - mean) / n;
-    std::printf("normal MLE: mu = %.6f (sample mean %.6f), sigma = %.6f (sample std %.6f)\n", mu,
-                mean, std::exp(log_sigma), std::sqrt(var));
+    std::printf("normal MLE: mu = %.6f (sample mean %.6f), sigma = %.6f (sample std %.6f)\n", mu, mean,
+                std::exp(log_sigma), std::sqrt(var));
     if (std::abs(mu - mean) > 1e-9 || std::abs(std::exp(log_sigma) - std::sqrt(var)) > 1e-9) return 1;
   }
   {
@@ -175,7 +175,7 @@ int main() {
     auto penalty = [&] {
       const auto d = fg::sum(fg::mm(fg::tanh(fg::mm(x, w)), v));
       const auto gx = fg::autograd::grad(d, x, {.create_graph = true});  // [16, 4], on the tape
-      const auto norm = fg::sqrt(fg::sum(gx * gx, 1));                    // per sample
+      const auto norm = fg::sqrt(fg::sum(gx * gx, 1));                   // per sample
       return fg::mean((norm - 1.0) * (norm - 1.0));
     };
     fg::nn::sgd<double> opt({w, v}, 0.05);

@@ -66,10 +66,10 @@ int main() {
   // Black-Scholes in closed form
   const double sq = std::sqrt(t), d1 = (std::log(s0 / strike) + (r + 0.5 * sigma * sigma) * t) / (sigma * sq),
                d2 = d1 - sigma * sq, disc = std::exp(-r * t);
-  const double exact[5] = {s0 * normal_cdf(d1) - strike * disc * normal_cdf(d2),  // price
-                           normal_cdf(d1),                                         // delta
-                           s0 * normal_pdf(d1) * sq,                               // vega
-                           strike * t * disc * normal_cdf(d2),                     // rho
+  const double exact[5] = {s0 * normal_cdf(d1) - strike * disc * normal_cdf(d2),                          // price
+                           normal_cdf(d1),                                                                // delta
+                           s0 * normal_pdf(d1) * sq,                                                      // vega
+                           strike * t * disc * normal_cdf(d2),                                            // rho
                            s0 * normal_pdf(d1) * sigma / (2 * sq) + r * strike * disc * normal_cdf(d2)};  // -theta
   const double estimate[5] = {value, delta, vega, rho, dv_dt};
   const char* names[5] = {"price", "delta", "vega", "rho", "-theta"};

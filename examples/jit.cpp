@@ -1,6 +1,7 @@
 // fg::jit, the run-time tracer: code whose graph depends on data (a loop whose trip count is
 // a tensor value), graph breaks, the guarded cache and its automatic dynamic shapes, logs,
-// counters and entries, and trace_once (the function traced once per signature). Every result is checked against the same code run eagerly.
+// counters and entries, and trace_once (the function traced once per signature). Every result is checked against the
+// same code run eagerly.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -60,9 +61,7 @@ int main() {
   auto strict = fg::jit(newton_sqrt, {.fullgraph = true});
   try {
     (void)strict(fg::ones<double>({4}));
-  } catch (const fg::error& e) {
-    std::printf("fullgraph: %s\n", e.what());
-  }
+  } catch (const fg::error& e) { std::printf("fullgraph: %s\n", e.what()); }
   // [jit-fullgraph]
 
   // [jit-trace-once]
@@ -70,21 +69,25 @@ int main() {
   // programs without calling the function. A captured number is a constant of the trace.
   double scale = 2.0;
   int calls = 0;
-  auto scaled = fg::jit([&](const fg::tensor<double>& x, const fg::tensor<double>& y) {
-    ++calls;
-    return fg::cos(fg::cos(x)) * y * scale;
-  }, {.name = "scaled", .trace_once = true});
+  auto scaled = fg::jit(
+      [&](const fg::tensor<double>& x, const fg::tensor<double>& y) {
+        ++calls;
+        return fg::cos(fg::cos(x)) * y * scale;
+      },
+      {.name = "scaled", .trace_once = true});
   const auto x = fg::randn<double>({8}, 1).requires_grad(true), y = fg::randn<double>({8}, 2);
   fg::tensor<double> first = scaled(x, y);   // traced: calls == 1
   scale = 3.0;                               // not seen by the trace
   fg::tensor<double> second = scaled(x, y);  // replayed: calls == 1, still times 2
   fg::sum(second).backward();                // through the cached backward program
-  fg::tensor<double> bigger = scaled(fg::randn<double>({9}, 3), fg::randn<double>({9}, 4));  // a new signature: traced, times 3
+  fg::tensor<double> bigger =
+      scaled(fg::randn<double>({9}, 3), fg::randn<double>({9}, 4));  // a new signature: traced, times 3
   // [jit-trace-once]
   std::printf("trace_once: %d calls of the function for 3 calls (replayed values %s)\n", calls,
               max_abs_diff(first, second) == 0 ? "equal" : "differ");
   const bool once_ok = calls == 2 && max_abs_diff(first, second) == 0 && x.grad().defined() &&
-                       max_abs_diff(second, fg::cos(fg::cos(x.detach())) * y * 2.0) == 0 && bigger.shape() == fg::shape{9};
+                       max_abs_diff(second, fg::cos(fg::cos(x.detach())) * y * 2.0) == 0 &&
+                       bigger.shape() == fg::shape{9};
 
   // Each distinct graph compiles once static, then once shape-generic: no more than the
   // number of distinct step counts times two, whatever the sizes.

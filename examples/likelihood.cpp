@@ -54,7 +54,8 @@ int main() {
   double grad_norm = 0;
   for (const td& p : {a, b, log_s, log_nu}) grad_norm = std::max(grad_norm, std::abs(p.grad().item()));
   const double at_truth = nll(fg::scalar_tensor(a0), fg::scalar_tensor(b0), fg::scalar_tensor(std::log(s0)),
-                              fg::scalar_tensor(std::log(nu0))).item();
+                              fg::scalar_tensor(std::log(nu0)))
+                              .item();
   const double s = std::exp(log_s.item()), nu = std::exp(log_nu.item());
   std::printf("a = %.4f (true %.1f), b = %.4f (true %.1f), s = %.4f (true %.1f), nu = %.3f (true %.1f)\n", a.item(), a0,
               b.item(), b0, s, s0, nu, nu0);

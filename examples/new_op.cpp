@@ -16,11 +16,17 @@ struct cube_op {
   static constexpr std::string_view name = "cube", grad_fn = "CubeBackward0";
   static constexpr bool uses_output = false;  // the rule reads x, not the result
   static constexpr double cost = 0.6;         // in streamed loads per element (bench_op_costs)
-  template <class V> static constexpr V value(const V& x) { return x * x * x; }
+  template <class V>
+  static constexpr V value(const V& x) {
+    return x * x * x;
+  }
   static constexpr auto derivative(const auto& x, const auto&, const auto& g) { return g * (x * x * 3.0); }
 };
 }  // namespace ops
-template <OperandOrNumber X> constexpr auto cube(const X& x) { return apply_op(ops::cube_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto cube(const X& x) {
+  return apply_op(ops::cube_op{}, x);
+}
 // [new_op]
 }  // namespace fusegrad
 

@@ -8,7 +8,7 @@
 #include <fusegrad/eager.hpp>
 
 struct spirals_data {
-  fusegrad::tensor<float> x;               // [2 per_class, 2]
+  fusegrad::tensor<float> x;              // [2 per_class, 2]
   std::vector<fusegrad::index_t> labels;  // 0 or 1
 };
 

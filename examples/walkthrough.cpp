@@ -42,8 +42,7 @@ constexpr auto eager_like = plan_of::plan<fg::policy::save_all>;  // what eager 
 constexpr auto aot = plan_of::plan<fg::policy::min_cut>;          // AOTAutograd's min-cut
 static_assert(eager_like.saved_count == 2, "save_all keeps x and cos(x)");
 static_assert(aot.saved_count == 1, "min-cut keeps only x and recomputes cos(x)");
-static_assert(plan_of::cg.kind[aot.saved_nodes[0]] == fg::detail::gkind::input,
-              "the one saved tensor is the input");
+static_assert(plan_of::cg.kind[aot.saved_nodes[0]] == fg::detail::gkind::input, "the one saved tensor is the input");
 // fusegrad's default weighs what a CPU pays instead. A cos costs about six loads of an element
 // streamed from memory, more than saving it (a store and a load), but the backward computes
 // sin(x) anyway, and sin and cos of one value come out of one reduction (lanes::sincos): cos(x)
@@ -69,16 +68,20 @@ int data_dependent() {
   fg::reset_counters();
   // [walkthrough-jit]
   using inputs = std::map<std::string, fg::tensor<float>>;
-  auto function = fg::jit([](const inputs& in) {
-    auto x = in.at("x");
-    auto y = in.at("y");
-    x = fg::cos(fg::cos(x));
-    if (fg::mean(x).item() > 0.5f) x = x / 1.1f;  // item() needs a value: a graph break
-    return x * y;
-  }, {.name = "function"});
+  auto function = fg::jit(
+      [](const inputs& in) {
+        auto x = in.at("x");
+        auto y = in.at("y");
+        x = fg::cos(fg::cos(x));
+        if (fg::mean(x).item() > 0.5f) x = x / 1.1f;  // item() needs a value: a graph break
+        return x * y;
+      },
+      {.name = "function"});
 
-  inputs shape_10_inputs{{"x", fg::randn<float>({10}, 4).requires_grad(true)}, {"y", fg::randn<float>({10}, 5).requires_grad(true)}};
-  inputs shape_8_inputs{{"x", fg::randn<float>({8}, 6).requires_grad(true)}, {"y", fg::randn<float>({8}, 7).requires_grad(true)}};
+  inputs shape_10_inputs{{"x", fg::randn<float>({10}, 4).requires_grad(true)},
+                         {"y", fg::randn<float>({10}, 5).requires_grad(true)}};
+  inputs shape_8_inputs{{"x", fg::randn<float>({8}, 6).requires_grad(true)},
+                        {"y", fg::randn<float>({8}, 7).requires_grad(true)}};
   // warmup
   for (int i = 0; i < 100; ++i) {
     fg::tensor<float> output = function(shape_10_inputs);
@@ -96,7 +99,8 @@ int data_dependent() {
   std::printf("most recently used entry (%s):\n%s%s", entries.front().dynamic ? "dynamic" : "static",
               entries.front().guards.c_str(), entries.front().graph.c_str());
   // The same program eagerly, on fresh leaves with the same values.
-  auto x = shape_10_inputs.at("x").detach().requires_grad(true), y = shape_10_inputs.at("y").detach().requires_grad(true);
+  auto x = shape_10_inputs.at("x").detach().requires_grad(true),
+       y = shape_10_inputs.at("y").detach().requires_grad(true);
   auto xe = fg::cos(fg::cos(x));
   if (fg::mean(xe).item() > 0.5f) xe = xe / 1.1f;
   auto expected = xe * y;
@@ -131,8 +135,8 @@ int main() {
   fg::tensor<float> grad_input3 = input.grad();
   input.zero_grad();
   // [walkthrough-check]
-  std::printf("saved tensors: eager Cosine x2 = %d, compiled save_all = %d, compiled min_cut = %d\n",
-              Cosine::saved, eager_like.saved_count, aot.saved_count);
+  std::printf("saved tensors: eager Cosine x2 = %d, compiled save_all = %d, compiled min_cut = %d\n", Cosine::saved,
+              eager_like.saved_count, aot.saved_count);
   std::printf("grad_fn of the compiled output: %s\n", output3.grad_fn_name().c_str());
   const double d = std::max({max_abs_diff(output1, output2), max_abs_diff(output1, output3),
                              max_abs_diff(grad_input1, grad_input2), max_abs_diff(grad_input1, grad_input3)});

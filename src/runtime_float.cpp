@@ -12,5 +12,9 @@ FUSEGRAD_RUNTIME_JIT_SHARED
 
 // The instruction set this runtime is built for (see fusegrad/runtime.hpp).
 template <class Arch>
-const bool fusegrad::detail::fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<Arch>::linked = true;
-template const bool fusegrad::detail::fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<xsimd::default_arch>::linked;
+const bool fusegrad::detail::
+    fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<
+        Arch>::linked = true;
+template const bool fusegrad::detail::
+    fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<
+        xsimd::default_arch>::linked;

@@ -17,7 +17,8 @@ inline bool close(double a, double b, double tol = 1e-12) { return std::abs(a - 
 /// `n` points spread over [lo, hi] (deterministic, not sorted).
 inline std::vector<double> sample(double lo, double hi, int n, double phase = 0.0) {
   std::vector<double> r(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = lo + (hi - lo) * std::fmod(0.05 + phase + i * 0.6180339887, 0.9);
+  for (int i = 0; i < n; ++i)
+    r[static_cast<std::size_t>(i)] = lo + (hi - lo) * std::fmod(0.05 + phase + i * 0.6180339887, 0.9);
   return r;
 }
 
@@ -28,12 +29,11 @@ inline fusegrad::tensor<double> leaf(const std::vector<double>& v) {
   return t;
 }
 
-
 template <class F>
 struct op_case {
   std::string_view name;
   F f;
-  double lo, hi;  ///< where to sample (away from kinks: they are checked at given points elsewhere)
+  double lo, hi;       ///< where to sample (away from kinks: they are checked at given points elsewhere)
   bool smooth = true;  ///< finite differences apply (false: piecewise constant, zero gradient)
 };
 template <class F>

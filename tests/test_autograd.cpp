@@ -423,8 +423,7 @@ TEST_CASE("gradients of common ops match hand-derived values") {
   near(g([](const auto& t) { return fg::exp(t); }), each([](double v) { return std::exp(v); }));
   near(g([](const auto& t) { return fg::log(t); }), each([](double v) { return 1 / v; }));
   near(g([](const auto& t) { return fg::sqrt(t); }), each([](double v) { return 0.5 / std::sqrt(v); }));
-  near(g([](const auto& t) { return fg::tanh(t); }),
-       each([](double v) { return 1 - std::tanh(v) * std::tanh(v); }));
+  near(g([](const auto& t) { return fg::tanh(t); }), each([](double v) { return 1 - std::tanh(v) * std::tanh(v); }));
   near(g([](const auto& t) { return fg::sigmoid(t); }), each([](double v) {
          const double s = 1 / (1 + std::exp(-v));
          return s * (1 - s);
@@ -630,7 +629,9 @@ TEST_CASE("diamond graph") {
 
 /// True when `fg::backward({a, b})` (a braced list of tensors) compiles.
 template <class T>
-concept braced_multi_root_backward = requires(fg::tensor<T> a) { fg::backward({a, a}); };
+concept braced_multi_root_backward = requires(fg::tensor<T> a) {
+  fg::backward({a, a});
+};
 
 TEST_CASE("multi-root backward") {
   auto x = fg::from_vector<float>({1, 2, 3}).requires_grad(true);
@@ -912,9 +913,7 @@ struct Cosine {
 struct MulAdd {
   static constexpr std::string_view name = "MulAddBackward";
   static auto forward(const auto& a, const auto& b) { return a * b + a; }
-  static auto setup_context(const auto& a, const auto& b, const auto& /*out*/) {
-    return fg::save_for_backward(a, b);
-  }
+  static auto setup_context(const auto& a, const auto& b, const auto& /*out*/) { return fg::save_for_backward(a, b); }
   static auto backward(const auto& saved, const auto& grad) {
     const auto& [a, b] = saved;
     return std::tuple{grad * (b + 1.0), grad * a};
@@ -1295,7 +1294,10 @@ TEST_CASE("a leaf takes over a fresh gradient, but never one that someone else h
   // A hook's returned tensor that the hook keeps stays the hook's.
   auto h = fg::zeros<double>({1000}).requires_grad(true);
   fg::tensor<double> kept;
-  h.register_hook([&](const fg::tensor<double>& gr) { kept = gr * 2.0; return kept; });
+  h.register_hook([&](const fg::tensor<double>& gr) {
+    kept = gr * 2.0;
+    return kept;
+  });
   fg::sum(h).backward();
   CHECK(h.grad().data() != kept.data());
   CHECK(h.grad().to_vector()[0] == 2.0);

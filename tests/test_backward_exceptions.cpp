@@ -96,8 +96,7 @@ void clear_hooks(leaves& l) {
 /// The leaves' gradients as values (nullopt: undefined).
 std::vector<std::optional<std::vector<double>>> grads_of(leaves& l) {
   std::vector<std::optional<std::vector<double>>> r;
-  for (auto* t : l.all())
-    r.push_back(t->grad().defined() ? std::optional(t->grad().to_vector()) : std::nullopt);
+  for (auto* t : l.all()) r.push_back(t->grad().defined() ? std::optional(t->grad().to_vector()) : std::nullopt);
   return r;
 }
 
@@ -151,7 +150,8 @@ void check_position(path p, int position, bool grads_before) {
   const auto after = l.all();
   for (std::size_t i = 0; i < after.size(); ++i) {
     REQUIRE(after[i]->grad().defined());
-    const fg::tensor<double> want = before[i] ? fg::tensor<double>(g[i] + fg::from_vector<double>(*before[i], g[i].shape())) : g[i];
+    const fg::tensor<double> want =
+        before[i] ? fg::tensor<double>(g[i] + fg::from_vector<double>(*before[i], g[i].shape())) : g[i];
     CHECK(max_normwise(after[i]->grad(), want) < 1e-12);
   }
 }
@@ -197,9 +197,7 @@ TEST_CASE("a backward that throws inside a hook's own backward rolls back that b
     t.register_hook([](const fg::tensor<double>&) -> fg::tensor<double> { throw boom{}; });
     try {
       fg::sum(t * z).backward();
-    } catch (const boom&) {
-      inner_threw = true;
-    }
+    } catch (const boom&) { inner_threw = true; }
     return g;
   });
   fg::sum(y * z.detach()).backward();

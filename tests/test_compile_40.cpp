@@ -16,20 +16,21 @@ namespace {
 
 // 40 op nodes over 3 inputs; a .. h are each used several times (counts per line).
 auto forty = [](auto x, auto y, auto z) {
-  auto a = fg::sin(x) * y + z;                                 //  3
-  auto b = fg::exp(-a * 0.5) + fg::cos(y);                     //  5
-  auto c = fg::tanh(a * b) - x / (fg::abs(z) + 1.0);           //  6
-  auto d = fg::sigmoid(c) * fg::log(b + 2.0);                  //  4
-  auto e = fg::sqrt(fg::relu(d) + 1.0) * a;                    //  4
-  auto f = fg::maximum(e, c) + fg::pow(b, 2.0);                //  3
-  auto g = fg::sin(f * y) + fg::cos(e - z);                    //  5
-  auto h = g * d + f / (b + 3.0);                              //  4
-  return fg::sum((h * x + fg::tanh(g) * 0.25) / 2.0);          //  6
+  auto a = fg::sin(x) * y + z;                         //  3
+  auto b = fg::exp(-a * 0.5) + fg::cos(y);             //  5
+  auto c = fg::tanh(a * b) - x / (fg::abs(z) + 1.0);   //  6
+  auto d = fg::sigmoid(c) * fg::log(b + 2.0);          //  4
+  auto e = fg::sqrt(fg::relu(d) + 1.0) * a;            //  4
+  auto f = fg::maximum(e, c) + fg::pow(b, 2.0);        //  3
+  auto g = fg::sin(f * y) + fg::cos(e - z);            //  5
+  auto h = g * d + f / (b + 3.0);                      //  4
+  return fg::sum((h * x + fg::tanh(g) * 0.25) / 2.0);  //  6
 };
 
 using analysis = decltype(fg::compile(forty))::analysis<double, 3>;
-static_assert(analysis::MF == 43, "the forward graph has the 40 op nodes and the 3 inputs: each repeated "
-                                  "subexpression (constants included) is one node");
+static_assert(analysis::MF == 43,
+              "the forward graph has the 40 op nodes and the 3 inputs: each repeated "
+              "subexpression (constants included) is one node");
 
 static_assert(decltype(fg::compile(forty))::plans_differ<double, 3>() &&
                   !decltype(fg::compile(forty))::holds_both_plans<double, 3>(),
@@ -37,7 +38,9 @@ static_assert(decltype(fg::compile(forty))::plans_differ<double, 3>() &&
               "other in both classes: the function holds one plan, and its loops are compiled once");
 
 template <class T>
-std::vector<T> grads_of(const fg::tensor<T>& t) { return t.grad().to_vector(); }
+std::vector<T> grads_of(const fg::tensor<T>& t) {
+  return t.grad().to_vector();
+}
 
 }  // namespace
 

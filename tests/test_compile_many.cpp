@@ -51,7 +51,8 @@ void same_as_eager(F fn, const X&... xs) {
   std::vector<D> b{xs.detach().clone().requires_grad(true)...};
   auto compiled = fg::compile<B, P>(fn);
   auto call = [&](auto& f, auto& v) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) { return D(f(v[I]...)); }(std::index_sequence_for<X...>{});
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return D(f(v[I]...)); }
+    (std::index_sequence_for<X...>{});
   };
   const D ya = call(fn, a), yb = call(compiled, b);
   CHECK(max_rel(ya, yb) < 1e-12);

@@ -15,7 +15,6 @@ using fusegrad_test::max_rel;
 
 namespace {
 
-
 // Runs `fn` eagerly and through backend B on clones of `xs`; compares outputs and gradients.
 template <class B, class F, class... X>
 void same_as_eager(F fn, const X&... xs) {
@@ -23,8 +22,8 @@ void same_as_eager(F fn, const X&... xs) {
   std::vector<fg::tensor<double>> b{xs.detach().clone().requires_grad(true)...};
   auto compiled = fg::compile<B>(fn);
   auto call = [&](auto& f, auto& v) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) { return fg::tensor<double>(f(v[I]...)); }(
-        std::index_sequence_for<X...>{});
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return fg::tensor<double>(f(v[I]...)); }
+    (std::index_sequence_for<X...>{});
   };
   const fg::tensor<double> ya = call(fn, a), yb = call(compiled, b);
   const auto w = fg::randn<double>(ya.shape(), 99);
@@ -98,7 +97,8 @@ static_assert(plan_coscos::plan<fg::policy::cost_cached>.saved_count == 1 &&
 static_assert(plan_coscos::plan<fg::policy::cost_streamed>.saved_count == 1, "streaming too");
 auto expexp_mul = [](auto x, auto y) { return fg::exp(fg::exp(x)) * y; };
 using plan_expexp = decltype(fg::compile(expexp_mul))::analysis<float, 2>;
-static_assert(plan_expexp::plan<fg::policy::cost_cached>.saved_count == 3, "in cache, exp(x) and exp(exp(x)) are saved (with y)");
+static_assert(plan_expexp::plan<fg::policy::cost_cached>.saved_count == 3,
+              "in cache, exp(x) and exp(exp(x)) are saved (with y)");
 static_assert(plan_expexp::plan<fg::policy::cost_streamed>.saved_count == 2, "streaming, only x and y are saved");
 static_assert(decltype(fg::compile(expexp_mul))::plans_differ<float, 2>(), "so the two size classes plan differently");
 static_assert(decltype(fg::compile(expexp_mul))::holds_both_plans<float, 2>(),
@@ -110,7 +110,10 @@ TEST_CASE_TEMPLATE("compiled composite graphs equal eager", B, fg::backend::aot_
   const auto x = fg::randn<double>({4, 37}, 1), y = fg::randn<double>({4, 37}, 2), v = fg::randn<double>({37}, 3);
   const auto s = fg::randn<double>({}, 4);
   SUBCASE("cos(cos(x)) * y") { same_as_eager<B>(coscos_mul, x, y); }
-  SUBCASE("broadcast and 0-d") { same_as_eager<B>(coscos_mul, v, x); same_as_eager<B>(coscos_mul, s, v); }
+  SUBCASE("broadcast and 0-d") {
+    same_as_eager<B>(coscos_mul, v, x);
+    same_as_eager<B>(coscos_mul, s, v);
+  }
   SUBCASE("cos(cos(a+b+c+d))") { same_as_eager<B>(cos_cos_sum4, x, v, y, s); }
   SUBCASE("softmax") { same_as_eager<B>(softmax, x); }
   SUBCASE("logsumexp") { same_as_eager<B>(logsumexp, fg::randn<double>({2, 3, 13}, 5)); }
@@ -163,7 +166,8 @@ TEST_CASE("fused loops: stages over the same rows run block by block, with the s
     fg::sum(yb * yb).backward();
     const auto ga = a.grad().to_vector(), gb = b.grad().to_vector();
     double top = 0, err = 0;
-    for (std::size_t i = 0; i < ga.size(); ++i) top = std::max(top, std::abs(ga[i])), err = std::max(err, std::abs(ga[i] - gb[i]));
+    for (std::size_t i = 0; i < ga.size(); ++i)
+      top = std::max(top, std::abs(ga[i])), err = std::max(err, std::abs(ga[i] - gb[i]));
     CHECK(err <= tol * top);
   };
   for (const fg::shape& s : {fg::shape{3, 5000}, fg::shape{37, 300}, fg::shape{300, 3}, fg::shape{2, 3, 129}}) {
@@ -204,9 +208,9 @@ TEST_CASE("fused float results agree with eager within 1e-5") {
   const auto x = fg::randn<float>({3, 41}, 1), y = fg::randn<float>({3, 41}, 2);
   auto xa = x.detach().clone().requires_grad(true), xb = x.detach().clone().requires_grad(true);
   const fg::tensor<float> ya = softmax(xa) * y, yb = fg::compile([](auto a, auto c) {
-    auto e = fg::exp(a - fg::max(a, -1, true));
-    return e / fg::sum(e, -1, true) * c;
-  })(xb, y);
+                                                  auto e = fg::exp(a - fg::max(a, -1, true));
+                                                  return e / fg::sum(e, -1, true) * c;
+                                                })(xb, y);
   fg::sum(ya).backward();
   fg::sum(yb).backward();
   // Values elementwise; gradients relative to the gradient's largest element, because softmax's
@@ -274,7 +278,8 @@ using tanh4_a = decltype(fg::compile(tanh4))::analysis<double, 2>;
 using tanh4_g = fg::detail::compiled_graph_of<fg::backend::fused, fg::policy::cost_streamed, tanh4_a>;
 static_assert(fg::detail::schedule_v<tanh4_a, tanh4_g::backward, tanh4_g::grad_roots>.stages == 2,
               "with its sums to shapes, the backward of the tanh chain needs a second loop");
-static_assert(fg::detail::schedule_v<fg::detail::unreduced<tanh4_a>, tanh4_g::backward, tanh4_g::grad_roots>.stages == 1,
+static_assert(fg::detail::schedule_v<fg::detail::unreduced<tanh4_a>, tanh4_g::backward, tanh4_g::grad_roots>.stages ==
+                  1,
               "with those sums the identity, one loop");
 static_assert(fg::detail::unreduced_loops_pay<tanh4_a, tanh4_g::backward, tanh4_g::grad_roots>(),
               "so the fused backend compiles both (the one loop keeps its batches in registers)");
@@ -360,9 +365,11 @@ TEST_CASE("compiled functions read strided inputs and strided output gradients a
   // gradient of the output: a compiled call copies what is not contiguous, and its values and
   // gradients are eager's, bit for bit; contiguous inputs are read as they are.
   const auto f = fg::compile(coscos_mul);
-  const auto base = fg::randn<double>({5, 4}, 11), wide = fg::randn<double>({4, 10}, 12), row = fg::randn<double>({1, 5}, 13);
-  const std::vector<std::pair<fg::tensor<double>, fg::tensor<double>>> cases{
-      {base.t(), fg::slice(wide, 1, 0, 10, 2)}, {row.expand({4, 5}), base.t()}, {fg::randn<double>({4, 5}, 14), base.t()}};
+  const auto base = fg::randn<double>({5, 4}, 11), wide = fg::randn<double>({4, 10}, 12),
+             row = fg::randn<double>({1, 5}, 13);
+  const std::vector<std::pair<fg::tensor<double>, fg::tensor<double>>> cases{{base.t(), fg::slice(wide, 1, 0, 10, 2)},
+                                                                             {row.expand({4, 5}), base.t()},
+                                                                             {fg::randn<double>({4, 5}, 14), base.t()}};
   for (std::size_t k = 0; k < cases.size(); ++k) {
     CAPTURE(k);
     const auto& [xv, yv] = cases[k];
@@ -389,8 +396,8 @@ TEST_CASE("a compiled function remembers the shapes of its calls: changing shape
     return fg::cos(fg::cos(x)) * y + e / fg::sum(e, -1, true);
   };
   const std::vector<std::pair<fg::shape, fg::shape>> shapes{
-      {{2, 5}, {5}}, {{3, 5}, {5}}, {{2, 5}, {1}}, {{1, 5}, {2, 5}}, {{4, 1}, {4, 3}}, {{7}, {7}},
-      {{2, 3, 4}, {3, 1}}, {{1}, {6}}, {{6}, {1}}, {{3, 67}, {67}}};
+      {{2, 5}, {5}}, {{3, 5}, {5}},       {{2, 5}, {1}}, {{1, 5}, {2, 5}}, {{4, 1}, {4, 3}},
+      {{7}, {7}},    {{2, 3, 4}, {3, 1}}, {{1}, {6}},    {{6}, {1}},       {{3, 67}, {67}}};
   const auto check_all = [&](auto backend) {
     using B = decltype(backend);
     const auto f = fg::compile<B>(softmax_mul);
@@ -417,8 +424,8 @@ TEST_CASE("a compiled function remembers the shapes of its calls: changing shape
         CHECK(max_rel(gy[0], gy[2]) < 1e-12);
       }
     for (int twice = 0; twice < 2; ++twice)
-      CHECK_THROWS_WITH_AS((void)f(fg::ones<double>({2, 3}), fg::ones<double>({4})), doctest::Contains("[2, 3] and [4]"),
-                           fg::error);
+      CHECK_THROWS_WITH_AS((void)f(fg::ones<double>({2, 3}), fg::ones<double>({4})),
+                           doctest::Contains("[2, 3] and [4]"), fg::error);
     CHECK(f(fg::ones<double>({2, 3}), fg::ones<double>({3})).shape() == fg::shape{2, 3});
   };
   check_all(fg::backend::fused{});
@@ -430,7 +437,7 @@ TEST_CASE("errors inside compile name the problem") {
                        doctest::Contains("last dim"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::compile(coscos_mul)(fg::ones<double>({2, 3}), fg::ones<double>({4})),
                        doctest::Contains("[2, 3] and [4]"), fg::error);
-  CHECK_THROWS_WITH_AS(
-      (void)fg::compile([](auto a, auto b) { return fg::matmul(a, b); })(fg::ones<double>({2, 3}), fg::ones<double>({4, 5})),
-      doctest::Contains("cannot be multiplied"), fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::compile([](auto a, auto b) { return fg::matmul(a, b); })(fg::ones<double>({2, 3}),
+                                                                                          fg::ones<double>({4, 5})),
+                       doctest::Contains("cannot be multiplied"), fg::error);
 }

@@ -340,7 +340,8 @@ TEST_CASE("after the recompile limit, a graph that runs eagerly is not traced ag
   fg::compiled_autograd::reset();
   fg::reset_counters();
   std::vector<fg::tensor<double>> w;
-  for (int i = 0; i < 70; ++i) w.push_back(fg::randn<double>({6}, 100 + static_cast<std::uint64_t>(i)).requires_grad(true));
+  for (int i = 0; i < 70; ++i)
+    w.push_back(fg::randn<double>({6}, 100 + static_cast<std::uint64_t>(i)).requires_grad(true));
   auto chain = [&](int len, bool compiled) {  // a distinct graph per length
     auto x = fg::randn<double>({6}, 7).requires_grad(true);
     fg::tensor<double> h = x;
@@ -392,7 +393,8 @@ TEST_CASE("scalars: x * s and x / s are graph inputs (bit for bit), x + s is not
     backward_with(compiled, loss);
     return std::pair{x.grad().to_vector(), w.grad().to_vector()};
   };
-  const double steps[][4] = {{0.5, 3.0, 1.0, 2.0}, {0.25, -7.0, 2.0, 2.0}, {3.0, 0.1, -4.0, 2.0}, {0.5, 3.0, 1.0, 3.0}, {1.5, 2.0, 0.0, 3.0}};
+  const double steps[][4] = {
+      {0.5, 3.0, 1.0, 2.0}, {0.25, -7.0, 2.0, 2.0}, {3.0, 0.1, -4.0, 2.0}, {0.5, 3.0, 1.0, 3.0}, {1.5, 2.0, 0.0, 3.0}};
   for (const auto& s : steps) {
     CAPTURE(s[0]);
     CAPTURE(s[1]);
@@ -420,9 +422,7 @@ TEST_CASE("a saved tensor modified in place between capture and hit is the eager
     std::string what;
     try {
       backward_with(compiled, y);
-    } catch (const fg::error& e) {
-      what = e.what();
-    }
+    } catch (const fg::error& e) { what = e.what(); }
     return what;
   };
   CHECK(step(true, false).empty());  // the capture
@@ -450,7 +450,7 @@ TEST_CASE("hooks that change between steps are honoured on hits") {
     double seen = 0;
     auto run = [&](bool compiled) {
       small_tape t;
-      t.h.register_hook([k](const fg::tensor<double>& g) { return g * k; });     // a new lambda each step
+      t.h.register_hook([k](const fg::tensor<double>& g) { return g * k; });  // a new lambda each step
       t.x.register_hook([&seen](const fg::tensor<double>& g) { seen += g.to_vector().front(); });  // a leaf hook
       t.h.retain_grad();
       if (compiled) {
@@ -630,7 +630,8 @@ TEST_CASE("long tiles: a captured chain over three long tiles and a partial one 
   const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
   const auto x = fg::randn<float>({n}, 21).requires_grad(true);
   std::vector<fg::tensor<float>> w;
-  for (int i = 0; i < 8; ++i) w.push_back((fg::randn<float>({n}, 22 + static_cast<std::uint64_t>(i)) * 0.5f + 1.0f).detach().requires_grad(true));
+  for (int i = 0; i < 8; ++i)
+    w.push_back((fg::randn<float>({n}, 22 + static_cast<std::uint64_t>(i)) * 0.5f + 1.0f).detach().requires_grad(true));
   const auto s = fg::full<float>({}, 0.75f).requires_grad(true);
   fg::tensor<float> h = x;
   for (const auto& wi : w) h = fg::tanh(h * wi) * s;

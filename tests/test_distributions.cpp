@@ -57,8 +57,8 @@ TEST_CASE("normal_lpdf, eager: value against the definition; gradcheck in x, mu 
   CHECK(r.ok);
   // numbers for the parameters; a bad one is refused
   CHECK(near(fg::normal_lpdf(fg::from_vector<double>(xs), 0.4, 1.9).item(), want.v));
-  CHECK_THROWS_WITH_AS(fg::normal_lpdf(fg::from_vector<double>(xs), 0.4, 0.0),
-                       doctest::Contains("normal_lpdf"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::normal_lpdf(fg::from_vector<double>(xs), 0.4, 0.0), doctest::Contains("normal_lpdf"),
+                       fg::error);
 }
 
 TEST_CASE("normal_lpdf, fg::compile and fg::jit: equal eager") {
@@ -118,7 +118,9 @@ TEST_CASE("normal_lpdf of a range: float, and the gradients against central diff
   CHECK(near(gmf, want.gm, 1e-4));
   CHECK(near(gsf, want.gs, 1e-5));
   const double h = 1e-6;
-  auto val = [&](double m, double s) { return fg::value_and_grad(f, fg::argnums<1>)(std::span<const double>(xd), m, s).first; };
+  auto val = [&](double m, double s) {
+    return fg::value_and_grad(f, fg::argnums<1>)(std::span<const double>(xd), m, s).first;
+  };
   const auto [gm, gs] = fg::grad(f, fg::argnums<1, 2>)(std::span<const double>(xd), 0.4, 1.9);
   CHECK(gm == doctest::Approx((val(0.4 + h, 1.9) - val(0.4 - h, 1.9)) / (2 * h)).epsilon(1e-6));
   CHECK(gs == doctest::Approx((val(0.4, 1.9 + h) - val(0.4, 1.9 - h)) / (2 * h)).epsilon(1e-6));
@@ -145,13 +147,16 @@ TEST_CASE("normal_lpdf of ranges inside larger functions: against eager") {
     x.requires_grad(true), y.requires_grad(true), m.requires_grad(true), l.requires_grad(true);
     const auto sigma = fg::exp(l);
     auto out = fg::normal_lpdf(x, m, sigma) + 0.5 * fg::normal_lpdf(y.slice(0, 1, n + 1), m * 2.0, 1.5) +
-               fg::normal_lpdf(m, 0.0, 10.0) - fg::sum(x * x) * 0.01 + fg::sum(y * fg::normal_lpdf(x, 0.1, sigma)) * 1e-3;
+               fg::normal_lpdf(m, 0.0, 10.0) - fg::sum(x * x) * 0.01 +
+               fg::sum(y * fg::normal_lpdf(x, 0.1, sigma)) * 1e-3;
     out.backward();
     CHECK(v == doctest::Approx(out.item()).epsilon(1e-12));
     CHECK(gm == doctest::Approx(m.grad().item()).epsilon(1e-11));
     CHECK(gl == doctest::Approx(l.grad().item()).epsilon(1e-11));
-    for (int i = 0; i < n; ++i) CHECK(gx[static_cast<std::size_t>(i)] == doctest::Approx(x.grad().data()[i]).epsilon(1e-11));
-    for (int i = 0; i <= n; ++i) CHECK(gy[static_cast<std::size_t>(i)] == doctest::Approx(y.grad().data()[i]).epsilon(1e-11));
+    for (int i = 0; i < n; ++i)
+      CHECK(gx[static_cast<std::size_t>(i)] == doctest::Approx(x.grad().data()[i]).epsilon(1e-11));
+    for (int i = 0; i <= n; ++i)
+      CHECK(gy[static_cast<std::size_t>(i)] == doctest::Approx(y.grad().data()[i]).epsilon(1e-11));
   }
 }
 

@@ -113,9 +113,7 @@ TEST_CASE("double backward: gradgradcheck of every differentiable op of the stru
       try {
         const auto r = call([&](const auto&... xs) { return fg::gradcheck(second, h, xs...); }, x);
         CHECK_MESSAGE(r.ok, r.message);
-      } catch (const fg::error& err) {
-        FAIL_CHECK(std::string(err.what()));
-      }
+      } catch (const fg::error& err) { FAIL_CHECK(std::string(err.what())); }
     }
     ++checked;
   });
@@ -135,26 +133,67 @@ std::vector<L> zero3(const L*) { return std::vector<L>(9, 0); }
 /// Every differentiable op of the registry: its second derivatives in closed form.
 const std::map<std::string, hessian_form>& closed_hessians() {
   static const std::map<std::string, hessian_form> m = {
-      {"neg", zero1}, {"add", zero2}, {"sub", zero2}, {"add_scalar", zero1}, {"rsub_scalar", zero1}, {"mul_scalar", zero1},
-      {"div_scalar", zero1}, {"pow_scalar_0", zero1}, {"abs", zero1}, {"relu", zero1}, {"floor", zero1}, {"ceil", zero1},
-      {"round", zero1}, {"trunc", zero1}, {"clamp", zero1}, {"clamp_reversed", zero1}, {"clamp_min", zero1}, {"clamp_max", zero1},
-      {"fmod_scalar", zero1}, {"maximum", zero2}, {"minimum", zero2}, {"fmod", zero2}, {"lerp_scalar", zero2},
-      {"lerp_scalar_high", zero2}, {"where_scalar_b", zero2}, {"where_scalar_a", zero2}, {"masked_fill", zero2}, {"where", zero3},
-      {"mul", [](const L*) -> std::vector<L> { return {0, 1, 1, 0}; }},
+      {"neg", zero1},
+      {"add", zero2},
+      {"sub", zero2},
+      {"add_scalar", zero1},
+      {"rsub_scalar", zero1},
+      {"mul_scalar", zero1},
+      {"div_scalar", zero1},
+      {"pow_scalar_0", zero1},
+      {"abs", zero1},
+      {"relu", zero1},
+      {"floor", zero1},
+      {"ceil", zero1},
+      {"round", zero1},
+      {"trunc", zero1},
+      {"clamp", zero1},
+      {"clamp_reversed", zero1},
+      {"clamp_min", zero1},
+      {"clamp_max", zero1},
+      {"fmod_scalar", zero1},
+      {"maximum", zero2},
+      {"minimum", zero2},
+      {"fmod", zero2},
+      {"lerp_scalar", zero2},
+      {"lerp_scalar_high", zero2},
+      {"where_scalar_b", zero2},
+      {"where_scalar_a", zero2},
+      {"masked_fill", zero2},
+      {"where", zero3},
+      {"mul",
+       [](const L*) -> std::vector<L> {
+         return {0, 1, 1, 0};
+       }},
       // a (1 - b²) and a b (1 - b): tanh's and sigmoid's gradients from their outputs
-      {"tanh_backward", [](const L* v) -> std::vector<L> { const L a = v[0], b = v[1]; return {0, -2 * b, -2 * b, -2 * a}; }},
-      {"sigmoid_backward", [](const L* v) -> std::vector<L> { const L a = v[0], b = v[1]; return {0, 1 - 2 * b, 1 - 2 * b, -2 * a}; }},
-      {"div", [](const L* v) -> std::vector<L> { const L a = v[0], b = v[1]; return {0, -1 / (b * b), -1 / (b * b), 2 * a / (b * b * b)}; }},
-      {"pow", [](const L* v) -> std::vector<L> {
+      {"tanh_backward",
+       [](const L* v) -> std::vector<L> {
+         const L a = v[0], b = v[1];
+         return {0, -2 * b, -2 * b, -2 * a};
+       }},
+      {"sigmoid_backward",
+       [](const L* v) -> std::vector<L> {
+         const L a = v[0], b = v[1];
+         return {0, 1 - 2 * b, 1 - 2 * b, -2 * a};
+       }},
+      {"div",
+       [](const L* v) -> std::vector<L> {
+         const L a = v[0], b = v[1];
+         return {0, -1 / (b * b), -1 / (b * b), 2 * a / (b * b * b)};
+       }},
+      {"pow",
+       [](const L* v) -> std::vector<L> {
          const L a = v[0], b = v[1], la = std::log(a);
          const L ab = std::pow(a, b - 1) * (1 + b * la);
          return {b * (b - 1) * std::pow(a, b - 2), ab, ab, std::pow(a, b) * la * la};
        }},
-      {"atan2", [](const L* v) -> std::vector<L> {
+      {"atan2",
+       [](const L* v) -> std::vector<L> {
          const L a = v[0], b = v[1], r = a * a + b * b;
          return {-2 * a * b / (r * r), (a * a - b * b) / (r * r), (a * a - b * b) / (r * r), 2 * a * b / (r * r)};
        }},
-      {"hypot", [](const L* v) -> std::vector<L> {
+      {"hypot",
+       [](const L* v) -> std::vector<L> {
          const L a = v[0], b = v[1], y3 = std::pow(a * a + b * b, 1.5L);
          return {b * b / y3, -a * b / y3, -a * b / y3, a * a / y3};
        }},
@@ -175,11 +214,19 @@ const std::map<std::string, hessian_form>& closed_hessians() {
       {"log2", [](const L* v) -> std::vector<L> { return {-1 / (v[0] * v[0] * ln2l)}; }},
       {"sin", [](const L* v) -> std::vector<L> { return {-std::sin(v[0])}; }},
       {"cos", [](const L* v) -> std::vector<L> { return {-std::cos(v[0])}; }},
-      {"tan", [](const L* v) -> std::vector<L> { const L t = std::tan(v[0]); return {2 * t * (1 + t * t)}; }},
+      {"tan",
+       [](const L* v) -> std::vector<L> {
+         const L t = std::tan(v[0]);
+         return {2 * t * (1 + t * t)};
+       }},
       {"asin", [](const L* v) -> std::vector<L> { return {v[0] / std::pow(1 - v[0] * v[0], 1.5L)}; }},
       {"acos", [](const L* v) -> std::vector<L> { return {-v[0] / std::pow(1 - v[0] * v[0], 1.5L)}; }},
       {"atan", [](const L* v) -> std::vector<L> { return {-2 * v[0] / ((1 + v[0] * v[0]) * (1 + v[0] * v[0]))}; }},
-      {"tanh", [](const L* v) -> std::vector<L> { const L t = std::tanh(v[0]); return {-2 * t * (1 - t * t)}; }},
+      {"tanh",
+       [](const L* v) -> std::vector<L> {
+         const L t = std::tanh(v[0]);
+         return {-2 * t * (1 - t * t)};
+       }},
       {"sinh", [](const L* v) -> std::vector<L> { return {std::sinh(v[0])}; }},
       {"cosh", [](const L* v) -> std::vector<L> { return {std::cosh(v[0])}; }},
       {"asinh", [](const L* v) -> std::vector<L> { return {-v[0] / std::pow(v[0] * v[0] + 1, 1.5L)}; }},
@@ -191,13 +238,30 @@ const std::map<std::string, hessian_form>& closed_hessians() {
       {"digamma", [](const L* v) -> std::vector<L> { return {opinfo::ref::polygamma(2, v[0])}; }},
       {"polygamma_1", [](const L* v) -> std::vector<L> { return {opinfo::ref::polygamma(3, v[0])}; }},
       {"polygamma_2", [](const L* v) -> std::vector<L> { return {opinfo::ref::polygamma(4, v[0])}; }},
-      {"sigmoid", [](const L* v) -> std::vector<L> { const L s = sigm(v[0]); return {s * (1 - s) * (1 - 2 * s)}; }},
-      {"softplus", [](const L* v) -> std::vector<L> { const L s = sigm(v[0]); return {v[0] > 20 ? 0 : s * (1 - s)}; }},
-      {"silu", [](const L* v) -> std::vector<L> { const L s = sigm(v[0]); return {s * (1 - s) * (2 + v[0] * (1 - 2 * s))}; }},
-      {"gelu", [](const L* v) -> std::vector<L> {
-         const L phi = std::exp(-v[0] * v[0] / 2) / (std::sqrt(2.0L) * sqrt_pi);
-         return {phi * (2 - v[0] * v[0])};
-       }},
+      {"sigmoid",
+       [](const L* v) -> std::
+                          vector<L> {
+                            const L s = sigm(v[0]);
+                            return {s * (1 - s) * (1 - 2 * s)};
+                          }},
+      {"softplus",
+       [](const L* v) -> std::
+                          vector<L> {
+                            const L s = sigm(v[0]);
+                            return {v[0] > 20 ? 0 : s * (1 - s)};
+                          }},
+      {"silu",
+       [](const L* v) -> std::
+                          vector<L> {
+                            const L s = sigm(v[0]);
+                            return {s * (1 - s) * (2 + v[0] * (1 - 2 * s))};
+                          }},
+      {"gelu",
+       [](const L* v) -> std::
+                          vector<L> {
+                            const L phi = std::exp(-v[0] * v[0] / 2) / (std::sqrt(2.0L) * sqrt_pi);
+                            return {phi * (2 - v[0] * v[0])};
+                          }},
   };
   return m;
 }
@@ -205,7 +269,9 @@ const std::map<std::string, hessian_form>& closed_hessians() {
 
 TEST_CASE("double backward: every differentiable op of the registry against its closed-form second derivatives") {
   // The reference's own check: ψ'' by the general series equals the dedicated one.
-  for (L x : {0.6L, 1.7L, 3.9L}) CHECK(static_cast<double>(opinfo::ref::polygamma(2, x)) == doctest::Approx(static_cast<double>(opinfo::ref::tetragamma(x))).epsilon(1e-14));
+  for (L x : {0.6L, 1.7L, 3.9L})
+    CHECK(static_cast<double>(opinfo::ref::polygamma(2, x)) ==
+          doctest::Approx(static_cast<double>(opinfo::ref::tetragamma(x))).epsilon(1e-14));
   int checked = 0;
   for_each(registry(), [&](const auto& e) {
     if (e.derivative == "none") return;
@@ -238,8 +304,8 @@ TEST_CASE("double backward: every differentiable op of the registry against its 
           const double got = h[k].empty() || !h[k][l].defined() ? 0.0 : h[k][l].at({i});
           const double w = static_cast<double>(want[k * N + l]);
           CHECK_MESSAGE(std::abs(got - w) <= 1e-9 * std::max(1.0, std::abs(w)),
-                        "element " << i << " (x = " << static_cast<double>(v[0]) << "), entry (" << k << ", " << l << "): got " << got
-                                   << ", expected " << w);
+                        "element " << i << " (x = " << static_cast<double>(v[0]) << "), entry (" << k << ", " << l
+                                   << "): got " << got << ", expected " << w);
         }
     }
     ++checked;
@@ -255,13 +321,18 @@ using second_form = std::function<double(const std::array<td, N>& x, const std::
 
 std::vector<double> vals(const td& t) { return t.detach().contiguous().to_vector(); }
 /// Row-wise along the last dim: f(row of x, row of h) summed with the weights of each row.
-double by_rows(const td& x, const td& h, const td& w, const std::function<double(const std::vector<double>&, const std::vector<double>&, std::size_t row, const std::vector<double>& w)>& f) {
+double by_rows(const td& x, const td& h, const td& w,
+               const std::function<double(const std::vector<double>&, const std::vector<double>&, std::size_t row,
+                                          const std::vector<double>& w)>& f) {
   const auto xv = vals(x), hv = vals(h), wv = vals(w);
   const std::size_t c = x.dim() ? static_cast<std::size_t>(x.shape().back()) : 1, rows = xv.size() / c;
   double q = 0;
   for (std::size_t r = 0; r < rows; ++r)
-    q += f(std::vector<double>(xv.begin() + static_cast<std::ptrdiff_t>(r * c), xv.begin() + static_cast<std::ptrdiff_t>((r + 1) * c)),
-           std::vector<double>(hv.begin() + static_cast<std::ptrdiff_t>(r * c), hv.begin() + static_cast<std::ptrdiff_t>((r + 1) * c)), r, wv);
+    q += f(std::vector<double>(xv.begin() + static_cast<std::ptrdiff_t>(r * c),
+                               xv.begin() + static_cast<std::ptrdiff_t>((r + 1) * c)),
+           std::vector<double>(hv.begin() + static_cast<std::ptrdiff_t>(r * c),
+                               hv.begin() + static_cast<std::ptrdiff_t>((r + 1) * c)),
+           r, wv);
   return q;
 }
 double dotv(const std::vector<double>& a, const std::vector<double>& b) {
@@ -290,7 +361,8 @@ td shifted(const td& a) { return a.detach() + fg::eye<double>(a.shape()[0]) * 3.
 const std::map<std::string, second_form<1>>& unary_seconds() {
   using A = std::array<td, 1>;
   static const std::map<std::string, second_form<1>> m = {
-      {"logsumexp", [](const A& x, const A& h, const td& w) {
+      {"logsumexp",
+       [](const A& x, const A& h, const td& w) {
          return by_rows(x[0], h[0], w, [](const auto& xr, const auto& hr, std::size_t r, const auto& wv) {
            const td p = fg::softmax(fg::from_vector<double>(xr), 0);
            const auto pv = vals(p);
@@ -300,7 +372,8 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return wv[r] * (m2 - m1 * m1);  // Σ p h² - (Σ p h)²
          });
        }},
-      {"softmax", [](const A& x, const A& h, const td& w) {
+      {"softmax",
+       [](const A& x, const A& h, const td& w) {
          const auto wv = vals(w);
          const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
          return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
@@ -313,7 +386,8 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return q;  // d²s_i = s_i ((h_i - m)² - Σ s_j (h_j - m) h_j)
          });
        }},
-      {"log_softmax", [](const A& x, const A& h, const td& w) {
+      {"log_softmax",
+       [](const A& x, const A& h, const td& w) {
          const auto wv = vals(w);
          const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
          return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
@@ -327,7 +401,8 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return -ws * (m2 - m1 * m1);
          });
        }},
-      {"layer_norm", [](const A& x, const A& h, const td& w) {
+      {"layer_norm",
+       [](const A& x, const A& h, const td& w) {
          const auto wv = vals(w);
          const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
          return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
@@ -340,21 +415,26 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
              const double d = xr[i] - xb, e = hr[i] - hb;
              v += d * d / n, dv += 2 * d * e / n, d2v += 2 * e * e / n;
            }
-           const double ds = -0.5 * std::pow(v, -1.5) * dv, d2s = 0.75 * std::pow(v, -2.5) * dv * dv - 0.5 * std::pow(v, -1.5) * d2v;
+           const double ds = -0.5 * std::pow(v, -1.5) * dv,
+                        d2s = 0.75 * std::pow(v, -2.5) * dv * dv - 0.5 * std::pow(v, -1.5) * d2v;
            double q = 0;
-           for (std::size_t i = 0; i < xr.size(); ++i) q += wv[r * c + i] * (2 * (hr[i] - hb) * ds + (xr[i] - xb) * d2s);
+           for (std::size_t i = 0; i < xr.size(); ++i)
+             q += wv[r * c + i] * (2 * (hr[i] - hb) * ds + (xr[i] - xb) * d2s);
            return q;
          });
        }},
-      {"rms_norm", [](const A& x, const A& h, const td& w) {
+      {"rms_norm",
+       [](const A& x, const A& h, const td& w) {
          const auto wv = vals(w);
          const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
          return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
            // y_i = x_i q^(-1/2), q = mean x² + eps.
            const double n = static_cast<double>(xr.size());
            double q = 1e-6, dq = 0, d2q = 0;
-           for (std::size_t i = 0; i < xr.size(); ++i) q += xr[i] * xr[i] / n, dq += 2 * xr[i] * hr[i] / n, d2q += 2 * hr[i] * hr[i] / n;
-           const double ds = -0.5 * std::pow(q, -1.5) * dq, d2s = 0.75 * std::pow(q, -2.5) * dq * dq - 0.5 * std::pow(q, -1.5) * d2q;
+           for (std::size_t i = 0; i < xr.size(); ++i)
+             q += xr[i] * xr[i] / n, dq += 2 * xr[i] * hr[i] / n, d2q += 2 * hr[i] * hr[i] / n;
+           const double ds = -0.5 * std::pow(q, -1.5) * dq,
+                        d2s = 0.75 * std::pow(q, -2.5) * dq * dq - 0.5 * std::pow(q, -1.5) * d2q;
            double t = 0;
            for (std::size_t i = 0; i < xr.size(); ++i) t += wv[r * c + i] * (2 * hr[i] * ds + xr[i] * d2s);
            return t;
@@ -365,7 +445,8 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
       {"amin_all", [](const A&, const A&, const td&) { return 0.0; }},
       {"norm1", [](const A&, const A&, const td&) { return 0.0; }},
       {"norm_inf", [](const A&, const A&, const td&) { return 0.0; }},
-      {"var", [](const A& x, const A& h, const td& w) {
+      {"var",
+       [](const A& x, const A& h, const td& w) {
          return by_rows(x[0], h[0], w, [](const auto&, const auto& hr, std::size_t r, const auto& wv) {
            const double n = static_cast<double>(hr.size());
            double hb = 0, q = 0;
@@ -374,7 +455,8 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return wv[r] * 2 * q / (n - 1);
          });
        }},
-      {"stddev", [](const A& x, const A& h, const td& w) {
+      {"stddev",
+       [](const A& x, const A& h, const td& w) {
          return by_rows(x[0], h[0], w, [](const auto& xr, const auto& hr, std::size_t r, const auto& wv) {
            const double n = static_cast<double>(hr.size());
            double xb = 0, hb = 0;
@@ -392,18 +474,21 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return wv[r] * (d2v / (2 * sd) - dv * dv / (4 * sd * sd * sd));
          });
        }},
-      {"norm2", [](const A& x, const A& h, const td& w) {
+      {"norm2",
+       [](const A& x, const A& h, const td& w) {
          return by_rows(x[0], h[0], w, [](const auto& xr, const auto& hr, std::size_t r, const auto& wv) {
            const double nr = std::sqrt(dotv(xr, xr)), xh = dotv(xr, hr);
            return wv[r] * (dotv(hr, hr) - xh * xh / (nr * nr)) / nr;
          });
        }},
-      {"prod", [](const A& x, const A& h, const td& w) {
+      {"prod",
+       [](const A& x, const A& h, const td& w) {
          return by_rows(x[0], h[0], w, [](const auto& xr, const auto& hr, std::size_t r, const auto& wv) {
            return wv[r] * prod_second(xr, hr, xr.size());
          });
        }},
-      {"cumprod", [](const A& x, const A& h, const td& w) {
+      {"cumprod",
+       [](const A& x, const A& h, const td& w) {
          const auto wv = vals(w);
          const std::size_t c = static_cast<std::size_t>(x[0].shape().back());
          return by_rows(x[0], h[0], w, [c, &wv](const auto& xr, const auto& hr, std::size_t r, const auto&) {
@@ -412,20 +497,24 @@ const std::map<std::string, second_form<1>>& unary_seconds() {
            return q;
          });
        }},
-      {"inverse", [](const A& x, const A& h, const td& w) {  // d²Y = 2 Y H Y H Y
+      {"inverse",
+       [](const A& x, const A& h, const td& w) {  // d²Y = 2 Y H Y H Y
          const td y = fg::inverse(shifted(x[0])), hh = h[0].detach();
          return 2 * total(fg::mm(fg::mm(fg::mm(fg::mm(y, hh), y), hh), y) * w);
        }},
-      {"det", [](const A& x, const A& h, const td& w) {  // det ((tr YH)² - tr(YHYH))
+      {"det",
+       [](const A& x, const A& h, const td& w) {  // det ((tr YH)² - tr(YHYH))
          const td a = shifted(x[0]), y = fg::inverse(a), yh = fg::mm(y, h[0].detach());
          const double t = fg::trace(yh).item();
          return w.item() * fg::det(a).item() * (t * t - fg::trace(fg::mm(yh, yh)).item());
        }},
-      {"logdet", [](const A& x, const A& h, const td& w) {  // -tr(YHYH)
+      {"logdet",
+       [](const A& x, const A& h, const td& w) {  // -tr(YHYH)
          const td yh = fg::mm(fg::inverse(shifted(x[0])), h[0].detach());
          return -w.item() * fg::trace(fg::mm(yh, yh)).item();
        }},
-      {"cholesky", [](const A& x, const A& h, const td& w) {
+      {"cholesky",
+       [](const A& x, const A& h, const td& w) {
          // A = X Xᵀ + I: A' = H Xᵀ + X Hᵀ, A'' = 2 H Hᵀ. L' = L Φ(M), M = L⁻¹ A' L⁻ᵀ;
          // L'' = L' Φ(M) + L Φ(M'), M' = -L⁻¹ L' M - M L'ᵀ L⁻ᵀ + L⁻¹ A'' L⁻ᵀ (Φ: lower
          // triangle, diagonal halved).
@@ -446,8 +535,10 @@ const std::map<std::string, second_form<2>>& binary_seconds() {
   using A = std::array<td, 2>;
   static const std::map<std::string, second_form<2>> m = {
       {"dot", [](const A&, const A& h, const td& w) { return 2 * w.item() * total(h[0] * h[1]); }},
-      {"outer", [](const A&, const A& h, const td& w) { return 2 * total(fg::outer(h[0].detach(), h[1].detach()) * w); }},
-      {"solve", [](const A& x, const A& h, const td& w) {  // X' = Y (H_B - H_A X), X'' = -2 Y H_A X'
+      {"outer",
+       [](const A&, const A& h, const td& w) { return 2 * total(fg::outer(h[0].detach(), h[1].detach()) * w); }},
+      {"solve",
+       [](const A& x, const A& h, const td& w) {  // X' = Y (H_B - H_A X), X'' = -2 Y H_A X'
          const td y = fg::inverse(shifted(x[0]));
          const td hb = h[1].dim() == 1 ? h[1].detach().unsqueeze(1) : h[1].detach();
          const td xs = fg::mm(y, x[1].dim() == 1 ? x[1].detach().unsqueeze(1) : x[1].detach());
@@ -458,11 +549,13 @@ const std::map<std::string, second_form<2>>& binary_seconds() {
   };
   return m;
 }
-const std::vector<std::string> linear_ops = {"cumsum", "flip", "narrow", "split", "chunk", "cat", "stack", "repeat", "index_select",
-                                             "gather", "scatter_add", "tril", "triu", "trace", "diag"};
+const std::vector<std::string> linear_ops = {"cumsum",      "flip",  "narrow", "split",        "chunk",
+                                             "cat",         "stack", "repeat", "index_select", "gather",
+                                             "scatter_add", "tril",  "triu",   "trace",        "diag"};
 }  // namespace
 
-TEST_CASE("double backward: every differentiable op of the structured registry against closed-form second derivatives") {
+TEST_CASE(
+    "double backward: every differentiable op of the structured registry against closed-form second derivatives") {
   int checked = 0;
   for_each(structured(), [&](const auto& e) {
     if (!e.differentiable) return;
@@ -529,20 +622,31 @@ TEST_CASE("double backward: second derivatives against closed forms") {
     double (*d2)(double);
   };
   const std::vector<row> rows = {
-      {"sin", [](const td& x) { return fg::sin(x); }, [](double v) { return std::cos(v); }, [](double v) { return -std::sin(v); }},
-      {"cos", [](const td& x) { return fg::cos(x); }, [](double v) { return -std::sin(v); }, [](double v) { return -std::cos(v); }},
+      {"sin", [](const td& x) { return fg::sin(x); }, [](double v) { return std::cos(v); },
+       [](double v) { return -std::sin(v); }},
+      {"cos", [](const td& x) { return fg::cos(x); }, [](double v) { return -std::sin(v); },
+       [](double v) { return -std::cos(v); }},
       {"tan", [](const td& x) { return fg::tan(x); }, [](double v) { return 1 / (std::cos(v) * std::cos(v)); },
        [](double v) { return 2 * std::tan(v) / (std::cos(v) * std::cos(v)); }},
-      {"exp", [](const td& x) { return fg::exp(x); }, [](double v) { return std::exp(v); }, [](double v) { return std::exp(v); }},
-      {"log", [](const td& x) { return fg::log(x); }, [](double v) { return 1 / v; }, [](double v) { return -1 / (v * v); }},
+      {"exp", [](const td& x) { return fg::exp(x); }, [](double v) { return std::exp(v); },
+       [](double v) { return std::exp(v); }},
+      {"log", [](const td& x) { return fg::log(x); }, [](double v) { return 1 / v; },
+       [](double v) { return -1 / (v * v); }},
       {"sqrt", [](const td& x) { return fg::sqrt(x); }, [](double v) { return 0.5 / std::sqrt(v); },
        [](double v) { return -0.25 / (v * std::sqrt(v)); }},
       {"tanh", [](const td& x) { return fg::tanh(x); }, [](double v) { return 1 - std::tanh(v) * std::tanh(v); },
        [](double v) { return -2 * std::tanh(v) * (1 - std::tanh(v) * std::tanh(v)); }},
       {"sigmoid", [](const td& x) { return fg::sigmoid(x); },
-       [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s); },
-       [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s) * (1 - 2 * s); }},
-      {"pow 3", [](const td& x) { return fg::pow(x, 3.0); }, [](double v) { return 3 * v * v; }, [](double v) { return 6 * v; }},
+       [](double v) {
+         const double s = 1 / (1 + std::exp(-v));
+         return s * (1 - s);
+       },
+       [](double v) {
+         const double s = 1 / (1 + std::exp(-v));
+         return s * (1 - s) * (1 - 2 * s);
+       }},
+      {"pow 3", [](const td& x) { return fg::pow(x, 3.0); }, [](double v) { return 3 * v * v; },
+       [](double v) { return 6 * v; }},
       {"reciprocal", [](const td& x) { return fg::reciprocal(x); }, [](double v) { return -1 / (v * v); },
        [](double v) { return 2 / (v * v * v); }},
       {"atan", [](const td& x) { return fg::atan(x); }, [](double v) { return 1 / (1 + v * v); },
@@ -550,10 +654,14 @@ TEST_CASE("double backward: second derivatives against closed forms") {
       {"erf", [](const td& x) { return fg::erf(x); }, [](double v) { return 2 / std::sqrt(M_PI) * std::exp(-v * v); },
        [](double v) { return -4 * v / std::sqrt(M_PI) * std::exp(-v * v); }},
       {"softplus", [](const td& x) { return fg::softplus(x); }, [](double v) { return 1 / (1 + std::exp(-v)); },
-       [](double v) { const double s = 1 / (1 + std::exp(-v)); return s * (1 - s); }},
+       [](double v) {
+         const double s = 1 / (1 + std::exp(-v));
+         return s * (1 - s);
+       }},
       {"log1p", [](const td& x) { return fg::log1p(x); }, [](double v) { return 1 / (1 + v); },
        [](double v) { return -1 / ((1 + v) * (1 + v)); }},
-      {"x * x * x (products)", [](const td& x) { return x * x * x; }, [](double v) { return 3 * v * v; }, [](double v) { return 6 * v; }},
+      {"x * x * x (products)", [](const td& x) { return x * x * x; }, [](double v) { return 3 * v * v; },
+       [](double v) { return 6 * v; }},
       {"x / (1 + x)", [](const td& x) { return x / (x + 1.0); }, [](double v) { return 1 / ((1 + v) * (1 + v)); },
        [](double v) { return -2 / ((1 + v) * (1 + v) * (1 + v)); }},
   };
@@ -583,7 +691,9 @@ TEST_CASE("double backward: reductions, broadcasting, views and matmul") {
   auto mm_f = [v](const td& m) { return fg::mm(m, v) * fg::mm(m, v); };
   CHECK(fg::gradcheck(second, projected_gradient(mm_f), a).ok);
   auto bmm_f = [](const td& m) { return fg::bmm(m, m.transpose(1, 2)); };
-  CHECK(fg::gradcheck(second, projected_gradient(bmm_f), fg::from_vector<double>({0.1, -0.4, 0.7, 0.2, -0.3, 0.9}, {1, 3, 2})).ok);
+  CHECK(fg::gradcheck(second, projected_gradient(bmm_f),
+                      fg::from_vector<double>({0.1, -0.4, 0.7, 0.2, -0.3, 0.9}, {1, 3, 2}))
+            .ok);
   // Closed form: Hessian of sum((A v)^2) in the direction of A itself is 2 A v vᵀ.
   td am = a.detach().requires_grad(true);
   const td g = fg::autograd::grad(fg::sum(mm_f(am)), am, {.create_graph = true});
@@ -597,11 +707,11 @@ TEST_CASE("double backward: reductions, broadcasting, views and matmul") {
     return fg::exp(e) * fg::sum(fg::sum(m, 0, true).reshape({1, 1, 2}), 1, true).squeeze(1).unsqueeze(1);
   };
   CHECK(fg::gradcheck(second, projected_gradient(views), a).ok);
-  auto reductions = [](const td& m) {
-    return fg::mean(fg::sin(m), {1}, true) * fg::max(m, {0}) + fg::sum(m * m);
-  };
+  auto reductions = [](const td& m) { return fg::mean(fg::sin(m), {1}, true) * fg::max(m, {0}) + fg::sum(m * m); };
   CHECK(fg::gradcheck(second, projected_gradient(reductions), a).ok);
-  auto concat = [](const td& m) { return fg::cat(std::vector<td>{m, fg::cos(m)}, 1) * fg::cat(std::vector<td>{fg::tanh(m), m}, 1); };
+  auto concat = [](const td& m) {
+    return fg::cat(std::vector<td>{m, fg::cos(m)}, 1) * fg::cat(std::vector<td>{fg::tanh(m), m}, 1);
+  };
   CHECK(fg::gradcheck(second, projected_gradient(concat), a).ok);
   auto flipped = [](const td& m) { return fg::flip(m * m, {0}) * m; };
   CHECK(fg::gradcheck(second, projected_gradient(flipped), a).ok);
@@ -611,9 +721,13 @@ TEST_CASE("double backward: reductions, broadcasting, views and matmul") {
 // the read as its rule (SliceBackwardBackward0, ...): differentiable again, and again.
 TEST_CASE("double backward: slice, select and index_select") {
   auto a = fg::from_vector<double>({0.1, -0.4, 0.7, 0.2, -0.3, 0.9, 1.1, -0.8, 0.5, 0.35, -1.2, 0.6}, {3, 4});
-  auto sliced = [](const td& m) { return fg::sin(m.slice(1, 1, 4)) * m.slice(1, 0, 3) + fg::sum(fg::exp(m.slice(0, 0, 3, 2))); };
+  auto sliced = [](const td& m) {
+    return fg::sin(m.slice(1, 1, 4)) * m.slice(1, 0, 3) + fg::sum(fg::exp(m.slice(0, 0, 3, 2)));
+  };
   CHECK(fg::gradcheck(second, projected_gradient(sliced), a).ok);
-  auto selected = [](const td& m) { return fg::tanh(m.select(0, 1)) * m.select(1, -1).slice(0, 0, 1) + fg::sum(m.select(1, 2) * m.select(1, 2)); };
+  auto selected = [](const td& m) {
+    return fg::tanh(m.select(0, 1)) * m.select(1, -1).slice(0, 0, 1) + fg::sum(m.select(1, 2) * m.select(1, 2));
+  };
   CHECK(fg::gradcheck(second, projected_gradient(selected), a).ok);
   auto indexed = [](const td& m) {
     const std::vector<fg::index_t> idx{2, 0, 2, 1};
@@ -705,7 +819,8 @@ TEST_CASE("double backward: the Hessian of Rosenbrock against its closed form") 
   // Written on scalars (slice's backward is not differentiable): one term per pair.
   auto rosen_terms = [](const std::vector<td>& x) {
     td s = x[0] * 0.0;
-    for (std::size_t i = 0; i + 1 < x.size(); ++i) s = s + (x[i + 1] - x[i] * x[i]) * (x[i + 1] - x[i] * x[i]) * 100.0 + (1.0 - x[i]) * (1.0 - x[i]);
+    for (std::size_t i = 0; i + 1 < x.size(); ++i)
+      s = s + (x[i + 1] - x[i] * x[i]) * (x[i + 1] - x[i] * x[i]) * 100.0 + (1.0 - x[i]) * (1.0 - x[i]);
     return s;
   };
   std::vector<td> x;
@@ -777,12 +892,13 @@ TEST_CASE("autograd::grad: returns gradients, writes no .grad(), checks its argu
   td z = vec({1.0});
   z.register_hook([](const td& gz) { return gz * 10.0; });
   CHECK(fg::autograd::grad(fg::sum(z * 3.0), z).item() == 30.0);
-  CHECK_THROWS_WITH_AS(fg::autograd::grad(fg::sum(x * y), unused), doctest::Contains("not used to compute the outputs"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::autograd::grad(fg::sum(x * y), unused), doctest::Contains("not used to compute the outputs"),
+                       fg::error);
   const auto maybe = fg::autograd::grad({fg::sum(x * y)}, {x, unused}, {.allow_unused = true});
   CHECK(maybe[0].defined());
   CHECK_FALSE(maybe[1].defined());
-  CHECK_THROWS_WITH_AS(fg::autograd::grad(fg::sum(x * y), fg::from_vector<double>({1.0})), doctest::Contains("does not require grad"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS(fg::autograd::grad(fg::sum(x * y), fg::from_vector<double>({1.0})),
+                       doctest::Contains("does not require grad"), fg::error);
   CHECK_THROWS_WITH_AS(fg::autograd::grad({fg::sum(x * y)}, {x}, {fg::ones<double>({2}), fg::ones<double>({2})}),
                        doctest::Contains("grad_outputs"), fg::error);
   // The graph is freed without retain_graph: a second use is the usual clear error.
@@ -837,14 +953,14 @@ TEST_CASE("double backward: rules that are not differentiable throw when reached
   const td g = fg::autograd::grad(fg::sum(fg::function<raw_cosine_fn>::apply(x)), x, {.create_graph = true});
   CHECK(g.at({2}) == doctest::Approx(-std::sin(2.5)));
   // ... and differentiating it again names the op.
-  CHECK_THROWS_WITH_AS((void)fg::autograd::grad(fg::sum(g * g), x), doctest::Contains("double backward through RawCosineBackward"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::autograd::grad(fg::sum(g * g), x),
+                       doctest::Contains("double backward through RawCosineBackward"), fg::error);
   // A compiled function's backward is a fused kernel: the same clear error.
   auto f = fg::compile([](auto a) { return fg::sin(a) * a; });
   const td gc = fg::autograd::grad(fg::sum(f(x)), x, {.create_graph = true});
   CHECK(gc.at({1}) == doctest::Approx(std::sin(1.5) + 1.5 * std::cos(1.5)));
-  CHECK_THROWS_WITH_AS((void)fg::autograd::grad(fg::sum(gc), x), doctest::Contains("double backward through CompiledFunctionBackward"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::autograd::grad(fg::sum(gc), x),
+                       doctest::Contains("double backward through CompiledFunctionBackward"), fg::error);
 }
 
 TEST_CASE("double backward: create_graph runs the eager engine under compiled autograd") {

@@ -28,5 +28,6 @@ TEST_CASE("an invalid FUSEGRAD_NUM_THREADS is an error that set_num_threads over
   CHECK(fg::get_num_threads() == (fg::detail::parallel_enabled ? 2 : 1));
   const auto y = fg::exp(fg::zeros<float>({1 << 18}));
   CHECK(fg::sum(y).item() == static_cast<float>(1 << 18));
-  CHECK_THROWS_WITH_AS(fg::set_num_threads(0), doctest::Contains("set_num_threads: n = 0; expected a whole number"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::set_num_threads(0), doctest::Contains("set_num_threads: n = 0; expected a whole number"),
+                       fg::error);
 }

@@ -24,9 +24,7 @@ template <class F>
 std::string message_of(F&& f) {
   try {
     f();
-  } catch (const fg::error& e) {
-    return e.what();
-  }
+  } catch (const fg::error& e) { return e.what(); }
   return "";
 }
 }  // namespace
@@ -50,16 +48,15 @@ TEST_CASE("fg::error is a std::exception carrying the op name") {
   try {
     (void)fg::ones<float>({2, 3}).item();
     FAIL("item() of 6 elements did not throw");
-  } catch (const fg::error& e) {
-    CHECK(e.op() == "item");
-  }
+  } catch (const fg::error& e) { CHECK(e.op() == "item"); }
 }
 
 TEST_CASE("messages format their arguments: text, integers exactly, floating point like %g") {
   const std::string_view view = "view";
   const std::string str = "string";
-  CHECK(message_of([&] { fg::detail::fail("op", "a ", view, ' ', str, " ", 42, " ", -7L, " ", std::size_t{18446744073709551615ull}); }) ==
-        "fusegrad::op: a view string 42 -7 18446744073709551615");
+  CHECK(message_of([&] {
+          fg::detail::fail("op", "a ", view, ' ', str, " ", 42, " ", -7L, " ", std::size_t{18446744073709551615ull});
+        }) == "fusegrad::op: a view string 42 -7 18446744073709551615");
   CHECK(message_of([] { fg::detail::fail("op", 0.5, " ", 1.0 / 3.0, " ", 2.5f, " ", 1e-5, " ", 1e10, " ", -0.0); }) ==
         "fusegrad::op: 0.5 0.333333 2.5 1e-05 1e+10 -0");
   CHECK(message_of([] { fg::detail::fail("op", true, "/", false); }) == "fusegrad::op: true/false");
@@ -168,8 +165,8 @@ TEST_CASE("linear: input, weight or bias do not fit") {
   }
   SUBCASE("nn::linear module fed the wrong width") {
     fg::nn::linear<float> lin(10, 4);
-    CHECK_THROWS_WITH_AS((void)lin(fg::ones<float>({2, 7})), Contains("input of shape [2, 7] and weight of shape [4, 10]"),
-                         fg::error);
+    CHECK_THROWS_WITH_AS((void)lin(fg::ones<float>({2, 7})),
+                         Contains("input of shape [2, 7] and weight of shape [4, 10]"), fg::error);
   }
   SUBCASE("nn::linear with a zero size") {
     CHECK_THROWS_WITH_AS(fg::nn::linear<float>(0, 3), Contains("fusegrad::nn::linear"), fg::error);
@@ -183,8 +180,10 @@ TEST_CASE("linear: input, weight or bias do not fit") {
 
 TEST_CASE("reshape: wrong element count") {
   const auto x = fg::ones<float>({2, 3});
-  CHECK_THROWS_WITH_AS((void)x.reshape({4}), Contains("fusegrad::reshape: shape [4] (4 elements) is invalid"), fg::error);
-  CHECK_THROWS_WITH_AS((void)x.reshape({4}), Contains("input of shape [2, 3]; expected a shape with 6 elements"), fg::error);
+  CHECK_THROWS_WITH_AS((void)x.reshape({4}), Contains("fusegrad::reshape: shape [4] (4 elements) is invalid"),
+                       fg::error);
+  CHECK_THROWS_WITH_AS((void)x.reshape({4}), Contains("input of shape [2, 3]; expected a shape with 6 elements"),
+                       fg::error);
   CHECK_THROWS_WITH_AS((void)x.reshape({-1, 4}), Contains("shape [-1, 4] is invalid for input of shape [2, 3]"),
                        fg::error);
   CHECK_THROWS_WITH_AS((void)x.reshape({-1, -1}), Contains("more than one -1"), fg::error);
@@ -238,16 +237,16 @@ TEST_CASE("select: index out of range") {
   CHECK_THROWS_WITH_AS((void)x.select(1, 3), Contains("expected an index in [-3, 2]"), fg::error);
   CHECK_THROWS_WITH_AS((void)x.select(0, -3), Contains("index -3"), fg::error);
   CHECK_THROWS_WITH_AS((void)x.select(2, 0), Contains("fusegrad::select: dim 2 is out of range"), fg::error);
-  CHECK_THROWS_WITH_AS((void)fg::scalar_tensor<float>(1.0f).select(0, 0), Contains("fusegrad::select: cannot select from a 0-d"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::scalar_tensor<float>(1.0f).select(0, 0),
+                       Contains("fusegrad::select: cannot select from a 0-d"), fg::error);
 }
 
 TEST_CASE("permute: not a permutation") {
   const auto x = fg::ones<float>({2, 3, 4});
   CHECK_THROWS_WITH_AS((void)x.permute({0, 0, 1}), Contains("fusegrad::permute: dim 0 repeats"), fg::error);
   CHECK_THROWS_WITH_AS((void)x.permute({0, 0, 1}), Contains("expected a permutation of 0..2"), fg::error);
-  CHECK_THROWS_WITH_AS((void)x.permute({1, 0}), Contains("fusegrad::permute: got 2 dims for a tensor of shape [2, 3, 4]"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)x.permute({1, 0}),
+                       Contains("fusegrad::permute: got 2 dims for a tensor of shape [2, 3, 4]"), fg::error);
   CHECK_THROWS_WITH_AS((void)x.permute({0, 1, 3}), Contains("fusegrad::permute: dim 3 is out of range"), fg::error);
 }
 
@@ -260,8 +259,8 @@ TEST_CASE("unsqueeze / squeeze: dim out of range") {
 TEST_CASE("cat: mismatched shapes") {
   const std::vector<fg::tensor<float>> xs{fg::ones<float>({2, 3}), fg::ones<float>({2, 4})};
   CHECK_THROWS_WITH_AS((void)fg::cat(xs, 0), Contains("fusegrad::cat: tensor 1 has shape [2, 4]"), fg::error);
-  CHECK_THROWS_WITH_AS((void)fg::cat(xs, 0), Contains("tensor 0 has shape [2, 3]; expected equal sizes except in dim 0"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::cat(xs, 0),
+                       Contains("tensor 0 has shape [2, 3]; expected equal sizes except in dim 0"), fg::error);
   CHECK_NOTHROW((void)fg::cat(xs, 1));  // fine along dim 1
 
   const std::vector<fg::tensor<float>> ranks{fg::ones<float>({2, 3}), fg::ones<float>({6})};
@@ -287,8 +286,8 @@ TEST_CASE("slice: step <= 0") {
 }
 
 TEST_CASE("max over an empty tensor") {
-  CHECK_THROWS_WITH_AS((void)fg::max(fg::zeros<float>({0})), Contains("fusegrad::max: cannot reduce a tensor of shape [0]"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::max(fg::zeros<float>({0})),
+                       Contains("fusegrad::max: cannot reduce a tensor of shape [0]"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::max(fg::zeros<float>({0})), Contains("expected a non-empty reduction"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::max(fg::zeros<float>({2, 0}), 1), Contains("shape [2, 0]"), fg::error);
 }
@@ -298,15 +297,16 @@ TEST_CASE("max over an empty tensor") {
 // ---------------------------------------------------------------------------------------
 
 TEST_CASE("item() on a tensor with many elements") {
-  CHECK_THROWS_WITH_AS((void)fg::ones<float>({2, 3}).item(), Contains("fusegrad::item: a tensor of shape [2, 3] has 6 elements"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::ones<float>({2, 3}).item(),
+                       Contains("fusegrad::item: a tensor of shape [2, 3] has 6 elements"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::ones<float>({2, 3}).item(), Contains("expected exactly one element"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::zeros<float>({0}).item(), Contains("has 0 elements"), fg::error);
 }
 
 TEST_CASE("reading data of an undefined tensor") {
   SUBCASE("data()") {
-    CHECK_THROWS_WITH_AS((void)fg::tensor<float>{}.data(), Contains("fusegrad::data: the tensor is undefined"), fg::error);
+    CHECK_THROWS_WITH_AS((void)fg::tensor<float>{}.data(), Contains("fusegrad::data: the tensor is undefined"),
+                         fg::error);
   }
   SUBCASE("grad().item() before backward") {
     const auto x = leaf({1});
@@ -334,7 +334,8 @@ TEST_CASE("data() on a non-contiguous view") {
 
 TEST_CASE("at(): wrong index count or index out of range") {
   const auto x = fg::ones<float>({2, 3});
-  CHECK_THROWS_WITH_AS((void)x.at({0}), Contains("fusegrad::at: got 1 indices for a tensor of shape [2, 3]"), fg::error);
+  CHECK_THROWS_WITH_AS((void)x.at({0}), Contains("fusegrad::at: got 1 indices for a tensor of shape [2, 3]"),
+                       fg::error);
   CHECK_THROWS_WITH_AS((void)x.at({1, 3}), Contains("index 3 is out of range for dim 1"), fg::error);
   CHECK_THROWS_WITH_AS((void)x.size(2), Contains("fusegrad::size: dim 2 is out of range"), fg::error);
 }
@@ -355,7 +356,8 @@ TEST_CASE("negative sizes in a factory") {
   CHECK_THROWS_WITH_AS((void)fg::randn<float>({2, -3}), Contains("expected every size >= 0"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::full<float>({-1}, 1.0f), Contains("fusegrad::full: invalid shape [-1]"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::rand<double>({-5}), Contains("fusegrad::rand: invalid shape [-5]"), fg::error);
-  CHECK_THROWS_WITH_AS((void)fg::arange<float>(-1), Contains("fusegrad::arange: got n = -1; expected n >= 0"), fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::arange<float>(-1), Contains("fusegrad::arange: got n = -1; expected n >= 0"),
+                       fg::error);
   CHECK_THROWS_WITH_AS((void)fg::zeros<float>({-1, 2}), Contains("invalid shape [-1, 2]"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::ones<double>({3, -2}), Contains("invalid shape [3, -2]"), fg::error);
   // Regression: zeros() and ones() used to report their errors as "fusegrad::full: ..." -- the message does
@@ -365,8 +367,8 @@ TEST_CASE("negative sizes in a factory") {
 }
 
 TEST_CASE("view_of(nullptr, ...)") {
-  CHECK_THROWS_WITH_AS((void)fg::view_of<float>(nullptr, {3}), Contains("fusegrad::view_of: got a null pointer for shape [3]"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::view_of<float>(nullptr, {3}),
+                       Contains("fusegrad::view_of: got a null pointer for shape [3]"), fg::error);
   CHECK_THROWS_WITH_AS((void)fg::view_of<float>(nullptr, {3}), Contains("expected 3 elements of memory"), fg::error);
   CHECK_NOTHROW((void)fg::view_of<float>(nullptr, {0}));  // nothing to point at
   float buf[2] = {0, 0};
@@ -379,7 +381,8 @@ TEST_CASE("view_of(nullptr, ...)") {
 
 TEST_CASE("backward on a non-scalar without a gradient") {
   const auto y = leaf({2, 3}) * 2.0f;
-  CHECK_THROWS_WITH_AS(y.backward(), Contains("fusegrad::backward: grad can be implicitly created only for one-element outputs"),
+  CHECK_THROWS_WITH_AS(y.backward(),
+                       Contains("fusegrad::backward: grad can be implicitly created only for one-element outputs"),
                        fg::error);
   CHECK_THROWS_WITH_AS(y.backward(), Contains("got shape [2, 3]"), fg::error);
   CHECK_THROWS_WITH_AS(fg::backward(std::vector{y}), Contains("one-element outputs"), fg::error);
@@ -388,7 +391,8 @@ TEST_CASE("backward on a non-scalar without a gradient") {
 TEST_CASE("backward with a wrongly shaped gradient") {
   const auto y = leaf({2, 3}) * 2.0f;
   CHECK_THROWS_WITH_AS(y.backward(fg::ones<float>({3})),
-                       Contains("fusegrad::backward: gradient has shape [3] but the output has shape [2, 3]"), fg::error);
+                       Contains("fusegrad::backward: gradient has shape [3] but the output has shape [2, 3]"),
+                       fg::error);
   CHECK_THROWS_WITH_AS(y.backward(fg::ones<float>({3, 2})), Contains("gradient has shape [3, 2]"), fg::error);
   // Even a broadcastable gradient is refused.
   CHECK_THROWS_WITH_AS(y.backward(fg::ones<float>({1, 3})), Contains("expected equal shapes"), fg::error);
@@ -403,7 +407,8 @@ TEST_CASE("multi-root backward with the wrong number of gradients") {
 
 TEST_CASE("backward on a tensor that does not require grad") {
   const auto y = fg::ones<float>({1}) * 2.0f;
-  CHECK_THROWS_WITH_AS(y.backward(), Contains("fusegrad::backward: element 0 of tensors does not require grad"), fg::error);
+  CHECK_THROWS_WITH_AS(y.backward(), Contains("fusegrad::backward: element 0 of tensors does not require grad"),
+                       fg::error);
   CHECK_THROWS_WITH_AS(fg::ones<float>({}).backward(), Contains("does not have a grad_fn"), fg::error);
   // The second root is the bad one.
   const auto ok = fg::sum(leaf({2}));
@@ -422,8 +427,8 @@ TEST_CASE("second backward through a freed graph") {
   const auto x = leaf({3});
   const auto y = fg::sum(x * x);  // MulBackward0 saves x twice
   y.backward();
-  CHECK_THROWS_WITH_AS(y.backward(), Contains("fusegrad::backward: trying to backward through MulBackward0 a second time"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS(
+      y.backward(), Contains("fusegrad::backward: trying to backward through MulBackward0 a second time"), fg::error);
   CHECK_THROWS_WITH_AS(y.backward(), Contains("retain_graph = true"), fg::error);
   CHECK(fg::is_grad_enabled());  // grad mode restored after the failed backward
 
@@ -461,8 +466,8 @@ TEST_CASE("a custom function's backward returning the wrong shape") {
   const auto x = leaf({3});
   const auto y = fg::function<BadShape>::apply(x);
   CHECK_THROWS_WITH_AS(fg::sum(y).backward({.retain_graph = true}), Contains("expected [3]"), fg::error);
-  CHECK_THROWS_WITH_AS(fg::sum(y).backward(), Contains("fusegrad::backward: BadShapeBackward returned a gradient of shape []"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS(fg::sum(y).backward(),
+                       Contains("fusegrad::backward: BadShapeBackward returned a gradient of shape []"), fg::error);
 }
 
 TEST_CASE("requires_grad(true) on a non-leaf") {
@@ -475,9 +480,9 @@ TEST_CASE("requires_grad(true) on a non-leaf") {
 
 TEST_CASE("register_hook on a tensor that does not require grad") {
   auto x = fg::ones<float>({2});
-  CHECK_THROWS_WITH_AS(x.register_hook([](const fg::tensor<float>&) {}),
-                       Contains("fusegrad::register_hook: cannot register a hook on a tensor that does not require grad"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS(
+      x.register_hook([](const fg::tensor<float>&) {}),
+      Contains("fusegrad::register_hook: cannot register a hook on a tensor that does not require grad"), fg::error);
 }
 
 TEST_CASE("set_grad with a gradient of the wrong shape") {

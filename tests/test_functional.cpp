@@ -150,8 +150,8 @@ TEST_CASE("every binary op: both arguments, argnums, broadcasting a scalar over 
 
 TEST_CASE("constant-evaluable gradients") {
   constexpr auto poly = [](auto x) { return x * x * x - 2.0 * x * x + 1.0; };
-  static_assert(fg::grad(poly)(2.0) == 4.0);                // 3x^2 - 4x
-  static_assert(fg::grad(fg::grad(poly))(2.0) == 8.0);      // 6x - 4
+  static_assert(fg::grad(poly)(2.0) == 4.0);            // 3x^2 - 4x
+  static_assert(fg::grad(fg::grad(poly))(2.0) == 8.0);  // 6x - 4
   static_assert(fg::grad(fg::grad(fg::grad(poly)))(2.0) == 6.0);
   static_assert(fg::hessian(poly)(2.0) == 8.0);
   static_assert(fg::grad([](auto x) { return x * x * x; })(2.0) == 12.0);

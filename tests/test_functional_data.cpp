@@ -28,9 +28,7 @@ bool same_bits(T a, T b) {
 std::string message_of(auto&& fn) {
   try {
     fn();
-  } catch (const fg::error& e) {
-    return e.what();
-  }
+  } catch (const fg::error& e) { return e.what(); }
   return "(no error)";
 }
 
@@ -95,36 +93,54 @@ void agree_at(T x) {
   using A0 = fg::argnums_t<0>;
   using A01 = fg::argnums_t<0, 1>;
   using A1 = fg::argnums_t<1>;
-  check_agree<T, A0>("cubic", [](auto x) { return x * x * x - 2.0 * x + 1.0; }, x);
-  check_agree<T, A0>("horner", [](auto x) { return ((x * 1.5 + 2.0) * x + 3.0) * x * x + 0.25 * x; }, x);
-  check_agree<T, A0>("quartic", [](auto x) { return x * x * x * x + x * x; }, x);
-  check_agree<T, A0>("sin exp", [](auto x) { return fg::sin(x) * fg::exp(x * 0.5) + x * x; }, x);
-  check_agree<T, A0>("pow", [](auto x) { return fg::pow(x, 3.0) * x + fg::pow(x * x + 1.0, 0.5); }, x);
-  check_agree<T, A0>("division", [](auto x) { return (x * x + 1.0) / (x * 3.0 + 2.0) - x / (x * x + 1.0); }, x);
-  check_agree<T, A0>("log tanh sqrt",
-                     [](auto x) { return fg::log(x * x + 1.0) * fg::tanh(x) + fg::sqrt(x * x + 2.0) * x; }, x);
-  check_agree<T, A0>("nested", [](auto x) {
-    auto a = fg::sin(x) * x + fg::cos(x);
-    auto b = a * a * x + fg::exp(-a);
-    return b / (a * a + 1.0) + fg::sigmoid(b) * x;
-  }, x);
-  check_agree<T, A0>("reciprocal sum", [](auto x) { return 1.0 / (x * x + 1.0) + 2.0 / (x * x + 3.0) + x * 0.5; }, x);
-  check_agree<T, A0>("cos cos", [](auto x) { return fg::cos(fg::cos(x)) * (x * x + 0.5); }, x);
-  check_agree<T, A0>("exp log", [](auto x) { return fg::exp(fg::log(x * x + 1.5) * 0.5) * x - x * x * 0.125; }, x);
-  check_agree<T, A0>("softplus", [](auto x) { return fg::log1p(fg::exp(x)) * x + x * x * x * 0.1; }, x);
-  check_agree<T, A0>("atan square", [](auto x) { return fg::atan(x) * fg::square(x + 1.0) + x; }, x);
-  check_agree<T, A0>("pow real", [](auto x) { return fg::pow(x * x + 0.5, 1.7) - fg::pow(x * x + 2.0, -0.3) * x; }, x);
-  check_agree<T, A0>("erf", [](auto x) { return fg::erf(x) * x * x + fg::exp(-x * x) * 0.5; }, x);
-  check_agree<T, A0>("rational", [](auto x) { return (x * x * x + 2.0 * x) / (x * x + x * 0.5 + 1.0); }, x);
+  check_agree<T, A0>(
+      "cubic", [](auto x) { return x * x * x - 2.0 * x + 1.0; }, x);
+  check_agree<T, A0>(
+      "horner", [](auto x) { return ((x * 1.5 + 2.0) * x + 3.0) * x * x + 0.25 * x; }, x);
+  check_agree<T, A0>(
+      "quartic", [](auto x) { return x * x * x * x + x * x; }, x);
+  check_agree<T, A0>(
+      "sin exp", [](auto x) { return fg::sin(x) * fg::exp(x * 0.5) + x * x; }, x);
+  check_agree<T, A0>(
+      "pow", [](auto x) { return fg::pow(x, 3.0) * x + fg::pow(x * x + 1.0, 0.5); }, x);
+  check_agree<T, A0>(
+      "division", [](auto x) { return (x * x + 1.0) / (x * 3.0 + 2.0) - x / (x * x + 1.0); }, x);
+  check_agree<T, A0>(
+      "log tanh sqrt", [](auto x) { return fg::log(x * x + 1.0) * fg::tanh(x) + fg::sqrt(x * x + 2.0) * x; }, x);
+  check_agree<T, A0>(
+      "nested",
+      [](auto x) {
+        auto a = fg::sin(x) * x + fg::cos(x);
+        auto b = a * a * x + fg::exp(-a);
+        return b / (a * a + 1.0) + fg::sigmoid(b) * x;
+      },
+      x);
+  check_agree<T, A0>(
+      "reciprocal sum", [](auto x) { return 1.0 / (x * x + 1.0) + 2.0 / (x * x + 3.0) + x * 0.5; }, x);
+  check_agree<T, A0>(
+      "cos cos", [](auto x) { return fg::cos(fg::cos(x)) * (x * x + 0.5); }, x);
+  check_agree<T, A0>(
+      "exp log", [](auto x) { return fg::exp(fg::log(x * x + 1.5) * 0.5) * x - x * x * 0.125; }, x);
+  check_agree<T, A0>(
+      "softplus", [](auto x) { return fg::log1p(fg::exp(x)) * x + x * x * x * 0.1; }, x);
+  check_agree<T, A0>(
+      "atan square", [](auto x) { return fg::atan(x) * fg::square(x + 1.0) + x; }, x);
+  check_agree<T, A0>(
+      "pow real", [](auto x) { return fg::pow(x * x + 0.5, 1.7) - fg::pow(x * x + 2.0, -0.3) * x; }, x);
+  check_agree<T, A0>(
+      "erf", [](auto x) { return fg::erf(x) * x * x + fg::exp(-x * x) * 0.5; }, x);
+  check_agree<T, A0>(
+      "rational", [](auto x) { return (x * x * x + 2.0 * x) / (x * x + x * 0.5 + 1.0); }, x);
   // two arguments, argnums
-  check_agree<T, A01>("sin(x) y + x^2", [](auto x, auto y) { return fg::sin(x) * y + x * x; }, x, T(2) - x);
-  check_agree<T, A01>("rosenbrock 2-D",
-                      [](auto x, auto y) { return (1.0 - x) * (1.0 - x) + 100.0 * (y - x * x) * (y - x * x); }, x,
-                      x * T(0.5) + T(1));
-  check_agree<T, A01>("x / y + log", [](auto x, auto y) { return x / (y * y + 1.0) + fg::log(x * x + y * y + 1.0) * x; },
-                      x, T(0.75));
-  check_agree<T, A1>("x^y in y", [](auto x, auto y) { return fg::pow(x * x + 1.0, y) * y + fg::exp(x * y); }, x,
-                     T(1.25));
+  check_agree<T, A01>(
+      "sin(x) y + x^2", [](auto x, auto y) { return fg::sin(x) * y + x * x; }, x, T(2) - x);
+  check_agree<T, A01>(
+      "rosenbrock 2-D", [](auto x, auto y) { return (1.0 - x) * (1.0 - x) + 100.0 * (y - x * x) * (y - x * x); }, x,
+      x * T(0.5) + T(1));
+  check_agree<T, A01>(
+      "x / y + log", [](auto x, auto y) { return x / (y * y + 1.0) + fg::log(x * x + y * y + 1.0) * x; }, x, T(0.75));
+  check_agree<T, A1>(
+      "x^y in y", [](auto x, auto y) { return fg::pow(x * x + 1.0, y) * y + fg::exp(x * y); }, x, T(1.25));
 }
 
 }  // namespace
@@ -252,19 +268,22 @@ TEST_CASE("fg::data with scalar arguments only: the span engine runs it (Monte C
 TEST_CASE("jvp with argnums: the unselected arguments are data, with no tangent") {
   std::vector<double> x{0.5, -1.0, 2.0, 0.25, 3.0}, w{1.0, 2.0, 3.0, 4.0, 5.0}, t{1.0, 0.0, -1.0, 0.5, 2.0};
   auto f = [](const auto& x, const auto& w, auto s) { return fg::sum(w * fg::sin(x) * s); };
-  const auto [y, dy] = fg::jvp(f, fg::argnums<0>, std::tuple<const std::vector<double>&, const std::vector<double>&, double>(x, w, 1.5),
-                               std::tuple<const std::vector<double>&>(t));
+  const auto [y, dy] =
+      fg::jvp(f, fg::argnums<0>, std::tuple<const std::vector<double>&, const std::vector<double>&, double>(x, w, 1.5),
+              std::tuple<const std::vector<double>&>(t));
   double ey = 0, edy = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) ey += w[i] * std::sin(x[i]) * 1.5, edy += w[i] * std::cos(x[i]) * 1.5 * t[i];
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ey += w[i] * std::sin(x[i]) * 1.5, edy += w[i] * std::cos(x[i]) * 1.5 * t[i];
   CHECK(y == doctest::Approx(ey).epsilon(1e-14));
   CHECK(dy == doctest::Approx(edy).epsilon(1e-14));
   // the scalar argument selected: d/ds
-  const auto [y2, ds] = fg::jvp(f, fg::argnums<2>, std::tuple<const std::vector<double>&, const std::vector<double>&, double>(x, w, 1.5),
-                                std::tuple{1.0});
+  const auto [y2, ds] =
+      fg::jvp(f, fg::argnums<2>, std::tuple<const std::vector<double>&, const std::vector<double>&, double>(x, w, 1.5),
+              std::tuple{1.0});
   CHECK(ds == doctest::Approx(ey / 1.5).epsilon(1e-14));
   // scalars only
-  const auto [y3, d3] = fg::jvp([](auto a, auto b) { return fg::sin(a) * b; }, fg::argnums<1>, std::tuple{0.5, 2.0},
-                                std::tuple{1.0});
+  const auto [y3, d3] =
+      fg::jvp([](auto a, auto b) { return fg::sin(a) * b; }, fg::argnums<1>, std::tuple{0.5, 2.0}, std::tuple{1.0});
   CHECK(y3 == doctest::Approx(std::sin(0.5) * 2.0));
   CHECK(d3 == doctest::Approx(std::sin(0.5)));
 }
@@ -306,7 +325,8 @@ TEST_CASE("jacobian of a 3 -> 4 map on spans, built with fg::concat, against its
     const double e[4][3] = {{x[1], x[0], 0}, {0, x[2], x[1]}, {0, 0, std::cos(x[2])}, {1, 1, 1}};
     REQUIRE(j.size() == 12);
     for (int r = 0; r < 4; ++r)
-      for (int c = 0; c < 3; ++c) CHECK(j[static_cast<std::size_t>(r * 3 + c)] == doctest::Approx(e[r][c]).epsilon(1e-15));
+      for (int c = 0; c < 3; ++c)
+        CHECK(j[static_cast<std::size_t>(r * 3 + c)] == doctest::Approx(e[r][c]).epsilon(1e-15));
     // the value, and vjp: J^T ybar
     const auto [y, pb] = fg::vjp(f, x);
     REQUIRE(y.size() == 4);
@@ -324,9 +344,7 @@ TEST_CASE("jacobian of a 3 -> 4 map on spans, built with fg::concat, against its
 TEST_CASE("concat of parts of different lengths: element-wise parts, reductions, numbers") {
   std::array<double, 5> x{0.5, -1.0, 2.0, 0.25, 1.5};
   // [x0 * x[1..3), sum(x^2), exp(x), 1]: m = 2 + 1 + 5 + 1 = 9
-  auto f = [](const auto& x) {
-    return fg::concat(x[0] * fg::slice(x, 1, 2), fg::sum(x * x), fg::exp(x), 1.0);
-  };
+  auto f = [](const auto& x) { return fg::concat(x[0] * fg::slice(x, 1, 2), fg::sum(x * x), fg::exp(x), 1.0); };
   const auto j = fg::jacobian(f)(x);
   REQUIRE(j.size() == 9 * 5);
   auto at = [&](int r, int c) { return j[static_cast<std::size_t>(r * 5 + c)]; };
@@ -360,7 +378,9 @@ TEST_CASE("errors: data of the wrong length, an element out of range, a cotangen
   CHECK(m.find("999") != std::string::npos);
   CHECK(m.find("fg::data") != std::string::npos);
   CHECK(m.find("value_and_grad") != std::string::npos);
-  const std::string e = message_of([&] { (void)fg::grad([](const auto& x) { return fg::sum(x * x[5]); })(std::vector<double>{1, 2}); });
+  const std::string e = message_of([&] {
+    (void)fg::grad([](const auto& x) { return fg::sum(x * x[5]); })(std::vector<double>{1, 2});
+  });
   CHECK(e.find("element 5 of a range of 2 elements") != std::string::npos);
   const std::vector<double> x3{1, 2, 3};  // (the pullback holds a range by reference)
   const auto [y, pb] = fg::vjp([](const auto& x) { return fg::concat(x, x[0]); }, x3);

@@ -95,7 +95,9 @@ TEST_CASE("cos(cos(x)) * y in float: value_and_grad against eager, all lengths 0
   auto f = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
   for (int n = 0; n <= 70; ++n) {
     std::vector<float> xs(static_cast<std::size_t>(n)), ys(xs.size());
-    for (int i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = 0.37f * static_cast<float>(i) - 3.0f, ys[static_cast<std::size_t>(i)] = 1.0f + 0.01f * static_cast<float>(i);
+    for (int i = 0; i < n; ++i)
+      xs[static_cast<std::size_t>(i)] = 0.37f * static_cast<float>(i) - 3.0f,
+      ys[static_cast<std::size_t>(i)] = 1.0f + 0.01f * static_cast<float>(i);
     std::vector<float> gx(xs.size()), gy(xs.size());
     const float v = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<float>(gx), std::span<float>(gy))(xs, ys);
     auto tx = fg::from_vector<float>(xs), ty = fg::from_vector<float>(ys);
@@ -103,7 +105,8 @@ TEST_CASE("cos(cos(x)) * y in float: value_and_grad against eager, all lengths 0
     auto y = f(tx, ty);
     y.backward();
     CHECK(v == y.item());  // the same sum, bit for bit
-    const auto ex = n ? tx.grad().to_vector() : std::vector<float>{}, ey = n ? ty.grad().to_vector() : std::vector<float>{};
+    const auto ex = n ? tx.grad().to_vector() : std::vector<float>{},
+               ey = n ? ty.grad().to_vector() : std::vector<float>{};
     for (int i = 0; i < n; ++i) {
       CHECK(gx[static_cast<std::size_t>(i)] == doctest::Approx(ex[static_cast<std::size_t>(i)]).epsilon(1e-6));
       CHECK(gy[static_cast<std::size_t>(i)] == ey[static_cast<std::size_t>(i)]);
@@ -166,11 +169,14 @@ TEST_CASE_TEMPLATE("a partial last batch writes only its lanes: gradients into t
     const auto un = static_cast<std::size_t>(n);
     std::vector<T> mem(2 * un + 16, T(7));  // x and y at the very end of the allocation
     std::span<T> x(mem.data() + mem.size() - 2 * un, un), y(mem.data() + mem.size() - un, un);
-    for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = T(0.3) * T(i) - T(2), y[static_cast<std::size_t>(i)] = T(1) + T(0.01) * T(i);
+    for (int i = 0; i < n; ++i)
+      x[static_cast<std::size_t>(i)] = T(0.3) * T(i) - T(2), y[static_cast<std::size_t>(i)] = T(1) + T(0.01) * T(i);
     std::vector<T> gx(un + 9, T(-5)), gy(un + 9, T(-5));
     const T v = fg::value_and_grad(f, fg::argnums<0, 1>)
-                    .into(std::span<T>(gx.data(), un), std::span<T>(gy.data(), un))(std::span<const T>(x), std::span<const T>(y));
-    auto tx = fg::from_vector<T>(std::vector<T>(x.begin(), x.end())), ty = fg::from_vector<T>(std::vector<T>(y.begin(), y.end()));
+                    .into(std::span<T>(gx.data(), un), std::span<T>(gy.data(), un))(std::span<const T>(x),
+                                                                                    std::span<const T>(y));
+    auto tx = fg::from_vector<T>(std::vector<T>(x.begin(), x.end())),
+         ty = fg::from_vector<T>(std::vector<T>(y.begin(), y.end()));
     tx.requires_grad(true);
     ty.requires_grad(true);
     auto out = f(tx, ty);
@@ -222,14 +228,15 @@ TEST_CASE_TEMPLATE("cheap bodies summed in registers: values and gradients equal
     const auto un = static_cast<std::size_t>(n);
     std::vector<T> xs(un), ts(un);
     for (int i = 0; i < n; ++i)
-      xs[static_cast<std::size_t>(i)] = T(std::sin(0.37 * i) * 3.1 + 0.2), ts[static_cast<std::size_t>(i)] = T(std::cos(0.11 * i));
+      xs[static_cast<std::size_t>(i)] = T(std::sin(0.37 * i) * 3.1 + 0.2),
+      ts[static_cast<std::size_t>(i)] = T(std::cos(0.11 * i));
     const T mu = T(0.7);
     std::vector<T> gx(un), gx2(un);
     T gm = 0, gm2 = 0;
     const T v = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<T>(gx), gm)(std::span<const T>(xs), mu);
     const T v2 = fg::value_and_grad(g, fg::argnums<0, 1>).into(std::span<T>(gx2), gm2)(std::span<const T>(xs), mu);
-    const auto [jv, jt] = fg::jvp([](const auto& x) { return fg::sum(x * x * x); }, std::span<const T>(xs),
-                                  std::span<const T>(ts));
+    const auto [jv, jt] =
+        fg::jvp([](const auto& x) { return fg::sum(x * x * x); }, std::span<const T>(xs), std::span<const T>(ts));
     auto run = [&](auto fn, const auto& tx, const auto& tm) {
       auto y = fn(tx, tm);
       y.backward();
@@ -305,7 +312,8 @@ TEST_CASE("Rosenbrock in 2 and 16 dimensions, and a quadratic form: gradients an
   constexpr std::size_t n = 16;
   for (std::size_t i = 0; i < n; ++i) {
     double gi = 0, hii = 0;
-    if (i + 1 < n) gi += -400 * p[i] * (p[i + 1] - p[i] * p[i]) - 2 * (1 - p[i]), hii += 1200 * p[i] * p[i] - 400 * p[i + 1] + 2;
+    if (i + 1 < n)
+      gi += -400 * p[i] * (p[i + 1] - p[i] * p[i]) - 2 * (1 - p[i]), hii += 1200 * p[i] * p[i] - 400 * p[i + 1] + 2;
     if (i > 0) gi += 200 * (p[i] - p[i - 1] * p[i - 1]), hii += 200;
     CHECK(close(g[i], gi));
     for (std::size_t j = 0; j < n; ++j) {
@@ -316,7 +324,8 @@ TEST_CASE("Rosenbrock in 2 and 16 dimensions, and a quadratic form: gradients an
     auto pp = p, pm = p;
     pp[i] += 1e-6, pm[i] -= 1e-6;
     const auto gp = fg::grad(rosenbrock)(pp), gm = fg::grad(rosenbrock)(pm);
-    for (std::size_t j = 0; j < n; ++j) CHECK(std::abs(H[j][i] - (gp[j] - gm[j]) / 2e-6) <= 1e-4 * (1 + std::abs(H[j][i])));
+    for (std::size_t j = 0; j < n; ++j)
+      CHECK(std::abs(H[j][i] - (gp[j] - gm[j]) / 2e-6) <= 1e-4 * (1 + std::abs(H[j][i])));
   }
   const auto v = fg::hvp(rosenbrock)(p, g);
   for (std::size_t i = 0; i < n; ++i) {
@@ -378,7 +387,8 @@ TEST_CASE("the caller-provided-output forms allocate nothing") {
   // caller's outputs
   double gs = 0, gr = 0;
   auto vd = fg::value_and_grad([&y](auto s, auto r) { return fg::exp(-r) * fg::mean(fg::relu(s * fg::data(y) - 1.0)); },
-                               fg::argnums<0, 1>).into(gs, gr);
+                               fg::argnums<0, 1>)
+                .into(gs, gr);
   std::vector<double> gp(16);
   auto ve = fg::value_and_grad([](const auto& x) { return fg::sum(x[0] * x); }).into(std::span<double>(gp));
   float v = vg(x, y);  // warm-up

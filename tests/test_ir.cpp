@@ -25,12 +25,10 @@ struct last_cache_guard {
   last_cache_guard& operator=(const last_cache_guard&) = delete;
 };
 }  // namespace
-using fusegrad_test::max_rel;
 using fusegrad_test::max_normwise;
+using fusegrad_test::max_rel;
 
 namespace {
-
-
 
 // Builds fn's graph on IR values of the inputs' shapes, runs it and its backward, and compares
 // values and gradients with eager (the same fn on tensors).
@@ -40,15 +38,16 @@ void same_as_eager(F fn, const X&... xs) {
   // Eager.
   std::vector<fg::tensor<double>> ea;
   for (const auto& t : in) ea.push_back(t.detach().clone().requires_grad(true));
-  const fg::tensor<double> ye = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(ea[I]...); }(
-      std::index_sequence_for<X...>{});
+  const fg::tensor<double> ye = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(ea[I]...); }
+  (std::index_sequence_for<X...>{});
   const auto w = fg::randn<double>(ye.shape(), 77);
   fg::sum(ye * w).backward();
   // IR.
   fg::ir::graph<double> g;
   std::vector<fg::ir::value<double>> v;
   for (const auto& t : in) v.emplace_back(&g, g.add_input(t.shape()));
-  const int out = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(v[I]...).id; }(std::index_sequence_for<X...>{});
+  const int out = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(v[I]...).id; }
+  (std::index_sequence_for<X...>{});
   std::vector<int> wrt;
   for (const auto& x : v) wrt.push_back(x.id);
   const std::vector<int> grads = fg::ir::backward(g, {out}, wrt);
@@ -71,26 +70,35 @@ void same_as_eager(F fn, const X&... xs) {
 }  // namespace
 
 TEST_CASE("IR graphs of pointwise ops equal eager, values and gradients") {
-  const auto x = fg::randn<double>({1000}, 1), y = fg::randn<double>({1000}, 2), z = fg::abs(fg::randn<double>({1000}, 3));
-  SUBCASE("cos(cos(x)) * y") { same_as_eager([](auto a, auto b) { return fg::cos(fg::cos(a)) * b; }, x, y); }
+  const auto x = fg::randn<double>({1000}, 1), y = fg::randn<double>({1000}, 2),
+             z = fg::abs(fg::randn<double>({1000}, 3));
+  SUBCASE("cos(cos(x)) * y") {
+    same_as_eager([](auto a, auto b) { return fg::cos(fg::cos(a)) * b; }, x, y);
+  }
   SUBCASE("every unary op") {
-    same_as_eager([](auto a, auto b) {
-      return fg::exp(a * 0.3) + fg::log(b + 2.0) + fg::sin(a) - fg::tanh(b) * fg::sigmoid(a) + fg::relu(a) / (fg::abs(b) + 1.0) +
-             fg::sqrt(b + 3.0) + fg::pow(b + 2.0, 1.5) + fg::pow(a, 3.0) + (-a);
-    }, x, z);
+    same_as_eager(
+        [](auto a, auto b) {
+          return fg::exp(a * 0.3) + fg::log(b + 2.0) + fg::sin(a) - fg::tanh(b) * fg::sigmoid(a) +
+                 fg::relu(a) / (fg::abs(b) + 1.0) + fg::sqrt(b + 3.0) + fg::pow(b + 2.0, 1.5) + fg::pow(a, 3.0) + (-a);
+        },
+        x, z);
   }
   SUBCASE("binary ops, maximum, pow with a tensor exponent, scalars on both sides") {
-    same_as_eager([](auto a, auto b) {
-      return fg::maximum(a, b) * (2.0 - a) / (b + 3.0) + fg::pow(b + 2.0, a * 0.5) + 1.0 / (a * a + 1.0);
-    }, x, z);
+    same_as_eager(
+        [](auto a, auto b) {
+          return fg::maximum(a, b) * (2.0 - a) / (b + 3.0) + fg::pow(b + 2.0, a * 0.5) + 1.0 / (a * a + 1.0);
+        },
+        x, z);
   }
   SUBCASE("an operand used twice frees its tile register once (x * x, then more live values)") {
-    same_as_eager([](auto a, auto b) {
-      auto c = fg::cos(a);
-      auto d = c * c;
-      auto e = fg::sin(b) + d;
-      return d * fg::exp(a * 0.1) + e * (b + 1.0) + fg::tanh(e);
-    }, x, y);
+    same_as_eager(
+        [](auto a, auto b) {
+          auto c = fg::cos(a);
+          auto d = c * c;
+          auto e = fg::sin(b) + d;
+          return d * fg::exp(a * 0.1) + e * (b + 1.0) + fg::tanh(e);
+        },
+        x, y);
   }
   SUBCASE("a 0-d input broadcast") {
     same_as_eager([](auto a, auto s) { return fg::sin(a) * s + s * s; }, x, fg::randn<double>({}, 4));
@@ -99,10 +107,12 @@ TEST_CASE("IR graphs of pointwise ops equal eager, values and gradients") {
 
 TEST_CASE("IR graphs with full reductions (a softmax over everything) equal eager") {
   const auto x = fg::randn<double>({3, 333}, 5);
-  same_as_eager([](auto a) {
-    auto e = fg::exp(a - fg::max(a));
-    return e / fg::sum(e) + fg::mean(a * a);
-  }, x);
+  same_as_eager(
+      [](auto a) {
+        auto e = fg::exp(a - fg::max(a));
+        return e / fg::sum(e) + fg::mean(a * a);
+      },
+      x);
   // Lengths that are not a multiple of the tile or of a SIMD batch, and a single element.
   for (fg::index_t n : {1, 7, 512, 513, 1500}) {
     CAPTURE(n);
@@ -132,12 +142,15 @@ TEST_CASE("IR programs: loops, registers and errors") {
   CHECK(q.num_loops() == 1);
   const auto xb = fg::randn<double>({3, 4}, 10), xc = fg::randn<double>({4}, 11);
   CHECK(max_rel(fg::exp(xb * xc), q.run({xb, xc})[0]) < 1e-14);
-  CHECK_THROWS_WITH_AS(h.add_pointwise(fg::ops::add_op{}, b.id, h.add_input({5})), doctest::Contains("broadcast"), fg::error);
+  CHECK_THROWS_WITH_AS(h.add_pointwise(fg::ops::add_op{}, b.id, h.add_input({5})), doctest::Contains("broadcast"),
+                       fg::error);
 }
 
 TEST_CASE("IR graphs with general broadcasting (eager steps, summed-to gradients) equal eager") {
-  same_as_eager([](auto a, auto b) { return fg::sin(a) * b + b; }, fg::randn<double>({4, 5}, 12), fg::randn<double>({5}, 13));
-  same_as_eager([](auto a, auto b) { return a / b; }, fg::randn<double>({4, 5}, 14), fg::abs(fg::randn<double>({4, 1}, 15)) + 1.0);
+  same_as_eager([](auto a, auto b) { return fg::sin(a) * b + b; }, fg::randn<double>({4, 5}, 12),
+                fg::randn<double>({5}, 13));
+  same_as_eager([](auto a, auto b) { return a / b; }, fg::randn<double>({4, 5}, 14),
+                fg::abs(fg::randn<double>({4, 1}, 15)) + 1.0);
 }
 
 // Regression (found by the fuzzer's slowdown over long runs): `clear()` kept the shape buffer
@@ -172,11 +185,13 @@ TEST_CASE("the last-level cache is the one a core sees: sysfs's figure before th
   // than in long tiles.
   fg::set_last_cache_bytes(0);  // the queried value
   CHECK(fg::last_cache_bytes() > 0);
-  if (const std::size_t sysfs = fg::detail::sysfs_cache_bytes(3); sysfs > 0 && !std::getenv("FUSEGRAD_LAST_CACHE_BYTES"))
+  if (const std::size_t sysfs = fg::detail::sysfs_cache_bytes(3);
+      sysfs > 0 && !std::getenv("FUSEGRAD_LAST_CACHE_BYTES"))
     CHECK(fg::last_cache_bytes() == sysfs);
 }
 
-TEST_CASE("IR programs: a loop of many streams runs in long tiles, a loop of few in short ones, both with eager's bits") {
+TEST_CASE(
+    "IR programs: a loop of many streams runs in long tiles, a loop of few in short ones, both with eager's bits") {
   // tile_for: many_streams streamed tensors or more -> tiles up to program::max_tile elements
   // (as long as the tile registers fit in tile_bytes) where the loop streams more than the
   // last-level cache holds; else 256. The long tiles are run over three whole tiles (or more)
@@ -237,22 +252,21 @@ TEST_CASE("IR programs drop a value once the last step that reads it has run") {
   std::weak_ptr<fg::detail::tensor_impl<float>> first, second;
   bool first_alive = true, second_alive = false;
   using tf = fg::tensor<float>;
-  const std::vector<fg::ir::call_fn<float>> fns{
-      [&](const tf& v, const tf&) {
-        tf r = v * 2.0f;
-        first = r.raw_impl();
-        return r;
-      },
-      [&](const tf& v, const tf&) {
-        tf r = v + 1.0f;
-        second = r.raw_impl();
-        return r;
-      },
-      [&](const tf& v, const tf&) {
-        first_alive = !first.expired();
-        second_alive = !second.expired();  // the operand of this very step
-        return v * v;
-      }};
+  const std::vector<fg::ir::call_fn<float>> fns{[&](const tf& v, const tf&) {
+                                                  tf r = v * 2.0f;
+                                                  first = r.raw_impl();
+                                                  return r;
+                                                },
+                                                [&](const tf& v, const tf&) {
+                                                  tf r = v + 1.0f;
+                                                  second = r.raw_impl();
+                                                  return r;
+                                                },
+                                                [&](const tf& v, const tf&) {
+                                                  first_alive = !first.expired();
+                                                  second_alive = !second.expired();  // the operand of this very step
+                                                  return v * v;
+                                                }};
   const tf in = fg::randn<float>({1000}, 5);
   const tf r = p.run({in}, nullptr, &fns)[0];
   CHECK_FALSE(first_alive);

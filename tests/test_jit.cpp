@@ -32,15 +32,18 @@ void same_as_eager(F fn, double tol, const X&... xs) {
     CAPTURE(round);
     std::vector<fg::tensor<T>> a{xs.detach().clone().requires_grad(true)...};
     std::vector<fg::tensor<T>> b{xs.detach().clone().requires_grad(true)...};
-    const fg::tensor<T> yj = [&]<std::size_t... I>(std::index_sequence<I...>) { return jf(a[I]...); }(std::index_sequence_for<X...>{});
-    const fg::tensor<T> ye = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(b[I]...); }(std::index_sequence_for<X...>{});
+    const fg::tensor<T> yj = [&]<std::size_t... I>(std::index_sequence<I...>) { return jf(a[I]...); }
+    (std::index_sequence_for<X...>{});
+    const fg::tensor<T> ye = [&]<std::size_t... I>(std::index_sequence<I...>) { return fn(b[I]...); }
+    (std::index_sequence_for<X...>{});
     REQUIRE(!yj.is_lazy());
     const auto w = fg::randn<T>(ye.shape(), 77);
     fg::sum(yj * w).backward();
     fg::sum(ye * w).backward();
     if constexpr (std::is_same_v<T, float>) {
       CHECK(max_normwise(as_double(ye), as_double(yj)) < tol);
-      for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_normwise(as_double(b[i].grad()), as_double(a[i].grad())) < tol);
+      for (std::size_t i = 0; i < a.size(); ++i)
+        CHECK(max_normwise(as_double(b[i].grad()), as_double(a[i].grad())) < tol);
     } else {
       CHECK(max_normwise(ye, yj) < tol);
       for (std::size_t i = 0; i < a.size(); ++i) CHECK(max_normwise(b[i].grad(), a[i].grad()) < tol);
@@ -95,8 +98,9 @@ TEST_CASE("jitted composite graphs equal eager, values and gradients (float and 
     same_as_eager<double>(softmax, 1e-12, as_double(m));
   }
   SUBCASE("full reductions and a 0-d input") {
-    same_as_eager<double>([](auto a, auto s) { return fg::sin(a) * s + fg::mean(a * a) - fg::max(a) / fg::sum(fg::exp(a)); },
-                          1e-12, as_double(x), fg::randn<double>({}, 6));
+    same_as_eager<double>(
+        [](auto a, auto s) { return fg::sin(a) * s + fg::mean(a * a) - fg::max(a) / fg::sum(fg::exp(a)); }, 1e-12,
+        as_double(x), fg::randn<double>({}, 6));
   }
   SUBCASE("a two-layer MLP with linear and tanh (matmul is a graph break)") {
     const auto w1 = fg::randn<float>({8, 5}, 7) * 0.3f, b1 = fg::randn<float>({8}, 8);
@@ -153,11 +157,13 @@ TEST_CASE("the walk-through program: a data-dependent branch is a graph break") 
 }
 
 TEST_CASE("fullgraph: a sync point throws, naming the op") {
-  auto f = fg::jit([](const fg::tensor<float>& x) {
-    auto y = fg::cos(x);
-    if (fg::sum(y).item() > 0) return y * 2.0f;
-    return y;
-  }, {.fullgraph = true, .name = "branchy"});
+  auto f = fg::jit(
+      [](const fg::tensor<float>& x) {
+        auto y = fg::cos(x);
+        if (fg::sum(y).item() > 0) return y * 2.0f;
+        return y;
+      },
+      {.fullgraph = true, .name = "branchy"});
   CHECK_THROWS_WITH_AS(f(fg::randn<float>({5}, 1)), doctest::Contains("fullgraph=true, but item needs"), fg::error);
   // The tensors the failed call left lazy cannot be read, and say why; the next call works.
   auto g = fg::jit([](const fg::tensor<float>& x) { return fg::exp(x) + 1.0f; }, {.fullgraph = true});
@@ -180,7 +186,8 @@ TEST_CASE("automatic dynamic shapes: sizes 10, 8, 8, 6, 12 compile exactly twice
   CHECK(fg::counters().recompiles == 1);
   CHECK(fg::counters().cache_hits == 3);
   REQUIRE(logs.lines.size() == 1);
-  CHECK(logs.lines[0].find("size of input 'arg0' dim 0 changed from 10 to 8: marking dim 0 dynamic") != std::string::npos);
+  CHECK(logs.lines[0].find("size of input 'arg0' dim 0 changed from 10 to 8: marking dim 0 dynamic") !=
+        std::string::npos);
   const auto es = f.entries();
   REQUIRE(es.size() == 2);
   CHECK(es[0].dynamic);  // most recently used first
@@ -361,8 +368,8 @@ TEST_CASE("softmax, log_softmax, logsumexp and a row normalisation run as one ro
 TEST_CASE("row steps under changing shapes: dynamic rows and columns, one column, one row, empty rows") {
   auto fn = [](const fg::tensor<double>& a) { return fg::log_softmax(a, -1) + fg::logsumexp(a, -1, true); };
   auto f = fg::jit(fn);
-  for (const fg::shape& s : {fg::shape{4, 5}, fg::shape{6, 5}, fg::shape{6, 7}, fg::shape{9, 300}, fg::shape{1, 5}, fg::shape{3, 1},
-                             fg::shape{0, 4}, fg::shape{3, 0}}) {
+  for (const fg::shape& s : {fg::shape{4, 5}, fg::shape{6, 5}, fg::shape{6, 7}, fg::shape{9, 300}, fg::shape{1, 5},
+                             fg::shape{3, 1}, fg::shape{0, 4}, fg::shape{3, 0}}) {
     CAPTURE(fg::to_string(s));
     const auto x = fg::randn<double>(s, 25), w = fg::randn<double>(s, 26);
     auto xe = x.detach().requires_grad(true), xj = x.detach().requires_grad(true);
@@ -370,9 +377,7 @@ TEST_CASE("row steps under changing shapes: dynamic rows and columns, one column
       std::string want;
       try {
         (void)fn(xe);
-      } catch (const fg::error& e) {
-        want = e.what();
-      }
+      } catch (const fg::error& e) { want = e.what(); }
       REQUIRE(!want.empty());
       CHECK_THROWS_WITH_AS(f(xj), want.c_str(), fg::error);
       continue;

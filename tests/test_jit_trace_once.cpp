@@ -89,8 +89,8 @@ TEST_CASE("trace_once: a new signature retraces (sizes, requires_grad, grad mode
     CHECK(calls_for(x.detach().requires_grad(true), y) == 1);  // grad mode
   }
   CHECK(calls_for(fg::randn<double>({8}, 1), fg::randn<double>({8}, 2)) == 1);  // element type
-  CHECK(calls_for(x, x) == 1);                                                   // the same tensor twice
-  CHECK(calls_for(x, x.detach()) == 1);                                          // two tensors sharing storage
+  CHECK(calls_for(x, x) == 1);                                                  // the same tensor twice
+  CHECK(calls_for(x, x.detach()) == 1);                                         // two tensors sharing storage
   CHECK(calls_for(x, x) == 0);
   // The same tensor twice is bound as one: a replay with two tensors of one storage is a
   // different signature, and its values are those of the two tensors.
@@ -100,10 +100,12 @@ TEST_CASE("trace_once: a new signature retraces (sizes, requires_grad, grad mode
   CHECK(same_bits(f(a, b), fn(a, b)));
 
   int scale_calls = 0;
-  auto g = fg::jit([&](const fg::tensor<float>& t, float s) {
-    ++scale_calls;
-    return t * s;
-  }, {.trace_once = true});
+  auto g = fg::jit(
+      [&](const fg::tensor<float>& t, float s) {
+        ++scale_calls;
+        return t * s;
+      },
+      {.trace_once = true});
   CHECK(same_bits(g(x, 2.0f), x * 2.0f));
   CHECK(same_bits(g(x, 3.0f), x * 3.0f));  // a number argument is part of the signature
   CHECK(same_bits(g(x, 2.0f), x * 2.0f));
@@ -115,20 +117,26 @@ TEST_CASE("trace_once: what a replay could not redo is refused while tracing, na
   SUBCASE("item (a graph break)") {
     auto f = fg::jit([](const fg::tensor<float>& a) { return fg::sum(a * a).item() > 0 ? a * 2.0f : a * 3.0f; },
                      {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("item: 'function' is jitted with trace_once=true, but item needs"), fg::error);
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("item: 'function' is jitted with trace_once=true, but item needs"),
+                         fg::error);
   }
   SUBCASE("to_vector and graph_break()") {
-    auto f = fg::jit([](const fg::tensor<float>& a) {
-      auto b = a * 2.0f;
-      (void)b.to_vector();
-      return b;
-    }, {.name = "reads", .trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("'reads' is jitted with trace_once=true, but to_vector needs"), fg::error);
-    auto g = fg::jit([](const fg::tensor<float>& a) {
-      auto b = a * 2.0f;
-      fg::graph_break();
-      return b + 1.0f;
-    }, {.trace_once = true});
+    auto f = fg::jit(
+        [](const fg::tensor<float>& a) {
+          auto b = a * 2.0f;
+          (void)b.to_vector();
+          return b;
+        },
+        {.name = "reads", .trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("'reads' is jitted with trace_once=true, but to_vector needs"),
+                         fg::error);
+    auto g = fg::jit(
+        [](const fg::tensor<float>& a) {
+          auto b = a * 2.0f;
+          fg::graph_break();
+          return b + 1.0f;
+        },
+        {.trace_once = true});
     CHECK_THROWS_WITH_AS(g(x), doctest::Contains("but graph_break() needs"), fg::error);
   }
   SUBCASE("an untraced op on a traced tensor") {
@@ -137,67 +145,91 @@ TEST_CASE("trace_once: what a replay could not redo is refused while tracing, na
   }
   SUBCASE("an untraced op on an argument") {
     auto f = fg::jit([](const fg::tensor<float>& a) { return a.reshape({2, 3}) * 2.0f; }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x.detach().requires_grad(true)),
-                         doctest::Contains("mul: 'function' (jitted with trace_once=true) reads a tensor of shape [2, 3] "
-                                           "that is not one of its arguments (computed by "),
-                         fg::error);
+    CHECK_THROWS_WITH_AS(
+        f(x.detach().requires_grad(true)),
+        doctest::Contains("mul: 'function' (jitted with trace_once=true) reads a tensor of shape [2, 3] "
+                          "that is not one of its arguments (computed by "),
+        fg::error);
   }
   SUBCASE("a hook registered inside the function") {
-    auto f = fg::jit([](const fg::tensor<float>& a) {
-      auto b = a * 2.0f;
-      b.register_hook([](const fg::tensor<float>& g) { return g; });
-      return b;
-    }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x.detach().requires_grad(true)), doctest::Contains("register_hook: a tensor hook"), fg::error);
-    auto r = fg::jit([](const fg::tensor<float>& a) {
-      auto b = a * 2.0f;
-      b.retain_grad();
-      return b + 1.0f;
-    }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(r(x.detach().requires_grad(true)), doctest::Contains("(register_hook or retain_grad)"), fg::error);
+    auto f = fg::jit(
+        [](const fg::tensor<float>& a) {
+          auto b = a * 2.0f;
+          b.register_hook([](const fg::tensor<float>& g) { return g; });
+          return b;
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x.detach().requires_grad(true)), doctest::Contains("register_hook: a tensor hook"),
+                         fg::error);
+    auto r = fg::jit(
+        [](const fg::tensor<float>& a) {
+          auto b = a * 2.0f;
+          b.retain_grad();
+          return b + 1.0f;
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(r(x.detach().requires_grad(true)), doctest::Contains("(register_hook or retain_grad)"),
+                         fg::error);
   }
   SUBCASE("a random op inside the function") {
-    auto f = fg::jit([](const fg::tensor<float>& a) { return a * fg::randn<float>(a.shape(), 3); }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("mul: 'function' (jitted with trace_once=true) reads a tensor of shape [6]"),
+    auto f =
+        fg::jit([](const fg::tensor<float>& a) { return a * fg::randn<float>(a.shape(), 3); }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x),
+                         doctest::Contains("mul: 'function' (jitted with trace_once=true) reads a tensor of shape [6]"),
                          fg::error);
     CHECK_THROWS_WITH_AS(f(x), doctest::Contains("random op (randn"), fg::error);
   }
   SUBCASE("a tensor captured from outside") {
     auto f = fg::jit([&y](const fg::tensor<float>& a) { return fg::exp(a) + y; }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("add: 'function' (jitted with trace_once=true) reads a tensor"), fg::error);
+    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("add: 'function' (jitted with trace_once=true) reads a tensor"),
+                         fg::error);
   }
   SUBCASE("grad mode changed inside the function") {
-    auto f = fg::jit([](const fg::tensor<float>& a) {
-      auto b = a * 2.0f;
-      fg::no_grad ng;
-      return b + 1.0f;
-    }, {.trace_once = true});
+    auto f = fg::jit(
+        [](const fg::tensor<float>& a) {
+          auto b = a * 2.0f;
+          fg::no_grad ng;
+          return b + 1.0f;
+        },
+        {.trace_once = true});
     CHECK_THROWS_WITH_AS(f(x), doctest::Contains("no_grad: grad mode changed inside 'function'"), fg::error);
   }
   SUBCASE("a result the trace did not compute, and a traced tensor kept outside the result") {
-    auto f = fg::jit([](const fg::tensor<float>& a) { return std::pair{a * 2.0f, fg::zeros<float>({3})}; }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x), doctest::Contains("tensor 1 of the result of 'function' (jitted with trace_once=true), of shape [3], "
-                                                 "was neither computed by the trace nor passed as an argument"),
-                         fg::error);
+    auto f = fg::jit(
+        [](const fg::tensor<float>& a) {
+          return std::pair{a * 2.0f, fg::zeros<float>({3})};
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(
+        f(x),
+        doctest::Contains("tensor 1 of the result of 'function' (jitted with trace_once=true), of shape [3], "
+                          "was neither computed by the trace nor passed as an argument"),
+        fg::error);
     std::vector<fg::tensor<float>> kept;
-    auto g = fg::jit([&kept](const fg::tensor<float>& a) {
-      kept.push_back(fg::exp(a));
-      return a * 2.0f;
-    }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(g(x), doctest::Contains("kept a tensor of shape [6] that its trace computed alive outside its result"),
-                         fg::error);
+    auto g = fg::jit(
+        [&kept](const fg::tensor<float>& a) {
+          kept.push_back(fg::exp(a));
+          return a * 2.0f;
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(
+        g(x), doctest::Contains("kept a tensor of shape [6] that its trace computed alive outside its result"),
+        fg::error);
   }
   SUBCASE("an argument trace_once cannot put in a signature") {
     auto f = fg::jit([](const fg::tensor<float>& a, const std::string&) { return a * 2.0f; }, {.trace_once = true});
-    CHECK_THROWS_WITH_AS(f(x, std::string("s")), doctest::Contains("jitted with trace_once=true, which takes tensors"), fg::error);
+    CHECK_THROWS_WITH_AS(f(x, std::string("s")), doctest::Contains("jitted with trace_once=true, which takes tensors"),
+                         fg::error);
   }
   SUBCASE("after a refusal the function still works without the refused code") {
     bool read = true;
-    auto f = fg::jit([&read](const fg::tensor<float>& a) {
-      auto b = a * 2.0f;
-      if (read) (void)b.item();
-      return b;
-    }, {.trace_once = true});
+    auto f = fg::jit(
+        [&read](const fg::tensor<float>& a) {
+          auto b = a * 2.0f;
+          if (read) (void)b.item();
+          return b;
+        },
+        {.trace_once = true});
     CHECK_THROWS_AS(f(fg::ones<float>({})), fg::error);
     read = false;
     CHECK(same_bits(f(x), x * 2.0f));
@@ -206,12 +238,15 @@ TEST_CASE("trace_once: what a replay could not redo is refused while tracing, na
 
 TEST_CASE("trace_once: an argument returned unchanged, and containers of results") {
   int calls = 0;
-  auto f = fg::jit([&calls](const std::map<std::string, fg::tensor<double>>& in) {
-    ++calls;
-    const auto& a = in.at("a");
-    const auto& b = in.at("b");
-    return std::tuple{std::vector<fg::tensor<double>>{a * b, fg::exp(a)}, a, std::map<std::string, fg::tensor<double>>{{"s", a + b}}};
-  }, {.trace_once = true});
+  auto f = fg::jit(
+      [&calls](const std::map<std::string, fg::tensor<double>>& in) {
+        ++calls;
+        const auto& a = in.at("a");
+        const auto& b = in.at("b");
+        return std::tuple{std::vector<fg::tensor<double>>{a * b, fg::exp(a)}, a,
+                          std::map<std::string, fg::tensor<double>>{{"s", a + b}}};
+      },
+      {.trace_once = true});
   const auto a = fg::randn<double>({5}, 1), b = fg::randn<double>({5}, 2);
   for (int round = 0; round < 3; ++round) {
     auto [v, same, m] = f({{"a", a}, {"b", b}});
@@ -244,7 +279,8 @@ TEST_CASE("trace_once: dynamic shapes retrace per size but compile a shape-gener
   CHECK(f.compiles() == 2);   // 10, then one shape-generic entry for the others
 }
 
-TEST_CASE("trace_once: past the recompile limit a signature's graph runs eagerly and the function is called each time") {
+TEST_CASE(
+    "trace_once: past the recompile limit a signature's graph runs eagerly and the function is called each time") {
   counted fn;
   auto f = fg::jit(fn, {.recompile_limit = 1, .trace_once = true});
   fg::reset_counters();

@@ -33,9 +33,15 @@ TEST_CASE("losses: values by hand and gradcheck") {
   CHECK(fg::nn::l1_loss(a, b).item() == doctest::Approx(l1 / 12).epsilon(1e-14));
   CHECK(fg::nn::huber_loss(a, b).item() == doctest::Approx(hub / 12).epsilon(1e-14));
   CHECK(fg::nn::binary_cross_entropy_with_logits(a, yt).item() == doctest::Approx(bce / 12).epsilon(1e-12));
-  CHECK(fg::gradcheck(tight, [](const td& x, const td& z) { return fg::nn::l1_loss(x, z); }, a, b).ok);
-  CHECK(fg::gradcheck(tight, [](const td& x, const td& z) { return fg::nn::huber_loss(x, z, 0.7); }, a, b).ok);
-  CHECK(fg::gradcheck(tight, [yt](const td& x) { return fg::nn::binary_cross_entropy_with_logits(x, yt); }, a).ok);
+  CHECK(fg::gradcheck(
+            tight, [](const td& x, const td& z) { return fg::nn::l1_loss(x, z); }, a, b)
+            .ok);
+  CHECK(fg::gradcheck(
+            tight, [](const td& x, const td& z) { return fg::nn::huber_loss(x, z, 0.7); }, a, b)
+            .ok);
+  CHECK(fg::gradcheck(
+            tight, [yt](const td& x) { return fg::nn::binary_cross_entropy_with_logits(x, yt); }, a)
+            .ok);
   // Extreme logits stay finite (the stable form).
   CHECK(std::isfinite(fg::nn::binary_cross_entropy_with_logits(a * 1e4, yt).item()));
 }
@@ -52,13 +58,16 @@ TEST_CASE("cross_entropy and nll_loss: values, gradients, extreme logits and err
     want += -(lv[i * 4 + static_cast<std::size_t>(t[i])] - m - std::log(s));
   }
   CHECK(fg::nn::cross_entropy(logits, t).item() == doctest::Approx(want / 5).epsilon(1e-14));
-  CHECK(fg::gradcheck(tight, [t](const td& x) { return fg::nn::cross_entropy(x, t); }, logits).ok);
+  CHECK(fg::gradcheck(
+            tight, [t](const td& x) { return fg::nn::cross_entropy(x, t); }, logits)
+            .ok);
   // Logits of ±1000 (exp overflows naively): the loss is exact.
   const td big = fg::from_vector<double>({1000, -1000, -1000, 1000}, {2, 2});
   CHECK(fg::nn::cross_entropy(big, {0, 0}).item() == doctest::Approx(1000.0));
   CHECK_THROWS_WITH_AS((void)fg::nn::cross_entropy(logits, {0, 4, 1, 1, 2}),
                        doctest::Contains("target 4 at row 1; expected a class index in [0, 4)"), fg::error);
-  CHECK_THROWS_WITH_AS((void)fg::nn::cross_entropy(logits, {0, 1}), doctest::Contains("got 2 targets for a batch of 5"), fg::error);
+  CHECK_THROWS_WITH_AS((void)fg::nn::cross_entropy(logits, {0, 1}), doctest::Contains("got 2 targets for a batch of 5"),
+                       fg::error);
   CHECK_THROWS_AS((void)fg::nn::cross_entropy(fg::randn<double>({5}, 1), t), fg::error);
 }
 
@@ -139,7 +148,8 @@ TEST_CASE("clip_grad_norm scales the joint gradient norm") {
 
 TEST_CASE("sequential applies its layers in order and walks their parameters") {
   fg::nn::linear<double> l1(3, 4, true, 1), l2(4, 2, true, 2);
-  auto model = fg::nn::sequential(l1, [](const td& x) { return fg::tanh(x); }, l2);
+  auto model = fg::nn::sequential(
+      l1, [](const td& x) { return fg::tanh(x); }, l2);
   const td x = fg::randn<double>({5, 3}, 3);
   const auto y = model(x), want = l2(fg::tanh(l1(x)));
   CHECK(y.to_vector() == want.to_vector());
@@ -160,8 +170,9 @@ TEST_CASE("named parameters, state_dict and load_state_dict, as PyTorch names th
   CHECK(names(lin.named_parameters()) == std::vector<std::string>{"weight", "bias"});
   CHECK(names(no_bias.named_parameters()) == std::vector<std::string>{"weight"});
   auto make = [](std::uint64_t seed) {
-    return fg::nn::sequential(fg::nn::linear<double>(2, 4, true, seed), [](const auto& x) { return fg::tanh(x); },
-                              fg::nn::linear<double>(4, 1, true, seed + 7));
+    return fg::nn::sequential(
+        fg::nn::linear<double>(2, 4, true, seed), [](const auto& x) { return fg::tanh(x); },
+        fg::nn::linear<double>(4, 1, true, seed + 7));
   };
   const auto net = make(1);
   CHECK(names(net.named_parameters()) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
@@ -182,12 +193,15 @@ TEST_CASE("named parameters, state_dict and load_state_dict, as PyTorch names th
   // Wrong names or shapes: an error that says which, and nothing is written.
   const auto fresh = make(9);
   const auto before = fresh(x).to_vector();
-  CHECK_THROWS_WITH_AS(fresh.load_state_dict(lin.state_dict()),
-                       doctest::Contains("missing keys ['0.weight', '0.bias', '2.weight', '2.bias'], unexpected keys ['weight', 'bias']"),
-                       fg::error);
+  CHECK_THROWS_WITH_AS(
+      fresh.load_state_dict(lin.state_dict()),
+      doctest::Contains(
+          "missing keys ['0.weight', '0.bias', '2.weight', '2.bias'], unexpected keys ['weight', 'bias']"),
+      fg::error);
   auto bad = net.state_dict();
   bad[3].second = fg::zeros<double>({2});
-  CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad), doctest::Contains("'2.bias' has shape [2]; expected [1]"), fg::error);
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad), doctest::Contains("'2.bias' has shape [2]; expected [1]"),
+                       fg::error);
   bad = net.state_dict();
   bad.push_back(bad[0]);
   CHECK_THROWS_WITH_AS(fresh.load_state_dict(bad), doctest::Contains("'0.weight' appears twice"), fg::error);

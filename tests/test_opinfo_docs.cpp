@@ -43,8 +43,9 @@ std::string generate() {
         "| entry | call | derivative | paths | edge values | differs from PyTorch |\n"
         "|---|---|---|---|---|---|\n";
   opinfo::for_each(opinfo::registry(), [&](const auto& e) {
-    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | eager, compile, jit, CA | "
-       << e.specials.size() + e.grad_specials.size() << " | " << escape(e.note) << " |\n";
+    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative)
+       << " | eager, compile, jit, CA | " << e.specials.size() + e.grad_specials.size() << " | " << escape(e.note)
+       << " |\n";
   });
   os << "\n## Reductions, softmax family, scans, structure, linear algebra\n\n"
         "From the registry's second table (`tests/opinfo/structured.hpp`): values against a reference per row "
@@ -58,8 +59,8 @@ std::string generate() {
         "| entry | call | derivative | paths | edge rows | differs from PyTorch |\n"
         "|---|---|---|---|---|---|\n";
   opinfo::for_each(opinfo::structured(), [&](const auto& e) {
-    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | " << escape(e.paths)
-       << " | " << e.edges.size() << " | " << escape(e.note) << " |\n";
+    os << "| " << escape(e.name) << " | `" << escape(e.call) << "` | " << escape(e.derivative) << " | "
+       << escape(e.paths) << " | " << e.edges.size() << " | " << escape(e.note) << " |\n";
   });
   os << "\nValues fusegrad takes from the C library lane by lane (an element's value is then the "
         "same on every path and beside any neighbours, with C's special values): `pow`, `atan2`, "
@@ -82,5 +83,6 @@ TEST_CASE("docs/ops.md is generated from the op registry") {
   std::ifstream in(path);
   std::stringstream have;
   have << in.rdbuf();
-  CHECK_MESSAGE(have.str() == want, path.string() << " is stale; regenerate it with FUSEGRAD_UPDATE_DOCS=1 ./test_opinfo_docs");
+  CHECK_MESSAGE(have.str() == want, path.string()
+                                        << " is stale; regenerate it with FUSEGRAD_UPDATE_DOCS=1 ./test_opinfo_docs");
 }

@@ -18,7 +18,8 @@ using namespace opinfo;
 
 template <std::size_t N>
 auto as_tuple(const std::array<double, N>& a) {
-  return [&]<std::size_t... I>(std::index_sequence<I...>) { return std::tuple{a[I]...}; }(std::make_index_sequence<N>{});
+  return [&]<std::size_t... I>(std::index_sequence<I...>) { return std::tuple{a[I]...}; }
+  (std::make_index_sequence<N>{});
 }
 
 template <class Info>

@@ -48,7 +48,8 @@ void check_grad_specials(const Info& e) {
   const auto f = fn_of<double>(e);
   for (const auto& s : e.grad_specials) {
     tensors<double, Info::arity> x;
-    for (std::size_t k = 0; k < Info::arity; ++k) x[k] = fg::scalar_tensor<double>(s.x[k]).requires_grad(!e.dom[k].mask);
+    for (std::size_t k = 0; k < Info::arity; ++k)
+      x[k] = fg::scalar_tensor<double>(s.x[k]).requires_grad(!e.dom[k].mask);
     fg::sum(call(f, x)).backward();
     for (std::size_t k = 0; k < Info::arity; ++k) {
       if (e.dom[k].mask) continue;

@@ -22,7 +22,8 @@ auto sfn(const Info& e) {
 template <class E, class Info>
 tensors<E, Info::arity> sinputs(const Info& e, const std::array<fg::shape, Info::arity>& ss, std::uint64_t seed) {
   tensors<E, Info::arity> x;
-  for (std::size_t k = 0; k < Info::arity; ++k) x[k] = to_tensor<E>(sample_values(e.dom[k], ss[k], seed + 13 * k), ss[k]);
+  for (std::size_t k = 0; k < Info::arity; ++k)
+    x[k] = to_tensor<E>(sample_values(e.dom[k], ss[k], seed + 13 * k), ss[k]);
   return x;
 }
 
@@ -55,8 +56,8 @@ void check_reference(const Info& e) {
       const auto y = call(f, tensors<E, 1>{to_tensor<E>(er.row, {static_cast<index_t>(er.row.size())})}).to_vector();
       REQUIRE(y.size() == er.want.size());
       for (std::size_t i = 0; i < y.size(); ++i)
-        CHECK_MESSAGE(matches<E>(y[i], er.want[i], tol), "edge row " << er.row[0] << ", ...: element " << i << " is " << y[i]
-                                                                     << ", expected " << er.want[i]);
+        CHECK_MESSAGE(matches<E>(y[i], er.want[i], tol), "edge row " << er.row[0] << ", ...: element " << i << " is "
+                                                                     << y[i] << ", expected " << er.want[i]);
     }
   }
 }
@@ -73,7 +74,8 @@ void check_grad(const Info& e) {
       CHECK_FALSE(call(f, x).requires_grad());
       continue;
     }
-    const auto r = call([&](const auto&... xs) { return fg::gradcheck({.eps = 1e-6, .atol = 1e-6, .rtol = 1e-5}, f, xs...); }, x);
+    const auto r =
+        call([&](const auto&... xs) { return fg::gradcheck({.eps = 1e-6, .atol = 1e-6, .rtol = 1e-5}, f, xs...); }, x);
     CHECK_MESSAGE(r.ok, r.message);
   }
 }
@@ -98,15 +100,16 @@ result<E, N> run(const tensors<E, N>& x0, bool grad, Fn&& fn) {
 template <class E, std::size_t N>
 void same(const std::string& path, const result<E, N>& a, const result<E, N>& b, bool sums_differ = false) {
   CAPTURE(path);
-  CHECK_MESSAGE(first_bit_diff(a.y.to_vector(), b.y.to_vector()).empty(), "values: " << first_bit_diff(a.y.to_vector(), b.y.to_vector()));
+  CHECK_MESSAGE(first_bit_diff(a.y.to_vector(), b.y.to_vector()).empty(),
+                "values: " << first_bit_diff(a.y.to_vector(), b.y.to_vector()));
   for (std::size_t k = 0; k < N; ++k) {
     REQUIRE(a.g[k].defined() == b.g[k].defined());
     if (!a.g[k].defined()) continue;
     const auto u = a.g[k].to_vector(), v = b.g[k].to_vector();
     if (sums_differ)
-      CHECK_MESSAGE(normwise(u, v) <= (std::is_same_v<E, float> ? 1e-5 : 1e-14), "gradient " << k << ": " << first_bit_diff(u, v));
-    else
-      CHECK_MESSAGE(first_bit_diff(u, v).empty(), "gradient " << k << ": " << first_bit_diff(u, v));
+      CHECK_MESSAGE(normwise(u, v) <= (std::is_same_v<E, float> ? 1e-5 : 1e-14),
+                    "gradient " << k << ": " << first_bit_diff(u, v));
+    else CHECK_MESSAGE(first_bit_diff(u, v).empty(), "gradient " << k << ": " << first_bit_diff(u, v));
   }
 }
 

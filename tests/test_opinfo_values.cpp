@@ -75,7 +75,8 @@ void check_neighbours(const Info& e) {
   const auto whole = call(f, columns<E>(rows)).to_vector();
   std::vector<E> alone;
   for (const auto& r : rows) alone.push_back(call(f, columns<E>(std::vector{r})).to_vector().at(0));
-  CHECK_MESSAGE(first_bit_diff(whole, alone).empty(), "whole vector vs each element alone: " << first_bit_diff(whole, alone));
+  CHECK_MESSAGE(first_bit_diff(whole, alone).empty(),
+                "whole vector vs each element alone: " << first_bit_diff(whole, alone));
   std::reverse(rows.begin(), rows.end());
   auto rev = call(f, columns<E>(rows)).to_vector();
   std::reverse(rev.begin(), rev.end());

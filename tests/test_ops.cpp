@@ -36,8 +36,8 @@ enum class dom { any, pos, away, grid };
 
 template <class E = double>
 fg::tensor<E> input(const fg::shape& s, dom d = dom::any, std::uint64_t seed = 1) {
-  std::vector<double> v = d == dom::pos ? fg::rand<double>(s, seed, 0.5, 2.0).to_vector()
-                                        : fg::randn<double>(s, seed).to_vector();
+  std::vector<double> v =
+      d == dom::pos ? fg::rand<double>(s, seed, 0.5, 2.0).to_vector() : fg::randn<double>(s, seed).to_vector();
   for (double& e : v) {
     if (d == dom::away) e = e < 0 ? e - 0.5 : e + 0.5;
     if (d == dom::grid) e = std::round(e * 2) / 2;
@@ -72,9 +72,13 @@ fg::gradcheck_result gc(td (*f)(const Fs&...), const Fs&... xs) {
 
 std::string str(const fg::shape& s) { return fg::to_string(s); }
 template <class E>
-constexpr double tol_of() { return std::is_same_v<E, float> ? 1e-5 : 1e-12; }
+constexpr double tol_of() {
+  return std::is_same_v<E, float> ? 1e-5 : 1e-12;
+}
 template <class E>
-std::vector<double> dbl(const std::vector<E>& v) { return {v.begin(), v.end()}; }
+std::vector<double> dbl(const std::vector<E>& v) {
+  return {v.begin(), v.end()};
+}
 
 /// "" when `got` matches `want` within `tol` (relative; absolute below magnitude 1; NaN
 /// matches NaN), else a description of the first mismatch.
@@ -122,7 +126,9 @@ index_t ravel(const std::vector<index_t>& idx, const fg::shape& s) {
 /// indices of the elements of `sa` and `sb` it reads.
 std::vector<std::pair<index_t, index_t>> broadcast_pairs(const fg::shape& sa, const fg::shape& sb, fg::shape& out) {
   const std::size_t n = std::max(sa.size(), sb.size());
-  auto size_in = [n](const fg::shape& s, std::size_t d) { return d < n - s.size() ? index_t{1} : s[d - (n - s.size())]; };
+  auto size_in = [n](const fg::shape& s, std::size_t d) {
+    return d < n - s.size() ? index_t{1} : s[d - (n - s.size())];
+  };
   out.assign(n, 0);
   for (std::size_t d = 0; d < n; ++d) out[d] = size_in(sa, d) == 1 ? size_in(sb, d) : size_in(sa, d);
   std::vector<std::pair<index_t, index_t>> r;
@@ -201,9 +207,15 @@ struct case2 {
   dom da, db;
   fn2 f;
 };
-#define C1(d, expr) case1{#expr, dom::d, [](const td& x) -> td { return expr; }}
+#define C1(d, expr)                                       \
+  case1 {                                                 \
+#expr, dom::d, [](const td& x) -> td { return expr; } \
+  }
 #define A1(expr) C1(any, expr)
-#define C2(da, db, expr) case2{#expr, dom::da, dom::db, [](const td& a, const td& b) -> td { return expr; }}
+#define C2(da, db, expr)                                                         \
+  case2 {                                                                        \
+#expr, dom::da, dom::db, [](const td& a, const td& b) -> td { return expr; } \
+  }
 
 void run1(const fg::shape& s, const std::vector<case1>& cases) {
   const std::string shape = str(s);
@@ -228,20 +240,42 @@ struct shaped {
   case1 c;
   fg::shape s;
 };
-#define V(expr, ...) shaped{A1(expr), fg::shape{__VA_ARGS__}}
+#define V(expr, ...)                    \
+  shaped {                              \
+    A1(expr), fg::shape { __VA_ARGS__ } \
+  }
 void run_shaped(const std::vector<shaped>& cases) {
   for (const auto& c : cases) run1(c.s, {c.c});
 }
 
 const std::vector<case1> unary_cases = {
-    A1(-x), A1(fg::exp(x)), C1(pos, fg::log(x)), A1(fg::sin(x)), A1(fg::cos(x)), A1(fg::tanh(x)),
-    A1(fg::sigmoid(x)), C1(away, fg::relu(x)), C1(pos, fg::sqrt(x)), C1(away, fg::abs(x)), A1(fg::pow(x, 2)),
-    A1(fg::pow(x, 3.0)), C1(pos, fg::pow(x, 0.5)), C1(pos, fg::pow(x, -1.5)), C1(away, fg::pow(x, 0.0)),
-    A1(x + 2.5), A1(2.5 + x), A1(x - 2.5), A1(2.5 - x), A1(x * 2.5), A1(2 * x), A1(x / 2.5), C1(away, 2.5 / x),
-    A1(x * x + fg::sin(x)),  // one input used three times: gradients accumulate
+    A1(-x),
+    A1(fg::exp(x)),
+    C1(pos, fg::log(x)),
+    A1(fg::sin(x)),
+    A1(fg::cos(x)),
+    A1(fg::tanh(x)),
+    A1(fg::sigmoid(x)),
+    C1(away, fg::relu(x)),
+    C1(pos, fg::sqrt(x)),
+    C1(away, fg::abs(x)),
+    A1(fg::pow(x, 2)),
+    A1(fg::pow(x, 3.0)),
+    C1(pos, fg::pow(x, 0.5)),
+    C1(pos, fg::pow(x, -1.5)),
+    C1(away, fg::pow(x, 0.0)),
+    A1(x + 2.5),
+    A1(2.5 + x),
+    A1(x - 2.5),
+    A1(2.5 - x),
+    A1(x * 2.5),
+    A1(2 * x),
+    A1(x / 2.5),
+    C1(away, 2.5 / x),
+    A1(x* x + fg::sin(x)),  // one input used three times: gradients accumulate
 };
 const std::vector<case2> binary_cases = {
-    C2(any, any, a + b),  C2(any, any, a - b),         C2(any, any, a * b),
+    C2(any, any, a + b),  C2(any, any, a - b),         C2(any, any, a* b),
     C2(any, away, a / b), C2(pos, any, fg::pow(a, b)), C2(any, any, fg::maximum(a, b)),
 };
 
@@ -255,14 +289,29 @@ void unary_values() {
     te (*f)(const te&);
     double (*ref)(double);
   };
-#define UV(d, expr, ref) ucase{#expr, dom::d, [](const te& x) -> te { return expr; }, [](double v) -> double { return ref; }}
+#define UV(d, expr, ref)                                                                          \
+  ucase {                                                                                         \
+#expr, dom::d, [](const te& x) -> te { return expr; }, [](double v) -> double { return ref; } \
+  }
   std::vector<ucase> cases = {
-      UV(any, -x, -v), UV(any, fg::exp(x), std::exp(v)), UV(pos, fg::log(x), std::log(v)),
-      UV(any, fg::sin(x), std::sin(v)), UV(any, fg::cos(x), std::cos(v)), UV(any, fg::tanh(x), std::tanh(v)),
-      UV(any, fg::sigmoid(x), 1 / (1 + std::exp(-v))), UV(grid, fg::relu(x), v > 0 ? v : 0.0),
-      UV(pos, fg::sqrt(x), std::sqrt(v)), UV(grid, fg::abs(x), std::abs(v)), UV(grid, fg::step(x), v > 0 ? 1.0 : 0.0),
-      UV(grid, fg::sign(x), v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0), UV(any, fg::pow(x, 2), v * v),
-      UV(any, fg::pow(x, 3), v * v * v), UV(pos, fg::pow(x, 0.5), std::sqrt(v)),
+      UV(any, -x, -v),
+      UV(any, fg::exp(x), std::exp(v)),
+      UV(pos, fg::log(x), std::log(v)),
+      UV(any, fg::sin(x), std::sin(v)),
+      UV(any, fg::cos(x), std::cos(v)),
+      UV(any, fg::tanh(x), std::tanh(v)),
+      UV(any, fg::sigmoid(x), 1 / (1 + std::exp(-v))),
+      UV(grid, fg::relu(x), v > 0 ? v : 0.0),
+      UV(pos, fg::sqrt(x), std::sqrt(v)),
+      UV(grid, fg::abs(x), std::abs(v)),
+      UV(grid, fg::step(x), v > 0 ? 1.0 : 0.0),
+      UV(grid, fg::sign(x),
+         v > 0   ? 1.0
+         : v < 0 ? -1.0
+                 : 0.0),
+      UV(any, fg::pow(x, 2), v * v),
+      UV(any, fg::pow(x, 3), v * v * v),
+      UV(pos, fg::pow(x, 0.5), std::sqrt(v)),
       UV(pos, fg::pow(x, -1.5), std::pow(v, -1.5)),
   };
   if constexpr (std::is_same_v<E, double>) {  // plain lane arithmetic: double only (compile time)
@@ -298,20 +347,43 @@ void binary_values() {
     te (*f)(const te&, const te&);
     double (*ref)(double, double);
   };
-#define BV(da, db, expr, ref) \
-  bcase{#expr, dom::da, dom::db, [](const te& a, const te& b) -> te { return expr; }, [](double x, double y) -> double { return ref; }}
+#define BV(da, db, expr, ref)                                                                                 \
+  bcase {                                                                                                     \
+#expr, dom::da, dom::db,                                                                                  \
+        [](const te& a, const te& b) -> te { return expr; }, [](double x, double y) -> double { return ref; } \
+  }
   const std::vector<bcase> cases = {
-      BV(any, any, a + b, x + y), BV(any, any, a - b, x - y), BV(any, any, a * b, x * y), BV(any, away, a / b, x / y),
-      BV(pos, any, fg::pow(a, b), std::pow(x, y)), BV(grid, grid, fg::maximum(a, b), std::max(x, y)),
-      BV(grid, grid, fg::gt(a, b), x > y), BV(grid, grid, fg::ge(a, b), x >= y), BV(grid, grid, fg::lt(a, b), x < y),
-      BV(grid, grid, fg::le(a, b), x <= y), BV(grid, grid, fg::eq(a, b), x == y), BV(grid, grid, fg::ne(a, b), x != y),
+      BV(any, any, a + b, x + y),
+      BV(any, any, a - b, x - y),
+      BV(any, any, a * b, x * y),
+      BV(any, away, a / b, x / y),
+      BV(pos, any, fg::pow(a, b), std::pow(x, y)),
+      BV(grid, grid, fg::maximum(a, b), std::max(x, y)),
+      BV(grid, grid, fg::gt(a, b), x > y),
+      BV(grid, grid, fg::ge(a, b), x >= y),
+      BV(grid, grid, fg::lt(a, b), x < y),
+      BV(grid, grid, fg::le(a, b), x <= y),
+      BV(grid, grid, fg::eq(a, b), x == y),
+      BV(grid, grid, fg::ne(a, b), x != y),
   };
 #undef BV
   const std::vector<std::pair<fg::shape, fg::shape>> pairs = {
-      {{37}, {37}},        {{}, {37}},     {{37}, {}},        {{1}, {37}}, {{3, 1}, {1, 4}}, {{4}, {2, 3, 4}},
-      {{2, 3, 4}, {3, 1}}, {{5, 37}, {37}}, {{37, 1}, {1, 5}}, {{0}, {}},   {{2, 0}, {2, 1}}, {{0}, {0}},
+      {{37}, {37}},
+      {{}, {37}},
+      {{37}, {}},
+      {{1}, {37}},
+      {{3, 1}, {1, 4}},
+      {{4}, {2, 3, 4}},
+      {{2, 3, 4}, {3, 1}},
+      {{5, 37}, {37}},
+      {{37, 1}, {1, 5}},
+      {{0}, {}},
+      {{2, 0}, {2, 1}},
+      {{0}, {0}},
       // bias-like operands repeated over more than one tile (periods that do not divide it)
-      {{40, 37}, {37}},    {{37}, {9, 40, 37}}, {{3, 300}, {300}}};
+      {{40, 37}, {37}},
+      {{37}, {9, 40, 37}},
+      {{3, 300}, {300}}};
   for (int layout = 0; layout < 2; ++layout) {
     for (const auto& [sa, sb] : pairs) {
       const std::string shapes = str(sa) + " with " + str(sb) + (layout ? " (strided)" : "");
@@ -346,10 +418,10 @@ void reduction_values() {
     bool keepdim;
   };
   const std::vector<rcase> cases = {
-      {{}, {}, false},        {{1}, {}, false},        {{37}, {}, false},         {{100}, {0}, true},
-      {{5, 37}, {}, false},   {{5, 37}, {0}, false},   {{5, 37}, {1}, true},      {{5, 37}, {-1}, false},
+      {{}, {}, false},         {{1}, {}, false},           {{37}, {}, false},      {{100}, {0}, true},
+      {{5, 37}, {}, false},    {{5, 37}, {0}, false},      {{5, 37}, {1}, true},   {{5, 37}, {-1}, false},
       {{5, 37}, {0, 1}, true}, {{2, 3, 4}, {0, 2}, false}, {{2, 3, 4}, {1}, true}, {{3, 1, 4}, {1}, false},
-      {{0}, {}, false},       {{2, 0}, {1}, false},    {{0, 3}, {0}, true},       {{2, 0}, {0}, false},
+      {{0}, {}, false},        {{2, 0}, {1}, false},       {{0, 3}, {0}, true},    {{2, 0}, {0}, false},
   };
   for (int layout = 0; layout < 2; ++layout) {
     for (const auto& c : cases) {
@@ -398,8 +470,8 @@ void matmul_values() {
   using te = fg::tensor<E>;
   const double tol = tol_of<E>() * 10;
   const std::vector<std::pair<fg::shape, fg::shape>> pairs = {
-      {{5, 7}, {7, 6}},    {{37}, {37}},      {{5, 7}, {7}},    {{5}, {5, 7}},   {{2, 1, 3, 4}, {5, 4, 2}},
-      {{5, 7}, {3, 7, 2}}, {{2, 5, 7}, {7}},  {{7}, {2, 7, 3}}, {{2, 0}, {0, 3}}, {{0, 3}, {3, 2}}};
+      {{5, 7}, {7, 6}},    {{37}, {37}},     {{5, 7}, {7}},    {{5}, {5, 7}},    {{2, 1, 3, 4}, {5, 4, 2}},
+      {{5, 7}, {3, 7, 2}}, {{2, 5, 7}, {7}}, {{7}, {2, 7, 3}}, {{2, 0}, {0, 3}}, {{0, 3}, {3, 2}}};
   for (const auto& [sa, sb] : pairs) {
     const std::string shapes = str(sa) + " with " + str(sb);
     CAPTURE(shapes);
@@ -414,11 +486,14 @@ void matmul_values() {
   // mm with transposed (non-contiguous) operands, bmm, linear with and without bias.
   const te at = input<E>({7, 5}, dom::any, 16), bt = input<E>({6, 7}, dom::any, 17);
   CHECK_OK(first_diff(fg::mm(at.t(), bt.t()).to_vector(),
-                      mm_ref(dbl(at.t().contiguous().to_vector()), dbl(bt.t().contiguous().to_vector()), 5, 7, 6), tol));
+                      mm_ref(dbl(at.t().contiguous().to_vector()), dbl(bt.t().contiguous().to_vector()), 5, 7, 6),
+                      tol));
   const te ba = input<E>({3, 4, 5}, dom::any, 18), bb = input<E>({3, 5, 2}, dom::any, 19);
   fg::shape out;
-  CHECK_OK(first_diff(fg::bmm(ba, bb).to_vector(), matmul_ref(dbl(ba.to_vector()), {3, 4, 5}, dbl(bb.to_vector()), {3, 5, 2}, out), tol));
-  const te x = input<E>({2, 4, 7}, dom::any, 20), w = input<E>({6, 7}, dom::any, 21), bias = input<E>({6}, dom::any, 22);
+  CHECK_OK(first_diff(fg::bmm(ba, bb).to_vector(),
+                      matmul_ref(dbl(ba.to_vector()), {3, 4, 5}, dbl(bb.to_vector()), {3, 5, 2}, out), tol));
+  const te x = input<E>({2, 4, 7}, dom::any, 20), w = input<E>({6, 7}, dom::any, 21),
+           bias = input<E>({6}, dom::any, 22);
   std::vector<double> wt(42);  // wᵀ by hand
   for (std::size_t o = 0; o < 6; ++o)
     for (std::size_t i = 0; i < 7; ++i) wt[i * 6 + o] = w.to_vector()[o * 7 + i];
@@ -453,8 +528,13 @@ TEST_CASE("gradcheck: binary tensor-tensor ops") {
   SUBCASE("vector") { run2({5}, {5}, binary_cases); }
   SUBCASE("matrix") { run2({3, 4}, {3, 4}, binary_cases); }
   SUBCASE("broadcast") {
-    for (const auto& [sa, sb] : std::vector<std::pair<fg::shape, fg::shape>>{
-             {{3, 1}, {1, 4}}, {{4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{}, {3}}, {{3}, {}}, {{1}, {3, 4}}, {{2, 1, 4}, {3, 1}}})
+    for (const auto& [sa, sb] : std::vector<std::pair<fg::shape, fg::shape>>{{{3, 1}, {1, 4}},
+                                                                             {{4}, {2, 3, 4}},
+                                                                             {{2, 3, 4}, {4}},
+                                                                             {{}, {3}},
+                                                                             {{3}, {}},
+                                                                             {{1}, {3, 4}},
+                                                                             {{2, 1, 4}, {3, 1}}})
       run2(sa, sb, binary_cases);
   }
   SUBCASE("non-contiguous operands") {
@@ -470,8 +550,8 @@ TEST_CASE("gradcheck: binary tensor-tensor ops") {
 
 TEST_CASE("gradcheck: reductions sum / mean / max") {
   SUBCASE("scalar (0-d)") {
-    run1({}, {A1(fg::sum(x)), A1(fg::sum(x, 0)), A1(fg::sum(x, -1, true)), A1(fg::mean(x)),
-              A1(fg::mean(x, {0}, true)), A1(fg::max(x)), A1(fg::max(x, -1, true))});
+    run1({}, {A1(fg::sum(x)), A1(fg::sum(x, 0)), A1(fg::sum(x, -1, true)), A1(fg::mean(x)), A1(fg::mean(x, {0}, true)),
+              A1(fg::max(x)), A1(fg::max(x, -1, true))});
   }
   SUBCASE("1-element and vector") {
     for (const fg::shape& s : {fg::shape{1}, fg::shape{5}})
@@ -479,14 +559,14 @@ TEST_CASE("gradcheck: reductions sum / mean / max") {
                A1(fg::max(x, 0)), A1(fg::max(x, -1, true))});
   }
   SUBCASE("matrix") {
-    run1({3, 4}, {A1(fg::sum(x)), A1(fg::sum(x, {0}, true)), A1(fg::sum(x, 1)), A1(fg::sum(x, {0, 1})),
-                  A1(fg::mean(x)), A1(fg::mean(x, {0, 1})), A1(fg::mean(x, 0)), A1(fg::mean(x, -1, true)),
-                  A1(fg::max(x)), A1(fg::max(x, 0)), A1(fg::max(x, -1, true)), A1(fg::max(x, {1, 0}, true)),
-                  A1(fg::sum(x.t(), 1)), A1(fg::max(x.t(), 0))});
+    run1({3, 4},
+         {A1(fg::sum(x)), A1(fg::sum(x, {0}, true)), A1(fg::sum(x, 1)), A1(fg::sum(x, {0, 1})), A1(fg::mean(x)),
+          A1(fg::mean(x, {0, 1})), A1(fg::mean(x, 0)), A1(fg::mean(x, -1, true)), A1(fg::max(x)), A1(fg::max(x, 0)),
+          A1(fg::max(x, -1, true)), A1(fg::max(x, {1, 0}, true)), A1(fg::sum(x.t(), 1)), A1(fg::max(x.t(), 0))});
   }
   SUBCASE("3-d") {
-    run1({2, 3, 4}, {A1(fg::sum(x, {0, 2})), A1(fg::mean(x, {2, 0}, true)), A1(fg::max(x, {0, 2})),
-                     A1(fg::max(x, 1, true))});
+    run1({2, 3, 4},
+         {A1(fg::sum(x, {0, 2})), A1(fg::mean(x, {2, 0}, true)), A1(fg::max(x, {0, 2})), A1(fg::max(x, 1, true))});
   }
   SUBCASE("empty") {
     for (const fg::shape& s : {fg::shape{0}, fg::shape{2, 0}, fg::shape{0, 3}})
@@ -621,7 +701,8 @@ void transposed_operands() {
     const auto y = x.t().contiguous().to_vector();  // y[i][j] = x[j][i]
     bool same = true;
     for (fg::index_t i = 0; i < R; ++i)
-      for (fg::index_t j = 0; j < C; ++j) same = same && y[static_cast<std::size_t>(i * C + j)] == xv[static_cast<std::size_t>(j * R + i)];
+      for (fg::index_t j = 0; j < C; ++j)
+        same = same && y[static_cast<std::size_t>(i * C + j)] == xv[static_cast<std::size_t>(j * R + i)];
     CHECK(same);
     const tt xb = fg::randn<T>({2, C, R}, 4);  // batched: transpose(1, 2)
     const auto xbv = xb.to_vector();
@@ -630,7 +711,8 @@ void transposed_operands() {
     for (fg::index_t b = 0; b < 2; ++b)
       for (fg::index_t i = 0; i < R; ++i)
         for (fg::index_t j = 0; j < C; ++j)
-          same = same && yb[static_cast<std::size_t>((b * R + i) * C + j)] == xbv[static_cast<std::size_t>((b * C + j) * R + i)];
+          same = same && yb[static_cast<std::size_t>((b * R + i) * C + j)] ==
+                             xbv[static_cast<std::size_t>((b * C + j) * R + i)];
     CHECK(same);
     // A transposed left operand is read in place: the bits of the product of its copy.
     const tt m = fg::randn<T>({C, 7}, 5);
@@ -668,10 +750,14 @@ TEST_CASE("transposed operands: copies and products read in place keep the bits"
   SUBCASE("double") { transposed_operands<double>(); }
   // gradcheck of the paths in double: the transposed-view backward of mm and bmm.
   const td w = fg::randn<double>({4, 6}, 11).requires_grad(true), x = fg::randn<double>({3, 6}, 12).requires_grad(true);
-  CHECK(fg::gradcheck({}, [](const td& a, const td& b) { return fg::linear(a, b); }, x, w));
-  const td xb = fg::randn<double>({2, 5, 4}, 13).requires_grad(true), yb = fg::randn<double>({2, 5, 3}, 14).requires_grad(true);
-  CHECK(fg::gradcheck({}, [](const td& a, const td& b) { return fg::bmm(b.transpose(1, 2), a); }, xb, yb));
-  CHECK(fg::gradcheck({}, [](const td& a, const td& b) { return fg::bmm(a.transpose(1, 2), b); }, yb, xb));
+  CHECK(fg::gradcheck(
+      {}, [](const td& a, const td& b) { return fg::linear(a, b); }, x, w));
+  const td xb = fg::randn<double>({2, 5, 4}, 13).requires_grad(true),
+           yb = fg::randn<double>({2, 5, 3}, 14).requires_grad(true);
+  CHECK(fg::gradcheck(
+      {}, [](const td& a, const td& b) { return fg::bmm(b.transpose(1, 2), a); }, xb, yb));
+  CHECK(fg::gradcheck(
+      {}, [](const td& a, const td& b) { return fg::bmm(a.transpose(1, 2), b); }, yb, xb));
 }
 
 /// `linear` is one node (LinearBackward0) with the values and gradients of its composition
@@ -682,9 +768,10 @@ void linear_as_composition() {
   using tt = fg::tensor<T>;
   const fg::index_t in = 13, out = 9;
   const tt big = fg::randn<T>({4, 2 * in}, 21);
-  const std::vector<tt> inputs{fg::randn<T>({in}, 22), fg::randn<T>({5, in}, 23), fg::randn<T>({2, 3, in}, 24),
-                               fg::slice(big, 1, 0, 2 * in, 2), fg::randn<T>({in, 6}, 25).t(),
-                               fg::randn<T>({3, in, 2}, 26).transpose(1, 2), fg::randn<T>({0, in}, 27)};
+  const std::vector<tt> inputs{fg::randn<T>({in}, 22),        fg::randn<T>({5, in}, 23),
+                               fg::randn<T>({2, 3, in}, 24),  fg::slice(big, 1, 0, 2 * in, 2),
+                               fg::randn<T>({in, 6}, 25).t(), fg::randn<T>({3, in, 2}, 26).transpose(1, 2),
+                               fg::randn<T>({0, in}, 27)};
   const std::vector<tt> weights{fg::randn<T>({out, in}, 28), fg::randn<T>({in, out}, 29).t()};
   for (std::size_t xi = 0; xi < inputs.size(); ++xi)
     for (std::size_t wi = 0; wi < weights.size(); ++wi)
@@ -793,7 +880,8 @@ TEST_CASE("detach(x): x's value and no gradient, in eager mode, fg::compile and 
   const std::vector<double> y = fg::softmax(fg::from_vector<double>({1.0, 2.0, 2.0, 0.5}), -1).to_vector();
   double gy = 0;
   for (std::size_t i = 0; i < 4; ++i) gy += g.to_vector()[i] * y[i];
-  for (std::size_t i = 0; i < 4; ++i) CHECK(r.grad().to_vector()[i] == doctest::Approx(y[i] * (g.to_vector()[i] - gy)).epsilon(1e-15));
+  for (std::size_t i = 0; i < 4; ++i)
+    CHECK(r.grad().to_vector()[i] == doctest::Approx(y[i] * (g.to_vector()[i] - gy)).epsilon(1e-15));
 }
 
 TEST_CASE("gradient values: ties split evenly + only inputs requiring grad get one") {
@@ -823,24 +911,53 @@ TEST_CASE("grad_fn names") {
   a.requires_grad(true);
   b.requires_grad(true);
   const std::vector<std::pair<td, const char*>> cases = {
-      {a + b, "AddBackward0"},         {a + 1.0, "AddBackward1"},          {1.0 + a, "AddBackward1"},
-      {a - b, "SubBackward0"},         {a - 1.0, "SubBackward1"},          {1.0 - a, "RsubBackward1"},
-      {a * b, "MulBackward0"},         {a * 2.0, "MulBackward1"},          {a * v, "MulBackward0"},
-      {a / b, "DivBackward0"},         {a / 2.0, "DivBackward1"},          {2.0 / a, "RdivBackward1"},
-      {-a, "NegBackward0"},            {fg::exp(a), "ExpBackward0"},       {fg::log(b), "LogBackward0"},
-      {fg::sin(a), "SinBackward0"},    {fg::cos(a), "CosBackward0"},       {fg::tanh(a), "TanhBackward0"},
-      {fg::sigmoid(a), "SigmoidBackward0"}, {fg::relu(a), "ReluBackward0"}, {fg::sqrt(b), "SqrtBackward0"},
-      {fg::abs(a), "AbsBackward0"},    {fg::pow(a, 2), "PowBackward0"},    {fg::pow(b, a), "PowBackward1"},
-      {fg::maximum(a, b), "MaximumBackward0"}, {fg::sum(a), "SumBackward0"}, {fg::sum(a, {0}), "SumBackward1"},
-      {fg::sum(a, 1, true), "SumBackward1"}, {fg::mean(a), "MeanBackward0"}, {fg::mean(a, {0, 1}), "MeanBackward1"},
-      {fg::max(a), "MaxBackward1"},    {fg::max(a, -1, true), "MaxBackward0"}, {fg::mm(a, b.t()), "MmBackward0"},
-      {fg::matmul(a, b.t()), "MmBackward0"}, {fg::bmm(a.unsqueeze(0), b.t().unsqueeze(0)), "BmmBackward0"},
-      {fg::linear(a, b, v.slice(0, 0, 3)), "LinearBackward0"}, {a.reshape({12}), "ViewBackward0"},
-      {a.view({4, 3}), "ViewBackward0"}, {a.select(0, 0).expand({2, 4}), "ExpandBackward0"},
-      {a.permute({1, 0}), "PermuteBackward0"}, {a.transpose(0, 1), "TransposeBackward0"},
-      {a.select(1, 2), "SelectBackward0"}, {a.slice(0, 0, 3, 2), "SliceBackward0"},
-      {a.unsqueeze(0), "UnsqueezeBackward0"}, {a.unsqueeze(0).squeeze(0), "SqueezeBackward1"},
-      {fg::cat(std::vector<td>{a, b}), "CatBackward0"}, {a.t().contiguous(), "CloneBackward0"},
+      {a + b, "AddBackward0"},
+      {a + 1.0, "AddBackward1"},
+      {1.0 + a, "AddBackward1"},
+      {a - b, "SubBackward0"},
+      {a - 1.0, "SubBackward1"},
+      {1.0 - a, "RsubBackward1"},
+      {a * b, "MulBackward0"},
+      {a * 2.0, "MulBackward1"},
+      {a * v, "MulBackward0"},
+      {a / b, "DivBackward0"},
+      {a / 2.0, "DivBackward1"},
+      {2.0 / a, "RdivBackward1"},
+      {-a, "NegBackward0"},
+      {fg::exp(a), "ExpBackward0"},
+      {fg::log(b), "LogBackward0"},
+      {fg::sin(a), "SinBackward0"},
+      {fg::cos(a), "CosBackward0"},
+      {fg::tanh(a), "TanhBackward0"},
+      {fg::sigmoid(a), "SigmoidBackward0"},
+      {fg::relu(a), "ReluBackward0"},
+      {fg::sqrt(b), "SqrtBackward0"},
+      {fg::abs(a), "AbsBackward0"},
+      {fg::pow(a, 2), "PowBackward0"},
+      {fg::pow(b, a), "PowBackward1"},
+      {fg::maximum(a, b), "MaximumBackward0"},
+      {fg::sum(a), "SumBackward0"},
+      {fg::sum(a, {0}), "SumBackward1"},
+      {fg::sum(a, 1, true), "SumBackward1"},
+      {fg::mean(a), "MeanBackward0"},
+      {fg::mean(a, {0, 1}), "MeanBackward1"},
+      {fg::max(a), "MaxBackward1"},
+      {fg::max(a, -1, true), "MaxBackward0"},
+      {fg::mm(a, b.t()), "MmBackward0"},
+      {fg::matmul(a, b.t()), "MmBackward0"},
+      {fg::bmm(a.unsqueeze(0), b.t().unsqueeze(0)), "BmmBackward0"},
+      {fg::linear(a, b, v.slice(0, 0, 3)), "LinearBackward0"},
+      {a.reshape({12}), "ViewBackward0"},
+      {a.view({4, 3}), "ViewBackward0"},
+      {a.select(0, 0).expand({2, 4}), "ExpandBackward0"},
+      {a.permute({1, 0}), "PermuteBackward0"},
+      {a.transpose(0, 1), "TransposeBackward0"},
+      {a.select(1, 2), "SelectBackward0"},
+      {a.slice(0, 0, 3, 2), "SliceBackward0"},
+      {a.unsqueeze(0), "UnsqueezeBackward0"},
+      {a.unsqueeze(0).squeeze(0), "SqueezeBackward1"},
+      {fg::cat(std::vector<td>{a, b}), "CatBackward0"},
+      {a.t().contiguous(), "CloneBackward0"},
       {a.clone(), "CloneBackward0"},
   };
   for (const auto& c : cases) {

@@ -117,16 +117,18 @@ TEST_CASE("a small loop is one call on the calling thread; a large one covers ev
       CHECK(s.size % 512 == 0);
       CHECK(std::has_single_bit(static_cast<std::uint64_t>(s.size / 512)));
     }
-    CHECK(s.count == (threads == 1 || !fd::parallel_enabled ? 1 : std::min<fg::index_t>(4 * threads, (n + s.size - 1) / s.size)));
+    CHECK(s.count ==
+          (threads == 1 || !fd::parallel_enabled ? 1 : std::min<fg::index_t>(4 * threads, (n + s.size - 1) / s.size)));
   }
   fg::set_num_threads(2);
 }
 
 TEST_CASE("an exception in a block reaches the caller") {
   fg::set_num_threads(2);
-  CHECK_THROWS_WITH_AS(fd::parallel_for(100000, 100, [](fg::index_t, fg::index_t e) {
-                         if (e == 100000) fd::fail("block", "thrown in a block");
-                       }),
+  CHECK_THROWS_WITH_AS(fd::parallel_for(100000, 100,
+                                        [](fg::index_t, fg::index_t e) {
+                                          if (e == 100000) fd::fail("block", "thrown in a block");
+                                        }),
                        doctest::Contains("thrown in a block"), fg::error);
 }
 

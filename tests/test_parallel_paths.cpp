@@ -87,7 +87,10 @@ std::vector<std::vector<T>> run_all() {
     const bool full = path >= 2;
     auto a = (full ? big : x).detach().requires_grad(true);
     auto b = (full ? fg::randn<T>({(1 << 17) + 77}, 14) : bias).detach().requires_grad(true);
-    fg::tensor<T> out = path == 0 ? compiled(a, b) : path == 1 ? jitted(a, b) : path == 2 ? compiled_full(a, b) : jitted_full(a, b);
+    fg::tensor<T> out = path == 0   ? compiled(a, b)
+                        : path == 1 ? jitted(a, b)
+                        : path == 2 ? compiled_full(a, b)
+                                    : jitted_full(a, b);
     fg::sum(out * out).backward();
     put(out);
     put(a.grad());
@@ -144,7 +147,10 @@ TEST_CASE("with several threads, compiled paths equal eager and pass gradcheck")
     const auto b0 = fg::randn<double>(full ? fg::shape{3000} : fg::shape{97}, 2);
     auto a = a0.detach().requires_grad(true), b = b0.detach().requires_grad(true);
     auto ea = a0.detach().requires_grad(true), eb = b0.detach().requires_grad(true);
-    const fg::tensor<double> out = path == 0 ? compiled(a, b) : path == 1 ? jitted(a, b) : path == 2 ? compiled_full(a, b) : jitted_full(a, b);
+    const fg::tensor<double> out = path == 0   ? compiled(a, b)
+                                   : path == 1 ? jitted(a, b)
+                                   : path == 2 ? compiled_full(a, b)
+                                               : jitted_full(a, b);
     const fg::tensor<double> ref = full ? full_sum_body(ea, eb) : softmax_body(ea, eb);
     fg::sum(out * out).backward();
     fg::sum(ref * ref).backward();
@@ -160,13 +166,17 @@ TEST_CASE("with several threads, compiled paths equal eager and pass gradcheck")
   CHECK_MESSAGE(r, r.message);
   r = fg::gradcheck(loss2(jitted), fg::randn<double>({6, 97}, 3), fg::randn<double>({97}, 4));
   CHECK_MESSAGE(r, r.message);
-  r = fg::gradcheck([&](auto a, auto b) { return compiled_full(a, b) * 1.0; }, fg::randn<double>({700}, 5), fg::randn<double>({700}, 6));
+  r = fg::gradcheck([&](auto a, auto b) { return compiled_full(a, b) * 1.0; }, fg::randn<double>({700}, 5),
+                    fg::randn<double>({700}, 6));
   CHECK_MESSAGE(r, r.message);
   r = fg::gradcheck([&](auto a, auto b) { return jitted_full(a, b) + fg::sum(a * w1); }, fg::randn<double>({700}, 5),
                     fg::randn<double>({700}, 6));
   CHECK_MESSAGE(r, r.message);
-  r = fg::gradcheck([&](auto a, auto w, auto b) { return fg::sum(fg::linear(a, w, b) * fg::randn<double>({40, 5}, 12)); },
-                    fg::randn<double>({40, 9}, 7), fg::randn<double>({5, 9}, 8), fg::randn<double>({5}, 9));
+  r = fg::gradcheck(
+      [&](auto a, auto w, auto b) {
+        return fg::sum(fg::linear(a, w, b) * fg::randn<double>({40, 5}, 12));
+      },
+      fg::randn<double>({40, 9}, 7), fg::randn<double>({5, 9}, 8), fg::randn<double>({5}, 9));
   CHECK_MESSAGE(r, r.message);
 }
 
@@ -186,7 +196,8 @@ TEST_CASE_TEMPLATE("thin products give the wide kernel's columns bitwise, with 1
       int differ = 0;
       for (fg::index_t i = 0; i < 203; ++i)
         for (fg::index_t j = 0; j < m; ++j)
-          differ += std::memcmp(&thin[static_cast<std::size_t>(i * m + j)], &full[static_cast<std::size_t>(i * 6 + j)], sizeof(T)) != 0;
+          differ += std::memcmp(&thin[static_cast<std::size_t>(i * m + j)], &full[static_cast<std::size_t>(i * 6 + j)],
+                                sizeof(T)) != 0;
       CHECK(differ == 0);
     }
   }

@@ -96,9 +96,8 @@ template <std::size_t N>
 constexpr bool same_plan(const plan<N>& a, const plan<N>& b) {
   if (a.saved_count != b.saved_count) return false;
   for (std::size_t i = 0; i < N; ++i)
-    if (a.forward[i] != b.forward[i] || a.backward[i] != b.backward[i] ||
-        a.saved[i] != b.saved[i] || a.recompute[i] != b.recompute[i] ||
-        a.saved_nodes[i] != b.saved_nodes[i])
+    if (a.forward[i] != b.forward[i] || a.backward[i] != b.backward[i] || a.saved[i] != b.saved[i] ||
+        a.recompute[i] != b.recompute[i] || a.saved_nodes[i] != b.saved_nodes[i])
       return false;
   return true;
 }
@@ -109,26 +108,23 @@ constexpr bool same_plan(const plan<N>& a, const plan<N>& b) {
 //   min_cut: one flow path source->x->{c1, sink}: cut {x}, recompute c1 = cos(x).
 // ---------------------------------------------------------------------------------------------
 constexpr joint_graph<10> coscos{{
-    in(),              // 0 x
-    pw(0),             // 1 c1 = cos(x)
-    froot(pw(1)),      // 2 c2 = cos(c1)
-    gin(),             // 3 g
-    pw(1),             // 4 s1 = sin(c1)
-    pw(4),             // 5 n1 = -s1
-    pw(3, 5),          // 6 m1 = g * n1
-    pw(0),             // 7 s0 = sin(x)
-    pw(7),             // 8 n0 = -s0
-    broot(pw(6, 8)),   // 9 gx = m1 * n0
+    in(),             // 0 x
+    pw(0),            // 1 c1 = cos(x)
+    froot(pw(1)),     // 2 c2 = cos(c1)
+    gin(),            // 3 g
+    pw(1),            // 4 s1 = sin(c1)
+    pw(4),            // 5 n1 = -s1
+    pw(3, 5),         // 6 m1 = g * n1
+    pw(0),            // 7 s0 = sin(x)
+    pw(7),            // 8 n0 = -s0
+    broot(pw(6, 8)),  // 9 gx = m1 * n0
 }};
 
 static_assert(saves(make_plan(coscos, save_all), {0, 1}),
               "save_all on cos(cos(x)) saves x and cos(x), the two values the backward reads.");
-static_assert(saves(make_plan(coscos, min_cut), {0}),
-              "min_cut on cos(cos(x)) saves only x.");
-static_assert(recomputes(make_plan(coscos, min_cut), {1}),
-              "min_cut on cos(cos(x)) recomputes cos(x) in the backward.");
-static_assert(saves(make_plan(coscos, recompute_all), {0}),
-              "recompute_all on cos(cos(x)) saves only the input x.");
+static_assert(saves(make_plan(coscos, min_cut), {0}), "min_cut on cos(cos(x)) saves only x.");
+static_assert(recomputes(make_plan(coscos, min_cut), {1}), "min_cut on cos(cos(x)) recomputes cos(x) in the backward.");
+static_assert(saves(make_plan(coscos, recompute_all), {0}), "recompute_all on cos(cos(x)) saves only the input x.");
 static_assert(saves(make_plan(coscos, budget(1)), {0}) &&
                   same_plan(make_plan(coscos, budget(1)), make_plan(coscos, min_cut)),
               "A budget of 1 rejects save_all (2 tensors) and takes the min_cut plan.");
@@ -139,16 +135,15 @@ static_assert(same_plan(make_plan(coscos, budget(0)), make_plan(coscos, recomput
 static_assert(make_plan(coscos, min_cut).forward[2] && !make_plan(coscos, min_cut).forward[3] &&
                   make_plan(coscos, min_cut).backward[4] && !make_plan(coscos, min_cut).backward[1],
               "The forward/backward regions of cos(cos(x)) are those derived by hand.");
-static_assert(make_plan(coscos, policy{}).saved_count == 1,
-              "The default policy is min_cut.");
+static_assert(make_plan(coscos, policy{}).saved_count == 1, "The default policy is min_cut.");
 
 // The cost policy on cos(cos(x)), cos costing 1.5 streamed loads (24 units): streaming, saving
 // x (a load: 16) and recomputing cos(x) (24) costs 40 against 16 + 32 for saving cos(x) as well;
 // in cache (a load or store costs 2) recomputing is the expensive choice: 2 + 24 against 2 + 4.
 constexpr joint_graph<10> coscos_costed = [] {
   joint_graph<10> g = coscos;
-  for (int k : {1, 2}) g.nodes[k].cost = 24;      // cos
-  for (int k : {4, 7}) g.nodes[k].cost = 24;      // sin
+  for (int k : {1, 2}) g.nodes[k].cost = 24;       // cos
+  for (int k : {4, 7}) g.nodes[k].cost = 24;       // sin
   for (int k : {5, 6, 8, 9}) g.nodes[k].cost = 1;  // neg, mul
   return g;
 }();
@@ -156,7 +151,8 @@ constexpr policy streaming{policy_kind::cost, 0, {16, 16}};
 constexpr policy in_cache{policy_kind::cost, 0, {2, 2}};
 static_assert(saves(make_plan(coscos_costed, streaming), {0}) && recomputes(make_plan(coscos_costed, streaming), {1}),
               "Streaming from memory, the cost policy saves x and recomputes cos(x) (as min_cut does).");
-static_assert(saves(make_plan(coscos_costed, in_cache), {0, 1}) && recomputes_nothing(make_plan(coscos_costed, in_cache)),
+static_assert(saves(make_plan(coscos_costed, in_cache), {0, 1}) &&
+                  recomputes_nothing(make_plan(coscos_costed, in_cache)),
               "In cache, the cost policy saves cos(x) too: recomputing a cos costs more than a store and a load.");
 // What a whole call costs by the same measures (estimated_cost), by hand. Streaming, saving x:
 // x loaded and saved (16 + 16, no store: an input is in memory), cos(x) computed and
@@ -178,12 +174,15 @@ constexpr joint_graph<10> coscos_siblings = [] {
 }();
 static_assert(saves(make_plan(coscos_siblings, in_cache), {0}) && recomputes(make_plan(coscos_siblings, in_cache), {1}),
               "In cache, cos(x) beside the backward's sin(x) is cheaper to recompute than to save.");
-static_assert(saves(make_plan(coscos_siblings, streaming), {0}) && recomputes(make_plan(coscos_siblings, streaming), {1}),
+static_assert(saves(make_plan(coscos_siblings, streaming), {0}) &&
+                  recomputes(make_plan(coscos_siblings, streaming), {1}),
               "Streaming, the plan is min_cut's, as without siblings.");
 // The call in cache, by hand: 134 above with the recomputation at 2 instead of 24: 112; the
 // plan without the links (saving cos(x)) is 114 by the same count.
-static_assert(fusegrad::partition::estimated_cost(coscos_siblings, make_plan(coscos_siblings, in_cache), in_cache.mem) == 112 &&
-                  fusegrad::partition::estimated_cost(coscos_siblings, make_plan(coscos_costed, in_cache), in_cache.mem) == 114,
+static_assert(fusegrad::partition::estimated_cost(coscos_siblings, make_plan(coscos_siblings, in_cache),
+                                                  in_cache.mem) == 112 &&
+                  fusegrad::partition::estimated_cost(coscos_siblings, make_plan(coscos_costed, in_cache),
+                                                      in_cache.mem) == 114,
               "In cache, the call under each plan costs what the hand count says.");
 
 using fusegrad::partition::estimated_cost;
@@ -203,31 +202,28 @@ static_assert(same_plan(make_plan(coscos, uniform), make_plan(coscos, min_cut)),
 //   needed = {s (child of sin(s)), c1 (child of sin(c1))}; all flow passes through s.
 // ---------------------------------------------------------------------------------------------
 constexpr joint_graph<17> coscos4{{
-    in(),               // 0 a
-    in(),               // 1 b
-    in(),               // 2 c
-    in(),               // 3 d
-    pw(0, 1),           // 4 s1 = a + b
-    pw(4, 2),           // 5 s2 = s1 + c
-    pw(5, 3),           // 6 s = s2 + d
-    pw(6),              // 7 c1 = cos(s)
-    froot(pw(7)),       // 8 c2 = cos(c1)
-    gin(),              // 9 g
-    pw(7),              // 10 sin(c1)
-    pw(10),             // 11 neg
-    pw(9, 11),          // 12 mul
-    pw(6),              // 13 sin(s)
-    pw(13),             // 14 neg
-    pw(12, 14),         // 15 mul
-    broot(pw(15)),      // 16 gs (= ga = gb = gc = gd)
+    in(),           // 0 a
+    in(),           // 1 b
+    in(),           // 2 c
+    in(),           // 3 d
+    pw(0, 1),       // 4 s1 = a + b
+    pw(4, 2),       // 5 s2 = s1 + c
+    pw(5, 3),       // 6 s = s2 + d
+    pw(6),          // 7 c1 = cos(s)
+    froot(pw(7)),   // 8 c2 = cos(c1)
+    gin(),          // 9 g
+    pw(7),          // 10 sin(c1)
+    pw(10),         // 11 neg
+    pw(9, 11),      // 12 mul
+    pw(6),          // 13 sin(s)
+    pw(13),         // 14 neg
+    pw(12, 14),     // 15 mul
+    broot(pw(15)),  // 16 gs (= ga = gb = gc = gd)
 }};
 
-static_assert(saves(make_plan(coscos4, min_cut), {6}),
-              "min_cut on cos(cos(a+b+c+d)) saves only the sum s.");
-static_assert(recomputes(make_plan(coscos4, min_cut), {7}),
-              "min_cut on cos(cos(a+b+c+d)) recomputes cos(s).");
-static_assert(saves(make_plan(coscos4, save_all), {6, 7}),
-              "save_all on cos(cos(a+b+c+d)) saves s and cos(s).");
+static_assert(saves(make_plan(coscos4, min_cut), {6}), "min_cut on cos(cos(a+b+c+d)) saves only the sum s.");
+static_assert(recomputes(make_plan(coscos4, min_cut), {7}), "min_cut on cos(cos(a+b+c+d)) recomputes cos(s).");
+static_assert(saves(make_plan(coscos4, save_all), {6, 7}), "save_all on cos(cos(a+b+c+d)) saves s and cos(s).");
 static_assert(saves(make_plan(coscos4, recompute_all), {0, 1, 2, 3}),
               "recompute_all on cos(cos(a+b+c+d)) saves the four inputs.");
 static_assert(recomputes(make_plan(coscos4, recompute_all), {4, 5, 6, 7}),
@@ -240,27 +236,25 @@ static_assert(recomputes(make_plan(coscos4, recompute_all), {4, 5, 6, 7}),
 //   e, x-m, {x, m}: the cut closest to the sink saves e.
 // ---------------------------------------------------------------------------------------------
 constexpr joint_graph<15> softmax{{
-    in(),              // 0 x
-    red(0),            // 1 m = max(x)
-    pw(0, 1),          // 2 d = x - m
-    pw(2),             // 3 e = exp(d)
-    red(3),            // 4 z = sum(e)
-    froot(pw(3, 4)),   // 5 y = e / z
-    gin(),             // 6 g
-    pw(6, 4),          // 7 g / z
-    pw(6, 3),          // 8 g * e
-    pw(4, 4),          // 9 z * z
-    pw(8, 9),          // 10 (g*e) / (z*z)
-    red(10),           // 11 sum(...)          (a reduction in the backward region)
-    pw(7, 11),         // 12 g/z - sum(...)
-    pw(12, 3),         // 13 (...) * e
-    broot(pw(13)),     // 14 gx
+    in(),             // 0 x
+    red(0),           // 1 m = max(x)
+    pw(0, 1),         // 2 d = x - m
+    pw(2),            // 3 e = exp(d)
+    red(3),           // 4 z = sum(e)
+    froot(pw(3, 4)),  // 5 y = e / z
+    gin(),            // 6 g
+    pw(6, 4),         // 7 g / z
+    pw(6, 3),         // 8 g * e
+    pw(4, 4),         // 9 z * z
+    pw(8, 9),         // 10 (g*e) / (z*z)
+    red(10),          // 11 sum(...)          (a reduction in the backward region)
+    pw(7, 11),        // 12 g/z - sum(...)
+    pw(12, 3),        // 13 (...) * e
+    broot(pw(13)),    // 14 gx
 }};
 
-static_assert(saves(make_plan(softmax, save_all), {3, 4}),
-              "save_all on softmax saves exp(x - max x) and its sum.");
-static_assert(saves(make_plan(softmax, min_cut), {3, 4}) &&
-                  recomputes_nothing(make_plan(softmax, min_cut)),
+static_assert(saves(make_plan(softmax, save_all), {3, 4}), "save_all on softmax saves exp(x - max x) and its sum.");
+static_assert(saves(make_plan(softmax, min_cut), {3, 4}) && recomputes_nothing(make_plan(softmax, min_cut)),
               "min_cut on softmax saves e and z (the sum can never be recomputed) and recomputes nothing.");
 static_assert(saves(make_plan(softmax, recompute_all), {0, 1, 4}),
               "recompute_all on softmax saves x and both reductions.");
@@ -318,13 +312,10 @@ constexpr joint_graph<7> tanh_graph{{
     pw(4, 3),         // 5 1 - y*y
     broot(pw(2, 5)),  // 6 gx
 }};
-static_assert(saves(make_plan(tanh_graph, min_cut), {1}) &&
-                  recomputes_nothing(make_plan(tanh_graph, min_cut)),
+static_assert(saves(make_plan(tanh_graph, min_cut), {1}) && recomputes_nothing(make_plan(tanh_graph, min_cut)),
               "min_cut on tanh saves the output y (the latest value), not x.");
-static_assert(saves(make_plan(tanh_graph, save_all), {1}),
-              "save_all on tanh saves y and never the constant 1.");
-static_assert(saves(make_plan(tanh_graph, recompute_all), {0}) &&
-                  recomputes(make_plan(tanh_graph, recompute_all), {1}),
+static_assert(saves(make_plan(tanh_graph, save_all), {1}), "save_all on tanh saves y and never the constant 1.");
+static_assert(saves(make_plan(tanh_graph, recompute_all), {0}) && recomputes(make_plan(tanh_graph, recompute_all), {1}),
               "recompute_all on tanh saves x and recomputes y.");
 
 // ---------------------------------------------------------------------------------------------
@@ -332,36 +323,31 @@ static_assert(saves(make_plan(tanh_graph, recompute_all), {0}) &&
 //   gx = (g*b) * b + (g*a) * (-a)   (cos(x) = b, -sin(x) = -a). min_cut: {x}.
 // ---------------------------------------------------------------------------------------------
 constexpr joint_graph<10> diamond{{
-    in(),              // 0 x
-    pw(0),             // 1 a = sin(x)
-    pw(0),             // 2 b = cos(x)
-    froot(pw(1, 2)),   // 3 y = a * b
-    gin(),             // 4 g
-    pw(4, 2),          // 5 ga = g * b
-    pw(4, 1),          // 6 gb = g * a
-    pw(1),             // 7 -a
-    pw(5, 2, 6),       // 8 ga * b + ...  (three operands)
-    broot(pw(8, 7)),   // 9 gx
+    in(),             // 0 x
+    pw(0),            // 1 a = sin(x)
+    pw(0),            // 2 b = cos(x)
+    froot(pw(1, 2)),  // 3 y = a * b
+    gin(),            // 4 g
+    pw(4, 2),         // 5 ga = g * b
+    pw(4, 1),         // 6 gb = g * a
+    pw(1),            // 7 -a
+    pw(5, 2, 6),      // 8 ga * b + ...  (three operands)
+    broot(pw(8, 7)),  // 9 gx
 }};
-static_assert(saves(make_plan(diamond, min_cut), {0}) &&
-                  recomputes(make_plan(diamond, min_cut), {1, 2}),
+static_assert(saves(make_plan(diamond, min_cut), {0}) && recomputes(make_plan(diamond, min_cut), {1, 2}),
               "min_cut on the diamond saves x and recomputes both branches.");
-static_assert(saves(make_plan(diamond, save_all), {1, 2}),
-              "save_all on the diamond saves both branches.");
-static_assert(saves(make_plan(diamond, recompute_all), {0}),
-              "recompute_all on the diamond saves x.");
+static_assert(saves(make_plan(diamond, save_all), {1, 2}), "save_all on the diamond saves both branches.");
+static_assert(saves(make_plan(diamond, recompute_all), {0}), "recompute_all on the diamond saves x.");
 
 // ---------------------------------------------------------------------------------------------
 // Nothing needed: y = a + b; ga = gb = g.
 // ---------------------------------------------------------------------------------------------
 constexpr joint_graph<4> add_only{{in(), in(), froot(pw(0, 1)), broot(gin())}};
-static_assert(saves_nothing(make_plan(add_only, min_cut)) &&
-                  saves_nothing(make_plan(add_only, save_all)) &&
-                  saves_nothing(make_plan(add_only, recompute_all)) &&
-                  saves_nothing(make_plan(add_only, budget(0))),
+static_assert(saves_nothing(make_plan(add_only, min_cut)) && saves_nothing(make_plan(add_only, save_all)) &&
+                  saves_nothing(make_plan(add_only, recompute_all)) && saves_nothing(make_plan(add_only, budget(0))),
               "An add needs nothing saved under any policy.");
-static_assert(recomputes_nothing(make_plan(add_only, min_cut)) &&
-                  make_plan(add_only, min_cut).backward[3] && !make_plan(add_only, min_cut).forward[3],
+static_assert(recomputes_nothing(make_plan(add_only, min_cut)) && make_plan(add_only, min_cut).backward[3] &&
+                  !make_plan(add_only, min_cut).forward[3],
               "An add recomputes nothing; the gradient input is in the backward region.");
 
 // ---------------------------------------------------------------------------------------------
@@ -369,14 +355,11 @@ static_assert(recomputes_nothing(make_plan(add_only, min_cut)) &&
 // z = sin(x) + 3 (backward reads x). Constants are never saved.
 // ---------------------------------------------------------------------------------------------
 constexpr joint_graph<5> scale_by_const{{in(), cst(), froot(pw(0, 1)), gin(), broot(pw(3, 1))}};
-static_assert(saves_nothing(make_plan(scale_by_const, min_cut)) &&
-                  saves_nothing(make_plan(scale_by_const, save_all)) &&
+static_assert(saves_nothing(make_plan(scale_by_const, min_cut)) && saves_nothing(make_plan(scale_by_const, save_all)) &&
                   saves_nothing(make_plan(scale_by_const, recompute_all)),
               "A constant the backward reads is never saved.");
-constexpr joint_graph<7> sin_plus_const{{
-    in(), cst(), pw(0), froot(pw(2, 1)), gin(), pw(0), broot(pw(4, 5))}};
-static_assert(saves(make_plan(sin_plus_const, min_cut), {0}) &&
-                  saves(make_plan(sin_plus_const, save_all), {0}) &&
+constexpr joint_graph<7> sin_plus_const{{in(), cst(), pw(0), froot(pw(2, 1)), gin(), pw(0), broot(pw(4, 5))}};
+static_assert(saves(make_plan(sin_plus_const, min_cut), {0}) && saves(make_plan(sin_plus_const, save_all), {0}) &&
                   saves(make_plan(sin_plus_const, recompute_all), {0}),
               "sin(x) + 3 saves x under every policy, never the constant.");
 
@@ -385,13 +368,11 @@ static_assert(saves(make_plan(sin_plus_const, min_cut), {0}) &&
 // ---------------------------------------------------------------------------------------------
 // A forward value that is itself a backward root must be available to the backward.
 constexpr joint_graph<3> fwd_value_as_grad{{in(), pw(0), broot(froot(pw(1)))}};
-static_assert(saves(make_plan(fwd_value_as_grad, min_cut), {2}) &&
-                  make_plan(fwd_value_as_grad, min_cut).forward[2] &&
+static_assert(saves(make_plan(fwd_value_as_grad, min_cut), {2}) && make_plan(fwd_value_as_grad, min_cut).forward[2] &&
                   saves(make_plan(fwd_value_as_grad, recompute_all), {0}),
               "A forward node marked backward_root is needed; min_cut saves the latest value.");
 // An input that only the backward reads is still an input: it is saved, never "computed".
-constexpr joint_graph<6> input_only_in_backward{{
-    in(), froot(pw(0)), in(), gin(), pw(3, 2), broot(pw(4, 0))}};
+constexpr joint_graph<6> input_only_in_backward{{in(), froot(pw(0)), in(), gin(), pw(3, 2), broot(pw(4, 0))}};
 static_assert(make_plan(input_only_in_backward, min_cut).forward[2] &&
                   !make_plan(input_only_in_backward, min_cut).backward[2] &&
                   saves(make_plan(input_only_in_backward, min_cut), {0, 2}),
@@ -413,8 +394,7 @@ constexpr joint_graph<64> make_chain64() {
   return g;
 }
 constexpr joint_graph<64> chain64 = make_chain64();
-static_assert(saves(make_plan(chain64, min_cut), {0}),
-              "min_cut on a 31-step chain saves only its input.");
+static_assert(saves(make_plan(chain64, min_cut), {0}), "min_cut on a 31-step chain saves only its input.");
 static_assert(make_plan(chain64, save_all).saved_count == 31,
               "save_all on a 31-step chain saves every value the backward reads.");
 
@@ -434,8 +414,7 @@ struct lcg {
 /// `local`, forward operands are drawn from the three latest nodes: long, narrow graphs where
 /// the cheapest cut lies in the middle rather than at the inputs or at the needed values.
 template <std::size_t N>
-constexpr joint_graph<N> random_graph(std::uint64_t seed, int inputs, int fwd, int bwd,
-                                      bool local = false) {
+constexpr joint_graph<N> random_graph(std::uint64_t seed, int inputs, int fwd, int bwd, bool local = false) {
   lcg r{seed};
   joint_graph<N> g{};
   for (auto& n : g.nodes) n = cst();
@@ -465,8 +444,7 @@ constexpr joint_graph<N> random_graph(std::uint64_t seed, int inputs, int fwd, i
   for (int i = 0; i < bwd && k < static_cast<int>(N); ++i, ++k) {
     const int roll = r.below(20);
     const int arity = 1 + r.below(3);
-    node_info n = mk(roll == 0 ? node_kind::reduction
-                               : roll == 1 ? node_kind::extern_op : node_kind::pointwise);
+    node_info n = mk(roll == 0 ? node_kind::reduction : roll == 1 ? node_kind::extern_op : node_kind::pointwise);
     // First operand: the gradient flow (grad input or an earlier backward node) most of the time.
     n.children[0] = r.below(3) == 0 ? r.below(fwd_end) : grad + r.below(k - grad);
     for (int c = 1; c < arity; ++c) n.children[c] = r.below(k);
@@ -502,15 +480,17 @@ rt_graph to_rt(const joint_graph<N>& g) {
 
 template <std::size_t N>
 rt_plan to_rt(const plan<N>& p) {
-  return {std::vector<bool>(p.forward, p.forward + N), std::vector<bool>(p.backward, p.backward + N),
-          std::vector<bool>(p.saved, p.saved + N), std::vector<bool>(p.recompute, p.recompute + N),
-          p.saved_count, std::vector<int>(p.saved_nodes, p.saved_nodes + N)};
+  return {std::vector<bool>(p.forward, p.forward + N),
+          std::vector<bool>(p.backward, p.backward + N),
+          std::vector<bool>(p.saved, p.saved + N),
+          std::vector<bool>(p.recompute, p.recompute + N),
+          p.saved_count,
+          std::vector<int>(p.saved_nodes, p.saved_nodes + N)};
 }
 
 bool same_rt_plan(const rt_plan& a, const rt_plan& b) {
-  return a.forward == b.forward && a.backward == b.backward && a.saved == b.saved &&
-         a.recompute == b.recompute && a.saved_count == b.saved_count &&
-         a.saved_nodes == b.saved_nodes;
+  return a.forward == b.forward && a.backward == b.backward && a.saved == b.saved && a.recompute == b.recompute &&
+         a.saved_count == b.saved_count && a.saved_nodes == b.saved_nodes;
 }
 
 /// The plans of every policy on one graph; `budgets[b + 1]` is memory_budget with budget b,
@@ -522,8 +502,7 @@ struct all_plans {
 
 template <std::size_t N>
 all_plans plans_of(const joint_graph<N>& g) {
-  all_plans out{to_rt(make_plan(g, save_all)), to_rt(make_plan(g, min_cut)),
-                to_rt(make_plan(g, recompute_all)), {}};
+  all_plans out{to_rt(make_plan(g, save_all)), to_rt(make_plan(g, min_cut)), to_rt(make_plan(g, recompute_all)), {}};
   for (int b = -1; b <= static_cast<int>(N); ++b) out.budgets.push_back(to_rt(make_plan(g, budget(b))));
   return out;
 }
@@ -562,8 +541,7 @@ regions_rt regions_of(const rt_graph& g) {
 
 /// Walks down from the needed nodes, stopping at `saved` and constants. Returns false when the
 /// walk meets an unsaved input/reduction/extern_op (the saved set is invalid); fills `recompute`.
-bool walk(const rt_graph& g, const regions_rt& r, const std::vector<bool>& saved,
-          std::vector<bool>& recompute) {
+bool walk(const rt_graph& g, const regions_rt& r, const std::vector<bool>& saved, std::vector<bool>& recompute) {
   const std::size_t n = g.size();
   recompute.assign(n, false);
   std::vector<bool> seen(n);
@@ -695,7 +673,6 @@ void check_all_policies(const joint_graph<N>& g) {
 }
 
 }  // namespace
-
 
 TEST_CASE("partition: hand-built graphs satisfy every invariant and min_cut is minimal") {
   SUBCASE("cos(cos(x))") { check_all_policies(coscos); }

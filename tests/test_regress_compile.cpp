@@ -40,7 +40,8 @@ outcome run_path(const F& f, const X&... xs) {
   outcome r;
   std::vector<D> in{xs.detach().clone().requires_grad(true)...};
   try {
-    const D y = [&]<std::size_t... I>(std::index_sequence<I...>) { return D(f(in[I]...)); }(std::index_sequence_for<X...>{});
+    const D y = [&]<std::size_t... I>(std::index_sequence<I...>) { return D(f(in[I]...)); }
+    (std::index_sequence_for<X...>{});
     r.value = y.detach().clone();
     fg::sum(y * fg::randn<double>(y.shape(), 99)).backward();
   } catch (const fg::error& e) {
@@ -134,11 +135,11 @@ TEST_CASE("item 7: matrix products with an empty dim equal eager (zeros, fully w
   // Ordinary shapes first: inside fg::jit a compiled product used to lose its gradient.
   same_on_every_path(mm_act, fg::randn<double>({4, 3}, 1), fg::randn<double>({3, 2}, 2), fg::randn<double>({2}, 3));
   poison_buffers(8192);
-  same_on_every_path(mm, fg::randn<double>({4, 0}, 1), fg::randn<double>({0, 3}, 2));          // inner dim 0
-  same_on_every_path(mm, fg::randn<double>({4, 3}, 1), fg::randn<double>({3, 0}, 2));          // no columns
-  same_on_every_path(mm, fg::randn<double>({0, 3}, 1), fg::randn<double>({3, 2}, 2));          // no rows
-  same_on_every_path(mm, fg::randn<double>({2, 4, 0}, 1), fg::randn<double>({0, 3}, 2));       // batched rows
-  same_on_every_path(mm, fg::randn<double>({2048, 0}, 1), fg::randn<double>({0, 4}, 2));       // 8192 outputs
+  same_on_every_path(mm, fg::randn<double>({4, 0}, 1), fg::randn<double>({0, 3}, 2));     // inner dim 0
+  same_on_every_path(mm, fg::randn<double>({4, 3}, 1), fg::randn<double>({3, 0}, 2));     // no columns
+  same_on_every_path(mm, fg::randn<double>({0, 3}, 1), fg::randn<double>({3, 2}, 2));     // no rows
+  same_on_every_path(mm, fg::randn<double>({2, 4, 0}, 1), fg::randn<double>({0, 3}, 2));  // batched rows
+  same_on_every_path(mm, fg::randn<double>({2048, 0}, 1), fg::randn<double>({0, 4}, 2));  // 8192 outputs
   same_on_every_path(mm_act, fg::randn<double>({4, 0}, 1), fg::randn<double>({0, 3}, 2), fg::randn<double>({3}, 3));
   same_on_every_path(lin, fg::randn<double>({5, 0}, 1), fg::randn<double>({2, 0}, 2), fg::randn<double>({2}, 3));
   // The result of the inner-dim-0 product holds its elements (it used to have no storage).
@@ -160,7 +161,8 @@ TEST_CASE("item 7: compiled matrix products reject what eager rejects, with eage
   for (const auto& b : {fg::randn<double>({3}, 2), fg::randn<double>({2, 3, 5}, 2)}) {
     const auto a = b.dim() == 1 ? fg::randn<double>({4, 3}, 1) : fg::randn<double>({2, 4, 3}, 1);
     CHECK_NOTHROW((void)fg::matmul(a, b));
-    CHECK_THROWS_WITH_AS((void)fg::compile(mm)(a, b), doctest::Contains("second operand is a matrix [k, n]"), fg::error);
+    CHECK_THROWS_WITH_AS((void)fg::compile(mm)(a, b), doctest::Contains("second operand is a matrix [k, n]"),
+                         fg::error);
   }
 }
 

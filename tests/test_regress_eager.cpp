@@ -31,9 +31,7 @@ template <class F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const fg::error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
+  } catch (const fg::error& e) { return e.what(); } catch (const std::exception& e) {
     FAIL_CHECK("threw a " << typeid(e).name() << " (" << e.what() << ") instead of fusegrad::error");
     return "";
   }
@@ -79,10 +77,17 @@ TEST_CASE("factories reject shapes whose element count overflows") {
   // An empty shape too: its contiguous strides would overflow.
   check_error([&] { (void)fg::zeros<float>({big, big, 0}); }, "zeros", "[1099511627776, 1099511627776, 0]");
   // From user data: the count check must not be fooled by a wrapped-around product.
-  check_error([&] { (void)fg::from_vector<float>({1, 2, 3, 4}, {(fg::index_t{1} << 62) + 1, 4}); }, "from_vector",
-              "[4611686018427387905, 4]");
+  check_error(
+      [&] {
+        (void)fg::from_vector<float>({1, 2, 3, 4}, {(fg::index_t{1} << 62) + 1, 4});
+      },
+      "from_vector", "[4611686018427387905, 4]");
   float buf[4] = {1, 2, 3, 4};
-  check_error([&] { (void)fg::view_of<float>(buf, {(fg::index_t{1} << 62) + 1, 4}); }, "view_of", "[4611686018427387905, 4]");
+  check_error(
+      [&] {
+        (void)fg::view_of<float>(buf, {(fg::index_t{1} << 62) + 1, 4});
+      },
+      "view_of", "[4611686018427387905, 4]");
   check_error([&] { (void)fg::view_of<float>(buf, {big, big}); }, "view_of", two40);
   // The largest shape that fits is accepted as a shape (a view of nothing allocates nothing).
   CHECK(fg::view_of<float>(nullptr, {0, fg::index_t{1} << 31, fg::index_t{1} << 31}).numel() == 0);
@@ -103,7 +108,8 @@ TEST_CASE("a byte count that overflows, and out of memory, are fusegrad::errors"
   check_error([] { (void)fg::zeros<double>({fg::index_t{1} << 61}); }, "zeros", "[2305843009213693952]");
   if (sanitized) return;
   // 2^50 floats (4 PiB) exist on no machine: the allocator refuses at once.
-  check_error([] { (void)fg::zeros<float>({fg::index_t{1} << 50}); }, "zeros", "out of memory allocating 4503599627370496 bytes");
+  check_error([] { (void)fg::zeros<float>({fg::index_t{1} << 50}); }, "zeros",
+              "out of memory allocating 4503599627370496 bytes");
   // An op's result: a broadcast view of one element, made real.
   const auto wide = fg::ones<float>({1}).expand({fg::index_t{1} << 50});
   check_error([&] { (void)fg::exp(wide); }, "exp", "[1125899906842624]");
@@ -115,7 +121,11 @@ TEST_CASE("reshape, view and expand reject results whose element count overflows
   const auto e = fg::zeros<float>({0, 4});
   check_error([&] { (void)e.reshape({big, big, 0}); }, "reshape", "[1099511627776, 1099511627776, 0]");
   check_error([&] { (void)e.view({big, big, 0}); }, "view", "[1099511627776, 1099511627776, 0]");
-  check_error([&] { (void)fg::zeros<float>({big, 0}).reshape({-1, big, big}); }, "reshape", "1099511627776, 1099511627776]");
+  check_error(
+      [&] {
+        (void)fg::zeros<float>({big, 0}).reshape({-1, big, big});
+      },
+      "reshape", "1099511627776, 1099511627776]");
   check_error([&] { (void)e.reshape({-2, 0}); }, "reshape", "-2");
   const auto one = fg::zeros<float>({1}).requires_grad(true);
   check_error([&] { (void)one.expand({big, big}); }, "expand", "[1099511627776, 1099511627776]");
@@ -131,10 +141,16 @@ TEST_CASE("broadcasting, matmul and cat reject results whose element count overf
   const std::string both = "[1099511627776, 1099511627776, 0]";
   check_error([&] { (void)(a * b); }, "mul", both);
   check_error([&] { (void)(a + b); }, "add", both);
-  check_error([&] { (void)fg::matmul(fg::zeros<double>({big, 0}), fg::zeros<double>({0, big})); }, "matmul",
-              "1099511627776, 1099511627776]");
-  check_error([&] { (void)fg::matmul(fg::zeros<double>({big, 1, 2, 0}), fg::zeros<double>({1, big, 0, 3})); }, "matmul",
-              "[1099511627776, 1099511627776]");
+  check_error(
+      [&] {
+        (void)fg::matmul(fg::zeros<double>({big, 0}), fg::zeros<double>({0, big}));
+      },
+      "matmul", "1099511627776, 1099511627776]");
+  check_error(
+      [&] {
+        (void)fg::matmul(fg::zeros<double>({big, 1, 2, 0}), fg::zeros<double>({1, big, 0, 3}));
+      },
+      "matmul", "[1099511627776, 1099511627776]");
   const auto half = fg::zeros<float>({0, fg::index_t{1} << 62});
   check_error([&] { (void)fg::cat(std::vector<fg::tensor<float>>{half, half, half}, 1); }, "cat", "dim 1");
   // The jit's and fg::compile's shape inference go through the same check.
@@ -199,7 +215,10 @@ TEST_CASE("a 70,000-step diamond chain (210,000 nodes) with hooks, retain_graph 
       y = y * 0.25 + y * 0.75;  // two users of y per step: d/dy = 1
       if (i == 35000) mid = y;
     }
-    mid.register_hook([&](const D& g) { ++mid_calls; return g * 2.0; });
+    mid.register_hook([&](const D& g) {
+      ++mid_calls;
+      return g * 2.0;
+    });
     y.register_hook([&](const D&) { ++root_calls; });
     fg::sum(y).backward(fg::backward_options{.retain_graph = true});
     fg::sum(y).backward();

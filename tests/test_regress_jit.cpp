@@ -100,7 +100,8 @@ void check_same_grad(const D& expected, const D& got) {
 
 /// The jitted call of `fn` and its compiled-autograd backward equal eager mode (`ge`, `gy`, `out_e`).
 template <class JF, class F>
-void check_jit_and_ca(const JF& jf, const F& fn, const D& x0, const D& y0, const D& w, const D& ge, const D& gy, const D& out_e) {
+void check_jit_and_ca(const JF& jf, const F& fn, const D& x0, const D& y0, const D& w, const D& ge, const D& gy,
+                      const D& out_e) {
   D xj = x0.clone().requires_grad(true), yj = y0.clone().requires_grad(true);
   const D out_j = jf(xj, yj);
   fg::sum(out_j * w).backward();
@@ -140,15 +141,15 @@ bool check_paths(const JF& jf, const F& fn, const fg::shape& s, std::uint64_t se
   fg::sum(out_e * w).backward();
   try {
     check_jit_and_ca(jf, fn, x0, y0, w, xe.grad(), ye.grad(), out_e);
-  } catch (const std::exception& e) {
-    FAIL_CHECK(e.what());
-  }
+  } catch (const std::exception& e) { FAIL_CHECK(e.what()); }
   return true;
 }
 
 }  // namespace
 
-TEST_CASE("reductions of size-1 and 0-d inputs: the reproducers (0-d mean, 0-d sum, keepdim sum over [1], compiled autograd of sin(max))") {
+TEST_CASE(
+    "reductions of size-1 and 0-d inputs: the reproducers (0-d mean, 0-d sum, keepdim sum over [1], compiled autograd "
+    "of sin(max))") {
   ca_off guard;
   {
     auto f = fg::jit([](const D& x0, const D& x1) { return 2.0 - (x1 + fg::mean(x0)); });
@@ -185,7 +186,9 @@ TEST_CASE("reductions of size-1 and 0-d inputs: the reproducers (0-d mean, 0-d s
   }
 }
 
-TEST_CASE("reductions of size-1 and 0-d inputs: every reduction of 0-d, [1], [1,1], [1,3], [3,1] inputs: jit (static, dynamic) and compiled autograd equal eager") {
+TEST_CASE(
+    "reductions of size-1 and 0-d inputs: every reduction of 0-d, [1], [1,1], [1,3], [3,1] inputs: jit (static, "
+    "dynamic) and compiled autograd equal eager") {
   ca_off guard;
   const std::vector<fg::shape> shapes{{}, {1}, {1, 1}, {1, 3}, {3, 1}, {3}};
   int checked = 0;
@@ -230,20 +233,18 @@ TEST_CASE("reductions of size-1 and 0-d inputs: jitted reductions over size-1 an
         bool eager_ok = true;
         try {
           (void)form(x, y, R);
-        } catch (const fg::error&) {
-          eager_ok = false;
-        }
+        } catch (const fg::error&) { eager_ok = false; }
         if (!eager_ok) continue;
         try {
           const auto r = fg::gradcheck([&](const D& a, const D& b) { return jf(a, b); }, x, y);
           CHECK_MESSAGE(r.ok, r.message);
-        } catch (const std::exception& e) {
-          FAIL_CHECK(e.what());
-        }
+        } catch (const std::exception& e) { FAIL_CHECK(e.what()); }
       }
 }
 
-TEST_CASE("reductions of size-1 and 0-d inputs: one gradient feeding both sum's and mean's backward (shared one-element operand)") {
+TEST_CASE(
+    "reductions of size-1 and 0-d inputs: one gradient feeding both sum's and mean's backward (shared one-element "
+    "operand)") {
   ca_off guard;
   const std::vector<fg::shape> shapes{{}, {1}, {3}, {1, 3}, {3, 1}, {4, 5}};
   auto fn = [](const D& x, const D& y) { return fg::sum(x) + fg::mean(x) + fg::max(y) * fg::mean(y); };
@@ -279,7 +280,8 @@ D same_hooks_as_eager(const JF& jf, const F& fn, const D& x0) {
   for (std::size_t i = 0; i < seen_e.size(); ++i) {
     CAPTURE(i);
     REQUIRE(seen_e[i].size() == seen_j[i].size());
-    for (std::size_t k = 0; k < seen_e[i].size(); ++k) CHECK(seen_j[i][k] == doctest::Approx(seen_e[i][k]).epsilon(1e-12));
+    for (std::size_t k = 0; k < seen_e[i].size(); ++k)
+      CHECK(seen_j[i][k] == doctest::Approx(seen_e[i][k]).epsilon(1e-12));
   }
   return xj.grad();
 }
@@ -344,22 +346,34 @@ TEST_CASE("hooks on jitted values: hooks on jitted intermediates: generic or not
       {"hooks on a chain of intermediates",
        [](const D& x, seen_t& seen) {
          D a = fg::sin(x);
-         a.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 3.0; });
+         a.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 3.0;
+         });
          D b = a * a + x;
-         b.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g - 0.5; });
+         b.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g - 0.5;
+         });
          return fg::mean(b * b);
        }},
       {"a hooked temporary (its handle is reassigned)",
        [](const D& x, seen_t& seen) {
          D y = fg::cos(x);
-         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 4.0; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 4.0;
+         });
          y = y * y + 1.0;
          return fg::sum(y);
        }},
       {"a hooked value also used by another value alive at a graph break (the hook sees the whole gradient)",
        [](const D& x, seen_t& seen) {
          D y = fg::sin(x);
-         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 2.0;
+         });
          D w = y * 3.0;
          fg::graph_break();  // y and w are both outputs of the first graph
          return fg::sum(w * y + y);
@@ -368,13 +382,19 @@ TEST_CASE("hooks on jitted values: hooks on jitted intermediates: generic or not
        [](const D& x, seen_t& seen) {
          D y = fg::sin(x);
          fg::graph_break();
-         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 2.0;
+         });
          return fg::sum(y * y);
        }},
       {"a hook on the returned value",
        [](const D& x, seen_t& seen) {
          D y = fg::sum(fg::sin(x) * x);
-         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 3.0; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 3.0;
+         });
          return y;
        }},
   };
@@ -458,12 +478,17 @@ TEST_CASE("hooks on jitted values: a hook removed between calls is not replayed;
   CHECK(jf.compiles() == 2);
 }
 
-TEST_CASE("hooks on jitted values: hooks of a jitted forward under compiled autograd, and in a backward inside the jitted call") {
+TEST_CASE(
+    "hooks on jitted values: hooks of a jitted forward under compiled autograd, and in a backward inside the jitted "
+    "call") {
   ca_off guard;
   const D x0 = input({4, 3}, 41);
   auto fn = [](const D& x, seen_t& seen) {
     D y = fg::exp(x * 0.3);
-    y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+    y.register_hook([&seen](const D& g) {
+      seen.push_back(g.to_vector());
+      return g * 2.0;
+    });
     D z = fg::sin(y) * x;
     z.register_hook([](auto g) { return g + 1.0; });
     return fg::sum(z * z);
@@ -532,9 +557,9 @@ bool same_values(const D& a, const D& b) {
 using nondiff_fn = std::function<D(const D&)>;
 std::vector<std::pair<std::string, nondiff_fn>> nondiff_ops() {
   return {
-      {"gt", [](const D& x) { return fg::gt(x, x * 0.5); }}, {"ge", [](const D& x) { return fg::ge(x, x * 0.5); }},
-      {"lt", [](const D& x) { return fg::lt(x, x * 0.5); }}, {"le", [](const D& x) { return fg::le(x, x * 0.5); }},
-      {"eq", [](const D& x) { return fg::eq(x, x * 0.5); }}, {"ne", [](const D& x) { return fg::ne(x, x * 0.5); }},
+      {"gt", [](const D& x) { return fg::gt(x, x * 0.5); }},  {"ge", [](const D& x) { return fg::ge(x, x * 0.5); }},
+      {"lt", [](const D& x) { return fg::lt(x, x * 0.5); }},  {"le", [](const D& x) { return fg::le(x, x * 0.5); }},
+      {"eq", [](const D& x) { return fg::eq(x, x * 0.5); }},  {"ne", [](const D& x) { return fg::ne(x, x * 0.5); }},
       {"step", [](const D& x) { return fg::step(x * 2.0); }}, {"sign", [](const D& x) { return fg::sign(x * 2.0); }},
   };
 }
@@ -644,7 +669,7 @@ TEST_CASE("fuzz F2: gradients of flushed outputs used or not, call by call, stat
     CAPTURE(static_cast<int>(backend));
     auto jf = fg::jit(two_outputs, {.backend = backend});
     int call = 0;
-    for (fg::index_t n : {3, 5, 7, 9}) {  // the second size recompiles shape-generic
+    for (fg::index_t n : {3, 5, 7, 9}) {   // the second size recompiles shape-generic
       for (int use = 0; use < 3; ++use) {  // b only, a only, both: the backward's gradients change
         CAPTURE(n);
         CAPTURE(use);
@@ -734,8 +759,9 @@ TEST_CASE("fuzz F2: compiled autograd over jitted forwards with unused flushed o
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz F2: fg::compile with several outputs, one unused: no NaN from its derivative (and under compiled autograd)", B,
-                   fg::backend::aot_eager, fg::backend::fused) {
+TEST_CASE_TEMPLATE(
+    "fuzz F2: fg::compile with several outputs, one unused: no NaN from its derivative (and under compiled autograd)",
+    B, fg::backend::aot_eager, fg::backend::fused) {
   ca_off guard;
   auto fn = [](auto x, auto y) { return std::tuple{fg::sqrt(x) + 1.0 / x + y * y, fg::sin(x) * y, x * y}; };
   auto cf = fg::compile<B>(fn);
@@ -747,7 +773,10 @@ TEST_CASE_TEMPLATE("fuzz F2: fg::compile with several outputs, one unused: no Na
       if (use == 0) x0 = fg::from_vector<double>({0.0, -1.0, 0.7, 1.5, 0.2, 3.0}, {2, 3});
       const D y0 = fg::randn<double>({3}, 410 + static_cast<std::uint64_t>(use));
       auto loss = [use](const D& a, const D& b, const D& c) {
-        return use == 0 ? fg::sum(b) : use == 1 ? fg::sum(a * 2.0) : use == 2 ? fg::sum(a) + fg::sum(c * c) : fg::sum(a) + fg::sum(b * c);
+        return use == 0   ? fg::sum(b)
+               : use == 1 ? fg::sum(a * 2.0)
+               : use == 2 ? fg::sum(a) + fg::sum(c * c)
+                          : fg::sum(a) + fg::sum(b * c);
       };
       D xe = x0.clone().requires_grad(true), ye = y0.clone().requires_grad(true);
       {
@@ -788,7 +817,10 @@ TEST_CASE("a fuzzer reproducer: hooks registered after a graph break on an outpu
          D y = fg::abs(x);
          D w = y + 0.1;
          D r = w.reshape({-1});  // a sync point: y and w are outputs of the first graph
-         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 0.5; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 0.5;
+         });
          return fg::sum(r * r);
        }},
       {"graph 660: an observing hook on a value that gets gradient only from inside its graph",
@@ -804,7 +836,10 @@ TEST_CASE("a fuzzer reproducer: hooks registered after a graph break on an outpu
          D y = fg::sin(x);
          D w = y * 3.0;
          fg::graph_break();
-         y.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         y.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 2.0;
+         });
          return fg::sum(w * y + y);
        }},
       {"graph 591: a hook inside the graph, then one after the break on the same value, run in that order",
@@ -813,7 +848,10 @@ TEST_CASE("a fuzzer reproducer: hooks registered after a graph break on an outpu
          D s = fg::sum(y);
          s.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); });
          fg::graph_break();
-         s.register_hook([&seen](const D& g) { seen.push_back(g.to_vector()); return g * 2.0; });
+         s.register_hook([&seen](const D& g) {
+           seen.push_back(g.to_vector());
+           return g * 2.0;
+         });
          return fg::sum(y / s);
        }},
   };

@@ -34,10 +34,24 @@ constexpr float f_nan = std::numeric_limits<float>::quiet_NaN();
 
 /// The special inputs: signed zeros, infinities, NaN, ±1, the smallest subnormal and normal,
 /// the largest finite value, and ordinary values (integers, halves, negative ones).
-const std::vector<float> specials = {0.0f,  -0.0f, f_inf, -f_inf, f_nan, 1.0f,  -1.0f,
-                                     std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+const std::vector<float> specials = {0.0f,
+                                     -0.0f,
+                                     f_inf,
+                                     -f_inf,
+                                     f_nan,
+                                     1.0f,
+                                     -1.0f,
+                                     std::numeric_limits<float>::denorm_min(),
+                                     std::numeric_limits<float>::min(),
                                      std::numeric_limits<float>::max(),
-                                     0.5f,  -0.5f, 2.5f,  -2.5f,  3.0f,  -3.0f, 1e-3f, 100.0f};
+                                     0.5f,
+                                     -0.5f,
+                                     2.5f,
+                                     -2.5f,
+                                     3.0f,
+                                     -3.0f,
+                                     1e-3f,
+                                     100.0f};
 
 /// The same bits (any two NaNs match: payloads are not a result).
 bool same(float a, float b) {
@@ -119,8 +133,9 @@ void check_unary(const std::string& what, F f, R ref = {}) {
 template <class F, class R = no_ref>
 void check_binary(const std::string& what, F f, R ref = {}) {
   const auto n = static_cast<index_t>(specials.size());
-  const auto v = check_positions(what, f, filled(n * n, [n](index_t r) { return specials[static_cast<std::size_t>(r / n)]; }),
-                                 filled(n * n, [n](index_t r) { return specials[static_cast<std::size_t>(r % n)]; }));
+  const auto v =
+      check_positions(what, f, filled(n * n, [n](index_t r) { return specials[static_cast<std::size_t>(r / n)]; }),
+                      filled(n * n, [n](index_t r) { return specials[static_cast<std::size_t>(r % n)]; }));
   if constexpr (!std::is_same_v<R, no_ref>)
     for (std::size_t r = 0; r < specials.size() * specials.size(); ++r) {
       const float a = specials[r / specials.size()], b = specials[r % specials.size()];
@@ -138,26 +153,38 @@ float c_bool(bool b) { return b ? 1.0f : 0.0f; }
 }  // namespace
 
 TEST_CASE("regression: every element-wise op gives the same bits at every position and on every path") {
-  check_unary("neg", [](auto x) { return -x; }, [](float x) { return -x; });
+  check_unary(
+      "neg", [](auto x) { return -x; }, [](float x) { return -x; });
   check_unary("exp", [](auto x) { return fg::exp(x); });
   check_unary("log", [](auto x) { return fg::log(x); });
   check_unary("sin", [](auto x) { return fg::sin(x); });
   check_unary("cos", [](auto x) { return fg::cos(x); });
   check_unary("tanh", [](auto x) { return fg::tanh(x); });
   check_unary("sigmoid", [](auto x) { return fg::sigmoid(x); });
-  check_unary("relu", [](auto x) { return fg::relu(x); }, [](float x) { return 0.0f > x ? 0.0f : x; });
-  check_unary("abs", [](auto x) { return fg::abs(x); }, [](float x) { return std::abs(x); });
-  check_unary("sqrt", [](auto x) { return fg::sqrt(x); }, [](float x) { return std::sqrt(x); });
-  check_unary("step", [](auto x) { return fg::step(x); }, [](float x) { return c_bool(x > 0); });
-  check_unary("sign", [](auto x) { return fg::sign(x); }, c_sign);
+  check_unary(
+      "relu", [](auto x) { return fg::relu(x); }, [](float x) { return 0.0f > x ? 0.0f : x; });
+  check_unary(
+      "abs", [](auto x) { return fg::abs(x); }, [](float x) { return std::abs(x); });
+  check_unary(
+      "sqrt", [](auto x) { return fg::sqrt(x); }, [](float x) { return std::sqrt(x); });
+  check_unary(
+      "step", [](auto x) { return fg::step(x); }, [](float x) { return c_bool(x > 0); });
+  check_unary(
+      "sign", [](auto x) { return fg::sign(x); }, c_sign);
   for (const float s : {0.0f, -1.0f, 2.5f, f_inf, f_nan}) {
     CAPTURE(s);
-    check_unary("x + s", [s](auto x) { return x + s; }, [s](float x) { return x + s; });
-    check_unary("x - s", [s](auto x) { return x - s; }, [s](float x) { return x - s; });
-    check_unary("s - x", [s](auto x) { return s - x; }, [s](float x) { return s - x; });
-    check_unary("x * s", [s](auto x) { return x * s; }, [s](float x) { return x * s; });
-    check_unary("x / s", [s](auto x) { return x / s; }, [s](float x) { return x / s; });
-    check_unary("s / x", [s](auto x) { return s / x; }, [s](float x) { return s / x; });
+    check_unary(
+        "x + s", [s](auto x) { return x + s; }, [s](float x) { return x + s; });
+    check_unary(
+        "x - s", [s](auto x) { return x - s; }, [s](float x) { return x - s; });
+    check_unary(
+        "s - x", [s](auto x) { return s - x; }, [s](float x) { return s - x; });
+    check_unary(
+        "x * s", [s](auto x) { return x * s; }, [s](float x) { return x * s; });
+    check_unary(
+        "x / s", [s](auto x) { return x / s; }, [s](float x) { return x / s; });
+    check_unary(
+        "s / x", [s](auto x) { return s / x; }, [s](float x) { return s / x; });
   }
   // Integer exponents up to 16 multiply (x^3 = x * x * x, x^-2 = 1 / (x * x), rounded more
   // than once, as PyTorch's x^3 is); the others are C's pow.
@@ -167,28 +194,41 @@ TEST_CASE("regression: every element-wise op gives the same bits at every positi
   }
   for (const float p : {0.0f, 1.0f, 2.0f, -1.0f, 0.5f, 2.5f, -2.5f, 17.0f, 1e9f, f_inf, -f_inf, f_nan}) {
     CAPTURE(p);
-    check_unary("pow(x, p)", [p](auto x) { return fg::pow(x, p); }, [p](float x) { return std::pow(x, p); });
+    check_unary(
+        "pow(x, p)", [p](auto x) { return fg::pow(x, p); }, [p](float x) { return std::pow(x, p); });
   }
-  check_binary("add", [](auto a, auto b) { return a + b; }, [](float a, float b) { return a + b; });
-  check_binary("sub", [](auto a, auto b) { return a - b; }, [](float a, float b) { return a - b; });
-  check_binary("mul", [](auto a, auto b) { return a * b; }, [](float a, float b) { return a * b; });
-  check_binary("div", [](auto a, auto b) { return a / b; }, [](float a, float b) { return a / b; });
-  check_binary("maximum", [](auto a, auto b) { return fg::maximum(a, b); }, c_max);
-  check_binary("pow", [](auto a, auto b) { return fg::pow(a, b); }, [](float a, float b) { return std::pow(a, b); });
-  check_binary("gt", [](auto a, auto b) { return fg::gt(a, b); }, [](float a, float b) { return c_bool(a > b); });
-  check_binary("ge", [](auto a, auto b) { return fg::ge(a, b); }, [](float a, float b) { return c_bool(a >= b); });
-  check_binary("lt", [](auto a, auto b) { return fg::lt(a, b); }, [](float a, float b) { return c_bool(a < b); });
-  check_binary("le", [](auto a, auto b) { return fg::le(a, b); }, [](float a, float b) { return c_bool(a <= b); });
-  check_binary("eq", [](auto a, auto b) { return fg::eq(a, b); }, [](float a, float b) { return c_bool(a == b); });
-  check_binary("ne", [](auto a, auto b) { return fg::ne(a, b); }, [](float a, float b) { return c_bool(a != b); });
+  check_binary(
+      "add", [](auto a, auto b) { return a + b; }, [](float a, float b) { return a + b; });
+  check_binary(
+      "sub", [](auto a, auto b) { return a - b; }, [](float a, float b) { return a - b; });
+  check_binary(
+      "mul", [](auto a, auto b) { return a * b; }, [](float a, float b) { return a * b; });
+  check_binary(
+      "div", [](auto a, auto b) { return a / b; }, [](float a, float b) { return a / b; });
+  check_binary(
+      "maximum", [](auto a, auto b) { return fg::maximum(a, b); }, c_max);
+  check_binary(
+      "pow", [](auto a, auto b) { return fg::pow(a, b); }, [](float a, float b) { return std::pow(a, b); });
+  check_binary(
+      "gt", [](auto a, auto b) { return fg::gt(a, b); }, [](float a, float b) { return c_bool(a > b); });
+  check_binary(
+      "ge", [](auto a, auto b) { return fg::ge(a, b); }, [](float a, float b) { return c_bool(a >= b); });
+  check_binary(
+      "lt", [](auto a, auto b) { return fg::lt(a, b); }, [](float a, float b) { return c_bool(a < b); });
+  check_binary(
+      "le", [](auto a, auto b) { return fg::le(a, b); }, [](float a, float b) { return c_bool(a <= b); });
+  check_binary(
+      "eq", [](auto a, auto b) { return fg::eq(a, b); }, [](float a, float b) { return c_bool(a == b); });
+  check_binary(
+      "ne", [](auto a, auto b) { return fg::ne(a, b); }, [](float a, float b) { return c_bool(a != b); });
 }
 
 TEST_CASE("regression: pow is C's pow, in SIMD lanes too") {
   // The cases xsimd's exp(b log a) got wrong, in a SIMD body and alone (a row's last partial
   // batch), in float and double (the grid of every special value is in the test above).
-  const std::vector<std::pair<float, float>> named = {{1.0f, f_nan},   {1.0f, f_inf},   {-1.0f, f_inf},
-                                                      {-1.0f, -f_inf}, {-f_inf, 0.5f},  {-f_inf, -0.5f},
-                                                      {-0.0f, -1.0f},  {-0.0f, 3.0f},   {f_nan, 0.0f}};
+  const std::vector<std::pair<float, float>> named = {{1.0f, f_nan},   {1.0f, f_inf},  {-1.0f, f_inf},
+                                                      {-1.0f, -f_inf}, {-f_inf, 0.5f}, {-f_inf, -0.5f},
+                                                      {-0.0f, -1.0f},  {-0.0f, 3.0f},  {f_nan, 0.0f}};
   for (const auto& pq : named) {
     const float p = pq.first, q = pq.second;  // not a structured binding: clang 14's CAPTURE
     CAPTURE(p);
@@ -196,7 +236,8 @@ TEST_CASE("regression: pow is C's pow, in SIMD lanes too") {
     const float want = std::pow(p, q);
     const double want_d = std::pow(static_cast<double>(p), static_cast<double>(q));
     for (const index_t len : {index_t{1}, index_t{9}, index_t{16}}) {
-      for (const float v : fg::pow(fg::full<float>({len}, p), fg::full<float>({len}, q)).to_vector()) CHECK(same(v, want));
+      for (const float v : fg::pow(fg::full<float>({len}, p), fg::full<float>({len}, q)).to_vector())
+        CHECK(same(v, want));
       for (const double v : fg::pow(fg::full<double>({len}, p), fg::full<double>({len}, q)).to_vector())
         CHECK((std::isnan(want_d) ? std::isnan(v) : v == want_d));
     }
@@ -255,9 +296,19 @@ void check_small_trig_bits() {
   };
   const double pi = 3.14159265358979323846;
   const double limits[] = {pi / 4, pi / 2, 20 * pi};
-  const T edges[] = {T(0), T(-0.0), T(pi / 4), T(pi / 2), T(pi), T(3 * pi / 2), T(20 * pi), std::nextafter(T(pi / 4), T(0)),
-                     std::nextafter(T(pi / 4), T(1)), std::nextafter(T(pi / 2), T(0)), std::nextafter(T(pi / 2), T(2)),
-                     std::numeric_limits<T>::denorm_min(), T(1e-30)};
+  const T edges[] = {T(0),
+                     T(-0.0),
+                     T(pi / 4),
+                     T(pi / 2),
+                     T(pi),
+                     T(3 * pi / 2),
+                     T(20 * pi),
+                     std::nextafter(T(pi / 4), T(0)),
+                     std::nextafter(T(pi / 4), T(1)),
+                     std::nextafter(T(pi / 2), T(0)),
+                     std::nextafter(T(pi / 2), T(2)),
+                     std::numeric_limits<T>::denorm_min(),
+                     T(1e-30)};
   int bad = 0;
   for (double lim : limits)
     for (int it = 0; it < 20000; ++it) {
@@ -286,8 +337,21 @@ void check_sincos_every_class() {
   using V = xsimd::batch<T>;
   constexpr std::size_t W = V::size;
   const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
-  const T pool[] = {T(0.5), T(-3), T(58.1194649), T(100), T(1e4), T(-2e5), T(1e30), T(-1e30), inf, -inf, nan,
-                    T(1.5707963267948966), T(-0.0), std::numeric_limits<T>::max(), std::numeric_limits<T>::denorm_min()};
+  const T pool[] = {T(0.5),
+                    T(-3),
+                    T(58.1194649),
+                    T(100),
+                    T(1e4),
+                    T(-2e5),
+                    T(1e30),
+                    T(-1e30),
+                    inf,
+                    -inf,
+                    nan,
+                    T(1.5707963267948966),
+                    T(-0.0),
+                    std::numeric_limits<T>::max(),
+                    std::numeric_limits<T>::denorm_min()};
   int bad = 0;
   for (std::size_t start = 0; start < std::size(pool); ++start) {
     alignas(64) T x[W], a[W], b[W];
@@ -324,7 +388,8 @@ TEST_CASE("regression: fg::jit's sin of an expanded value has eager's bits (fuzz
   };
   auto jitted = fg::jit(program);
   for (index_t s : {5, 6}) {  // the second call compiles the dynamic-shape graph
-    std::vector<td> in{fg::randn<double>({s, 1, 2, s}, s == 5 ? 244099501 : 244204230), fg::randn<double>({s, s, 2, s}, 3)};
+    std::vector<td> in{fg::randn<double>({s, 1, 2, s}, s == 5 ? 244099501 : 244204230),
+                       fg::randn<double>({s, s, 2, s}, 3)};
     in[0].requires_grad(true);
     const auto want = program(in)[0].contiguous().to_vector(), got = jitted(in)[0].contiguous().to_vector();
     REQUIRE(want.size() == got.size());
@@ -432,7 +497,8 @@ TEST_CASE("regression: the softmax family's infinities are PyTorch's on every pa
   auto lsm = [](auto x) { return fg::log_softmax(x, -1); };
   auto lse = [](auto x) { return fg::logsumexp(x, -1); };
   // Row 0 holds +inf, row 1 is all -inf, row 2 holds -inf among finite values.
-  const td x = fg::from_vector<double>({INFINITY, 1.0, 2.0, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 0.0, 0.0}, {3, 3});
+  const td x =
+      fg::from_vector<double>({INFINITY, 1.0, 2.0, -INFINITY, -INFINITY, -INFINITY, -INFINITY, 0.0, 0.0}, {3, 3});
   for (int path = 0; path < 3; ++path) {
     CAPTURE(path);  // eager, fg::compile, fg::jit
     auto run = [&](auto f) { return path == 0 ? td(f(x)) : path == 1 ? td(fg::compile<B>(f)(x)) : td(fg::jit(f)(x)); };
@@ -457,7 +523,8 @@ TEST_CASE("regression: logsumexp over an empty dim is -inf, as PyTorch") {
   CHECK(fg::logsumexp(x, 1, true).shape() == fg::shape{3, 1});
   fg::sum(y).backward();
   CHECK(x.grad().shape() == fg::shape{3, 0});
-  CHECK(fg::jit([](auto v) { return fg::logsumexp(v, -1); })(x.detach()).to_vector() == std::vector<double>(3, -INFINITY));
+  CHECK(fg::jit([](auto v) { return fg::logsumexp(v, -1); })(x.detach()).to_vector() ==
+        std::vector<double>(3, -INFINITY));
   // A dim out of range is the usual error, not a crash in the empty check.
   CHECK_THROWS_WITH_AS((void)fg::logsumexp(x, 2), doctest::Contains("dim 2 is out of range"), fg::error);
 }
@@ -471,7 +538,8 @@ TEST_CASE("regression: det's gradient at a singular matrix is the cofactor matri
   CHECK(d.item() == 0.0);
   d.backward();
   const std::vector<double> cof{0, 0, 0, 0, 0, 0, -3, 6, -3}, got = a.grad().to_vector();
-  for (std::size_t k = 0; k < cof.size(); ++k) CHECK(got[k] == doctest::Approx(cof[k]).epsilon(1e-14));  // (LU of the minors rounds)
+  for (std::size_t k = 0; k < cof.size(); ++k)
+    CHECK(got[k] == doctest::Approx(cof[k]).epsilon(1e-14));  // (LU of the minors rounds)
   // Rank 1: every 2 x 2 minor vanishes, so the gradient is 0.
   td b = fg::from_vector<double>({1, 2, 0, 2, 4, 0, 0, 0, 0}, {3, 3}).requires_grad(true);
   fg::det(b).backward();
@@ -670,8 +738,8 @@ void check_sibling_paths(const F& f, index_t n, double scale) {
   }
   // The span engine: value and gradients in one loop (the sum in fusegrad's summation order).
   auto [xs, ys] = leaves();
-  const auto [value, grads] = fg::value_and_grad([&](const auto& x, const auto& y) { return fg::sum(f(x, y)); },
-                                                 fg::argnums<0, 1>)(xs, ys);
+  const auto [value, grads] =
+      fg::value_and_grad([&](const auto& x, const auto& y) { return fg::sum(f(x, y)); }, fg::argnums<0, 1>)(xs, ys);
   const T total = fg::sum(want).item();
   CHECK((std::memcmp(&value, &total, sizeof(T)) == 0 || (std::isnan(value) && std::isnan(total))));
   CHECK(same(std::get<0>(grads), xe.grad()));

@@ -128,7 +128,8 @@ TEST_CASE("state dict: the .npy records, a round trip and the errors") {
     const std::string bytes = read_bytes(path);
     REQUIRE(bytes.size() > 10);
     CHECK(bytes.compare(0, 8, std::string("\x93NUMPY\x01\x00", 8)) == 0);
-    const std::size_t len = static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    const std::size_t len =
+        static_cast<unsigned char>(bytes[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
     CHECK((10 + len) % 64 == 0);
     const std::string h = bytes.substr(10, len);
     CHECK(h.find("{'descr': '|u1', 'fortran_order': False, 'shape': (11,), }") == 0);
@@ -136,7 +137,8 @@ TEST_CASE("state dict: the .npy records, a round trip and the errors") {
     CHECK(bytes.substr(10 + len, 11) == "weight\nbias");
     const std::size_t second = 10 + len + 11;
     CHECK(bytes.compare(second, 6, "\x93NUMPY") == 0);
-    const std::size_t len2 = static_cast<unsigned char>(bytes[second + 8]) | (static_cast<std::size_t>(static_cast<unsigned char>(bytes[second + 9])) << 8);
+    const std::size_t len2 = static_cast<unsigned char>(bytes[second + 8]) |
+                             (static_cast<std::size_t>(static_cast<unsigned char>(bytes[second + 9])) << 8);
     CHECK(bytes.substr(second + 10, len2).find("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }") == 0);
     float w0;
     std::memcpy(&w0, bytes.data() + second + 10 + len2, 4);
@@ -154,7 +156,8 @@ TEST_CASE("state dict: the .npy records, a round trip and the errors") {
   fg::tensor<double> d = fg::zeros<double>({2, 3});
   CHECK_THROWS_WITH_AS(fg::nn::load<double>(path, {{"weight", d}, {"bias", fg::zeros<double>({2})}}),
                        doctest::Contains("has dtype <f4; expected <f8"), fg::error);
-  CHECK_THROWS_WITH_AS(fg::nn::load<float>(path, {{"weight", b.weight}}), doctest::Contains("holds 2 parameters; expected 1"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::load<float>(path, {{"weight", b.weight}}),
+                       doctest::Contains("holds 2 parameters; expected 1"), fg::error);
   CHECK_THROWS_AS(fg::nn::load<float>(dir / "no_such_file.npy", {{"weight", b.weight}}), fg::error);
 }
 
@@ -175,7 +178,9 @@ TEST_CASE("state dict: files written by hand as NumPy writes them load") {
   loads(names_record("w") + record(good_dict, floats(6), 3));
   // A scalar (shape ()) and an empty array.
   temp_dir d;
-  write_bytes(d / "s.npy", names_record("s\ne") + record("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", std::string("\0\0\0\0\0\0\xf0\x3f", 8)) +
+  write_bytes(d / "s.npy", names_record("s\ne") +
+                               record("{'descr': '<f8', 'fortran_order': False, 'shape': (), }",
+                                      std::string("\0\0\0\0\0\0\xf0\x3f", 8)) +
                                record("{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4), }", ""));
   const fg::tensor<double> s = fg::zeros<double>({}), e = fg::zeros<double>({0, 4});
   fg::nn::load<double>(d / "s.npy", {{"s", s}, {"e", e}});
@@ -183,8 +188,11 @@ TEST_CASE("state dict: files written by hand as NumPy writes them load") {
 }
 
 TEST_CASE("state dict: hostile headers are errors that name what was wrong") {
-  const auto dict = [](const std::string& shape) { return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }"; };
-  check_rejected(file_w(dict("(99999999999999999999, 3)"), floats(6)), {"dimension above 9223372036854775807", "fits int64"});
+  const auto dict = [](const std::string& shape) {
+    return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  };
+  check_rejected(file_w(dict("(99999999999999999999, 3)"), floats(6)),
+                 {"dimension above 9223372036854775807", "fits int64"});
   check_rejected(file_w(dict("(9223372036854775808,)"), floats(6)), {"dimension above 9223372036854775807"});
   check_rejected(file_w(dict("(-2, -3)"), floats(6)), {"found '-'", "expected a dimension (a non-negative integer)"});
   check_rejected(file_w(dict("(2.3,)"), floats(6)), {"found '.'", "expected ',' or ')' after a dimension"});
@@ -200,14 +208,21 @@ TEST_CASE("state dict: hostile headers are errors that name what was wrong") {
   check_rejected(file_w("{'descr': '<f4', 'shape': (2, 3), }", floats(6)), {"without 'fortran_order'"});
   check_rejected(file_w("{'descr': '<f4', 'fortran_order': False}", floats(6)), {"without 'shape'"});
   check_rejected(file_w("{}", floats(6)), {"without 'descr'"});
-  check_rejected(file_w("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", floats(6)), {"'fortran_order': True; expected C order"});
-  check_rejected(file_w("{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3), }", floats(6)), {"found '0'", "expected True or False"});
-  check_rejected(file_w("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", floats(6)), {"dtype '>f4'; expected '<f4', '<f8' or '|u1'"});
-  check_rejected(file_w("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", floats(6)), {"the key 'descr' twice"});
-  check_rejected(file_w("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", floats(6)), {"the key 'x'", "expected only"});
+  check_rejected(file_w("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", floats(6)),
+                 {"'fortran_order': True; expected C order"});
+  check_rejected(file_w("{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3), }", floats(6)),
+                 {"found '0'", "expected True or False"});
+  check_rejected(file_w("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", floats(6)),
+                 {"dtype '>f4'; expected '<f4', '<f8' or '|u1'"});
+  check_rejected(file_w("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", floats(6)),
+                 {"the key 'descr' twice"});
+  check_rejected(file_w("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", floats(6)),
+                 {"the key 'x'", "expected only"});
   check_rejected(file_w(good_dict + "}", floats(6)), {"found '}' after the dict", "only spaces and a newline"});
-  check_rejected(file_w("{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3)}", floats(6)), {"expected ',' or '}' after a value"});
-  check_rejected(file_w("{'descr': '<\\x66', 'fortran_order': False, 'shape': (2, 3)}", floats(6)), {"without escapes"});
+  check_rejected(file_w("{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3)}", floats(6)),
+                 {"expected ',' or '}' after a value"});
+  check_rejected(file_w("{'descr': '<\\x66', 'fortran_order': False, 'shape': (2, 3)}", floats(6)),
+                 {"without escapes"});
   check_rejected(file_w(good_dict + std::string(1, '\0'), floats(6)), {"found '\\x00' after the dict"});
 }
 
@@ -216,17 +231,24 @@ TEST_CASE("state dict: hostile record framing is an error checked before allocat
   check_rejected(record("{'descr': '|u1', 'fortran_order': False, 'shape': (1000000000000000,), }", "w"),
                  {"truncated", "needs 1000000000000000 bytes, and 1 are left"});
   {  // numel * itemsize past 64 bits (nn::load compares the shape first: the reader itself).
-    const std::string bytes = record("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", "");
+    const std::string bytes =
+        record("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", "");
     const std::string path = "mem.npy";
     fg::nn::detail::npy_reader r(std::as_bytes(std::span(bytes)), path);
     const auto h = r.header();
-    CHECK_THROWS_WITH_AS((void)r.data(h), doctest::Contains("of shape [4294967296, 4294967296] and dtype <f4 has more bytes than fit in 64 bits"), fg::error);
+    CHECK_THROWS_WITH_AS(
+        (void)r.data(h),
+        doctest::Contains("of shape [4294967296, 4294967296] and dtype <f4 has more bytes than fit in 64 bits"),
+        fg::error);
   }
-  check_rejected(file_w(good_dict, floats(6).substr(0, 10)), {"truncated: a record's data", "needs 24 bytes, and 10 are left"});
-  check_rejected(file_w(good_dict, floats(6)) + "xyz", {"3 bytes after the last record", "expected the file to end there"});
+  check_rejected(file_w(good_dict, floats(6).substr(0, 10)),
+                 {"truncated: a record's data", "needs 24 bytes, and 10 are left"});
+  check_rejected(file_w(good_dict, floats(6)) + "xyz",
+                 {"3 bytes after the last record", "expected the file to end there"});
   check_rejected(file_w(good_dict, floats(6)) + std::string("\x93NUMPY\x01\x00", 8), {"8 bytes after the last record"});
   check_rejected("", {"truncated: a record's magic and version at byte 0 needs 8 bytes, and 0 are left"});
-  check_rejected(std::string("\x93NUMPZ\x01\x00", 8) + file_w(good_dict, floats(6)).substr(8), {"no .npy magic at byte 0"});
+  check_rejected(std::string("\x93NUMPZ\x01\x00", 8) + file_w(good_dict, floats(6)).substr(8),
+                 {"no .npy magic at byte 0"});
   check_rejected("PK\x03\x04 a zip file, not npy", {"no .npy magic at byte 0"});
   std::string v = file_w(good_dict, floats(6));
   v[6] = 4;
@@ -236,7 +258,8 @@ TEST_CASE("state dict: hostile record framing is an error checked before allocat
   std::string big = names_record("w");
   big += std::string("\x93NUMPY\x01\x00\x88\x13", 10) + "{'descr': '<f4'}";  // claims 5000 bytes
   check_rejected(big, {"truncated: a record's header", "needs 5000 bytes"});
-  check_rejected(std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff", 12), {"a record's header at byte 12 needs 4294967295 bytes"});
+  check_rejected(std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff", 12),
+                 {"a record's header at byte 12 needs 4294967295 bytes"});
   check_rejected(std::string("\x93NUMPY\x01\x00\x05", 9), {"a record's header length at byte 8 needs 2 bytes"});
   // The names record must come first, and be a uint8 vector.
   check_rejected(record(good_dict, floats(6)), {"the first record has dtype <f4 and shape [2, 3]"});
@@ -245,17 +268,24 @@ TEST_CASE("state dict: hostile record framing is an error checked before allocat
 TEST_CASE("state dict: a failed load leaves every parameter as it was") {
   temp_dir d;
   const tf a = fg::full<float>({2}, 7.0f), b = fg::full<float>({3}, 7.0f);
-  write_bytes(d / "f.npy", names_record("a\nb") + record("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", floats(2)) +
+  write_bytes(d / "f.npy", names_record("a\nb") +
+                               record("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", floats(2)) +
                                record("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", floats(2)));
-  CHECK_THROWS_WITH_AS(fg::nn::load<float>(d / "f.npy", {{"a", a}, {"b", b}}), doctest::Contains("truncated"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::load<float>(d / "f.npy", {{"a", a}, {"b", b}}), doctest::Contains("truncated"),
+                       fg::error);
   CHECK(a.to_vector() == std::vector<float>{7, 7});
   CHECK(b.to_vector() == std::vector<float>{7, 7, 7});
 }
 
 TEST_CASE("state dict: save and load round-trip bit-exactly, views included") {
   temp_dir d;
-  std::vector<float> special = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                                std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(), 1.0f / 3.0f};
+  std::vector<float> special = {0.0f,
+                                -0.0f,
+                                std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::denorm_min(),
+                                std::numeric_limits<float>::max(),
+                                1.0f / 3.0f};
   std::uint32_t nan_bits = 0x7fc12345u;
   float nan;
   std::memcpy(&nan, &nan_bits, 4);
@@ -277,26 +307,33 @@ TEST_CASE("state dict: save and load round-trip bit-exactly, views included") {
 
 TEST_CASE("state dict: a save that cannot write throws and touches nothing") {
   const tf w = fg::ones<float>({2, 3});
-  CHECK_THROWS_WITH_AS(fg::nn::save<float>("/dev/full", {{"w", w}}), doctest::Contains("/dev/full is a character device"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::save<float>("/dev/full", {{"w", w}}),
+                       doctest::Contains("/dev/full is a character device"), fg::error);
   struct stat st {};
   REQUIRE(::stat("/dev/full", &st) == 0);
   CHECK(S_ISCHR(st.st_mode));
   // Loading from a device would read for ever (/dev/zero): only regular files are read.
-  CHECK_THROWS_WITH_AS(fg::nn::load<float>("/dev/zero", {{"w", w}}), doctest::Contains("/dev/zero is not a regular file"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::load<float>("/dev/zero", {{"w", w}}),
+                       doctest::Contains("/dev/zero is not a regular file"), fg::error);
   const std::string version = read_bytes("/proc/version");
   CHECK_THROWS_WITH_AS(fg::nn::save<float>("/proc/version", {{"w", w}}), doctest::Contains("/proc/version"), fg::error);
   CHECK(read_bytes("/proc/version") == version);
   temp_dir d;
   write_bytes(d / "file", "not a directory");
-  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "file/state.npy", {{"w", w}}), doctest::Contains("Not a directory"), fg::error);
-  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d.path.string(), {{"w", w}}), doctest::Contains("is a directory"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "file/state.npy", {{"w", w}}), doctest::Contains("Not a directory"),
+                       fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d.path.string(), {{"w", w}}), doctest::Contains("is a directory"),
+                       fg::error);
   CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "", {{"w", w}}), doctest::Contains("names a directory"), fg::error);
-  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "no_dir/state.npy", {{"w", w}}), doctest::Contains("No such file or directory"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "no_dir/state.npy", {{"w", w}}),
+                       doctest::Contains("No such file or directory"), fg::error);
   CHECK(d.names() == std::vector<std::string>{"file"});
   if (::geteuid() != 0) {  // root writes into a read-only directory anyway
     fg::nn::save<float>(d / "state.npy", {{"w", w}});
-    fs::permissions(d.path, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write, fs::perm_options::remove);
-    CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "state.npy", {{"w", fg::zeros<float>({2, 3})}}), doctest::Contains("Permission denied"), fg::error);
+    fs::permissions(d.path, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+    CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "state.npy", {{"w", fg::zeros<float>({2, 3})}}),
+                         doctest::Contains("Permission denied"), fg::error);
     const tf r = fg::zeros<float>({2, 3});
     fg::nn::load<float>(d / "state.npy", {{"w", r}});
     CHECK(r.to_vector() == w.to_vector());
@@ -320,7 +357,9 @@ TEST_CASE("state dict: a save that fails mid-write leaves the old file loadable"
     try {
       fg::nn::save<float>(path, {{"w", big}});
     } catch (const fg::error& e) {
-      ::_exit(std::string(e.what()).find("File too large; the file at that path is unchanged") != std::string::npos ? 0 : 3);
+      ::_exit(std::string(e.what()).find("File too large; the file at that path is unchanged") != std::string::npos
+                  ? 0
+                  : 3);
     }
     ::_exit(2);
   }
@@ -352,7 +391,8 @@ TEST_CASE("state dict: save keeps the file's permissions and writes through a sy
   CHECK(r.to_vector() == std::vector<float>{4, 4, 4});
   CHECK(d.names() == std::vector<std::string>{"link.npy", "state.npy"});
   fs::create_symlink(d / "nothing.npy", d / "dangling.npy");
-  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "dangling.npy", {{"w", w}}), doctest::Contains("a dangling link is not followed"), fg::error);
+  CHECK_THROWS_WITH_AS(fg::nn::save<float>(d / "dangling.npy", {{"w", w}}),
+                       doctest::Contains("a dangling link is not followed"), fg::error);
   CHECK(fs::is_symlink(d / "dangling.npy"));
 }
 
@@ -374,7 +414,8 @@ TEST_CASE("state dict: a saving process killed mid-write leaves the old or the n
   temp_dir d;
   const std::string path = d / "state.npy";
   // 24 MB in three parameters: a save takes long enough to be killed inside it.
-  fg::nn::named_tensors<float> params = {{"a", fg::zeros<float>({2'000'000})}, {"b", fg::zeros<float>({3'000'000})}, {"c", fg::zeros<float>({1'000'000})}};
+  fg::nn::named_tensors<float> params = {
+      {"a", fg::zeros<float>({2'000'000})}, {"b", fg::zeros<float>({3'000'000})}, {"c", fg::zeros<float>({1'000'000})}};
   fg::nn::save<float>(path, params);
   int changed = 0, temporaries = 0;
   float last = 0;
@@ -384,16 +425,14 @@ TEST_CASE("state dict: a saving process killed mid-write leaves the old or the n
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {  // saves 1, 2, 3, ... over the same path until killed
-      ::alarm(30);  // never outlives a parent that died
+      ::alarm(30);   // never outlives a parent that died
       ::close(ready[0]);
       for (float k = last + 1;; ++k) {
         for (const auto& p : params) std::fill_n(p.second.data(), p.second.numel(), k);
         if (k == last + 1 && ::write(ready[1], "x", 1) != 1) ::_exit(2);
         try {
           fg::nn::save<float>(path, params);
-        } catch (...) {
-          ::_exit(1);
-        }
+        } catch (...) { ::_exit(1); }
       }
     }
     ::close(ready[1]);

@@ -86,11 +86,13 @@ TEST_CASE("copies of a compiled function, and float and double, from several thr
 TEST_CASE("one jitted function called from 8 threads at once (shared cache, dynamic shapes, graph breaks)") {
   // A data-dependent branch (a graph break), varying sizes (recompiles, then a dynamic entry),
   // float and double: the cache is shared and filled concurrently.
-  const auto f = fg::jit([](auto x, auto y) {
-    auto c = fg::cos(fg::cos(x));
-    if (fg::mean(c).item() > 0.7) c = c * 2.0;
-    return c * y + body(x, y);
-  }, {.recompile_limit = 64});  // every graph compiled: the threads share programs, not eager fallbacks
+  const auto f = fg::jit(
+      [](auto x, auto y) {
+        auto c = fg::cos(fg::cos(x));
+        if (fg::mean(c).item() > 0.7) c = c * 2.0;
+        return c * y + body(x, y);
+      },
+      {.recompile_limit = 64});  // every graph compiled: the threads share programs, not eager fallbacks
   constexpr int threads = 8, rounds = 25;
   std::latch start(threads);
   std::atomic<int> bad{0}, done{0};
@@ -188,9 +190,7 @@ TEST_CASE("threads racing to free one graph: each backward either runs or is ref
       } catch (const fg::error& e) {
         if (std::string(e.what()).find("a second time") != std::string::npos) ++refused;
         else ++other;
-      } catch (...) {
-        ++other;
-      }
+      } catch (...) { ++other; }
     });
   for (auto& th : pool) th.join();
   CHECK(other == 0);
@@ -213,7 +213,8 @@ TEST_CASE("concurrent backwards into a shared leaf under compiled autograd") {
       for (int r = 0; r < rounds; ++r) fg::sum(fg::sin(w) * 2.0).backward();
     });
   for (auto& th : pool) th.join();
-  for (double g : w.grad().to_vector()) CHECK(g == doctest::Approx(threads * rounds * 2.0 * std::cos(1.0)).epsilon(1e-12));
+  for (double g : w.grad().to_vector())
+    CHECK(g == doctest::Approx(threads * rounds * 2.0 * std::cos(1.0)).epsilon(1e-12));
 }
 
 // Library threads inside user threads. 8 user threads call jitted and compiled
@@ -250,16 +251,16 @@ TEST_CASE("8 user threads x 4 library threads: no oversubscription, no deadlock,
         const auto x = input(t, r, 0), y = input(t, r, 1);
         const auto a = fg::tensor<float>(jitted(x, y)).to_vector();
         const auto b = fg::tensor<float>(compiled(x, y)).to_vector();
-        if (a != ref[static_cast<std::size_t>((t * rounds + r) * 2)] || b != ref[static_cast<std::size_t>((t * rounds + r) * 2 + 1)])
+        if (a != ref[static_cast<std::size_t>((t * rounds + r) * 2)] ||
+            b != ref[static_cast<std::size_t>((t * rounds + r) * 2 + 1)])
           ++differs;
         int busy = fg::detail::workers_busy().load(), seen = most_busy.load();
-        while (busy > seen && !most_busy.compare_exchange_weak(seen, busy)) {
-        }
+        while (busy > seen && !most_busy.compare_exchange_weak(seen, busy)) {}
       }
     });
   for (auto& th : pool) th.join();
   CHECK(differs == 0);
-  CHECK(most_busy <= 3);                           // 4 threads: at most 3 lent at once, for all users
+  CHECK(most_busy <= 3);                          // 4 threads: at most 3 lent at once, for all users
   CHECK(fg::detail::workers_busy().load() == 0);  // every lease returned
   fg::set_num_threads(threads_before);
   fg::detail::set_parallel_grain(grain_before);
@@ -289,8 +290,7 @@ TEST_CASE("8 user threads' parallel loops run on at most 8 + 3 threads at once (
   std::atomic<long> covered{0};
   auto raise = [](std::atomic<int>& m, int v) {
     int seen = m.load();
-    while (v > seen && !m.compare_exchange_weak(seen, v)) {
-    }
+    while (v > seen && !m.compare_exchange_weak(seen, v)) {}
   };
   std::latch start(users);
   std::vector<std::thread> pool;

@@ -138,8 +138,10 @@ std::uint64_t breaks() { return fg::counters().graph_breaks; }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a user's element-wise op under fg::jit: traced, fused, differentiated by its rule", T, float, double) {
-  auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return user_function(x, y); }, {.fullgraph = true});
+TEST_CASE_TEMPLATE("a user's element-wise op under fg::jit: traced, fused, differentiated by its rule", T, float,
+                   double) {
+  auto jf =
+      fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return user_function(x, y); }, {.fullgraph = true});
   const std::uint64_t breaks_before = breaks();
   for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}})
     same_bits<T>(jf, user_function<T>, s);
@@ -164,8 +166,10 @@ TEST_CASE("a jitted function with user ops passes gradcheck") {
 
 TEST_CASE("a compiled function holding a user op, called inside fg::jit, is traced into its graph") {
   auto cf = fg::compile([](auto x, auto y) { return fg::apply_op(softsign_op{}, x) * y; });
-  auto jf = fg::jit([&](const fg::tensor<float>& x, const fg::tensor<float>& y) { return fg::cos(cf(x, y)); }, {.fullgraph = true});
-  fg::tensor<float> x = fg::randn<float>({100}, 1).requires_grad(true), y = fg::randn<float>({100}, 2).requires_grad(true);
+  auto jf = fg::jit([&](const fg::tensor<float>& x, const fg::tensor<float>& y) { return fg::cos(cf(x, y)); },
+                    {.fullgraph = true});
+  fg::tensor<float> x = fg::randn<float>({100}, 1).requires_grad(true),
+                    y = fg::randn<float>({100}, 2).requires_grad(true);
   const fg::tensor<float> want = fg::cos(fg::apply_op(softsign_op{}, x) * y);
   fg::sum(want).backward();
   const auto gx = grad_of(x), gy = grad_of(y);
@@ -198,7 +202,8 @@ TEST_CASE("compiled autograd records a user op that a backward rule applies") {
 }
 
 TEST_CASE("a user op's rule under fg::jit may apply user ops; one the IR cannot hold is a named graph break") {
-  auto jf = fg::jit([](const fg::tensor<double>& x) { return fg::apply_op(cube_op{}, fg::cos(x)); }, {.fullgraph = true});
+  auto jf =
+      fg::jit([](const fg::tensor<double>& x) { return fg::apply_op(cube_op{}, fg::cos(x)); }, {.fullgraph = true});
   fg::tensor<double> x = fg::randn<double>({10}, 4).requires_grad(true);
   const fg::tensor<double> want = fg::apply_op(cube_op{}, fg::cos(x));
   fg::sum(want).backward();
@@ -209,10 +214,13 @@ TEST_CASE("a user op's rule under fg::jit may apply user ops; one the IR cannot 
   CHECK(got.to_vector() == want.to_vector());
   CHECK(grad_of(x) == gx);
 
-  auto with_affine = fg::jit([](const fg::tensor<float>& v) { return fg::apply_op(affine_op{2, 1}, fg::cos(v)); },
-                             {.fullgraph = true});
-  CHECK_THROWS_WITH_AS(with_affine(fg::ones<float>({3})), doctest::Contains("the op 'affine' (not captured by the tracer)"),
-                       fg::error);
+  auto with_affine = fg::jit(
+      [](const fg::tensor<float>& v) {
+        return fg::apply_op(affine_op{2, 1}, fg::cos(v));
+      },
+      {.fullgraph = true});
+  CHECK_THROWS_WITH_AS(with_affine(fg::ones<float>({3})),
+                       doctest::Contains("the op 'affine' (not captured by the tracer)"), fg::error);
   auto split = fg::jit([](const fg::tensor<float>& v) { return fg::apply_op(affine_op{2, 1}, fg::cos(v)); });
   const auto v = fg::randn<float>({5}, 1);
   CHECK(split(v).to_vector() == fg::apply_op(affine_op{2, 1}, fg::cos(v)).to_vector());
@@ -277,8 +285,10 @@ fg::tensor<T> function_graph(const fg::tensor<T>& x, const fg::tensor<T>& y) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a user's fg::function under fg::jit: its forward traced and fused, its own backward", T, float, double) {
-  auto jf = fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return function_graph(x, y); }, {.fullgraph = true});
+TEST_CASE_TEMPLATE("a user's fg::function under fg::jit: its forward traced and fused, its own backward", T, float,
+                   double) {
+  auto jf =
+      fg::jit([](const fg::tensor<T>& x, const fg::tensor<T>& y) { return function_graph(x, y); }, {.fullgraph = true});
   const std::uint64_t breaks_before = breaks();
   const int setups_before = Product::setups;
   for (const fg::shape& s : {fg::shape{7}, fg::shape{1000}, fg::shape{33, 5}, fg::shape{9}})
@@ -341,7 +351,8 @@ TEST_CASE("a jitted function with fg::functions passes gradcheck") {
 
 TEST_CASE("compiled autograd over a jitted fg::function and an eager one: one capture, eager's gradients") {
   auto jf = fg::jit([](const fg::tensor<double>& x, const fg::tensor<double>& y) { return function_graph(x, y); });
-  fg::tensor<double> x = fg::randn<double>({40}, 3).requires_grad(true), y = fg::randn<double>({40}, 4).requires_grad(true);
+  fg::tensor<double> x = fg::randn<double>({40}, 3).requires_grad(true),
+                     y = fg::randn<double>({40}, 4).requires_grad(true);
   fg::sum(fg::function<Softclip>::apply(function_graph(x, y))).backward();
   const auto gx = grad_of(x), gy = grad_of(y);
   const std::uint64_t breaks_before = breaks(), captures_before = fg::counters().compiled_autograd_captures;

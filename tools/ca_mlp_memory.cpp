@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < backwards; ++i) step();
   const auto t1 = std::chrono::steady_clock::now();
-  std::printf("%s: %.1f us per backward\n", argv[1], std::chrono::duration<double, std::micro>(t1 - t0).count() / backwards);
+  std::printf("%s: %.1f us per backward\n", argv[1],
+              std::chrono::duration<double, std::micro>(t1 - t0).count() / backwards);
   return 0;
 }

@@ -25,25 +25,50 @@ __attribute__((noinline)) void body(const float* __restrict x, const float* __re
   for (long i = 0; i < n; i += 256) {
     long m = std::min(256L, n - i);
     for (long j = 0; j + 8 <= m; j += 8) xsimd::cos(V::load_unaligned(x + i + j)).store_aligned(t + j);
-    for (long j = 0; j + 8 <= m; j += 8) (xsimd::cos(V::load_aligned(t + j)) * V::load_unaligned(y + i + j)).store_unaligned(o + i + j);
+    for (long j = 0; j + 8 <= m; j += 8)
+      (xsimd::cos(V::load_aligned(t + j)) * V::load_unaligned(y + i + j)).store_unaligned(o + i + j);
   }
 }
-__attribute__((noinline)) void fma3(const float* __restrict x, const float* __restrict y, const float* __restrict z, float* __restrict o, long n) {
+__attribute__((noinline)) void fma3(const float* __restrict x, const float* __restrict y, const float* __restrict z,
+                                    float* __restrict o, long n) {
   for (long i = 0; i < n; ++i) o[i] = x[i] * y[i] + z[i];
 }
-template <class F> void pfor(int nt, long n, long grain, F f) {
+template <class F>
+void pfor(int nt, long n, long grain, F f) {
   long blocks = std::min<long>(nt, (n + grain - 1) / grain);
-  if (blocks <= 1) { f(0, n); return; }
+  if (blocks <= 1) {
+    f(0, n);
+    return;
+  }
 #ifdef USE_TBB
-  tbb::parallel_for(tbb::blocked_range<long>(0L, blocks, 1), [&](const tbb::blocked_range<long>& r) { for (long b = r.begin(); b < r.end(); ++b) { long per = (n / blocks + 255) / 256 * 256; long s = b * per, e = std::min(n, s + per); if (s < e) f(s, e); } }, tbb::static_partitioner());
+  tbb::parallel_for(
+      tbb::blocked_range<long>(0L, blocks, 1),
+      [&](const tbb::blocked_range<long>& r) {
+        for (long b = r.begin(); b < r.end(); ++b) {
+          long per = (n / blocks + 255) / 256 * 256;
+          long s = b * per, e = std::min(n, s + per);
+          if (s < e) f(s, e);
+        }
+      },
+      tbb::static_partitioner());
 #else
 #pragma omp parallel for num_threads(blocks) schedule(static, 1)
-  for (long b = 0; b < blocks; ++b) { long per = (n / blocks + 255) / 256 * 256; long s = b * per, e = std::min(n, s + per); if (s < e) f(s, e); }
+  for (long b = 0; b < blocks; ++b) {
+    long per = (n / blocks + 255) / 256 * 256;
+    long s = b * per, e = std::min(n, s + per);
+    if (s < e) f(s, e);
+  }
 #endif
 }
-template <class F> double best(F f, int reps) {
+template <class F>
+double best(F f, int reps) {
   double b = 1e30;
-  for (int r = 0; r < reps; ++r) { auto t0 = std::chrono::steady_clock::now(); f(); auto t1 = std::chrono::steady_clock::now(); b = std::min(b, std::chrono::duration<double>(t1 - t0).count()); }
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    auto t1 = std::chrono::steady_clock::now();
+    b = std::min(b, std::chrono::duration<double>(t1 - t0).count());
+  }
   return b;
 }
 int main() {
@@ -58,22 +83,46 @@ int main() {
     int reps = (int)std::max(20L, (1L << 24) / n / 4);
     double t1 = 0, t2 = 0;
     for (int k = 0; k < 3; ++k) {
-      double a = best([&] { pfor(1, n, 256, [&](long s, long e) { body(x.data() + s, y.data() + s, o.data() + s, e - s); }); }, reps);
-      double b = best([&] { pfor(2, n, 256, [&](long s, long e) { body(x.data() + s, y.data() + s, o.data() + s, e - s); }); }, reps);
-      t1 = k ? std::min(t1, a) : a; t2 = k ? std::min(t2, b) : b;
+      double a =
+          best([&] { pfor(1, n, 256, [&](long s, long e) { body(x.data() + s, y.data() + s, o.data() + s, e - s); }); },
+               reps);
+      double b =
+          best([&] { pfor(2, n, 256, [&](long s, long e) { body(x.data() + s, y.data() + s, o.data() + s, e - s); }); },
+               reps);
+      t1 = k ? std::min(t1, a) : a;
+      t2 = k ? std::min(t2, b) : b;
     }
     std::printf("%s coscos n=%8ld 1t %9.2f us 2t %9.2f us speedup %.2f\n", name, n, t1 * 1e6, t2 * 1e6, t1 / t2);
   }
-  { long n = 1L << 24; std::vector<float> x(n, 0.3f), y(n, 1.1f), z(n, 2.f), o(n);
+  {
+    long n = 1L << 24;
+    std::vector<float> x(n, 0.3f), y(n, 1.1f), z(n, 2.f), o(n);
     double t1 = 1e9, t2 = 1e9;
     for (int k = 0; k < 3; ++k) {
-      t1 = std::min(t1, best([&] { pfor(1, n, 256, [&](long s, long e) { fma3(x.data()+s, y.data()+s, z.data()+s, o.data()+s, e-s); }); }, 10));
-      t2 = std::min(t2, best([&] { pfor(2, n, 256, [&](long s, long e) { fma3(x.data()+s, y.data()+s, z.data()+s, o.data()+s, e-s); }); }, 10));
+      t1 = std::min(t1, best(
+                            [&] {
+                              pfor(1, n, 256, [&](long s, long e) {
+                                fma3(x.data() + s, y.data() + s, z.data() + s, o.data() + s, e - s);
+                              });
+                            },
+                            10));
+      t2 = std::min(t2, best(
+                            [&] {
+                              pfor(2, n, 256, [&](long s, long e) {
+                                fma3(x.data() + s, y.data() + s, z.data() + s, o.data() + s, e - s);
+                              });
+                            },
+                            10));
     }
-    std::printf("%s xy+z n=2^24 1t %9.2f us 2t %9.2f us speedup %.2f\n", name, t1*1e6, t2*1e6, t1/t2);
+    std::printf("%s xy+z n=2^24 1t %9.2f us 2t %9.2f us speedup %.2f\n", name, t1 * 1e6, t2 * 1e6, t1 / t2);
   }
   // empty region overhead
   std::atomic<long> sink{0};
-  double e = best([&] { for (int i = 0; i < 1000; ++i) pfor(2, 512, 256, [&](long s, long) { sink += s; }); }, 20) / 1000;
+  double e = best(
+                 [&] {
+                   for (int i = 0; i < 1000; ++i) pfor(2, 512, 256, [&](long s, long) { sink += s; });
+                 },
+                 20) /
+             1000;
   std::printf("%s empty 2-block region: %.2f us\n", name, e * 1e6);
 }

@@ -15,10 +15,13 @@ auto tanh_chain(const H& h, const X& w) {
 }
 auto coscos = [](auto x, auto y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
 auto tanh4 = [](auto x, auto w) { return fg::sum(tanh_chain<4>(x, w)); };
-struct result { std::vector<float> v, gx, gy; };
+struct result {
+  std::vector<float> v, gx, gy;
+};
 template <class F>
 result run(F& f, long n) {
-  auto x = fg::randn<float>({n}, 1).requires_grad(true), y = (fg::randn<float>({n}, 2) * 0.5f + 1.0f).detach().requires_grad(true);
+  auto x = fg::randn<float>({n}, 1).requires_grad(true),
+       y = (fg::randn<float>({n}, 2) * 0.5f + 1.0f).detach().requires_grad(true);
   fg::tensor<float> o = f(x, y);
   o.backward();
   return {o.to_vector(), x.grad().to_vector(), y.grad().to_vector()};
@@ -36,14 +39,21 @@ int main() {
     for (int t = 1; t <= 16; ++t) {
       fg::set_num_threads(t);
       std::vector<result> r{run(e1, n), run(e2, n), run(c1, n), run(c2, n), run(j1, n), run(j2, n)};
-      if (t == 1) { base = r; continue; }
+      if (t == 1) {
+        base = r;
+        continue;
+      }
       for (std::size_t k = 0; k < r.size(); ++k) {
         ++checks;
         const bool same = r[k].v == base[k].v && r[k].gx == base[k].gx && r[k].gy == base[k].gy;
-        if (!same) { ++bad; std::printf("MISMATCH n=%ld threads=%d path=%zu\n", n, t, k); }
+        if (!same) {
+          ++bad;
+          std::printf("MISMATCH n=%ld threads=%d path=%zu\n", n, t, k);
+        }
       }
     }
   }
-  std::printf("threads 2..16 against 1: %d comparisons, %d mismatches (hardware threads: %u)\n", checks, bad, std::thread::hardware_concurrency());
+  std::printf("threads 2..16 against 1: %d comparisons, %d mismatches (hardware threads: %u)\n", checks, bad,
+              std::thread::hardware_concurrency());
   return bad != 0;
 }

@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     const auto x = fg::randn<float>({batch, width}, 1 + static_cast<std::uint64_t>(rank));
     std::vector<double> t_bare, t_over, t_after;
     for (int s = -2; s < steps; ++s) {  // two warm-up steps
-      const double a = time_step(bare, nullptr, x), b = time_step(over, &dp_over, x), c = time_step(after, &dp_after, x);
+      const double a = time_step(bare, nullptr, x), b = time_step(over, &dp_over, x),
+                   c = time_step(after, &dp_after, x);
       if (s < 0) continue;
       t_bare.push_back(a);
       t_over.push_back(b);
@@ -94,12 +95,14 @@ int main(int argc, char** argv) {
     for (const auto& p : over.parameters()) n += static_cast<std::size_t>(p.numel());
     if (rank == 0) {
       const double mb = median(t_bare) * 1e3, mo = median(t_over) * 1e3, ma = median(t_after) * 1e3;
-      std::printf("%d ranks, MLP %d x [%ld, %ld] + bias, %.1f M parameters (%.1f MB of float gradients), batch %ld per rank, "
-                  "%zu buckets of <= %zu MiB, median of %d steps\n",
-                  ranks, layers, static_cast<long>(width), static_cast<long>(width), static_cast<double>(n) / 1e6,
-                  static_cast<double>(n) * 4 / 1e6, static_cast<long>(batch), dp_over.buckets().size(), bucket >> 20, steps);
+      std::printf(
+          "%d ranks, MLP %d x [%ld, %ld] + bias, %.1f M parameters (%.1f MB of float gradients), batch %ld per rank, "
+          "%zu buckets of <= %zu MiB, median of %d steps\n",
+          ranks, layers, static_cast<long>(width), static_cast<long>(width), static_cast<double>(n) / 1e6,
+          static_cast<double>(n) * 4 / 1e6, static_cast<long>(batch), dp_over.buckets().size(), bucket >> 20, steps);
       std::printf("  backward alone:                          %8.1f ms\n", mb);
-      std::printf("  backward + all-reduce, overlapped:       %8.1f ms  (communication not hidden: %.1f ms)\n", mo, mo - mb);
+      std::printf("  backward + all-reduce, overlapped:       %8.1f ms  (communication not hidden: %.1f ms)\n", mo,
+                  mo - mb);
       std::printf("  backward, then all-reduce (no overlap):  %8.1f ms  (communication: %.1f ms)\n", ma, ma - mb);
       std::printf("  no overlap / overlapped: %.2f\n", ma / mo);
     }

@@ -66,9 +66,8 @@ using span_out = std::span<T>;
 
 template <class Fn, class T, std::size_t K>
 constexpr bool callable_with() {
-  return []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::is_invocable_v<const Fn&, tensor_arg<T, I>...>;
-  }(std::make_index_sequence<K>{});
+  return []<std::size_t... I>(std::index_sequence<I...>) { return std::is_invocable_v<const Fn&, tensor_arg<T, I>...>; }
+  (std::make_index_sequence<K>{});
 }
 
 /// How many tensors `Fn` takes: the smallest count from 1 to `max_inputs` it can be called
@@ -79,7 +78,8 @@ constexpr std::size_t arity() {
     std::size_t r = 0;
     ((r = (r == 0 && callable_with<Fn, T, K + 1>()) ? K + 1 : r), ...);
     return r;
-  }(std::make_index_sequence<max_inputs>{});
+  }
+  (std::make_index_sequence<max_inputs>{});
 }
 
 /// Whether `H` is a hand loop of the suite's kind (see `suite_builder::hand`).
@@ -168,12 +168,12 @@ double copy_seconds(std::size_t bytes) {
 template <class T, std::size_t K, class Fn>
 struct size_data {
   index_t n = 0;
-  std::array<std::vector<T>, K> x;      // the inputs, for the hand loop and the functional form
-  std::array<tensor<T>, K> t;           // the same values as tensors (leaves requiring grad in backward mode)
-  std::array<std::vector<T>, K> g;      // gradients written by the hand loop and the functional form
-  std::vector<T> out;                   // the forward output of the hand loop
+  std::array<std::vector<T>, K> x;  // the inputs, for the hand loop and the functional form
+  std::array<tensor<T>, K> t;       // the same values as tensors (leaves requiring grad in backward mode)
+  std::array<std::vector<T>, K> g;  // gradients written by the hand loop and the functional form
+  std::vector<T> out;               // the forward output of the hand loop
   std::optional<decltype(fusegrad::jit(std::declval<Fn>()))> jitted;
-  std::array<bool, 5> shown{};          // whose plan show_plans() printed
+  std::array<bool, 5> shown{};  // whose plan show_plans() printed
 };
 
 /// What one call of a variant produced: the output (forward-only: f's N elements; with
@@ -187,12 +187,14 @@ using results = std::vector<std::vector<T>>;
 /// setter returns a changed copy, so a suite is written as one chain of calls.
 template <Element T, std::size_t K, class Fn, class Hand, bool Backward>
 class suite_builder {
-  static_assert(K >= 1, "fusegrad::bench::suite: the function must be callable with 1 to 8 fusegrad::tensor<T> "
-                        "arguments (the inputs, by value or const&), e.g. [](auto x, auto y) { return x * y; }");
+  static_assert(K >= 1,
+                "fusegrad::bench::suite: the function must be callable with 1 to 8 fusegrad::tensor<T> "
+                "arguments (the inputs, by value or const&), e.g. [](auto x, auto y) { return x * y; }");
   static constexpr bool has_hand = !std::is_same_v<Hand, detail::no_hand>;
 
  public:
-  suite_builder(std::string name, Fn fn, Hand hand = {}) : name_(std::move(name)), fn_(std::move(fn)), hand_(std::move(hand)) {}
+  suite_builder(std::string name, Fn fn, Hand hand = {})
+      : name_(std::move(name)), fn_(std::move(fn)), hand_(std::move(hand)) {}
 
   /// The sizes (elements per input) to register cases at, in this order.
   suite_builder sizes(std::vector<index_t> ns) const {
@@ -202,9 +204,7 @@ class suite_builder {
   }
   /// Time `sum(f(x...))` and the gradients of every input (for tensors: the forward, then
   /// `fg::sum(out).backward()`) instead of the forward alone; adds the functional variant.
-  suite_builder<T, K, Fn, Hand, true> with_backward() const {
-    return rebuild<Hand, true>(hand_);
-  }
+  suite_builder<T, K, Fn, Hand, true> with_backward() const { return rebuild<Hand, true>(hand_); }
   /// The loop every variant is measured against (`vs_hand`) and, with `check`, checked
   /// against, registered first at each size. Forward only, it is called as
   /// `hand(x0, ..., out)` with `std::span<const T>` inputs and a `std::span<T>` output; with
@@ -243,13 +243,15 @@ class suite_builder {
   /// `benchmark::RunSpecifiedBenchmarks()`.
   void add() const {
     if constexpr (has_hand)
-      static_assert(detail::hand_fits<Hand, T, Backward>(std::make_index_sequence<K>{}),
-                    "fusegrad::bench: the hand loop does not fit the suite. Forward only, it is called as "
-                    "hand(x0, ..., x{K-1}, out) with K std::span<const T> inputs and a std::span<T> output; "
-                    "with with_backward(), as hand(x0, ..., x{K-1}, g0, ..., g{K-1}) with K std::span<const T> "
-                    "inputs and K std::span<T> gradients, returning sum(f(x...)) as T (called const: no mutable lambda)");
+      static_assert(
+          detail::hand_fits<Hand, T, Backward>(std::make_index_sequence<K>{}),
+          "fusegrad::bench: the hand loop does not fit the suite. Forward only, it is called as "
+          "hand(x0, ..., x{K-1}, out) with K std::span<const T> inputs and a std::span<T> output; "
+          "with with_backward(), as hand(x0, ..., x{K-1}, g0, ..., g{K-1}) with K std::span<const T> "
+          "inputs and K std::span<T> gradients, returning sum(f(x...)) as T (called const: no mutable lambda)");
     if (sizes_.empty())
-      fusegrad::detail::fail("bench::suite", "'", name_, "' has no sizes; expected .sizes({...}) with at least one size");
+      fusegrad::detail::fail("bench::suite", "'", name_,
+                             "' has no sizes; expected .sizes({...}) with at least one size");
     for (const index_t n : sizes_)
       if (n < 1) fusegrad::detail::fail("bench::suite", "'", name_, "' has size ", n, "; expected sizes of 1 or more");
     if (tol_ >= 0) check_now(*std::min_element(sizes_.begin(), sizes_.end()));
@@ -286,7 +288,8 @@ class suite_builder {
     d.n = n;
     for (std::size_t i = 0; i < K; ++i) {
       const auto seed = static_cast<std::uint64_t>(i + 1);  // fixed: every run sees the same numbers
-      tensor<T> v = range_ ? fusegrad::rand<T>({n}, seed, range_->first, range_->second) : fusegrad::randn<T>({n}, seed);
+      tensor<T> v =
+          range_ ? fusegrad::rand<T>({n}, seed, range_->first, range_->second) : fusegrad::randn<T>({n}, seed);
       d.x[i] = v.to_vector();
       d.t[i] = fusegrad::from_vector<T>(d.x[i]);
       if constexpr (Backward) d.t[i].requires_grad(true);
@@ -306,7 +309,8 @@ class suite_builder {
       if constexpr (V == variant::eager) return tensor<T>(fn_(d.t[I]...));
       else if constexpr (V == variant::compile) return tensor<T>(compiled_(d.t[I]...));
       else return tensor<T>((*d.jitted)(d.t[I]...));
-    }(std::make_index_sequence<K>{});
+    }
+    (std::make_index_sequence<K>{});
   }
 
   /// `value_and_grad` of `sum(f(x...))` on spans, writing the gradients to `d.g`.
@@ -314,7 +318,8 @@ class suite_builder {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       auto summed = [fn = fn_](const auto&... a) { return fusegrad::sum(fn(a...)); };
       return fusegrad::value_and_grad(summed, argnums<I...>).into(std::span<T>(d.g[I])...);
-    }(std::make_index_sequence<K>{});
+    }
+    (std::make_index_sequence<K>{});
   }
 
   /// One call of variant `V` on `d`, made to be timed: nothing is read back.
@@ -347,7 +352,8 @@ class suite_builder {
           }
         };
       }
-    }(std::make_index_sequence<K>{});
+    }
+    (std::make_index_sequence<K>{});
   }
 
   /// What one call of variant `V` produces, read back (for `check`).
@@ -359,11 +365,13 @@ class suite_builder {
       if constexpr (V == variant::hand) {
         [&]<std::size_t... I>(std::index_sequence<I...>) {
           v = hand_(std::span<const T>(d.x[I])..., std::span<T>(d.g[I])...);
-        }(std::make_index_sequence<K>{});
+        }
+        (std::make_index_sequence<K>{});
       } else {
         v = [&]<std::size_t... I>(std::index_sequence<I...>) {
           return functional_step(d)(std::span<const T>(d.x[I])...);
-        }(std::make_index_sequence<K>{});
+        }
+        (std::make_index_sequence<K>{});
       }
       r.push_back({v});
       for (const auto& g : d.g) r.push_back(g);
@@ -465,7 +473,9 @@ class suite_builder {
       case variant::hand: what = "the hand loop (no plan)"; break;
       case variant::eager: what = "eager, op by op on the tape (no plan)"; break;
       case variant::compile:
-        what = "fg::compile (a plan is printed the first time it runs in this process: nothing below means the plan above)";
+        what =
+            "fg::compile (a plan is printed the first time it runs in this process: nothing below means the plan "
+            "above)";
         break;
       case variant::jit: what = "fg::jit (the program compiled for this size)"; break;
       case variant::functional: what = "value_and_grad on spans: the span engine's one pass (no plan)"; break;

@@ -29,9 +29,9 @@
 
 /// The whole generic runtime for element type `T` (what src/runtime_*.cpp instantiate).
 #define FUSEGRAD_RUNTIME_INSTANCES(T) \
-  FUSEGRAD_RUNTIME_EAGER(T) \
-  FUSEGRAD_RUNTIME_COMPILE(T) \
-  FUSEGRAD_RUNTIME_JIT(T) \
+  FUSEGRAD_RUNTIME_EAGER(T)           \
+  FUSEGRAD_RUNTIME_COMPILE(T)         \
+  FUSEGRAD_RUNTIME_JIT(T)             \
   FUSEGRAD_RUNTIME_COMPILED_AUTOGRAD(T)
 
 namespace fusegrad::detail {
@@ -41,10 +41,10 @@ struct runtime_op_list {};
 template <Element T>
 inline constexpr bool runtime_ops_match =
     std::is_same_v<runtime_op_list<FUSEGRAD_IR_OPS(FUSEGRAD_RT_TYPE, FUSEGRAD_RT_TYPE, T) void>,
-                   decltype([]<class... Ops>(type_list<Ops...>) { return runtime_op_list<Ops..., void>{}; }(
-                       ops::table<T>{}))>;
+                   decltype([]<class... Ops>(type_list<Ops...>) {
+                     return runtime_op_list<Ops..., void>{};
+                   }(ops::table<T>{}))>;
 #undef FUSEGRAD_RT_TYPE
 static_assert(runtime_ops_match<float> && runtime_ops_match<double>,
               "fusegrad: FUSEGRAD_IR_OPS (fusegrad/runtime/eager.hpp) must list the ops of ops::table in its order");
 }  // namespace fusegrad::detail
-

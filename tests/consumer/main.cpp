@@ -18,10 +18,12 @@ int main() {
   const auto xs = x.to_vector(), ys = y.to_vector(), gx = x.grad().to_vector();
   double worst = 0;  // d/dx cos(cos(x)) y = sin(cos(x)) sin(x) y
   for (std::size_t i = 0; i < xs.size(); ++i)
-    worst = std::max(worst, std::abs(double(gx[i]) - std::sin(std::cos(double(xs[i]))) * std::sin(double(xs[i])) * ys[i]));
+    worst =
+        std::max(worst, std::abs(double(gx[i]) - std::sin(std::cos(double(xs[i]))) * std::sin(double(xs[i])) * ys[i]));
   const unsigned cores = std::thread::hardware_concurrency();
   const int threads = fg::get_num_threads();
-  std::printf("%s; largest gradient error %g; %d threads on %u cores\n", out.grad_fn_name().c_str(), worst, threads, cores);
+  std::printf("%s; largest gradient error %g; %d threads on %u cores\n", out.grad_fn_name().c_str(), worst, threads,
+              cores);
   if (out.grad_fn_name() != "CompiledFunctionBackward" || worst > 1e-5) return 1;
   if (CONSUMER_EXPECT_PARALLEL && cores > 1 && threads <= 1) {
     std::printf("expected fusegrad to use every core by default\n");

@@ -45,7 +45,8 @@ std::string compare(const snap& want, const snap& got, tolerance tol) {
     return std::string("defined ") + (want.defined ? "eagerly" : "on the path") + ", undefined " +
            (want.defined ? "on the path" : "eagerly");
   if (!want.defined) return "";
-  if (want.sizes != got.sizes) return "shape " + format_shape(want.sizes) + " eagerly, " + format_shape(got.sizes) + " on the path";
+  if (want.sizes != got.sizes)
+    return "shape " + format_shape(want.sizes) + " eagerly, " + format_shape(got.sizes) + " on the path";
   double scale = 0;
   bool noise = false;  // some element passed only as rounding noise (tol.noise)
   for (double x : want.v)
@@ -55,12 +56,14 @@ std::string compare(const snap& want, const snap& got, tolerance tol) {
     bool ok;
     if (tol.nonfinite_equal && !std::isfinite(a) && !std::isfinite(b)) ok = true;
     else if (tol.bitwise) ok = same_bits(a, b);
-    else if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b)) ok = same_bits(a, b) || (std::isnan(a) && std::isnan(b));
+    else if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b))
+      ok = same_bits(a, b) || (std::isnan(a) && std::isnan(b));
     else ok = std::abs(a - b) <= tol.rtol * (std::max(std::abs(a), std::abs(b)) + scale) || a == b;
     if (!ok && tol.noise > 0 && std::abs(a) <= tol.noise && std::abs(b) <= tol.noise) ok = noise = true;
     if (!ok)
-      return "element " + std::to_string(i) + " of " + std::to_string(want.v.size()) + " (shape " + format_shape(want.sizes) +
-             "): expected " + format_double(a) + ", got " + format_double(b) + (tol.bitwise ? " (must be bitwise equal)" : "");
+      return "element " + std::to_string(i) + " of " + std::to_string(want.v.size()) + " (shape " +
+             format_shape(want.sizes) + "): expected " + format_double(a) + ", got " + format_double(b) +
+             (tol.bitwise ? " (must be bitwise equal)" : "");
   }
   if (noise) count_masked("zero_by_cancellation");
   return "";

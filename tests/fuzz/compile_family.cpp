@@ -60,7 +60,8 @@ std::string node_text(const cgraph& g, int i) {
     case cop::logsumexp_last: return "fg::logsumexp(" + A + ", -1, true)";
     case cop::matmul: return "fg::matmul(" + A + ", w)";
     case cop::linear: return "fg::linear(" + A + ", w, y)";
-    case cop::maximum: case cop::pow: return std::string("fg::") + name(c.op) + "(" + A + ", " + B + ")";
+    case cop::maximum:
+    case cop::pow: return std::string("fg::") + name(c.op) + "(" + A + ", " + B + ")";
     default: return std::string("fg::") + name(c.op) + "(" + A + ")";
   }
 }
@@ -124,8 +125,8 @@ std::string differ(const result& want, const result& got, bool exact) {
       if (std::all_of(def.v.begin(), def.v.end(), [](double v) { return v == 0; })) continue;
     }
     if (auto d = compare(a, b, {false, 1e-8, true}); !d.empty()) {
-      const bool empty = want.out.v.empty() ||
-                         std::any_of(want.grads.begin(), want.grads.end(), [](const snap& g) { return g.defined && g.v.empty(); });
+      const bool empty = want.out.v.empty() || std::any_of(want.grads.begin(), want.grads.end(),
+                                                           [](const snap& g) { return g.defined && g.v.empty(); });
       if (empty && masked("empty_regrouping") && zero_vs_nonfinite(a, b)) {
         count_masked("empty_regrouping");
         continue;
@@ -140,7 +141,8 @@ std::string differ(const result& want, const result& got, bool exact) {
 std::string print_graph(const cgraph& g) {
   std::ostringstream o;
   const auto live = reachable(g);
-  o << "auto fn = [](const auto& x, const auto& y, const auto& s, const auto& w) {  // x [m, n], y [n], s [], w [n, n]\n";
+  o << "auto fn = [](const auto& x, const auto& y, const auto& s, const auto& w) {  // x [m, n], y [n], s [], w [n, "
+       "n]\n";
   for (int i = 0; i < g.count; ++i) {
     const cnode& c = g.n[static_cast<std::size_t>(i)];
     if (!live[static_cast<std::size_t>(i)] || c.op == cop::x || c.op == cop::y || c.op == cop::s) continue;
@@ -182,8 +184,13 @@ bool run_case(const options& o, stats& st, std::uint64_t seed, const cgraph& g, 
   for (std::size_t i = 0; i < shapes.size(); ++i) base.push_back(fg::randn<double>(shapes[i], vseed + i));
   std::vector<std::pair<std::size_t, std::pair<fg::index_t, double>>> specials;
   if (r.chance(0.15)) {
-    static constexpr double sv[] = {0.0, -0.0, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
-                                    std::numeric_limits<double>::quiet_NaN(), 1.0, -1.0};
+    static constexpr double sv[] = {0.0,
+                                    -0.0,
+                                    std::numeric_limits<double>::infinity(),
+                                    -std::numeric_limits<double>::infinity(),
+                                    std::numeric_limits<double>::quiet_NaN(),
+                                    1.0,
+                                    -1.0};
     for (int k = 0; k < 2; ++k) {
       const auto i = static_cast<std::size_t>(r.below(3));  // not w
       const fg::index_t ne = base[i].numel();
@@ -199,7 +206,8 @@ bool run_case(const options& o, stats& st, std::uint64_t seed, const cgraph& g, 
   const result want = run_path(p.eager, base, wseed, 0);
   if (!want.threw) ++st.compile_executions;
   if (want.threw && !want.fg_error) {
-    std::printf("=== MISMATCH in compile-time graph %llu: eager threw %s\n", static_cast<unsigned long long>(seed), want.what.c_str());
+    std::printf("=== MISMATCH in compile-time graph %llu: eager threw %s\n", static_cast<unsigned long long>(seed),
+                want.what.c_str());
     return false;
   }
   const bool exact = g.n[static_cast<std::size_t>(g.root)].exact;
@@ -232,22 +240,25 @@ bool run_case(const options& o, stats& st, std::uint64_t seed, const cgraph& g, 
     std::printf("\n=== MISMATCH in compile-time graph %llu (round %llu), path %s, m = %lld, n = %lld\n%s\n",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(round), pa.name,
                 static_cast<long long>(m), static_cast<long long>(n), d.c_str());
-    std::printf("--- reproducer ---\n// fusegrad fuzz reproducer: compile-time graph %llu, path %s\n// %s\n"
-                "#include <cmath>\n#include <iomanip>\n#include <iostream>\n#include <fusegrad/fusegrad.hpp>\n"
-                "namespace fg = fusegrad;\nusing D = fg::tensor<double>;\n\n%s\n",
-                static_cast<unsigned long long>(seed), pa.name, d.c_str(), print_graph(g).c_str());
+    std::printf(
+        "--- reproducer ---\n// fusegrad fuzz reproducer: compile-time graph %llu, path %s\n// %s\n"
+        "#include <cmath>\n#include <iomanip>\n#include <iostream>\n#include <fusegrad/fusegrad.hpp>\n"
+        "namespace fg = fusegrad;\nusing D = fg::tensor<double>;\n\n%s\n",
+        static_cast<unsigned long long>(seed), pa.name, d.c_str(), print_graph(g).c_str());
     std::printf("int main() {\n  std::cout << std::setprecision(17);\n  auto inputs = [] {\n    std::vector<D> in;\n");
     for (std::size_t i = 0; i < shapes.size(); ++i)
       std::printf("    in.push_back(fg::randn<double>(%s, %llu));\n", format_shape(shapes[i]).c_str(),
                   static_cast<unsigned long long>(vseed + i));
     for (const auto& [i, e] : specials)
-      std::printf("    in[%zu].data()[%lld] = %s;\n", i, static_cast<long long>(e.first), format_double(e.second).c_str());
+      std::printf("    in[%zu].data()[%lld] = %s;\n", i, static_cast<long long>(e.first),
+                  format_double(e.second).c_str());
     std::printf("    for (auto& t : in) t.requires_grad(true);\n    return in;\n  };\n");
-    const char* make = pa.fn == p.fused || pa.ca      ? "fg::compile(fn)"
-                       : pa.fn == p.aot_eager         ? "fg::compile<fg::backend::aot_eager>(fn)"
-                       : pa.fn == p.backend_eager     ? "fg::compile<fg::backend::eager>(fn)"
-                       : pa.fn == p.jitted            ? "fg::jit(fn)"
-                                                      : "fg::jit([c = fg::compile(fn)](const D& a, const D& b, const D& e, const D& v) { return c(a, b, e, v); })";
+    const char* make = pa.fn == p.fused || pa.ca  ? "fg::compile(fn)"
+                       : pa.fn == p.aot_eager     ? "fg::compile<fg::backend::aot_eager>(fn)"
+                       : pa.fn == p.backend_eager ? "fg::compile<fg::backend::eager>(fn)"
+                       : pa.fn == p.jitted        ? "fg::jit(fn)"
+                                           : "fg::jit([c = fg::compile(fn)](const D& a, const D& b, const D& e, const "
+                                             "D& v) { return c(a, b, e, v); })";
     std::printf("  auto path = %s;\n", make);
     std::printf(
         "  for (int through_path : {0, 1}) {\n    std::vector<D> in = inputs();\n    try {\n"
@@ -255,13 +266,15 @@ bool run_case(const options& o, stats& st, std::uint64_t seed, const cgraph& g, 
         "      D loss = fg::sum(out * fg::randn<double>(out.shape(), %llu));\n",
         static_cast<unsigned long long>(wseed));
     if (pa.ca)
-      std::printf("      if (through_path) {\n        fg::compiled_autograd::enable on;\n        loss.backward();\n      } else {\n        loss.backward();\n      }\n");
-    else
-      std::printf("      loss.backward();\n");
+      std::printf(
+          "      if (through_path) {\n        fg::compiled_autograd::enable on;\n        loss.backward();\n      } "
+          "else {\n        loss.backward();\n      }\n");
+    else std::printf("      loss.backward();\n");
     std::printf(
         "      std::cout << (through_path ? \"path\" : \"eager\") << \": \" << out << \"\\n\";\n"
         "      for (auto& t : in) std::cout << \"  grad: \" << t.grad() << \"\\n\";\n"
-        "    } catch (const std::exception& e) {\n      std::cout << \"threw: \" << e.what() << \"\\n\";\n    }\n  }\n}\n--- end ---\n");
+        "    } catch (const std::exception& e) {\n      std::cout << \"threw: \" << e.what() << \"\\n\";\n    }\n  "
+        "}\n}\n--- end ---\n");
     return false;
   }
   return true;
@@ -279,7 +292,8 @@ bool run_compile_family(const options& o, stats& st, double deadline_s) {
   for (long round = 0; round < o.compile_rounds; ++round)
     for (const auto& e : all) {
       if (deadline_s > 0 && elapsed_s() > deadline_s) return ok;
-      if (o.verbose) std::printf("compile-time graph %llu, round %ld\n", static_cast<unsigned long long>(e.seed), round);
+      if (o.verbose)
+        std::printf("compile-time graph %llu, round %ld\n", static_cast<unsigned long long>(e.seed), round);
       if (!e.run(o, st, static_cast<std::uint64_t>(round))) {
         ok = false;
         if (!o.keep_going) return false;

@@ -93,7 +93,8 @@ struct cgen {
     if (size <= 1 || g.count >= max_nodes / 2) return (avail >= 0 && below(3) == 0) ? avail : leaf();
     const int w = below(100);
     if (w < 30) {  // one operand
-      constexpr cop ops[] = {cop::neg, cop::abs, cop::sin, cop::cos, cop::tanh, cop::sigmoid, cop::relu, cop::exp, cop::log, cop::sqrt};
+      constexpr cop ops[] = {cop::neg,     cop::abs,  cop::sin, cop::cos, cop::tanh,
+                             cop::sigmoid, cop::relu, cop::exp, cop::log, cop::sqrt};
       const cop op = ops[below(10)];
       int a = make(size - 1, avail);
       if (op == cop::exp) a = unary(cop::tanh, a);
@@ -245,7 +246,9 @@ bool run_case(const options& o, stats& st, std::uint64_t seed, const cgraph& g, 
 template <std::uint64_t Seed>
 struct graph_of {
   static constexpr cgraph g = make_graph(Seed);
-  static constexpr auto fn = [](const auto& x, const auto& y, const auto& s, const auto& w) { return expr<g, g.root>(x, y, s, w); };
+  static constexpr auto fn = [](const auto& x, const auto& y, const auto& s, const auto& w) {
+    return expr<g, g.root>(x, y, s, w);
+  };
   static D eager(const D& x, const D& y, const D& s, const D& w) { return fn(x, y, s, w); }
   static D fused(const D& x, const D& y, const D& s, const D& w) {
     static const auto f = fusegrad::compile<fusegrad::backend::fused>(fn);

@@ -3,6 +3,7 @@
 
 namespace fuzz::family {
 std::vector<entry> slice_0() {
-  return {graph_of<1>::value, graph_of<2>::value, graph_of<3>::value, graph_of<4>::value, graph_of<5>::value, graph_of<6>::value, graph_of<7>::value, graph_of<8>::value, graph_of<9>::value, graph_of<10>::value};
+  return {graph_of<1>::value, graph_of<2>::value, graph_of<3>::value, graph_of<4>::value, graph_of<5>::value,
+          graph_of<6>::value, graph_of<7>::value, graph_of<8>::value, graph_of<9>::value, graph_of<10>::value};
 }
 }  // namespace fuzz::family

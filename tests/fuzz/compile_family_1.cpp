@@ -3,6 +3,7 @@
 
 namespace fuzz::family {
 std::vector<entry> slice_1() {
-  return {graph_of<11>::value, graph_of<12>::value, graph_of<13>::value, graph_of<14>::value, graph_of<15>::value, graph_of<16>::value, graph_of<17>::value, graph_of<18>::value, graph_of<19>::value, graph_of<20>::value};
+  return {graph_of<11>::value, graph_of<12>::value, graph_of<13>::value, graph_of<14>::value, graph_of<15>::value,
+          graph_of<16>::value, graph_of<17>::value, graph_of<18>::value, graph_of<19>::value, graph_of<20>::value};
 }
 }  // namespace fuzz::family

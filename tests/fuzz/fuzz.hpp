@@ -19,13 +19,13 @@ using D = fg::tensor<double>;
 /// Command-line options of the driver (tests/fuzz/main.cpp).
 struct options {
   std::uint64_t seed = 1;
-  long graphs = 2000;      ///< run-time programs to run (<= 0: no limit but `seconds`)
-  long first = 0;          ///< index of the first run-time program (to rerun one: --first G --graphs 1)
-  double seconds = 0;      ///< stop after this long (0: no limit but `graphs`)
-  long compile_rounds = 4; ///< rounds over the compile-time family (each: new sizes and values per graph)
+  long graphs = 2000;       ///< run-time programs to run (<= 0: no limit but `seconds`)
+  long first = 0;           ///< index of the first run-time program (to rerun one: --first G --graphs 1)
+  double seconds = 0;       ///< stop after this long (0: no limit but `graphs`)
+  long compile_rounds = 4;  ///< rounds over the compile-time family (each: new sizes and values per graph)
   bool verbose = false;
   bool shrink = true;
-  bool keep_going = false; ///< report every mismatch instead of stopping at the first
+  bool keep_going = false;  ///< report every mismatch instead of stopping at the first
   bool runtime = true, compiled = true;
 };
 
@@ -42,7 +42,10 @@ struct rng {
   int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
   bool chance(double p) { return static_cast<double>(next() >> 11) * 0x1.0p-53 < p; }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  template <class V> const auto& pick(const V& v) { return v[static_cast<std::size_t>(below(static_cast<int>(std::size(v))))]; }
+  template <class V>
+  const auto& pick(const V& v) {
+    return v[static_cast<std::size_t>(below(static_cast<int>(std::size(v))))];
+  }
 };
 
 /// A tensor's values as the fuzzer compares them.
@@ -101,9 +104,9 @@ struct known_issue {
   long hits = 0;  ///< comparisons it masked in this run
 };
 std::vector<known_issue>& known_issues();
-bool masked(const char* name);          ///< whether the switch `name` is on
-void count_masked(const char* name);    ///< one comparison skipped because of `name`
-bool unmask(const std::string& name);   ///< turns one switch (or "all") off; false: no such name
+bool masked(const char* name);         ///< whether the switch `name` is on
+void count_masked(const char* name);   ///< one comparison skipped because of `name`
+bool unmask(const std::string& name);  ///< turns one switch (or "all") off; false: no such name
 
 /// Counts of one run of the fuzzer.
 struct stats {
@@ -114,7 +117,7 @@ struct stats {
   long compile_graphs = 0;  ///< compile-time graph cases (one graph on one shape/value set)
   long compile_executions = 0;
   long mismatches = 0;
-  long fd_checks = 0;       ///< run-time programs whose eager gradients matched finite differences
+  long fd_checks = 0;  ///< run-time programs whose eager gradients matched finite differences
 };
 
 /// The run-time program fuzzer (tests/fuzz/runtime_fuzz.cpp); returns false on a mismatch.

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--list-known") {
-      for (const auto& k : fuzz::known_issues()) std::printf("%-28s %s  %s\n", k.name, k.on ? "masked  " : "unmasked", k.what);
+      for (const auto& k : fuzz::known_issues())
+        std::printf("%-28s %s  %s\n", k.name, k.on ? "masked  " : "unmasked", k.what);
       return 0;
     } else {
       return usage();
@@ -83,10 +84,11 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "fusegrad_fuzz seed %llu: %ld run-time graphs (%ld invalid: eager threw) in %.1f s, %.1f graphs/s, %ld path runs "
-      "compared, %ld eager gradients against finite differences; %ld compile-time graph cases (%ld path runs) in %.2f s; %ld comparisons masked by %d known-issue "
+      "compared, %ld eager gradients against finite differences; %ld compile-time graph cases (%ld path runs) in %.2f "
+      "s; %ld comparisons masked by %d known-issue "
       "switches; %ld mismatches\n",
       static_cast<unsigned long long>(o.seed), st.graphs, st.invalid, t - t_compile,
-      t > t_compile ? static_cast<double>(st.graphs) / (t - t_compile) : 0.0, st.executions, st.fd_checks, st.compile_graphs,
-      st.compile_executions, t_compile, masked, masks, st.mismatches);
+      t > t_compile ? static_cast<double>(st.graphs) / (t - t_compile) : 0.0, st.executions, st.fd_checks,
+      st.compile_graphs, st.compile_executions, t_compile, masked, masks, st.mismatches);
   return ok ? 0 : 1;
 }

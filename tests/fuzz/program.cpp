@@ -203,11 +203,16 @@ bool is_comparison(op k) {
 /// difference across such a value sees steps of rounding, not the derivative.
 bool saturates(op k) {
   switch (k) {
-    case op::tanh: case op::sigmoid: case op::erf: case op::softplus: case op::silu: case op::gelu:
-    case op::exp: case op::expm1: case op::sinh:
-      return true;
-    default:
-      return false;
+    case op::tanh:
+    case op::sigmoid:
+    case op::erf:
+    case op::softplus:
+    case op::silu:
+    case op::gelu:
+    case op::exp:
+    case op::expm1:
+    case op::sinh: return true;
+    default: return false;
   }
 }
 
@@ -221,7 +226,8 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
     const auto r = static_cast<fg::index_t>(x.dim());
     for (std::size_t d = 0; d < x.dim(); ++d) {
       bool reduced = dims.empty();
-      for (fg::index_t k : dims) reduced = reduced || k == static_cast<fg::index_t>(d) || k + r == static_cast<fg::index_t>(d);
+      for (fg::index_t k : dims)
+        reduced = reduced || k == static_cast<fg::index_t>(d) || k + r == static_cast<fg::index_t>(d);
       if (reduced) n *= x.shape()[d];
     }
     if (n <= 1) f |= n == 0 ? f_reduce_empty : f_reduce_trivial;
@@ -231,10 +237,17 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
     const D B = i.b >= 0 ? v[static_cast<std::size_t>(i.b)] : D{};
     const D C = i.c >= 0 ? v[static_cast<std::size_t>(i.c)] : D{};
     switch (i.k) {
-      case op::sum_all: case op::mean_all: case op::max_all: reduction(A, {}); break;
-      case op::sum_dims: case op::mean_dims: case op::max_dims: reduction(A, i.dims); break;
+      case op::sum_all:
+      case op::mean_all:
+      case op::max_all: reduction(A, {}); break;
+      case op::sum_dims:
+      case op::mean_dims:
+      case op::max_dims: reduction(A, i.dims); break;
       case op::branch: reduction(B, {}); break;
-      case op::hook: case op::retain_grad: f |= p.code[static_cast<std::size_t>(i.a)].k == op::input ? f_hook_leaf : f_hook_nonleaf; break;
+      case op::hook:
+      case op::retain_grad:
+        f |= p.code[static_cast<std::size_t>(i.a)].k == op::input ? f_hook_leaf : f_hook_nonleaf;
+        break;
       default: break;
     }
     D r;
@@ -280,8 +293,14 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
         case op::bmm: r = fg::bmm(A, B); break;
         case op::linear: r = C.defined() ? fg::linear(A, B, C) : fg::linear(A, B); break;
         case op::branch: r = fg::mean(B).item() > i.s ? unary(i.u0, A, 0.5) : unary(i.u1, A, 0.5); break;
-        case op::graph_break: fg::graph_break(); r = A; break;
-        case op::hook: add_hook(i, A, log); r = A; break;
+        case op::graph_break:
+          fg::graph_break();
+          r = A;
+          break;
+        case op::hook:
+          add_hook(i, A, log);
+          r = A;
+          break;
         case op::retain_grad: {
           D t = A;
           t.retain_grad();
@@ -377,7 +396,8 @@ std::optional<symshape> matmul_shape(const symshape& a, const symshape& b) {
 
 class generator {
  public:
-  generator(std::uint64_t seed, std::uint64_t index) : r_(seed * 0x100000001B3ull + index * 0x9E3779B97F4A7C15ull + 17) {
+  generator(std::uint64_t seed, std::uint64_t index)
+      : r_(seed * 0x100000001B3ull + index * 0x9E3779B97F4A7C15ull + 17) {
     p_.seed = (seed * 1000000007ull + index) & 0xFFFFFFFFFFFFull;
   }
 
@@ -439,9 +459,16 @@ class generator {
     in.shape = std::move(s);
     in.rg = rg;
     if (special_ && r_.chance(0.6)) {
-      static constexpr double specials[] = {0.0, -0.0, std::numeric_limits<double>::infinity(),
+      static constexpr double specials[] = {0.0,
+                                            -0.0,
+                                            std::numeric_limits<double>::infinity(),
                                             -std::numeric_limits<double>::infinity(),
-                                            std::numeric_limits<double>::quiet_NaN(), 1.0, -1.0, 1e-300, 2.0, 0.5};
+                                            std::numeric_limits<double>::quiet_NaN(),
+                                            1.0,
+                                            -1.0,
+                                            1e-300,
+                                            2.0,
+                                            0.5};
       const int k = 1 + r_.below(3);
       for (int i = 0; i < k; ++i) in.specials.emplace_back(r_.uniform(), specials[r_.below(10)]);
     }
@@ -494,7 +521,8 @@ class generator {
     if (r_.chance(0.5)) s.erase(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(drop));
     for (int& d : s)
       if (r_.chance(0.25)) d = lit1;
-    if (s.size() == sh(a).size() && s.size() < 4 && r_.chance(0.15)) s.insert(s.begin(), dim_sym());  // a new leading dim
+    if (s.size() == sh(a).size() && s.size() < 4 && r_.chance(0.15))
+      s.insert(s.begin(), dim_sym());  // a new leading dim
     return new_input(s, r_.chance(0.8));
   }
 
@@ -513,11 +541,11 @@ class generator {
     instr i;
     i.a = a;
     if (w < 22) {  // element-wise, one operand
-      static constexpr op unaries[] = {op::neg, op::abs, op::sqrt, op::exp, op::log, op::sin,
+      static constexpr op unaries[] = {op::neg, op::abs,  op::sqrt,    op::exp,  op::log,  op::sin,
                                        op::cos, op::tanh, op::sigmoid, op::relu, op::step, op::sign};
-      static constexpr op library[] = {op::tan, op::atan, op::sinh, op::asinh, op::softplus, op::silu, op::gelu,
-                                       op::erf, op::log1p, op::expm1, op::square, op::reciprocal, op::rsqrt,
-                                       op::user_softsign, op::user_function};
+      static constexpr op library[] = {op::tan,    op::atan,       op::sinh,  op::asinh,         op::softplus,
+                                       op::silu,   op::gelu,       op::erf,   op::log1p,         op::expm1,
+                                       op::square, op::reciprocal, op::rsqrt, op::user_softsign, op::user_function};
       i.k = r_.chance(0.3) ? r_.pick(library) : r_.pick(unaries);
       if ((i.k == op::step || i.k == op::sign) && !ex(a)) i.k = op::tanh;  // a jump only on exact values
       if ((i.k == op::sqrt || i.k == op::log || i.k == op::log1p || i.k == op::rsqrt || i.k == op::reciprocal) &&
@@ -536,10 +564,9 @@ class generator {
       i.shape = sh(i.a);
       push(i, rg(i.a), ex(i.a));
     } else if (w < 52) {  // element-wise, two operands
-      static constexpr op binaries[] = {op::add, op::sub, op::mul, op::div, op::maximum, op::pow,
-                                        op::add, op::mul, op::sub, op::gt,  op::ge,      op::lt,
-                                        op::le,  op::eq,  op::ne,  op::minimum, op::atan2, op::hypot,
-                                        op::user_bilinear};
+      static constexpr op binaries[] = {op::add, op::sub,     op::mul,   op::div,   op::maximum,      op::pow, op::add,
+                                        op::mul, op::sub,     op::gt,    op::ge,    op::lt,           op::le,  op::eq,
+                                        op::ne,  op::minimum, op::atan2, op::hypot, op::user_bilinear};
       i.k = r_.pick(binaries);
       i.b = partner(a);
       if (r_.chance(0.5)) std::swap(i.a, i.b);
@@ -704,7 +731,8 @@ class generator {
         i.k = op::permute;
         std::vector<fg::index_t> d(r);
         std::iota(d.begin(), d.end(), 0);
-        for (std::size_t k = r - 1; k > 0; --k) std::swap(d[k], d[static_cast<std::size_t>(r_.below(static_cast<int>(k) + 1))]);
+        for (std::size_t k = r - 1; k > 0; --k)
+          std::swap(d[k], d[static_cast<std::size_t>(r_.below(static_cast<int>(k) + 1))]);
         i.dims = d;
         for (std::size_t k = 0; k < r; ++k) i.shape.push_back(sa[static_cast<std::size_t>(d[k])]);
         return push(i, rg(a), ex(a), false);
@@ -866,14 +894,20 @@ class generator {
     switch (r_.below(10)) {
       case 0: i.k = op::bad_reshape; break;
       case 1:
-        if (r == 0) { i.k = op::bad_dim; break; }
+        if (r == 0) {
+          i.k = op::bad_dim;
+          break;
+        }
         i.k = op::bad_select;
         i.i0 = rand_dim(r, false);
         i.shape.erase(i.shape.begin() + i.i0);
         break;
       case 2: i.k = op::bad_dim; break;
       case 3:
-        if (r < 2) { i.k = op::bad_reshape; break; }
+        if (r < 2) {
+          i.k = op::bad_reshape;
+          break;
+        }
         i.k = op::bad_permute;
         break;
       case 4: i.k = op::bad_item; break;  // throws unless the value has one element
@@ -881,14 +915,24 @@ class generator {
         std::vector<fg::index_t> big;
         for (std::size_t d = 0; d < r; ++d)
           if (sa[d] != lit1) big.push_back(static_cast<fg::index_t>(d));
-        if (big.empty()) { i.k = op::bad_reshape; break; }
+        if (big.empty()) {
+          i.k = op::bad_reshape;
+          break;
+        }
         i.k = op::bad_expand;  // invalid unless that dim has size 1
         i.i0 = r_.pick(big);
         break;
       }
-      case 6: i.k = op::bad_hook; i.shape = sa; push(i, false, ex(a)); return;
+      case 6:
+        i.k = op::bad_hook;
+        i.shape = sa;
+        push(i, false, ex(a));
+        return;
       case 7:
-        if (r == 0) { i.k = op::bad_dim; break; }
+        if (r == 0) {
+          i.k = op::bad_dim;
+          break;
+        }
         i.k = op::bad_sum_dup;
         i.i0 = rand_dim(r);
         i.shape.erase(i.shape.begin() + static_cast<std::ptrdiff_t>(norm(i.i0, r)));
@@ -897,7 +941,10 @@ class generator {
         std::vector<std::size_t> fr;
         for (std::size_t d = 0; d < r; ++d)
           if (sa[d] != lit1 && p_.syms[static_cast<std::size_t>(sa[d])].kind == symbol::free) fr.push_back(d);
-        if (fr.empty()) { i.k = op::bad_reshape; break; }
+        if (fr.empty()) {
+          i.k = op::bad_reshape;
+          break;
+        }
         const std::size_t d = r_.pick(fr);
         symbol plus;
         plus.kind = symbol::plus;
@@ -911,7 +958,10 @@ class generator {
         break;
       }
       default: {  // view of a non-contiguous value
-        if (r < 2) { i.k = op::bad_reshape; break; }
+        if (r < 2) {
+          i.k = op::bad_reshape;
+          break;
+        }
         instr t;
         t.k = op::transpose;
         t.a = a;
@@ -953,7 +1003,7 @@ std::vector<shape_set> make_shape_sets(const program& p) {
       const int w = r.below(100);
       fg::index_t v = sets[static_cast<std::size_t>(k) - 1][s];
       if (w < 45) v = std::max<fg::index_t>(2, draw(static_cast<int>(s) == big_sym));  // a new size >= 2: dynamic
-      else if (w < 52) v = r.below(2);                                               // 0 or 1: specialised
+      else if (w < 52) v = r.below(2);                                                 // 0 or 1: specialised
       sets[static_cast<std::size_t>(k)][s] = v;
     }
   }
@@ -1008,7 +1058,8 @@ std::string sym_text(const program& p, const symshape& s) {
     if (k) t += ", ";
     if (s[k] < 0) t += "1";
     else if (p.syms[static_cast<std::size_t>(s[k])].kind == symbol::plus)
-      t += tagged('s', p.syms[static_cast<std::size_t>(s[k])].base) + '+' + std::to_string(p.syms[static_cast<std::size_t>(s[k])].add);
+      t += tagged('s', p.syms[static_cast<std::size_t>(s[k])].base) + '+' +
+           std::to_string(p.syms[static_cast<std::size_t>(s[k])].add);
     else t += tagged('s', s[k]);
   }
   return t + "]";
@@ -1038,14 +1089,19 @@ std::string print_program(const program& p) {
         case op::sum_all: e = "fg::sum(" + A + ")"; break;
         case op::mean_all: e = "fg::mean(" + A + ")"; break;
         case op::max_all: e = "fg::max(" + A + ")"; break;
-        case op::sum_dims: case op::mean_dims: case op::max_dims:
-          e = std::string("fg::") + (i.k == op::sum_dims ? "sum" : i.k == op::mean_dims ? "mean" : "max") + "(" + A +
-              ", std::vector<fg::index_t>" + dims(i.dims) + ", " + (i.keepdim ? "true" : "false") + ")";
+        case op::sum_dims:
+        case op::mean_dims:
+        case op::max_dims:
+          e = std::string("fg::") +
+              (i.k == op::sum_dims    ? "sum"
+               : i.k == op::mean_dims ? "mean"
+                                      : "max") +
+              "(" + A + ", std::vector<fg::index_t>" + dims(i.dims) + ", " + (i.keepdim ? "true" : "false") + ")";
           break;
         case op::reshape_flat: e = A + ".reshape({-1})"; break;
         case op::reshape_merge:
-          o << "  fg::shape s" << r << " = " << A << ".shape();\n  s" << r << "[" << i.i0 << "] *= s" << r << "[" << i.i0 + 1
-            << "];\n  s" << r << ".erase(s" << r << ".begin() + " << i.i0 + 1 << ");\n";
+          o << "  fg::shape s" << r << " = " << A << ".shape();\n  s" << r << "[" << i.i0 << "] *= s" << r << "["
+            << i.i0 + 1 << "];\n  s" << r << ".erase(s" << r << ".begin() + " << i.i0 + 1 << ");\n";
           e = A + ".reshape(s" + r + ")";
           break;
         case op::view_flat: e = A + ".view({-1})"; break;
@@ -1054,7 +1110,8 @@ std::string print_program(const program& p) {
         case op::transpose: e = A + ".transpose(" + std::to_string(i.i0) + ", " + std::to_string(i.i1) + ")"; break;
         case op::select: e = A + ".select(" + std::to_string(i.i0) + ", " + std::to_string(i.i1) + ")"; break;
         case op::slice:
-          e = A + ".slice(" + std::to_string(i.i0) + ", " + std::to_string(i.i1) + ", " + std::to_string(i.i2) + ", " + std::to_string(i.i3) + ")";
+          e = A + ".slice(" + std::to_string(i.i0) + ", " + std::to_string(i.i1) + ", " + std::to_string(i.i2) + ", " +
+              std::to_string(i.i3) + ")";
           break;
         case op::unsqueeze: e = A + ".unsqueeze(" + std::to_string(i.i0) + ")"; break;
         case op::squeeze: e = A + ".squeeze(" + std::to_string(i.i0) + ")"; break;
@@ -1067,12 +1124,18 @@ std::string print_program(const program& p) {
         case op::bmm: e = "fg::bmm(" + A + ", " + B + ")"; break;
         case op::linear: e = "fg::linear(" + A + ", " + B + (C.empty() ? "" : ", " + C) + ")"; break;
         case op::branch:
-          e = "fg::mean(" + B + ").item() > " + dbl(i.s) + " ? D(" + unary_expr(i.u0, A, 0.5) + ") : D(" + unary_expr(i.u1, A, 0.5) + ")";
+          e = "fg::mean(" + B + ").item() > " + dbl(i.s) + " ? D(" + unary_expr(i.u0, A, 0.5) + ") : D(" +
+              unary_expr(i.u1, A, 0.5) + ")";
           break;
-        case op::graph_break: o << "  fg::graph_break();\n"; e = A; break;
+        case op::graph_break:
+          o << "  fg::graph_break();\n";
+          e = A;
+          break;
         case op::hook:
-          if (i.hk == hook_kind::scale) o << "  " << A << ".register_hook([](const D& g) { return g * " << dbl(i.s) << "; });\n";
-          else if (i.hk == hook_kind::scale_generic) o << "  " << A << ".register_hook([](auto g) { return g * " << dbl(i.s) << "; });\n";
+          if (i.hk == hook_kind::scale)
+            o << "  " << A << ".register_hook([](const D& g) { return g * " << dbl(i.s) << "; });\n";
+          else if (i.hk == hook_kind::scale_generic)
+            o << "  " << A << ".register_hook([](auto g) { return g * " << dbl(i.s) << "; });\n";
           else
             o << "  " << (i.hk == hook_kind::removed ? "auto id" + r + " = " : "") << A
               << ".register_hook([](const D& g) { double s = 0; for (double e : g.to_vector()) s += e; "
@@ -1080,10 +1143,15 @@ std::string print_program(const program& p) {
               << (i.hk == hook_kind::removed ? "  " + A + ".remove_hook(id" + r + ");\n" : "");
           e = A;
           break;
-        case op::retain_grad: o << "  " << A << ".retain_grad();\n  retained[" << i.slot << "] = " << A << ";\n"; e = A; break;
+        case op::retain_grad:
+          o << "  " << A << ".retain_grad();\n  retained[" << i.slot << "] = " << A << ";\n";
+          e = A;
+          break;
         case op::input: e = "in[" + std::to_string(i.slot) + "]"; break;
         case op::bad_reshape: e = A + ".reshape({" + A + ".numel() + 1})"; break;
-        case op::bad_select: e = A + ".select(" + std::to_string(i.i0) + ", " + A + ".size(" + std::to_string(i.i0) + "))"; break;
+        case op::bad_select:
+          e = A + ".select(" + std::to_string(i.i0) + ", " + A + ".size(" + std::to_string(i.i0) + "))";
+          break;
         case op::bad_dim: e = "fg::sum(" + A + ", fg::index_t(" + A + ".dim()) + 1)"; break;
         case op::bad_permute: e = A + ".permute(std::vector<fg::index_t>(" + A + ".dim(), 0))"; break;
         case op::bad_item: e = A + " * " + A + ".item()"; break;
@@ -1092,10 +1160,14 @@ std::string print_program(const program& p) {
           e = A + ".expand(s" + r + ")";
           break;
         case op::bad_hook:
-          o << "  D d" << r << " = " << A << ".detach();\n  d" << r << ".register_hook([](const D& g) { return g; });\n";
+          o << "  D d" << r << " = " << A << ".detach();\n  d" << r
+            << ".register_hook([](const D& g) { return g; });\n";
           e = "d" + r;
           break;
-        case op::bad_sum_dup: e = "fg::sum(" + A + ", std::vector<fg::index_t>{" + std::to_string(i.i0) + ", " + std::to_string(i.i0) + "})"; break;
+        case op::bad_sum_dup:
+          e = "fg::sum(" + A + ", std::vector<fg::index_t>{" + std::to_string(i.i0) + ", " + std::to_string(i.i0) +
+              "})";
+          break;
         case op::bad_view: e = A + ".view({-1})"; break;
         default: e = "?";
       }
@@ -1117,7 +1189,8 @@ std::string print_reproducer(const program& p, const std::vector<shape_set>& set
                              const path_desc& path, const std::string& why) {
   std::ostringstream o;
   o << "// fusegrad fuzz reproducer: program seed " << p.seed << ", path " << path.name << "\n// " << why << "\n";
-  o << "#include <cmath>\n#include <cstdio>\n#include <iomanip>\n#include <iostream>\n#include <vector>\n#include <fusegrad/fusegrad.hpp>\n"
+  o << "#include <cmath>\n#include <cstdio>\n#include <iomanip>\n#include <iostream>\n#include <vector>\n#include "
+       "<fusegrad/fusegrad.hpp>\n"
        "namespace fg = fusegrad;\nusing D = fg::tensor<double>;\n\n";
   o << user_ops_source << "\n\n";
   o << print_program(p) << "\n";
@@ -1135,7 +1208,8 @@ std::string print_reproducer(const program& p, const std::vector<shape_set>& set
     o << "  if (set == " << k << ") {\n";
     for (std::size_t i = 0; i < p.inputs.size(); ++i) {
       const fg::shape s = concrete(p, sets[k], p.inputs[i].shape);
-      o << "    in.push_back(fg::randn<double>(" << format_shape(s) << ", " << input_seed(p, i, static_cast<int>(k)) << "));\n";
+      o << "    in.push_back(fg::randn<double>(" << format_shape(s) << ", " << input_seed(p, i, static_cast<int>(k))
+        << "));\n";
       const fg::index_t n = fg::numel(s);
       if (n > 0)
         for (const auto& [pos, val] : p.inputs[i].specials)
@@ -1148,22 +1222,25 @@ std::string print_reproducer(const program& p, const std::vector<shape_set>& set
   o << "// Runs the program on the inputs of `set`: eagerly, or through the path; prints outputs and gradients.\n"
        "void run(int set, bool through_path) {\n";
   if (path.jit)
-    o << "  static auto jitted = fg::jit(program" << (path.jit_eager_backend ? ", {.backend = fg::jit_backend::eager}" : "") << ");\n";
+    o << "  static auto jitted = fg::jit(program"
+      << (path.jit_eager_backend ? ", {.backend = fg::jit_backend::eager}" : "") << ");\n";
   o << "  std::vector<D> in = inputs(set);\n  try {\n";
   o << "    std::vector<D> out = " << (path.jit ? "through_path ? jitted(in) : program(in)" : "program(in)") << ";\n";
   o << "    D loss;\n    for (std::size_t i = 0; i < " << p.outputs.size()
     << "; ++i) {\n      if (!out[i].requires_grad()) continue;\n"
        "      D w = fg::randn<double>(out[i].shape(), ("
-    << p.seed << "ull * 31u + i * 977u + 5u) % 1000000007u);\n      D l = fg::sum(out[i] * w);\n"
+    << p.seed
+    << "ull * 31u + i * 977u + 5u) % 1000000007u);\n      D l = fg::sum(out[i] * w);\n"
        "      loss = loss.defined() ? D(loss + l) : l;\n    }\n";
   if (path.ca)
     o << "    if (loss.defined() && through_path) {\n      fg::compiled_autograd::enable on"
-      << (path.ca == 2 ? "(fg::backend::aot_eager{})" : "") << ";\n      loss.backward();\n    } else if (loss.defined()) {\n"
+      << (path.ca == 2 ? "(fg::backend::aot_eager{})" : "")
+      << ";\n      loss.backward();\n    } else if (loss.defined()) {\n"
       << "      loss.backward();\n    }\n";
-  else
-    o << "    if (loss.defined()) loss.backward();\n";
+  else o << "    if (loss.defined()) loss.backward();\n";
   o << "    for (std::size_t i = 0; i < out.size(); ++i) std::cout << \"out \" << i << \": \" << out[i] << \"\\n\";\n"
-       "    for (std::size_t i = 0; i < in.size(); ++i) std::cout << \"grad of input \" << i << \": \" << in[i].grad() << \"\\n\";\n"
+       "    for (std::size_t i = 0; i < in.size(); ++i) std::cout << \"grad of input \" << i << \": \" << in[i].grad() "
+       "<< \"\\n\";\n"
        "  } catch (const std::exception& e) {\n    std::printf(\"threw: %s\\n\", e.what());\n  }\n}\n\n";
   o << "int main() {\n  std::cout << std::setprecision(17);\n  for (int set : {";
   for (std::size_t k = 0; k < calls.size(); ++k) o << (k ? ", " : "") << calls[k];

@@ -63,14 +63,14 @@ struct symbol {
 
 struct instr {
   op k{};
-  int a = -1, b = -1, c = -1;       ///< operands (value indices)
-  double s = 0;                     ///< scalar (and a branch's threshold, a hook's factor)
-  std::vector<fg::index_t> dims;    ///< reduced or permuted dims
+  int a = -1, b = -1, c = -1;     ///< operands (value indices)
+  double s = 0;                   ///< scalar (and a branch's threshold, a hook's factor)
+  std::vector<fg::index_t> dims;  ///< reduced or permuted dims
   bool keepdim = false;
   fg::index_t i0 = 0, i1 = 0, i2 = 0, i3 = 1;  ///< dims, indices, slice bounds and step
-  op u0 = op::neg, u1 = op::neg;    ///< a branch's two arms (element-wise, one operand)
+  op u0 = op::neg, u1 = op::neg;               ///< a branch's two arms (element-wise, one operand)
   hook_kind hk = hook_kind::scale;
-  int slot = -1;                    ///< an input's index, an observing hook's slot, a retained tensor's slot
+  int slot = -1;  ///< an input's index, an observing hook's slot, a retained tensor's slot
   // what the generator knows of the result
   symshape shape;
   bool rg = false, exact = true, contig = true;

@@ -54,7 +54,8 @@ outcome execute(const program& p, const shape_set& ss, int set_index, const path
     D loss;
     for (std::size_t k = 0; k < p.outputs.size(); ++k) {
       r.outs.push_back(snapshot(out[k]));
-      const bool in_loss = ref && !ref->threw && k < ref->outs.size() ? ref->outs[k].requires_grad : out[k].requires_grad();
+      const bool in_loss =
+          ref && !ref->threw && k < ref->outs.size() ? ref->outs[k].requires_grad : out[k].requires_grad();
       if (!in_loss) continue;
       D l = fg::sum(out[k] * loss_weight(p, k, out[k].shape()));
       loss = loss.defined() ? D(loss + l) : l;
@@ -100,8 +101,8 @@ std::string differ(const program& p, const outcome& want, const outcome& got) {
     const bool exact = p.exact_of(p.outputs[k]);
     if (want.outs[k].requires_grad != got.outs[k].requires_grad)
       return "requires_grad: output " + std::to_string(k) + " (v" + std::to_string(p.outputs[k]) + ") requires_grad " +
-             (want.outs[k].requires_grad ? "true" : "false") + " eagerly, " + (got.outs[k].requires_grad ? "true" : "false") +
-             " on the path";
+             (want.outs[k].requires_grad ? "true" : "false") + " eagerly, " +
+             (got.outs[k].requires_grad ? "true" : "false") + " on the path";
     if (const std::string d = compare(want.outs[k], got.outs[k], {exact, 1e-9}); !d.empty())
       return std::string(exact ? "value (bitwise)" : "value") + ": output " + std::to_string(k) + " (v" +
              std::to_string(p.outputs[k]) + "): " + d;
@@ -128,7 +129,8 @@ std::string differ(const program& p, const outcome& want, const outcome& got) {
   for (std::size_t k = 0; k < want.grads.size(); ++k)
     if (zeros_or_undefined(want.grads[k], got.grads[k]) || regrouped(want.grads[k], got.grads[k])) continue;
     else if (auto d = compare(want.grads[k], got.grads[k], {false, 1e-8, true, noise}); !d.empty())
-      return std::string(want.grads[k].defined != got.grads[k].defined ? "grad defined" : "grad") + ": input " + std::to_string(k) + ": " + d;
+      return std::string(want.grads[k].defined != got.grads[k].defined ? "grad defined" : "grad") + ": input " +
+             std::to_string(k) + ": " + d;
   for (std::size_t k = 0; k < want.retained_grads.size(); ++k)
     if (zeros_or_undefined(want.retained_grads[k], got.retained_grads[k]) ||
         regrouped(want.retained_grads[k], got.retained_grads[k]))
@@ -153,7 +155,8 @@ std::string differ(const program& p, const outcome& want, const outcome& got) {
       x.defined = y.defined = true;
       x.v = {a[i]};
       y.v = {b[i]};
-      if (auto d = compare(x, y, {false, 1e-8, true}); !d.empty()) return "hook: observing hook " + std::to_string(k) + " saw " + d;
+      if (auto d = compare(x, y, {false, 1e-8, true}); !d.empty())
+        return "hook: observing hook " + std::to_string(k) + " saw " + d;
     }
   }
   return "";
@@ -213,8 +216,9 @@ bool smooth(const program& p) {
 /// The second oracle, for eager itself (the paths are compared with eager, so a wrong eager
 /// gradient that every path shares would pass them all; found so: linear's backward on a
 /// permuted gradient): along a random direction v over the inputs that take a gradient, the
-/// central difference of the loss against the sum of <grad, v> of an eager run on shape set 0. Tried at three steps: a mismatch at all three whose differences agree with each
-/// other is reported ("" if none); `checks` counts the comparisons made.
+/// central difference of the loss against the sum of <grad, v> of an eager run on shape set 0. Tried at three steps: a
+/// mismatch at all three whose differences agree with each other is reported ("" if none); `checks` counts the
+/// comparisons made.
 std::string finite_difference_mismatch(const program& p0, const shape_set& ss, long* checks) {
   // Without the special input values (inf, nan, zeros: no derivative to check there), run
   // eagerly as the reference runs.
@@ -262,9 +266,7 @@ std::string finite_difference_mismatch(const program& p0, const shape_set& ss, l
       for (std::size_t k = 0; k < p.outputs.size(); ++k)
         if (ref.outs[k].requires_grad) l += fg::sum(out[k] * loss_weight(p, k, out[k].shape())).item();
       return l;
-    } catch (const std::exception&) {
-      return std::numeric_limits<double>::quiet_NaN();
-    }
+    } catch (const std::exception&) { return std::numeric_limits<double>::quiet_NaN(); }
   };
   // Truncation (h^2 times a third derivative) within 1e-5 of the terms' size, rounding of the
   // loss (its size times 1e-14) over the step.
@@ -303,9 +305,9 @@ struct checker {
     std::optional<jitted> jf;
     if (pl.path.jit)
       jf.emplace(jit_body{&p, &log}, fg::jit_options{.recompile_limit = 8,
-                                                      .name = "fuzz",
-                                                      .backend = pl.path.jit_eager_backend ? fg::jit_backend::eager
-                                                                                           : fg::jit_backend::fused});
+                                                     .name = "fuzz",
+                                                     .backend = pl.path.jit_eager_backend ? fg::jit_backend::eager
+                                                                                          : fg::jit_backend::fused});
     for (std::size_t c = 0; c < pl.calls.size(); ++c) {
       const int s = pl.calls[c];
       const outcome& ref = refs[static_cast<std::size_t>(s)];

@@ -8,45 +8,45 @@
 
 // softsign(x) = x / (1 + |x|); fuzz_bilinear(a, b) = a b + s a, with one scalar of state;
 // softclip, the same function as softsign written as an fg::function with its own backward.
-#define FUZZ_USER_OPS                                                                            \
-  struct fuzz_softsign_op {                                                                      \
-    static constexpr std::string_view name = "fuzz_softsign", grad_fn = "FuzzSoftsignBackward";  \
-    template <class V>                                                                           \
-    V value(const V& x) const {                                                                  \
-      using std::abs;                                                                            \
-      using xsimd::abs;                                                                          \
-      return x / (abs(x) + V(1));                                                                \
-    }                                                                                            \
-    template <class V>                                                                           \
-    auto derivative(const V& x, const V&, const V& g) const {                                    \
-      const auto d = fusegrad::abs(x) + 1.0;                                                     \
-      return g / (d * d);                                                                        \
-    }                                                                                            \
-  };                                                                                             \
-  struct fuzz_bilinear_op {                                                                      \
-    double s;                                                                                    \
-    static constexpr std::string_view name = "fuzz_bilinear", grad_fn = "FuzzBilinearBackward";  \
-    template <class V>                                                                           \
-    V value(const V& a, const V& b) const {                                                      \
-      return a * b + V(s) * a;                                                                   \
-    }                                                                                            \
-    template <class V>                                                                           \
-    auto da(const V&, const V& b, const V&, const V& g) const {                                  \
-      return g * (b + s);                                                                        \
-    }                                                                                            \
-    template <class V>                                                                           \
-    auto db(const V& a, const V&, const V&, const V& g) const {                                  \
-      return g * a;                                                                              \
-    }                                                                                            \
-  };                                                                                             \
-  struct fuzz_softclip_fn {                                                                      \
-    static constexpr std::string_view name = "FuzzSoftclipBackward";                             \
-    static auto forward(const auto& x) { return x / (fusegrad::abs(x) + 1.0); }                  \
-    static auto backward(const auto& saved, const auto& grad) {                                  \
-      const auto& [x] = saved;                                                                   \
-      const auto d = fusegrad::abs(x) + 1.0;                                                     \
-      return grad / (d * d);                                                                     \
-    }                                                                                            \
+#define FUZZ_USER_OPS                                                                           \
+  struct fuzz_softsign_op {                                                                     \
+    static constexpr std::string_view name = "fuzz_softsign", grad_fn = "FuzzSoftsignBackward"; \
+    template <class V>                                                                          \
+    V value(const V& x) const {                                                                 \
+      using std::abs;                                                                           \
+      using xsimd::abs;                                                                         \
+      return x / (abs(x) + V(1));                                                               \
+    }                                                                                           \
+    template <class V>                                                                          \
+    auto derivative(const V& x, const V&, const V& g) const {                                   \
+      const auto d = fusegrad::abs(x) + 1.0;                                                    \
+      return g / (d * d);                                                                       \
+    }                                                                                           \
+  };                                                                                            \
+  struct fuzz_bilinear_op {                                                                     \
+    double s;                                                                                   \
+    static constexpr std::string_view name = "fuzz_bilinear", grad_fn = "FuzzBilinearBackward"; \
+    template <class V>                                                                          \
+    V value(const V& a, const V& b) const {                                                     \
+      return a * b + V(s) * a;                                                                  \
+    }                                                                                           \
+    template <class V>                                                                          \
+    auto da(const V&, const V& b, const V&, const V& g) const {                                 \
+      return g * (b + s);                                                                       \
+    }                                                                                           \
+    template <class V>                                                                          \
+    auto db(const V& a, const V&, const V&, const V& g) const {                                 \
+      return g * a;                                                                             \
+    }                                                                                           \
+  };                                                                                            \
+  struct fuzz_softclip_fn {                                                                     \
+    static constexpr std::string_view name = "FuzzSoftclipBackward";                            \
+    static auto forward(const auto& x) { return x / (fusegrad::abs(x) + 1.0); }                 \
+    static auto backward(const auto& saved, const auto& grad) {                                 \
+      const auto& [x] = saved;                                                                  \
+      const auto d = fusegrad::abs(x) + 1.0;                                                    \
+      return grad / (d * d);                                                                    \
+    }                                                                                           \
   };
 
 namespace fuzz {

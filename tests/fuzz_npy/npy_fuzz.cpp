@@ -29,8 +29,7 @@ template <class T>
 void load(std::span<const std::byte> bytes, const fg::nn::named_tensors<T>& params) {
   try {
     fg::nn::detail::load_bytes<T>(bytes, path, params);
-  } catch (const fg::error&) {
-  }
+  } catch (const fg::error&) {}
 }
 
 }  // namespace
@@ -38,12 +37,12 @@ void load(std::span<const std::byte> bytes, const fg::nn::named_tensors<T>& para
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const fg::nn::named_tensors<float> wb = {{"w", fg::zeros<float>({2, 3})}, {"b", fg::zeros<float>({2})}};
   static const fg::nn::named_tensors<float> scalar_empty = {{"s", fg::zeros<float>({})}, {"e", fg::zeros<float>({0})}};
-  static const fg::nn::named_tensors<double> weight_bias = {{"weight", fg::zeros<double>({3, 2})}, {"bias", fg::zeros<double>({3})}};
+  static const fg::nn::named_tensors<double> weight_bias = {{"weight", fg::zeros<double>({3, 2})},
+                                                            {"bias", fg::zeros<double>({3})}};
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   try {
     walk(bytes);
-  } catch (const fg::error&) {
-  }
+  } catch (const fg::error&) {}
   load(bytes, wb);
   load(bytes, scalar_empty);
   load(bytes, weight_bias);

@@ -94,7 +94,8 @@ double max_diff(const std::vector<fg::tensor<T>>& a, const std::vector<fg::tenso
   double d = 0;
   for (std::size_t k = 0; k < a.size(); ++k) {
     const auto x = a[k].to_vector(), y = b[k].to_vector();
-    for (std::size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(static_cast<double>(x[i]) - static_cast<double>(y[i])));
+    for (std::size_t i = 0; i < x.size(); ++i)
+      d = std::max(d, std::abs(static_cast<double>(x[i]) - static_cast<double>(y[i])));
   }
   return d;
 }
@@ -171,7 +172,8 @@ void equivalence(const char* name, bool compiled, dist::data_parallel_options o)
   if (!compiled) return;
   std::size_t hooks = 0;
   for (auto at = graph.find("call_hook("); at != std::string::npos; at = graph.find("call_hook(", at + 1)) ++hooks;
-  check(hooks == ps.size(), n + ": the captured backward holds one call_hook per parameter (found " + std::to_string(hooks) + ")");
+  check(hooks == ps.size(),
+        n + ": the captured backward holds one call_hook per parameter (found " + std::to_string(hooks) + ")");
   const auto c = fg::counters();
   check(c.compiled_autograd_captures == 1 && c.compiled_autograd_hits == steps - 1,
         n + ": one capture, then cache hits (captures " + std::to_string(c.compiled_autograd_captures) + ", hits " +
@@ -212,7 +214,8 @@ void accumulation(bool compiled) {
     check(max_diff(ps, rp) <= tolerance<T>, "accumulation: .grad() sums the averages of the backwards");
     check(same_as_rank0(ps), "accumulation: parameters identical on every rank");
     local_loss(m, 0).backward();
-    check(throws_with([&] { local_loss(m, 1).backward(); }, "arrived twice"), "a second backward before finish() throws");
+    check(throws_with([&] { local_loss(m, 1).backward(); }, "arrived twice"),
+          "a second backward before finish() throws");
   }  // the half-done round ends alike on every rank
 }
 
@@ -224,12 +227,15 @@ void mismatched_lists() {
   {
     auto ps = mlp<float>(7).parameters();
     if (rank == last) ps.push_back(fg::zeros<float>({3}).requires_grad(true));
-    check(throws_with([&] { dist::data_parallel<float> dp(ps); }, "rank " + r + " has 5 parameters, rank 0 has 4"), "count mismatch");
+    check(throws_with([&] { dist::data_parallel<float> dp(ps); }, "rank " + r + " has 5 parameters, rank 0 has 4"),
+          "count mismatch");
   }
   {
     auto ps = mlp<float>(7).parameters();
     if (rank == last) ps[0] = fg::zeros<float>({hidden, in + 1}).requires_grad(true);
-    check(throws_with([&] { dist::data_parallel<float> dp(ps); }, "parameter 0 is [16, 9] float requires_grad on rank " + r), "shape mismatch");
+    check(throws_with([&] { dist::data_parallel<float> dp(ps); },
+                      "parameter 0 is [16, 9] float requires_grad on rank " + r),
+          "shape mismatch");
   }
   {
     auto pf = mlp<float>(7).parameters();
@@ -269,7 +275,8 @@ void bad_steps() {
   auto loss = local_loss(m, 1);
   if (rank == last) loss = loss * std::numeric_limits<T>::quiet_NaN();
   loss.backward();
-  check(throws_with([&] { dp.finish(); }, "rank " + r + " had a NaN or infinite gradient at step 2"), "NaN on one rank");
+  check(throws_with([&] { dp.finish(); }, "rank " + r + " had a NaN or infinite gradient at step 2"),
+        "NaN on one rank");
   check(grads_of(ps) == before, "NaN: no gradient changed");
 
   if (rank == last) ps[2].requires_grad(false);
@@ -278,7 +285,8 @@ void bad_steps() {
   if (rank == last) ps[2].requires_grad(true);
 
   if (rank != last) local_loss(m, 3).backward();
-  check(throws_with([&] { dp.finish(); }, "rank " + r + " called finish() without a backward at step 4"), "no backward on one rank");
+  check(throws_with([&] { dp.finish(); }, "rank " + r + " called finish() without a backward at step 4"),
+        "no backward on one rank");
 
   local_loss(m, 4).backward();
   dp.finish();
@@ -335,10 +343,9 @@ void exception_on_one_rank() {
       dp.finish();
     }
   } catch (const fg::error& e) {
-    reported = rank != last && std::string(e.what()).find("rank " + std::to_string(last) + " left") != std::string::npos;
-  } catch (const std::runtime_error&) {
-    reported = rank == last;
-  }
+    reported =
+        rank != last && std::string(e.what()).find("rank " + std::to_string(last) + " left") != std::string::npos;
+  } catch (const std::runtime_error&) { reported = rank == last; }
   check(reported, "an exception on one rank: an error on every other rank");
 }
 

@@ -19,8 +19,10 @@ namespace opinfo {
 
 namespace fg = fusegrad;
 using fg::index_t;
-template <class E, std::size_t N> using tensors = std::array<fg::tensor<E>, N>;
-template <std::size_t N> using shapes = std::array<fg::shape, N>;
+template <class E, std::size_t N>
+using tensors = std::array<fg::tensor<E>, N>;
+template <std::size_t N>
+using shapes = std::array<fg::shape, N>;
 
 inline index_t count(const fg::shape& s) {
   index_t n = 1;
@@ -51,8 +53,8 @@ auto fn_of(const Info& e) {
 
 template <class F, class T, std::size_t N>
 decltype(auto) call(const F& f, const std::array<T, N>& x) {
-  return [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) { return f(x[I]...); }(
-      std::make_index_sequence<N>{});
+  return [&]<std::size_t... I>(std::index_sequence<I...>)->decltype(auto) { return f(x[I]...); }
+  (std::make_index_sequence<N>{});
 }
 
 /// The broadcast shape of `ss`, and for each of its elements the linear index into each operand.
@@ -60,7 +62,9 @@ template <std::size_t N>
 std::vector<std::array<index_t, N>> broadcast_index(const shapes<N>& ss, fg::shape& out) {
   std::size_t rank = 0;
   for (const auto& s : ss) rank = std::max(rank, s.size());
-  auto size_in = [rank](const fg::shape& s, std::size_t d) { return d < rank - s.size() ? index_t{1} : s[d - (rank - s.size())]; };
+  auto size_in = [rank](const fg::shape& s, std::size_t d) {
+    return d < rank - s.size() ? index_t{1} : s[d - (rank - s.size())];
+  };
   out.assign(rank, 1);
   for (std::size_t d = 0; d < rank; ++d)
     for (const auto& s : ss)
@@ -76,7 +80,8 @@ std::vector<std::array<index_t, N>> broadcast_index(const shapes<N>& ss, fg::sha
     std::array<index_t, N> at{};
     for (std::size_t k = 0; k < N; ++k) {
       index_t li = 0;
-      for (std::size_t d = rank - ss[k].size(); d < rank; ++d) li = li * size_in(ss[k], d) + (size_in(ss[k], d) == 1 ? 0 : idx[d]);
+      for (std::size_t d = rank - ss[k].size(); d < rank; ++d)
+        li = li * size_in(ss[k], d) + (size_in(ss[k], d) == 1 ? 0 : idx[d]);
       at[k] = li;
     }
     r.push_back(at);
@@ -93,7 +98,8 @@ bool matches(E got, long double want, double tol) {
   if (std::isnan(w)) return std::isnan(got);
   if (std::isinf(w) || std::isinf(got)) return got == w;
   if (w == 0 && got == 0) return true;
-  return std::abs(static_cast<double>(got) - static_cast<double>(want)) <= tol * std::max(1.0, std::abs(static_cast<double>(want)));
+  return std::abs(static_cast<double>(got) - static_cast<double>(want)) <=
+         tol * std::max(1.0, std::abs(static_cast<double>(want)));
 }
 /// Bitwise equality (any NaN matches any NaN).
 template <class E>
@@ -172,12 +178,36 @@ std::vector<std::array<double, Info::arity>> mixed_values(const Info& e) {
     for (std::size_t k = 0; k < Info::arity; ++k) a[k] = s.x[k];
     r.push_back(a);
   }
-  const double extra[] = {0.0, -0.0, inf, -inf, nan, 1e-30, -1e-30, 1e-310, 3e4, -3e4, 1e30, -2e38, 1.5707963267948966,
-                          4.71238898038469, 100.0, 709.0, -745.0, 1e6, 0.5, -0.5, 1.0, -1.0, 2.0, 20.5, 1e15};
+  const double extra[] = {0.0,
+                          -0.0,
+                          inf,
+                          -inf,
+                          nan,
+                          1e-30,
+                          -1e-30,
+                          1e-310,
+                          3e4,
+                          -3e4,
+                          1e30,
+                          -2e38,
+                          1.5707963267948966,
+                          4.71238898038469,
+                          100.0,
+                          709.0,
+                          -745.0,
+                          1e6,
+                          0.5,
+                          -0.5,
+                          1.0,
+                          -1.0,
+                          2.0,
+                          20.5,
+                          1e15};
   std::size_t i = 0;
   for (double v : extra) {
     std::array<double, Info::arity> a{};
-    for (std::size_t k = 0; k < Info::arity; ++k) a[k] = e.dom[k].mask ? (i + k) % 3 == 0 : (k == 0 ? v : extra[(i * 7 + k * 5) % std::size(extra)]);
+    for (std::size_t k = 0; k < Info::arity; ++k)
+      a[k] = e.dom[k].mask ? (i + k) % 3 == 0 : (k == 0 ? v : extra[(i * 7 + k * 5) % std::size(extra)]);
     r.push_back(a);
     ++i;
   }
@@ -219,8 +249,10 @@ tensors<double, Info::arity> smooth_inputs(const Info& e, const shapes<Info::ari
         for (std::size_t k = 0; k < Info::arity; ++k) p[k] = v[k][static_cast<std::size_t>(at[k])];
         if (!e.avoid(p)) continue;
         clean = false;
-        const std::size_t k = Info::arity == 1 || e.dom[0].mask ? Info::arity - 1 : static_cast<std::size_t>(round) % Info::arity;
-        v[k][static_cast<std::size_t>(at[k])] = sample_values(e.dom[k], {1}, seed + 1000 + static_cast<std::uint64_t>(round) * 7 + at[k])[0];
+        const std::size_t k =
+            Info::arity == 1 || e.dom[0].mask ? Info::arity - 1 : static_cast<std::size_t>(round) % Info::arity;
+        v[k][static_cast<std::size_t>(at[k])] =
+            sample_values(e.dom[k], {1}, seed + 1000 + static_cast<std::uint64_t>(round) * 7 + at[k])[0];
       }
       if (clean) break;
     }

@@ -40,10 +40,20 @@ struct grad_special {
 /// One op: `f` is a generic callable over fusegrad operands (tensors, expressions, IR
 /// values), `ref` the reference per element in long double (the C library where it has the
 /// function), `arity` operands.
-template <std::size_t N> struct ref_of;
-template <> struct ref_of<1> { using type = long double (*)(long double); };
-template <> struct ref_of<2> { using type = long double (*)(long double, long double); };
-template <> struct ref_of<3> { using type = long double (*)(long double, long double, long double); };
+template <std::size_t N>
+struct ref_of;
+template <>
+struct ref_of<1> {
+  using type = long double (*)(long double);
+};
+template <>
+struct ref_of<2> {
+  using type = long double (*)(long double, long double);
+};
+template <>
+struct ref_of<3> {
+  using type = long double (*)(long double, long double, long double);
+};
 
 template <std::size_t N, class F>
 struct info {
@@ -56,18 +66,37 @@ struct info {
   F f;
   ref_t ref;
   std::array<domain, N> dom{};
-  bool (*avoid)(const double*) = nullptr;  ///< samples to skip (kinks, poles) in gradchecks
+  bool (*avoid)(const double*) = nullptr;       ///< samples to skip (kinks, poles) in gradchecks
   double tol_float = 2e-6, tol_double = 1e-13;  ///< relative, absolute below magnitude 1
   std::vector<special> specials{};
   std::vector<grad_special> grad_specials{};
   std::string_view note{};  ///< where fusegrad differs from PyTorch, and why (docs/ops.md)
 
-  info& domains(std::array<domain, N> d) { dom = d; return *this; }
-  info& skip(bool (*p)(const double*)) { avoid = p; return *this; }
-  info& tol(double f_, double d_) { tol_float = f_; tol_double = d_; return *this; }
-  info& edges(std::vector<special> s) { specials = std::move(s); return *this; }
-  info& grad_edges(std::vector<grad_special> s) { grad_specials = std::move(s); return *this; }
-  info& differs(std::string_view n) { note = n; return *this; }
+  info& domains(std::array<domain, N> d) {
+    dom = d;
+    return *this;
+  }
+  info& skip(bool (*p)(const double*)) {
+    avoid = p;
+    return *this;
+  }
+  info& tol(double f_, double d_) {
+    tol_float = f_;
+    tol_double = d_;
+    return *this;
+  }
+  info& edges(std::vector<special> s) {
+    specials = std::move(s);
+    return *this;
+  }
+  info& grad_edges(std::vector<grad_special> s) {
+    grad_specials = std::move(s);
+    return *this;
+  }
+  info& differs(std::string_view n) {
+    note = n;
+    return *this;
+  }
 };
 
 template <std::size_t N, class F, class R>

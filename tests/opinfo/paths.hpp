@@ -51,7 +51,8 @@ void same(std::string path, const run_result<E, N>& want, const run_result<E, N>
     if (want.grads[k].shape() == want.y.shape())
       CHECK_MESSAGE(first_bit_diff(a, b).empty(), "gradient: " << first_bit_diff(a, b));
     else
-      CHECK_MESSAGE(normwise(a, b) <= (std::is_same_v<E, float> ? 1e-6 : 1e-15), "gradient of a broadcast operand: " << first_bit_diff(a, b));
+      CHECK_MESSAGE(normwise(a, b) <= (std::is_same_v<E, float> ? 1e-6 : 1e-15),
+                    "gradient of a broadcast operand: " << first_bit_diff(a, b));
   }
 }
 
@@ -94,4 +95,3 @@ void all_paths() {
   });
 }
 }  // namespace opinfo
-

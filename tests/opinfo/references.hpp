@@ -24,7 +24,8 @@ inline long double digamma(long double x) {
   }
   const long double z = 1 / (x * x);  // ψ ~ ln x - 1/2x - Σ B2k / (2k x^2k)
   return r + std::log(x) - 0.5L / x -
-         z * (1.0L / 12 - z * (1.0L / 120 - z * (1.0L / 252 - z * (1.0L / 240 - z * (1.0L / 132 - z * (691.0L / 32760 - z / 12))))));
+         z * (1.0L / 12 - z * (1.0L / 120 -
+                               z * (1.0L / 252 - z * (1.0L / 240 - z * (1.0L / 132 - z * (691.0L / 32760 - z / 12))))));
 }
 
 inline long double trigamma(long double x) {

@@ -19,14 +19,19 @@ namespace fg = fusegrad;
 
 // f: a generic lambda of x (unary), a, b (binary) or c, a, b (ternary); ref: long double v,
 // (a, b) or (c, a, b).
-#define FG_OP1(name, call, deriv, expr, reference) \
-  make<1>(name, call, deriv, [](const auto& x) { return expr; }, []([[maybe_unused]] long double v) -> long double { return reference; })
-#define FG_OP2(name, call, deriv, expr, reference)                                          \
-  make<2>(name, call, deriv, [](const auto& a, const auto& b) { return expr; },             \
-          []([[maybe_unused]] long double a, [[maybe_unused]] long double b) -> long double { return reference; })
-#define FG_OP3(name, call, deriv, expr, reference)                                          \
-  make<3>(name, call, deriv, [](const auto& c, const auto& a, const auto& b) { return expr; }, \
-          []([[maybe_unused]] long double c, [[maybe_unused]] long double a, [[maybe_unused]] long double b) -> long double { return reference; })
+#define FG_OP1(name, call, deriv, expr, reference)           \
+  make<1>(                                                   \
+      name, call, deriv, [](const auto& x) { return expr; }, \
+      []([[maybe_unused]] long double v) -> long double { return reference; })
+#define FG_OP2(name, call, deriv, expr, reference)                          \
+  make<2>(                                                                  \
+      name, call, deriv, [](const auto& a, const auto& b) { return expr; }, \
+      []([[maybe_unused]] long double a, [[maybe_unused]] long double b) -> long double { return reference; })
+#define FG_OP3(name, call, deriv, expr, reference)                                         \
+  make<3>(                                                                                 \
+      name, call, deriv, [](const auto& c, const auto& a, const auto& b) { return expr; }, \
+      []([[maybe_unused]] long double c, [[maybe_unused]] long double a,                   \
+         [[maybe_unused]] long double b) -> long double { return reference; })
 
 inline bool near_int(double v, double step = 1.0) { return std::abs(v / step - std::round(v / step)) < 0.05 / step; }
 
@@ -66,7 +71,9 @@ inline const auto& registry() {
       FG_OP1("pow_scalar_half", "pow(x, 0.5)", "0.5 x^-0.5", fg::pow(x, 0.5), std::pow(v, 0.5L))
           .domains({pos})
           .edges({{{-inf}, inf}, {{-0.0}, 0}, {{-1}, nan}}),
-      FG_OP1("pow_scalar_0", "pow(x, 0)", "0", fg::pow(x, 0.0), 1).edges({{{nan}, 1}, {{0}, 1}, {{inf}, 1}}).grad_edges({{{0}, {0}}}),
+      FG_OP1("pow_scalar_0", "pow(x, 0)", "0", fg::pow(x, 0.0), 1)
+          .edges({{{nan}, 1}, {{0}, 1}, {{inf}, 1}})
+          .grad_edges({{{0}, {0}}}),
       FG_OP2("pow", "pow(a, b)", "b a^(b-1), y log a", fg::pow(a, b), std::pow(a, b))
           .domains({pos, any})
           .edges({{{1, nan}, 1}, {{nan, 0}, 1}, {{0, -1}, inf}, {{-0.0, -1}, -inf}, {{-8, 1.0 / 3}, nan}})
@@ -101,7 +108,8 @@ inline const auto& registry() {
       FG_OP1("exp2", "exp2(x)", "y ln 2", fg::exp2(x), std::exp2(v))
           .edges({{{0}, 1}, {{3}, 8}, {{-1}, 0.5}, {{-inf}, 0}, {{inf}, inf}}),
       // ---- trigonometric and hyperbolic ----------------------------------------------------
-      FG_OP1("sin", "sin(x)", "cos(x)", fg::sin(x), std::sin(v)).edges({{{0}, 0}, {{-0.0}, -0.0}, {{inf}, nan}, {{nan}, nan}}),
+      FG_OP1("sin", "sin(x)", "cos(x)", fg::sin(x), std::sin(v))
+          .edges({{{0}, 0}, {{-0.0}, -0.0}, {{inf}, nan}, {{nan}, nan}}),
       FG_OP1("cos", "cos(x)", "-sin(x)", fg::cos(x), std::cos(v)).edges({{{0}, 1}, {{-inf}, nan}, {{nan}, nan}}),
       FG_OP1("tan", "tan(x)", "1 + y²", fg::tan(x), std::tan(v))
           .domains({{-1.4, 1.4}})
@@ -118,14 +126,20 @@ inline const auto& registry() {
           .edges({{{-0.0}, -0.0}, {{inf}, pi / 2}, {{-inf}, -pi / 2}}),
       FG_OP2("atan2", "atan2(a, b)", "b/(a² + b²), -a/(a² + b²)", fg::atan2(a, b), std::atan2(a, b))
           .skip([](const double* v) { return std::hypot(v[0], v[1]) < 0.3; })
-          .edges({{{0, 0}, 0}, {{-0.0, -0.0}, -pi}, {{0, -0.0}, pi}, {{inf, inf}, pi / 4}, {{-inf, -inf}, -3 * pi / 4}, {{1, 0}, pi / 2}})
+          .edges({{{0, 0}, 0},
+                  {{-0.0, -0.0}, -pi},
+                  {{0, -0.0}, pi},
+                  {{inf, inf}, pi / 4},
+                  {{-inf, -inf}, -3 * pi / 4},
+                  {{1, 0}, pi / 2}})
           .grad_edges({{{0, 0}, {nan, nan}}}),
       FG_OP1("tanh", "tanh(x)", "1 - y²", fg::tanh(x), std::tanh(v)).edges({{{-0.0}, -0.0}, {{inf}, 1}, {{-inf}, -1}}),
       // tanh's gradient from its output (ATen's tanh_backward(grad, output)): g (1 - y²)
       FG_OP2("tanh_backward", "tanh_backward(g, y)", "1 - y², -2gy", fg::tanh_backward(a, b), a * (1 - b * b))
           .domains({any, unit})
           .edges({{{2, 0}, 2}, {{1, 1}, 0}, {{inf, 0}, inf}, {{inf, 1}, nan}, {{nan, 0}, nan}}),
-      FG_OP1("sinh", "sinh(x)", "cosh(x)", fg::sinh(x), std::sinh(v)).edges({{{-0.0}, -0.0}, {{inf}, inf}, {{-inf}, -inf}}),
+      FG_OP1("sinh", "sinh(x)", "cosh(x)", fg::sinh(x), std::sinh(v))
+          .edges({{{-0.0}, -0.0}, {{inf}, inf}, {{-inf}, -inf}}),
       FG_OP1("cosh", "cosh(x)", "sinh(x)", fg::cosh(x), std::cosh(v)).edges({{{0}, 1}, {{-inf}, inf}, {{nan}, nan}}),
       FG_OP1("asinh", "asinh(x)", "1/√(x² + 1)", fg::asinh(x), std::asinh(v))
           .edges({{{-0.0}, -0.0}, {{inf}, inf}, {{-inf}, -inf}}),
@@ -146,13 +160,26 @@ inline const auto& registry() {
       FG_OP1("lgamma", "lgamma(x)", "digamma(x)", fg::lgamma(x), std::lgamma(v))
           .domains({{-2.5, 4}})
           .skip([](const double* v) { return v[0] < 0.2 && near_int(v[0]); })
-          .edges({{{1}, 0}, {{2}, 0}, {{0}, inf}, {{-0.0}, inf}, {{-1}, inf}, {{inf}, inf}, {{-inf}, inf}, {{0.5}, 0.5723649429247001}})
+          .edges({{{1}, 0},
+                  {{2}, 0},
+                  {{0}, inf},
+                  {{-0.0}, inf},
+                  {{-1}, inf},
+                  {{inf}, inf},
+                  {{-inf}, inf},
+                  {{0.5}, 0.5723649429247001}})
           .grad_edges({{{1}, {-euler}}, {{2}, {1 - euler}}}),
       FG_OP1("digamma", "digamma(x)", "polygamma(1, x)", fg::digamma(x), ref::digamma(v))
           .domains({{-2.5, 4}})
           .skip([](const double* v) { return v[0] < 0.2 && near_int(v[0]); })
           .tol(1e-5, 1e-12)
-          .edges({{{0}, -inf}, {{-0.0}, inf}, {{-1}, nan}, {{-inf}, nan}, {{inf}, inf}, {{1}, -euler}, {{0.5}, -euler - 2 * ln2}})
+          .edges({{{0}, -inf},
+                  {{-0.0}, inf},
+                  {{-1}, nan},
+                  {{-inf}, nan},
+                  {{inf}, inf},
+                  {{1}, -euler},
+                  {{0.5}, -euler - 2 * ln2}})
           .grad_edges({{{1}, {pi * pi / 6}}}),
       FG_OP1("polygamma_1", "polygamma(1, x)", "polygamma(2, x)", fg::polygamma(1, x), ref::trigamma(v))
           .domains({{-2.5, 4}})
@@ -204,11 +231,13 @@ inline const auto& registry() {
       FG_OP1("trunc", "trunc(x)", "0", fg::trunc(x), std::trunc(v))
           .skip([](const double* v) { return near_int(v[0]); })
           .edges({{{-0.7}, -0.0}, {{1.7}, 1}, {{-inf}, -inf}, {{nan}, nan}}),
-      FG_OP1("clamp", "clamp(x, -0.5, 0.8)", "[-0.5 <= x <= 0.8]", fg::clamp(x, -0.5, 0.8), std::fmin(std::fmax(v, -0.5L), 0.8L))
+      FG_OP1("clamp", "clamp(x, -0.5, 0.8)", "[-0.5 <= x <= 0.8]", fg::clamp(x, -0.5, 0.8),
+             std::fmin(std::fmax(v, -0.5L), 0.8L))
           .skip([](const double* v) { return std::abs(v[0] + 0.5) < 0.05 || std::abs(v[0] - 0.8) < 0.05; })
           .edges({{{nan}, nan}, {{-inf}, -0.5}, {{inf}, 0.8}, {{0}, 0}})
           .grad_edges({{{-0.5}, {1}}, {{0.8}, {1}}, {{-1}, {0}}, {{1}, {0}}, {{nan}, {0}}}),
-      FG_OP1("clamp_reversed", "clamp(x, 1, -1)", "0", fg::clamp(x, 1, -1), -1).edges({{{0}, -1}, {{5}, -1}, {{nan}, nan}}),
+      FG_OP1("clamp_reversed", "clamp(x, 1, -1)", "0", fg::clamp(x, 1, -1), -1)
+          .edges({{{0}, -1}, {{5}, -1}, {{nan}, nan}}),
       FG_OP1("clamp_min", "clamp_min(x, 0.3)", "[x >= 0.3]", fg::clamp_min(x, 0.3), std::fmax(v, 0.3L))
           .skip([](const double* v) { return std::abs(v[0] - 0.3) < 0.05; })
           .edges({{{nan}, nan}, {{-inf}, 0.3}})
@@ -217,7 +246,11 @@ inline const auto& registry() {
           .skip([](const double* v) { return std::abs(v[0] + 0.2) < 0.05; })
           .edges({{{nan}, nan}, {{inf}, -0.2}})
           .grad_edges({{{-0.2}, {1}}, {{0}, {0}}}),
-      FG_OP1("sign", "sign(x)", "none", fg::sign(x), v > 0 ? 1 : v < 0 ? -1 : v == 0 ? 0 : v)
+      FG_OP1("sign", "sign(x)", "none", fg::sign(x),
+             v > 0    ? 1
+             : v < 0  ? -1
+             : v == 0 ? 0
+                      : v)
           .edges({{{0}, 0}, {{-2}, -1}, {{inf}, 1}, {{nan}, nan}})
           .differs("sign(NaN) is NaN (NumPy's rule: a NaN stays visible) where PyTorch gives 0; sign and step carry no "
                    "gradient (their results never require grad) where PyTorch's sign has a zero gradient"),
@@ -256,7 +289,11 @@ inline const auto& registry() {
       // ---- two-operand math ----------------------------------------------------------------
       FG_OP2("hypot", "hypot(a, b)", "a/y, b/y", fg::hypot(a, b), std::hypot(a, b))
           .skip([](const double* v) { return std::hypot(v[0], v[1]) < 0.3; })
-          .edges({{{3, 4}, 5}, {{inf, nan}, inf}, {{nan, -inf}, inf}, {{1e300, 1e300}, 1.4142135623730951e300}, {{-0.0, 0}, 0}})
+          .edges({{{3, 4}, 5},
+                  {{inf, nan}, inf},
+                  {{nan, -inf}, inf},
+                  {{1e300, 1e300}, 1.4142135623730951e300},
+                  {{-0.0, 0}, 0}})
           .grad_edges({{{0, 0}, {nan, nan}}}),
       FG_OP2("fmod", "fmod(a, b)", "1, -trunc(a/b)", fg::fmod(a, b), std::fmod(a, b))
           .domains({any, {0.3, 2}})
@@ -265,7 +302,8 @@ inline const auto& registry() {
       FG_OP1("fmod_scalar", "fmod(x, 1.5)", "1", fg::fmod(x, 1.5), std::fmod(v, 1.5L))
           .skip([](const double* v) { return near_int(v[0], 1.5); })
           .edges({{{-0.0}, -0.0}, {{inf}, nan}, {{4}, 1}, {{-4}, -1}}),
-      FG_OP2("lerp_scalar", "lerp(a, b, 0.3)", "0.7, 0.3", fg::lerp(a, b, 0.3), a + 0.3L * (b - a)).edges({{{1, inf}, inf}}),
+      FG_OP2("lerp_scalar", "lerp(a, b, 0.3)", "0.7, 0.3", fg::lerp(a, b, 0.3), a + 0.3L * (b - a))
+          .edges({{{1, inf}, inf}}),
       FG_OP2("lerp_scalar_high", "lerp(a, b, 0.75)", "0.25, 0.75", fg::lerp(a, b, 0.75), b - (b - a) * 0.25L)
           .edges({{{1, 1}, 1}, {{0, 4}, 3}}),
       FG_OP3("lerp", "lerp(a, b, w)", "1 - w, w, b - a", fg::lerp(a, b, c), a + c * (b - a))

@@ -38,16 +38,31 @@ struct sinfo {
   std::vector<edge_row> edges{};
   std::string_view note{};
 
-  sinfo& no_grad() { differentiable = false; return *this; }
-  sinfo& reference(row_ref r) { ref = r; return *this; }
-  sinfo& rows(std::vector<edge_row> e) { edges = std::move(e); return *this; }
-  sinfo& domains(std::array<domain, N> d) { dom = d; return *this; }
-  sinfo& differs(std::string_view n) { note = n; return *this; }
+  sinfo& no_grad() {
+    differentiable = false;
+    return *this;
+  }
+  sinfo& reference(row_ref r) {
+    ref = r;
+    return *this;
+  }
+  sinfo& rows(std::vector<edge_row> e) {
+    edges = std::move(e);
+    return *this;
+  }
+  sinfo& domains(std::array<domain, N> d) {
+    dom = d;
+    return *this;
+  }
+  sinfo& differs(std::string_view n) {
+    note = n;
+    return *this;
+  }
 };
 
 template <std::size_t N, bool Compiles = false, class F>
-sinfo<N, F, Compiles> smake(std::string_view name, std::string_view call, std::string_view derivative, std::string_view paths, F f,
-                  std::vector<std::array<fg::shape, N>> shapes) {
+sinfo<N, F, Compiles> smake(std::string_view name, std::string_view call, std::string_view derivative,
+                            std::string_view paths, F f, std::vector<std::array<fg::shape, N>> shapes) {
   sinfo<N, F, Compiles> r{name, call, derivative, paths, f, std::move(shapes)};
   r.dom.fill(any);
   return r;
@@ -173,104 +188,164 @@ inline const auto& structured() {
   const std::string_view all = "eager, compile, jit, CA", runtime = "eager, jit, CA";
   static const auto r = std::make_tuple(
       // ---- reductions and the softmax family (composites: every path, fused) ----------------
-      smake<1, true>("logsumexp", "logsumexp(x, -1)", "softmax(x)", all, [](const auto& x) { return fg::logsumexp(x, -1); }, rows)
+      smake<1, true>(
+          "logsumexp", "logsumexp(x, -1)", "softmax(x)", all, [](const auto& x) { return fg::logsumexp(x, -1); }, rows)
           .reference(rowref::logsumexp)
-          .rows({{{1000, 0, -1000}, {1000}}, {{-inf, -inf}, {-inf}}, {{inf, 1}, {inf}}, {{nan, 1}, {nan}}, {{-1000, -1000}, {-1000 + std::log(2.0)}}}),
-      smake<1, true>("softmax", "softmax(x, -1)", "y (g - Σ g y)", all, [](const auto& x) { return fg::softmax(x, -1); }, rows)
+          .rows({{{1000, 0, -1000}, {1000}},
+                 {{-inf, -inf}, {-inf}},
+                 {{inf, 1}, {inf}},
+                 {{nan, 1}, {nan}},
+                 {{-1000, -1000}, {-1000 + std::log(2.0)}}}),
+      smake<1, true>(
+          "softmax", "softmax(x, -1)", "y (g - Σ g y)", all, [](const auto& x) { return fg::softmax(x, -1); }, rows)
           .reference(rowref::softmax)
           .rows({{{1000, 0}, {1, 0}}, {{-1000, -1000}, {0.5, 0.5}}, {{nan, 1}, {nan, nan}}, {{inf, 1}, {nan, nan}}}),
-      smake<1, true>("log_softmax", "log_softmax(x, -1)", "g - softmax(x) Σ g", all, [](const auto& x) { return fg::log_softmax(x, -1); }, rows)
+      smake<1, true>(
+          "log_softmax", "log_softmax(x, -1)", "g - softmax(x) Σ g", all,
+          [](const auto& x) { return fg::log_softmax(x, -1); }, rows)
           .reference(rowref::log_softmax)
-          .rows({{{1000, 0}, {0, -1000}}, {{-1000, -1000}, {-std::log(2.0), -std::log(2.0)}}, {{-inf, 0}, {-inf, 0}},
+          .rows({{{1000, 0}, {0, -1000}},
+                 {{-1000, -1000}, {-std::log(2.0), -std::log(2.0)}},
+                 {{-inf, 0}, {-inf, 0}},
                  {{inf, 1}, {nan, nan}}}),
-      smake<1, true>("layer_norm", "layer_norm(x)", "(g - mean g - y mean(g y)) / σ", all, [](const auto& x) { return fg::layer_norm(x); }, rows)
+      smake<1, true>(
+          "layer_norm", "layer_norm(x)", "(g - mean g - y mean(g y)) / σ", all,
+          [](const auto& x) { return fg::layer_norm(x); }, rows)
           .reference(rowref::layer_norm)
           .rows({{{1, 1, 1}, {0, 0, 0}}, {{inf, 1}, {nan, nan}}}),
-      smake<1, true>("rms_norm", "rms_norm(x)", "(g - y mean(g y)) / rms", all, [](const auto& x) { return fg::rms_norm(x); }, rows)
+      smake<1, true>(
+          "rms_norm", "rms_norm(x)", "(g - y mean(g y)) / rms", all, [](const auto& x) { return fg::rms_norm(x); },
+          rows)
           .reference(rowref::rms_norm)
           .rows({{{0, 0}, {0, 0}}, {{nan, 1}, {nan, nan}}}),
-      smake<1, true>("min", "min(x, -1)", "[x = y] / #ties", all, [](const auto& x) { return fg::min(x, -1); }, rows)
+      smake<1, true>(
+          "min", "min(x, -1)", "[x = y] / #ties", all, [](const auto& x) { return fg::min(x, -1); }, rows)
           .reference(rowref::min)
           .rows({{{nan, 1}, {nan}}, {{-inf, 1}, {-inf}}}),
-      smake<1, true>("amax", "amax(x, -1, true)", "[x = y] / #ties", all, [](const auto& x) { return fg::amax(x, -1, true); }, rows)
+      smake<1, true>(
+          "amax", "amax(x, -1, true)", "[x = y] / #ties", all, [](const auto& x) { return fg::amax(x, -1, true); },
+          rows)
           .reference(rowref::amax),
-      smake<1, true>("amin_all", "amin(x)", "[x = y] / #ties", all, [](const auto& x) { return fg::amin(x); }, {S{fg::shape{5, 37}}, S{fg::shape{}}}),
-      smake<1, true>("var", "var(x, -1)", "2 (x - mean) / (n - 1)", all, [](const auto& x) { return fg::var(x, -1); }, {S{fg::shape{5, 37}}, S{fg::shape{37}}})
+      smake<1, true>("amin_all", "amin(x)", "[x = y] / #ties", all, [](const auto& x) { return fg::amin(x); },
+                     {S{fg::shape{5, 37}}, S{fg::shape{}}}),
+      smake<1, true>("var", "var(x, -1)", "2 (x - mean) / (n - 1)", all, [](const auto& x) { return fg::var(x, -1); },
+                     {S{fg::shape{5, 37}}, S{fg::shape{37}}})
           .reference(rowref::var)
           .rows({{{1, 1, 1}, {0}}, {{1}, {nan}}, {{inf, 1}, {nan}}}),
       smake<1, true>("stddev", "stddev(x, -1, 0, true)", "(x - mean) / (n y)", all,
-               [](const auto& x) { return fg::stddev(x, -1, 0.0, true); }, {S{fg::shape{5, 37}}, S{fg::shape{37}}})
+                     [](const auto& x) { return fg::stddev(x, -1, 0.0, true); },
+                     {S{fg::shape{5, 37}}, S{fg::shape{37}}})
           .reference(rowref::stddev0)
           .differs("named stddev: a function named std would hide namespace std inside fusegrad"),
-      smake<1>("norm2", "norm(x, 2, -1)", "x / y, 0 where y = 0", runtime, [](const auto& x) { return fg::norm(x, 2, -1); }, rows)
+      smake<1>(
+          "norm2", "norm(x, 2, -1)", "x / y, 0 where y = 0", runtime, [](const auto& x) { return fg::norm(x, 2, -1); },
+          rows)
           .reference(rowref::norm2)
           .rows({{{3, 4}, {5}}, {{0, 0}, {0}}, {{inf, 1}, {inf}}}),
-      smake<1>("norm1", "norm(x, 1, -1)", "sign(x)", runtime, [](const auto& x) { return fg::norm(x, 1, -1); }, rows).reference(rowref::norm1),
-      smake<1>("norm_inf", "norm(x, inf, -1)", "sign(x) [|x| = y] / #ties", runtime,
-               [](const auto& x) { return fg::norm(x, std::numeric_limits<double>::infinity(), -1); }, rows)
+      smake<1>(
+          "norm1", "norm(x, 1, -1)", "sign(x)", runtime, [](const auto& x) { return fg::norm(x, 1, -1); }, rows)
+          .reference(rowref::norm1),
+      smake<1>(
+          "norm_inf", "norm(x, inf, -1)", "sign(x) [|x| = y] / #ties", runtime,
+          [](const auto& x) { return fg::norm(x, std::numeric_limits<double>::infinity(), -1); }, rows)
           .reference(rowref::norminf),
       // ---- loops along a dim (eager; graph breaks under fg::jit) -----------------------------
-      smake<1>("prod", "prod(x, -1)", "Π of the others (exact with zeros)", runtime, [](const auto& x) { return fg::prod(x, -1); }, rows)
+      smake<1>(
+          "prod", "prod(x, -1)", "Π of the others (exact with zeros)", runtime,
+          [](const auto& x) { return fg::prod(x, -1); }, rows)
           .reference(rowref::prod)
           .rows({{{2, 0, 3}, {0}}, {{inf, 0}, {nan}}}),
-      smake<1>("cumsum", "cumsum(x, -1)", "reversed cumsum of g", runtime, [](const auto& x) { return fg::cumsum(x, -1); }, rows)
+      smake<1>(
+          "cumsum", "cumsum(x, -1)", "reversed cumsum of g", runtime, [](const auto& x) { return fg::cumsum(x, -1); },
+          rows)
           .reference(rowref::cumsum),
-      smake<1>("cumprod", "cumprod(x, -1)", "Σ_{j>=k} g_j Π_{i<=j, i≠k} x_i", runtime, [](const auto& x) { return fg::cumprod(x, -1); },
-               {S{fg::shape{5, 7}}, S{fg::shape{6}}})
+      smake<1>("cumprod", "cumprod(x, -1)", "Σ_{j>=k} g_j Π_{i<=j, i≠k} x_i", runtime,
+               [](const auto& x) { return fg::cumprod(x, -1); }, {S{fg::shape{5, 7}}, S{fg::shape{6}}})
           .reference(rowref::cumprod)
           .rows({{{2, 0, 3}, {2, 0, 0}}}),
-      smake<1>("argmax", "argmax(x, -1)", "none", runtime, [](const auto& x) { return fg::argmax(x, -1); }, rows)
+      smake<1>(
+          "argmax", "argmax(x, -1)", "none", runtime, [](const auto& x) { return fg::argmax(x, -1); }, rows)
           .no_grad()
           .reference(rowref::argmax)
           .rows({{{1, 3, 3}, {1}}, {{1, nan, 5}, {1}}})
           .differs("indices in the element type (fusegrad's tensors are float or double), not int64"),
-      smake<1>("argmin", "argmin(x, -1)", "none", runtime, [](const auto& x) { return fg::argmin(x, -1); }, rows)
+      smake<1>(
+          "argmin", "argmin(x, -1)", "none", runtime, [](const auto& x) { return fg::argmin(x, -1); }, rows)
           .no_grad()
           .reference(rowref::argmin)
           .rows({{{3, 1, 1}, {1}}, {{1, nan, -5}, {1}}})
           .differs("indices in the element type, not int64"),
       // ---- structure ---------------------------------------------------------------------------
-      smake<1>("flip", "flip(x, {-1})", "flip(g)", runtime, [](const auto& x) { return fg::flip(x, {-1}); }, rows).reference(rowref::flip),
-      smake<1>("narrow", "narrow(x, 1, 2, 3)", "g in the slice", runtime, [](const auto& x) { return fg::narrow(x, 1, 2, 3); }, {S{fg::shape{4, 6}}}),
-      smake<1>("split", "split(x, 2, 1)[1]", "g in the piece", runtime, [](const auto& x) { return fg::split(x, 2, 1)[1]; }, {S{fg::shape{3, 5}}}),
-      smake<1>("chunk", "chunk(x, 3, 0)[2]", "g in the piece", runtime, [](const auto& x) { return fg::chunk(x, 3, 0)[2]; }, {S{fg::shape{7, 2}}}),
-      smake<2>("cat", "cat({a, b}, 1)", "slices of g", runtime, [](const auto& a, const auto& b) { return fg::cat(std::vector{a, b}, 1); },
+      smake<1>(
+          "flip", "flip(x, {-1})", "flip(g)", runtime, [](const auto& x) { return fg::flip(x, {-1}); }, rows)
+          .reference(rowref::flip),
+      smake<1>("narrow", "narrow(x, 1, 2, 3)", "g in the slice", runtime,
+               [](const auto& x) { return fg::narrow(x, 1, 2, 3); }, {S{fg::shape{4, 6}}}),
+      smake<1>("split", "split(x, 2, 1)[1]", "g in the piece", runtime,
+               [](const auto& x) { return fg::split(x, 2, 1)[1]; }, {S{fg::shape{3, 5}}}),
+      smake<1>("chunk", "chunk(x, 3, 0)[2]", "g in the piece", runtime,
+               [](const auto& x) { return fg::chunk(x, 3, 0)[2]; }, {S{fg::shape{7, 2}}}),
+      smake<2>("cat", "cat({a, b}, 1)", "slices of g", runtime,
+               [](const auto& a, const auto& b) {
+                 return fg::cat(std::vector{a, b}, 1);
+               },
                {S2{fg::shape{3, 2}, fg::shape{3, 4}}}),
-      smake<2>("stack", "stack({a, b}, 1)", "slices of g", runtime, [](const auto& a, const auto& b) { return fg::stack(std::vector{a, b}, 1); },
+      smake<2>("stack", "stack({a, b}, 1)", "slices of g", runtime,
+               [](const auto& a, const auto& b) {
+                 return fg::stack(std::vector{a, b}, 1);
+               },
                {S2{fg::shape{3, 4}, fg::shape{3, 4}}}),
-      smake<1>("repeat", "repeat(x, {2, 1, 3})", "Σ over the copies", runtime, [](const auto& x) { return fg::repeat(x, {2, 1, 3}); },
+      smake<1>("repeat", "repeat(x, {2, 1, 3})", "Σ over the copies", runtime,
+               [](const auto& x) {
+                 return fg::repeat(x, {2, 1, 3});
+               },
                {S{fg::shape{3, 4}}, S{fg::shape{2}}}),
       smake<1>("index_select", "index_select(x, 1, {3, 0, 3})", "index_add of g", runtime,
-               [](const auto& x) { return fg::index_select(x, 1, {3, 0, 3}); }, {S{fg::shape{2, 5}}}),
+               [](const auto& x) {
+                 return fg::index_select(x, 1, {3, 0, 3});
+               },
+               {S{fg::shape{2, 5}}}),
       smake<1>("gather", "gather(x, 1, idx)", "scatter_add of g", runtime,
-               [](const auto& x) { return fg::gather(x, 1, fg::from_vector<fg::element_of<decltype(x)>>({0, 3, 1, 1, 2, 0}, {3, 2})); },
+               [](const auto& x) {
+                 return fg::gather(x, 1, fg::from_vector<fg::element_of<decltype(x)>>({0, 3, 1, 1, 2, 0}, {3, 2}));
+               },
                {S{fg::shape{3, 4}}}),
       smake<2>("scatter_add", "scatter_add(x, 1, idx, src)", "g, gather(g)", runtime,
                [](const auto& x, const auto& s) {
-                 return fg::scatter_add(x, 1, fg::from_vector<fg::element_of<decltype(x)>>({0, 3, 1, 1, 2, 0}, {3, 2}), s);
+                 return fg::scatter_add(x, 1, fg::from_vector<fg::element_of<decltype(x)>>({0, 3, 1, 1, 2, 0}, {3, 2}),
+                                        s);
                },
                {S2{fg::shape{3, 4}, fg::shape{3, 2}}}),
-      smake<1>("tril", "tril(x, 1)", "tril(g, 1)", runtime, [](const auto& x) { return fg::tril(x, 1); }, {S{fg::shape{4, 5}}, S{fg::shape{2, 3, 3}}}),
+      smake<1>("tril", "tril(x, 1)", "tril(g, 1)", runtime, [](const auto& x) { return fg::tril(x, 1); },
+               {S{fg::shape{4, 5}}, S{fg::shape{2, 3, 3}}}),
       smake<1>("triu", "triu(x)", "triu(g)", runtime, [](const auto& x) { return fg::triu(x); }, {S{fg::shape{4, 5}}}),
       // ---- linear algebra ----------------------------------------------------------------------
-      smake<2>("dot", "dot(a, b)", "b, a", runtime, [](const auto& a, const auto& b) { return fg::dot(a, b); }, {S2{fg::shape{7}, fg::shape{7}}}),
-      smake<2>("outer", "outer(a, b)", "g b, gᵀ a", runtime, [](const auto& a, const auto& b) { return fg::outer(a, b); },
-               {S2{fg::shape{4}, fg::shape{3}}}),
-      smake<1>("trace", "trace(x)", "I", runtime, [](const auto& x) { return fg::trace(x); }, {S{fg::shape{4, 4}}, S{fg::shape{3, 5}}}),
-      smake<1>("diag", "diag(x)", "diag(g)", runtime, [](const auto& x) { return fg::diag(x); }, {S{fg::shape{4, 3}}, S{fg::shape{5}}}),
+      smake<2>("dot", "dot(a, b)", "b, a", runtime, [](const auto& a, const auto& b) { return fg::dot(a, b); },
+               {S2{fg::shape{7}, fg::shape{7}}}),
+      smake<2>("outer", "outer(a, b)", "g b, gᵀ a", runtime,
+               [](const auto& a, const auto& b) { return fg::outer(a, b); }, {S2{fg::shape{4}, fg::shape{3}}}),
+      smake<1>("trace", "trace(x)", "I", runtime, [](const auto& x) { return fg::trace(x); },
+               {S{fg::shape{4, 4}}, S{fg::shape{3, 5}}}),
+      smake<1>("diag", "diag(x)", "diag(g)", runtime, [](const auto& x) { return fg::diag(x); },
+               {S{fg::shape{4, 3}}, S{fg::shape{5}}}),
       smake<2>("solve", "solve(A + 3I, B)", "B̄ = A⁻ᵀḡ, Ā = -B̄Xᵀ", runtime,
                [](const auto& a, const auto& b) {
                  return fg::solve(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0, b);
                },
                {S2{fg::shape{4, 4}, fg::shape{4, 2}}, S2{fg::shape{3, 3}, fg::shape{3}}}),
       smake<1>("inverse", "inverse(A + 3I)", "-A⁻ᵀ ḡ A⁻ᵀ", runtime,
-               [](const auto& a) { return fg::inverse(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0); }, {S{fg::shape{4, 4}}}),
+               [](const auto& a) { return fg::inverse(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0); },
+               {S{fg::shape{4, 4}}}),
       smake<1>("det", "det(A + 3I)", "ḡ cof A (= ḡ det A⁻ᵀ where invertible)", runtime,
-               [](const auto& a) { return fg::det(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0); }, {S{fg::shape{4, 4}}}),
+               [](const auto& a) { return fg::det(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0); },
+               {S{fg::shape{4, 4}}}),
       smake<1>("logdet", "logdet(A + 3I)", "ḡ A⁻ᵀ", runtime,
-               [](const auto& a) { return fg::logdet(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0); }, {S{fg::shape{4, 4}}}),
+               [](const auto& a) { return fg::logdet(a + fg::eye<fg::element_of<decltype(a)>>(a.shape()[0]) * 3.0); },
+               {S{fg::shape{4, 4}}}),
       smake<1>("cholesky", "cholesky(X Xᵀ + I)", "L⁻ᵀ Φ(LᵀL̄) L⁻¹, symmetrised", runtime,
-               [](const auto& x) { return fg::cholesky(fg::matmul(x, x.t()) + fg::eye<fg::element_of<decltype(x)>>(x.shape()[0])); },
+               [](const auto& x) {
+                 return fg::cholesky(fg::matmul(x, x.t()) + fg::eye<fg::element_of<decltype(x)>>(x.shape()[0]));
+               },
                {S{fg::shape{4, 4}}}));
   return r;
 }

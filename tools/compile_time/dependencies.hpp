@@ -45,4 +45,3 @@
 #include <utility>
 #include <vector>
 #include <xsimd/xsimd.hpp>
-

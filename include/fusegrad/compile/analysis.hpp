@@ -34,18 +34,40 @@ struct memory_budget {};
 
 namespace detail {
 
-template <class A> struct node_tables;  // fusegrad/compile/node_eval.hpp
+template <class A>
+struct node_tables;  // fusegrad/compile/node_eval.hpp
 
-template <class P> struct policy_value;
-template <> struct policy_value<policy::min_cut> { static constexpr partition::policy value{partition::policy_kind::min_cut, 0}; };
-template <> struct policy_value<policy::save_all> { static constexpr partition::policy value{partition::policy_kind::save_all, 0}; };
-template <> struct policy_value<policy::recompute_all> { static constexpr partition::policy value{partition::policy_kind::recompute_all, 0}; };
-template <int K> struct policy_value<policy::memory_budget<K>> { static constexpr partition::policy value{partition::policy_kind::memory_budget, K}; };
-template <> struct policy_value<policy::cost_cached> { static constexpr partition::policy value = partition::cost_policy(partition::size_class::cached); };
-template <> struct policy_value<policy::cost_streamed> { static constexpr partition::policy value = partition::cost_policy(partition::size_class::streamed); };
+template <class P>
+struct policy_value;
+template <>
+struct policy_value<policy::min_cut> {
+  static constexpr partition::policy value{partition::policy_kind::min_cut, 0};
+};
+template <>
+struct policy_value<policy::save_all> {
+  static constexpr partition::policy value{partition::policy_kind::save_all, 0};
+};
+template <>
+struct policy_value<policy::recompute_all> {
+  static constexpr partition::policy value{partition::policy_kind::recompute_all, 0};
+};
+template <int K>
+struct policy_value<policy::memory_budget<K>> {
+  static constexpr partition::policy value{partition::policy_kind::memory_budget, K};
+};
+template <>
+struct policy_value<policy::cost_cached> {
+  static constexpr partition::policy value = partition::cost_policy(partition::size_class::cached);
+};
+template <>
+struct policy_value<policy::cost_streamed> {
+  static constexpr partition::policy value = partition::cost_policy(partition::size_class::streamed);
+};
 
-template <class X> inline constexpr bool is_std_tuple_v = false;
-template <class... X> inline constexpr bool is_std_tuple_v<std::tuple<X...>> = true;
+template <class X>
+inline constexpr bool is_std_tuple_v = false;
+template <class... X>
+inline constexpr bool is_std_tuple_v<std::tuple<X...>> = true;
 
 /// The forward outputs of `fn` on symbolic inputs, always as a tuple.
 template <Element T, class Fn, std::size_t... I>
@@ -74,7 +96,9 @@ constexpr auto symbolic_outputs(const Fn& fn, std::index_sequence<I...>) {
 template <Element T, class Fn, std::size_t... I>
 constexpr bool constant_evaluable(std::index_sequence<I...>) {
   if constexpr (!std::is_default_constructible_v<Fn>) return false;
-  else return requires { typename std::bool_constant<(static_cast<void>(Fn{}(sym<I, T>{}...)), true)>; };
+  else return requires {
+      typename std::bool_constant<(static_cast<void>(Fn{}(sym<I, T>{}...)), true)>;
+    };
 }
 
 /// The outputs of a function as the forward joint tree.
@@ -119,7 +143,8 @@ struct analysis {
       std::size_t acc = 0, k = 0;
       ((acc += tree_size<std::tuple_element_t<R, children_t<J>>>(), idx[k++] = static_cast<int>(acc) - 1), ...);
       return idx;
-    }(std::make_index_sequence<arity_v<J>>{});
+    }
+    (std::make_index_sequence<arity_v<J>>{});
   }
   /// Canonical node of forward output k.
   static constexpr std::array<int, n_out> out_node = [] {
@@ -149,7 +174,8 @@ struct analysis {
             if constexpr (is_leaf_v<E>) r[E::index] = static_cast<int>(C);
           }(),
           ...);
-    }(std::make_index_sequence<MF>{});
+    }
+    (std::make_index_sequence<MF>{});
     return r;
   }();
 
@@ -224,7 +250,8 @@ struct analysis {
           else return sumto_expr<C, V>{{}, v};
         };
         return fold_add(wrap(user_contribution<C, U>(fp))..., wrap(seed<C, K>())...);
-      }(std::make_index_sequence<users.second[C]>{}, std::make_index_sequence<n_out>{});
+      }
+      (std::make_index_sequence<users.second[C]>{}, std::make_index_sequence<n_out>{});
     }
   }
 
@@ -234,7 +261,8 @@ struct analysis {
   using adjoint_t = decltype(adjoint<C>(fptrs{}));
   static constexpr std::array<bool, MF> adjoint_live = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<bool, MF>{!is_zero<adjoint_t<C>>...};
-  }(std::make_index_sequence<MF>{});
+  }
+  (std::make_index_sequence<MF>{});
 
   /// Forward ids with a live adjoint, latest first.
   static constexpr std::size_t n_live = [] {
@@ -259,7 +287,8 @@ struct analysis {
     collect_addresses(fj, fp.data(), pos);
     return [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
       return make_joint_of(std::get<K>(outs)..., adjoint<live_ids[J]>(fp.data())...);
-    }(std::make_index_sequence<n_out>{}, std::make_index_sequence<n_live>{});
+    }
+    (std::make_index_sequence<n_out>{}, std::make_index_sequence<n_live>{});
   }
   using joint_t = decltype(make_joint(std::declval<const Fn&>()));
   static constexpr std::size_t tree_nodes = tree_size<joint_t>();
@@ -286,18 +315,21 @@ struct analysis {
     int pos = static_cast<int>(FN);
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       ((raw[static_cast<std::size_t>(fill_raw<false>(
-            raw.data(), pos, static_cast<const std::tuple_element_t<n_out + J, children_t<joint_t>>*>(nullptr)))]
+                raw.data(), pos, static_cast<const std::tuple_element_t<n_out + J, children_t<joint_t>>*>(nullptr)))]
             .slot = static_cast<int>(n_out + J)),
        ...);
-    }(std::make_index_sequence<n_live>{});
+    }
+    (std::make_index_sequence<n_live>{});
     return raw;
   }();
   static constexpr auto cg = canonicalize(jraw, adjoint_root);
-  static_assert([] {
-    for (std::size_t t = 0; t < FN; ++t)
-      if (cg.canon[t] != fcg.canon[t]) return false;
-    return true;
-  }(), "fusegrad internal error: the joint graph does not extend the forward graph");
+  static_assert(
+      [] {
+        for (std::size_t t = 0; t < FN; ++t)
+          if (cg.canon[t] != fcg.canon[t]) return false;
+        return true;
+      }(),
+      "fusegrad internal error: the joint graph does not extend the forward graph");
   static constexpr std::size_t M = cg.count;
 
   /// Canonical node of the gradient of input i (-1: no gradient).

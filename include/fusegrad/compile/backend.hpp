@@ -26,9 +26,9 @@ constexpr bool reads_known_shapes() {
 template <class A, Element T>
 struct eval_context {
   const typename A::instance& instance;  ///< the joint tree with its constants, node states
-  const void* const* nodes;           ///< node addresses of the instance (`A::node<C>(nodes)`)
-  std::vector<tensor<T>>& values;      ///< one slot per canonical node
-  std::vector<shape>& shapes;          ///< shapes of evaluated nodes (forward shapes are kept)
+  const void* const* nodes;              ///< node addresses of the instance (`A::node<C>(nodes)`)
+  std::vector<tensor<T>>& values;        ///< one slot per canonical node
+  std::vector<shape>& shapes;            ///< shapes of evaluated nodes (forward shapes are kept)
   const std::vector<tensor<T>>& inputs;
   const std::vector<tensor<T>>& grads;  ///< gradients of the outputs (backward only)
   /// `shapes` already holds every node's shape, from an earlier call on inputs of the same

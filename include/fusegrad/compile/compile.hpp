@@ -103,8 +103,9 @@ class compiled_function {
       auto outs = run_n<T, 1 + sizeof...(Ts)>(*in);
       if constexpr (A::n_out == 1) return outs[0];
       else return [&]<std::size_t... K>(std::index_sequence<K...>) {
-        return std::tuple{((void)K, outs[K])...};
-      }(std::make_index_sequence<A::n_out>{});
+          return std::tuple{((void)K, outs[K])...};
+        }
+      (std::make_index_sequence<A::n_out>{});
     }
   }
 
@@ -175,8 +176,9 @@ class compiled_function {
       if constexpr (holds_both_plans<T, N>())
         if (size_class_for<T, N>(in) == partition::size_class::streamed)
           return logged<A, policy::cost_streamed>(" (the cost-based plan for values that stream from memory)");
-      return logged<A, policy::cost_cached>(holds_both_plans<T, N>() ? " (the cost-based plan for values that fit in cache)"
-                                                                      : " (the cost-based plan, one for every size)");
+      return logged<A, policy::cost_cached>(holds_both_plans<T, N>()
+                                                ? " (the cost-based plan for values that fit in cache)"
+                                                : " (the cost-based plan, one for every size)");
     } else {
       return logged<A, Policy>("");
     }

@@ -37,12 +37,13 @@ struct compiled_graph {
   /// Evaluates the nodes of one pass on an instance (`A::instance`).
   /// `shapes_known`: see `eval_context::shapes_known`.
   using eval_fn = void (*)(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
-                           bool shapes_known, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads);
+                           bool shapes_known, const std::vector<tensor<T>>& inputs,
+                           const std::vector<tensor<T>>& grads);
   std::size_t m, n_in, n_out;
-  const int* out_node;         ///< per output, its canonical node
-  const int* saved_nodes;      ///< the plan's saved nodes
+  const int* out_node;     ///< per output, its canonical node
+  const int* saved_nodes;  ///< the plan's saved nodes
   int saved_count;
-  const int* grad_node;        ///< per input, the canonical node of its gradient (-1: none)
+  const int* grad_node;         ///< per input, the canonical node of its gradient (-1: none)
   const bool* backward_active;  ///< the nodes the backward evaluates (recomputed or backward)
   const node_desc* desc;
   const std::array<int, 3>* children;
@@ -63,8 +64,8 @@ struct compiled_graph {
 /// schedule of one pass (of any graph in the program) was used for another, which read
 /// values it never computed. A reference is mangled by the name of the array, which is unique.
 template <class B, class A, const auto& Active, const auto& Keep, Element T>
-void evaluate_pass(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
-                   bool shapes_known, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
+void evaluate_pass(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes, bool shapes_known,
+                   const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
   const auto& inst = *static_cast<const typename A::instance*>(instance);
   eval_context<A, T> ctx{inst, inst.nodes.data(), values, shapes, inputs, grads, shapes_known};
   B::template evaluate<A, Active, Keep, T>(ctx);
@@ -95,10 +96,21 @@ struct compiled_graph_of {
       if (gi >= 0) r[static_cast<std::size_t>(gi)] = true;
     return r;
   }();
-  static constexpr compiled_graph<T> value{
-      M, A::n_in, A::n_out, A::out_node.data(), P.saved_nodes, P.saved_count, A::grad_node.data(),
-      backward.data(), node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(),
-      node_tables<A>::user_numbers.data(), &evaluate_pass<B, A, forward, keep, T>, &evaluate_pass<B, A, backward, grad_roots, T>, reads_known_shapes<B>()};
+  static constexpr compiled_graph<T> value{M,
+                                           A::n_in,
+                                           A::n_out,
+                                           A::out_node.data(),
+                                           P.saved_nodes,
+                                           P.saved_count,
+                                           A::grad_node.data(),
+                                           backward.data(),
+                                           node_tables<A>::desc.data(),
+                                           A::cg.children.data(),
+                                           node_tables<A>::kernels.data(),
+                                           node_tables<A>::user_numbers.data(),
+                                           &evaluate_pass<B, A, forward, keep, T>,
+                                           &evaluate_pass<B, A, backward, grad_roots, T>,
+                                           reads_known_shapes<B>()};
 };
 
 /// `ts` as they are when every defined one is contiguous (the usual case: no list copied),
@@ -168,64 +180,68 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   for (const auto& t : in) wants.push_back(t.requires_grad() ? 1 : 0);
   small_vector<tensor<T>*, 4> out_ptrs;
   for (auto& o : outs) out_ptrs.push_back(&o);
-  record<T>("CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
-            [g = &G, inst = std::move(inst), state, plan = std::move(plan),
-             wants = std::move(wants)](const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
-              const compiled_graph<T>& G = *g;
-              const std::vector<shape>& shapes = plan->forward;
-              struct backward_values;
-              reused_vector<tensor<T>, backward_values> values_buffer;
-              std::vector<tensor<T>>& values = *values_buffer;
-              values.resize(G.m);
-              for (int s = 0; s < G.saved_count; ++s)
-                values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
-              const std::vector<tensor<T>> no_inputs;
-              const bool all_given = std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return x.defined(); });
-              std::vector<tensor<T>> copies;
-              const std::vector<tensor<T>>& grads = contiguous_list(gs, copies);
-              if (!all_given) [[unlikely]] {
-                // Outputs nothing used: node by node, leaving their gradients' terms out.
-                std::vector<shape> sh = shapes;  // the forward's, which this pass extends
-                for (std::size_t c = 0; c < G.m; ++c)
-                  if (const node_desc& d = G.desc[c]; d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
-                    sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
-                auto* rec = active_recorder<T>();
-                const std::size_t from = rec ? rec->inline_begin() : 0;
-                node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run_given(G.backward_active, G.m);
-                if (rec) rec->inline_end(from);
-              } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
-                // A traced backward (compiled autograd): node by node into the captured graph;
-                // the nodes print as aot<id>_<k>.
-                const std::size_t from = rec->inline_begin();
-                std::vector<shape> sh = shapes;
-                node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run(G.backward_active, G.m);
-                rec->inline_end(from);
-              } else {
-                // The backward's shapes follow from the forward's and the gradients': where
-                // each gradient has its output's shape (the usual case), the plan keeps them.
-                bool usual = G.reads_known_shapes;
-                for (std::size_t k = 0; k < G.n_out && usual; ++k)
-                  usual = grads[k].shape() == shapes[static_cast<std::size_t>(G.out_node[k])];
-                if (std::vector<shape>* known = usual ? plan->backward_shapes() : nullptr) {
-                  G.backward(inst.get(), values, *known, true, no_inputs, grads);
-                } else {
-                  std::vector<shape> sh = shapes;  // the forward's, which this pass extends
-                  G.backward(inst.get(), values, sh, false, no_inputs, grads);
-                  if (usual) plan->publish_backward(std::move(sh));
-                }
-              }
-              std::vector<tensor<T>> result(G.n_in);
-              for (std::size_t i = 0; i < G.n_in; ++i) {
-                if (!wants[i] || G.grad_node[i] < 0) continue;
-                const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
-                if (!gi.defined()) continue;  // only absent gradients reach it
-                const shape& in_shape = shapes[G.m + i];
-                result[i] = gi.shape() == in_shape ? gi : sum_to(gi, in_shape);
-                if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
-                  result[i] = contiguous_copy(result[i]);
-              }
-              return result;
-            })
+  record<T>(
+      "CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
+      [g = &G, inst = std::move(inst), state, plan = std::move(plan), wants = std::move(wants)](
+          const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
+        const compiled_graph<T>& G = *g;
+        const std::vector<shape>& shapes = plan->forward;
+        struct backward_values;
+        reused_vector<tensor<T>, backward_values> values_buffer;
+        std::vector<tensor<T>>& values = *values_buffer;
+        values.resize(G.m);
+        for (int s = 0; s < G.saved_count; ++s)
+          values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
+        const std::vector<tensor<T>> no_inputs;
+        const bool all_given = std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return x.defined(); });
+        std::vector<tensor<T>> copies;
+        const std::vector<tensor<T>>& grads = contiguous_list(gs, copies);
+        if (!all_given) [[unlikely]] {
+          // Outputs nothing used: node by node, leaving their gradients' terms out.
+          std::vector<shape> sh = shapes;  // the forward's, which this pass extends
+          for (std::size_t c = 0; c < G.m; ++c)
+            if (const node_desc& d = G.desc[c];
+                d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
+              sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
+          auto* rec = active_recorder<T>();
+          const std::size_t from = rec ? rec->inline_begin() : 0;
+          node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run_given(
+              G.backward_active, G.m);
+          if (rec) rec->inline_end(from);
+        } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
+          // A traced backward (compiled autograd): node by node into the captured graph;
+          // the nodes print as aot<id>_<k>.
+          const std::size_t from = rec->inline_begin();
+          std::vector<shape> sh = shapes;
+          node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run(
+              G.backward_active, G.m);
+          rec->inline_end(from);
+        } else {
+          // The backward's shapes follow from the forward's and the gradients': where
+          // each gradient has its output's shape (the usual case), the plan keeps them.
+          bool usual = G.reads_known_shapes;
+          for (std::size_t k = 0; k < G.n_out && usual; ++k)
+            usual = grads[k].shape() == shapes[static_cast<std::size_t>(G.out_node[k])];
+          if (std::vector<shape>* known = usual ? plan->backward_shapes() : nullptr) {
+            G.backward(inst.get(), values, *known, true, no_inputs, grads);
+          } else {
+            std::vector<shape> sh = shapes;  // the forward's, which this pass extends
+            G.backward(inst.get(), values, sh, false, no_inputs, grads);
+            if (usual) plan->publish_backward(std::move(sh));
+          }
+        }
+        std::vector<tensor<T>> result(G.n_in);
+        for (std::size_t i = 0; i < G.n_in; ++i) {
+          if (!wants[i] || G.grad_node[i] < 0) continue;
+          const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
+          if (!gi.defined()) continue;  // only absent gradients reach it
+          const shape& in_shape = shapes[G.m + i];
+          result[i] = gi.shape() == in_shape ? gi : sum_to(gi, in_shape);
+          if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
+            result[i] = contiguous_copy(result[i]);
+        }
+        return result;
+      })
       ->set_materialize_grads(false);  // an unused output's gradient stays absent (run_given)
   return outs;
 }

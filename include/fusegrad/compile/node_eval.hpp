@@ -58,8 +58,8 @@ inline shape matmul_shape(const shape& a, const shape& b, bool ta, bool tb) {
   auto [ar, ac] = matmul_rows_cols(a);
   if (ta) std::swap(ar, ac);
   if (ac != br)
-    fail("matmul", "shapes ", to_string(a), " and ", to_string(b), " cannot be multiplied inside fg::compile (",
-         ac, " != ", br, "); expected a [..., k] and b [k, n]");
+    fail("matmul", "shapes ", to_string(a), " and ", to_string(b), " cannot be multiplied inside fg::compile (", ac,
+         " != ", br, "); expected a [..., k] and b [k, n]");
   shape out = ta ? shape{ar, bc} : shape(a.begin(), a.end() - 1);
   if (!ta) out.push_back(bc);
   check_shape("matmul", out);  // [n, 0] x [0, m] can have more elements than either operand
@@ -87,10 +87,10 @@ tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb
 struct node_desc {
   gkind kind = gkind::pointwise;
   int arity = 0;
-  int index = -1;               ///< an input or output gradient: which one
-  int op = -1;                  ///< element-wise: the op's index in ops::table (-1: a user's op)
-  bool scalar = false;          ///< element-wise: the op holds one scalar of the element type
-  std::string_view name;        ///< element-wise: the op's name (for error messages)
+  int index = -1;                                    ///< an input or output gradient: which one
+  int op = -1;                                       ///< element-wise: the op's index in ops::table (-1: a user's op)
+  bool scalar = false;                               ///< element-wise: the op holds one scalar of the element type
+  std::string_view name;                             ///< element-wise: the op's name (for error messages)
   detail::reduce_op rkind = detail::reduce_op::sum;  ///< reduction, sumto (sum), unreduce: which
   reduce_axis raxis = reduce_axis::all;
   int source = -1;              ///< sumto/unreduce: the forward node whose shape it takes
@@ -114,12 +114,11 @@ constexpr node_desc describe() {
       r.rkind = K, r.raxis = X;
     }(d, std::type_identity<E>{});
   } else if constexpr (is_sumto_v<E>) {
-    []<std::size_t K, class U>(node_desc& r, std::type_identity<sumto_expr<K, U>>) {
-      r.source = static_cast<int>(K);
-    }(d, std::type_identity<E>{});
+    []<std::size_t K, class U>(node_desc& r, std::type_identity<sumto_expr<K, U>>) { r.source = static_cast<int>(K); }(
+        d, std::type_identity<E>{});
   } else if constexpr (is_unreduce_v<E>) {
     []<detail::reduce_op K, reduce_axis X, std::size_t KK, class U>(node_desc& r,
-                                                                std::type_identity<unreduce_expr<K, X, KK, U>>) {
+                                                                    std::type_identity<unreduce_expr<K, X, KK, U>>) {
       r.rkind = K, r.raxis = X, r.source = static_cast<int>(KK);
     }(d, std::type_identity<E>{});
   } else if constexpr (is_matmul_v<E>) {
@@ -163,18 +162,22 @@ struct node_tables {
   using T = typename A::element_type;
   static constexpr std::array<node_desc, A::M> desc = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<node_desc, A::M>{describe<typename A::template node_t<C>, T>()...};
-  }(std::make_index_sequence<A::M>{});
+  }
+  (std::make_index_sequence<A::M>{});
   static constexpr std::array<tile_fn<T>, A::M> kernels = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<tile_fn<T>, A::M>{kernel_of<typename A::template node_t<C>, T>()...};
-  }(std::make_index_sequence<A::M>{});
+  }
+  (std::make_index_sequence<A::M>{});
   static constexpr std::array<user_number_fn, A::M> user_numbers = []<std::size_t... C>(std::index_sequence<C...>) {
     return std::array<user_number_fn, A::M>{user_number_of<typename A::template node_t<C>, T>()...};
-  }(std::make_index_sequence<A::M>{});
+  }
+  (std::make_index_sequence<A::M>{});
   /// The state pointers of an instance whose node addresses (post-order) are `nodes`.
   static std::array<const void*, A::M> states(const void* const* nodes) {
     return [&]<std::size_t... C>(std::index_sequence<C...>) {
       return std::array<const void*, A::M>{state_of<typename A::template node_t<C>>(nodes[A::cg.rep[C]])...};
-    }(std::make_index_sequence<A::M>{});
+    }
+    (std::make_index_sequence<A::M>{});
   }
 };
 
@@ -194,7 +197,7 @@ struct node_eval {
   std::vector<shape>& shapes;
   const std::vector<tensor<T>>& inputs;
   const std::vector<tensor<T>>& grads;  ///< gradients of the outputs (backward only)
-  bool shapes_known = false;  ///< `run` leaves `shapes` as they are (see `eval_context::shapes_known`)
+  bool shapes_known = false;            ///< `run` leaves `shapes` as they are (see `eval_context::shapes_known`)
 
   const tensor<T>& arg(int c, int k) const {
     return values[static_cast<std::size_t>(children[static_cast<std::size_t>(c)][static_cast<std::size_t>(k)])];
@@ -222,7 +225,9 @@ struct node_eval {
   }
   /// The reduction of a reduction node.
   static reduce_op reduction_op(const node_desc& d) {
-    return d.rkind == detail::reduce_op::sum ? reduce_op::sum : d.rkind == detail::reduce_op::mean ? reduce_op::mean : reduce_op::max;
+    return d.rkind == detail::reduce_op::sum    ? reduce_op::sum
+           : d.rkind == detail::reduce_op::mean ? reduce_op::mean
+                                                : reduce_op::max;
   }
 
   /// Element-wise node c (an op of the IR's op table, or a user's it can record) recorded into
@@ -301,8 +306,9 @@ tensor<T> node_eval<T>::eval(int c) const {
     case gkind::matmul: {
       const tensor<T>&a = arg(c, 0), &b = arg(c, 1);
       const bool ta = d.ta, tb = d.tb;
-      return call_opaque<T>("matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
-                            [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
+      return call_opaque<T>(
+          "matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
+          [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
     }
   }
   return {};
@@ -373,9 +379,15 @@ void node_eval<T>::run_given(const bool* active, std::size_t m) {
 template <class A, Element T>
 node_eval<T> nodes_of(const typename A::instance& inst, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
                       const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
-  return {node_tables<A>::desc.data(), A::cg.children.data(), node_tables<A>::kernels.data(),
-          node_tables<A>::user_numbers.data(), inst.state.data(),
-          values, shapes, inputs, grads};
+  return {node_tables<A>::desc.data(),
+          A::cg.children.data(),
+          node_tables<A>::kernels.data(),
+          node_tables<A>::user_numbers.data(),
+          inst.state.data(),
+          values,
+          shapes,
+          inputs,
+          grads};
 }
 
 }  // namespace fusegrad::detail

@@ -45,7 +45,8 @@ struct shape_plan {
   /// Keeps `shapes` as the backward's (the first caller to finish wins; the others' are dropped).
   void publish_backward(std::vector<shape>&& shapes) noexcept {
     int expected = empty;
-    if (!state_.compare_exchange_strong(expected, writing, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    if (!state_.compare_exchange_strong(expected, writing, std::memory_order_acquire, std::memory_order_relaxed))
+      return;
     backward = std::move(shapes);
     state_.store(ready, std::memory_order_release);
   }

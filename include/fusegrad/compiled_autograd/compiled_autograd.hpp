@@ -30,7 +30,6 @@
 /// (`forward(inputs, sizes, scalars, hooks)`, as PyTorch's); `compiled_autograd_verbose`
 /// adds the reason for each cache miss.
 
-
 #include <mutex>
 #include <vector>
 
@@ -91,7 +90,8 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   const walk_key& key = make_key(roots);
   const bool hit = lookup(key, &ck);
   col.grads = grads;
-  fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits : fusegrad::detail::counter_cells().ca_captures);
+  fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits
+                             : fusegrad::detail::counter_cells().ca_captures);
   const bool direct = col.all && fusegrad::detail::active_recorder<T>() == nullptr;
   if (hit && direct)
     for (const auto& any : ck->plans) {

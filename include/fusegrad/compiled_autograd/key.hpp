@@ -57,7 +57,7 @@ struct cached_key {
 struct state {
   std::mutex mu;
   std::recursive_mutex capture_mu;  ///< held by each captured backward (see `run`; a hook's may nest)
-  std::deque<cached_key> keys;  ///< (a deque: a capture nested in a hook adds one, the outer one keeps its pointer)
+  std::deque<cached_key> keys;      ///< (a deque: a capture nested in a hook adds one, the outer one keeps its pointer)
   std::unique_ptr<fusegrad::detail::jit::function_state> programs[2][2];  // [backend][fullgraph]
   fusegrad::detail::jit::function_state& programs_for(const options& o) {
     std::lock_guard lock(mu);  // backwards on several threads make it on first use
@@ -130,7 +130,7 @@ class call_index {
 /// nodes, and the backward's root gradients. Per thread, reused.
 template <Element T>
 struct collected {
-  std::vector<node<T>*> order;  ///< NodeCall q + 1
+  std::vector<node<T>*> order;            ///< NodeCall q + 1
   std::vector<const tensor<T>*> tensors;  ///< as the nodes hold them (valid until a node runs)
   std::vector<tensor<T>> owned;           ///< a capture's copy of `tensors`, taken before the engine runs
   /// A capture's scalar inputs (`node::scalar_input`): their nodes (NodeCall - 1) and the 0-d
@@ -157,7 +157,8 @@ inline std::uint64_t name_hash(std::string_view name) {
   };
   thread_local slot memo[64];
   slot& m = memo[(reinterpret_cast<std::uintptr_t>(name.data()) >> 3) & 63];
-  if (m.p == name.data() && m.n == name.size() && (name.empty() || (m.c0 == name.front() && m.c1 == name.back()))) return m.h;
+  if (m.p == name.data() && m.n == name.size() && (name.empty() || (m.c0 == name.front() && m.c1 == name.back())))
+    return m.h;
   const std::uint64_t h = fusegrad::detail::fnv1a().mix(name).value();
   m = {name.data(), name.size(), h, name.empty() ? '\0' : name.front(), name.empty() ? '\0' : name.back()};
   return h;
@@ -257,7 +258,8 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
         add_hooks(h.mix(0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
     key.structure.push_back(h.value());
     key.names.push_back(name);
-    key.bytes.push_back(static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
+    key.bytes.push_back(
+        static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
   }
   key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
   col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
@@ -289,10 +291,12 @@ inline bool lookup(const walk_key& key, cached_key** found = nullptr) {
           if (c.sizes[j] != key.sizes[j] && !c.dynamic[j]) {
             same = false;
             c.dynamic[j] = 1;
-            const auto node = static_cast<std::size_t>(std::upper_bound(c.offsets.begin(), c.offsets.end(), j) - c.offsets.begin()) - 1;
-            logs::emit(logs::compiled_autograd_verbose, "Cache miss due to changed shapes: marking size idx " +
-                                                            std::to_string(j - c.offsets[node]) + " of " + c.names[node] +
-                                                            " (NodeCall " + std::to_string(node) + ") as dynamic");
+            const auto node =
+                static_cast<std::size_t>(std::upper_bound(c.offsets.begin(), c.offsets.end(), j) - c.offsets.begin()) -
+                1;
+            logs::emit(logs::compiled_autograd_verbose,
+                       "Cache miss due to changed shapes: marking size idx " + std::to_string(j - c.offsets[node]) +
+                           " of " + c.names[node] + " (NodeCall " + std::to_string(node) + ") as dynamic");
           }
         if (found) *found = &c;
         if (same) return true;
@@ -309,9 +313,9 @@ inline bool lookup(const walk_key& key, cached_key** found = nullptr) {
       prev += (prev.size() > 1 ? ", " : "") + std::to_string(c.bytes[best]);
   prev += "]";
   if (best < key.size())
-    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + std::string(key.names[best]) + " (NodeCall " +
-                                                    std::to_string(best) + ") with key size " + std::to_string(key.bytes[best]) +
-                                                    ", previous key sizes=" + prev);
+    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + std::string(key.names[best]) +
+                                                    " (NodeCall " + std::to_string(best) + ") with key size " +
+                                                    std::to_string(key.bytes[best]) + ", previous key sizes=" + prev);
   cached_key c;
   c.structure = key.structure;
   c.names.assign(key.names.begin(), key.names.end());

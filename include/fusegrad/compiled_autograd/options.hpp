@@ -38,7 +38,9 @@ class compiled_autograd_switch {
     if (on) compiled_autograd::detail::install<B>();
     on_.store(on, order);
   }
-  [[nodiscard]] bool load(std::memory_order order = std::memory_order_seq_cst) const noexcept { return on_.load(order); }
+  [[nodiscard]] bool load(std::memory_order order = std::memory_order_seq_cst) const noexcept {
+    return on_.load(order);
+  }
   operator bool() const noexcept { return load(); }  // NOLINT(google-explicit-constructor): reads like the bool it is
 
  private:

@@ -58,7 +58,9 @@ struct plan {
 template <Element T>
 std::string signature(const plan<T>& p, const collected<T>& col) {
   auto node_of = [&](std::uint32_t flat) {
-    const auto q = static_cast<std::size_t>(std::upper_bound(col.offsets.begin(), col.offsets.end(), flat) - col.offsets.begin()) - 1;
+    const auto q =
+        static_cast<std::size_t>(std::upper_bound(col.offsets.begin(), col.offsets.end(), flat) - col.offsets.begin()) -
+        1;
     return std::pair<std::size_t, std::uint32_t>{q, flat - col.offsets[q]};
   };
   std::string s = "compiled autograd graph: forward(inputs, sizes, scalars, hooks)\n  inputs:";
@@ -73,19 +75,22 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
     } else {
       const auto [q, k] = node_of(src.index);
       const std::string_view name = col.order[q]->name();
-      s += std::string(name) + " (NodeCall " + std::to_string(q + 1) + ") " + (name == "AccumulateGrad" ? "grad so far" : "saved " + std::to_string(k));
+      s += std::string(name) + " (NodeCall " + std::to_string(q + 1) + ") " +
+           (name == "AccumulateGrad" ? "grad so far" : "saved " + std::to_string(k));
     }
     const auto& g = p.e->inputs[i];
     s += std::string(": ") + (sizeof(T) == 4 ? "f32" : "f64") + "[";
     for (std::size_t d = 0; d < g.sizes.size(); ++d)
-      s += (d ? ", " : "") + ((g.dynamic >> d) & 1U ? "s" + std::to_string(i) + "_" + std::to_string(d) : std::to_string(g.sizes[d]));
+      s += (d ? ", " : "") +
+           ((g.dynamic >> d) & 1U ? "s" + std::to_string(i) + "_" + std::to_string(d) : std::to_string(g.sizes[d]));
     s += "]";
   }
   s += "\n  sizes: ";
   bool any = false;
   for (std::size_t i = 0; i < p.e->inputs.size(); ++i)
     for (std::size_t d = 0; d < p.e->inputs[i].sizes.size(); ++d)
-      if ((p.e->inputs[i].dynamic >> d) & 1U) s += std::string(any ? ", " : "") + "s" + std::to_string(i) + "_" + std::to_string(d), any = true;
+      if ((p.e->inputs[i].dynamic >> d) & 1U)
+        s += std::string(any ? ", " : "") + "s" + std::to_string(i) + "_" + std::to_string(d), any = true;
   if (!any) s += "(all static)";
   s += "\n  scalars:";
   any = false;
@@ -96,11 +101,14 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
     }
   s += std::string(any ? " (" : " (none; ") + "other constants specialised, keyed on each node's constants)\n  hooks:";
   for (const auto& h : p.hooks)
-    s += "\n    hooks[" + std::to_string(h.slot) + "] " + std::string(col.order[h.node]->name()) + " (NodeCall " + std::to_string(h.node + 1) + ") " +
-         (h.output < 0 ? std::string("leaf") : "output " + std::to_string(h.output)) + " hook " + std::to_string(h.index);
+    s += "\n    hooks[" + std::to_string(h.slot) + "] " + std::string(col.order[h.node]->name()) + " (NodeCall " +
+         std::to_string(h.node + 1) + ") " +
+         (h.output < 0 ? std::string("leaf") : "output " + std::to_string(h.output)) + " hook " +
+         std::to_string(h.index);
   if (p.hooks.empty()) s += " (none)";
   s += "\n  outputs:";
-  for (std::size_t o = 0; o < p.out_node.size(); ++o) s += " accumulate_grad(NodeCall " + std::to_string(p.out_node[o] + 1) + ")";
+  for (std::size_t o = 0; o < p.out_node.size(); ++o)
+    s += " accumulate_grad(NodeCall " + std::to_string(p.out_node[o] + 1) + ")";
   return s;
 }
 
@@ -108,8 +116,8 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
 /// from collected values alone (a graph break, an eager fallback, an input the walk did not
 /// collect, an output that is not a leaf's gradient, a hook traced into the graph).
 template <Element T>
-std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::trace<T>::flush_record& rec, const collected<T>& col,
-                                         const std::vector<index_t>& key_sizes) {
+std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::trace<T>::flush_record& rec,
+                                         const collected<T>& col, const std::vector<index_t>& key_sizes) {
   if (!col.all || rec.flushes != 1 || !rec.compiled || !rec.e || rec.e->bwd || rec.e->eager) return nullptr;
   auto p = std::make_shared<plan<T>>();
   p->e = rec.e;
@@ -119,8 +127,10 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
   using from = typename plan<T>::from;
   std::vector<std::pair<const void*, typename plan<T>::source>> by_impl;
   for (std::size_t j = 0; j < col.owned.size(); ++j)
-    if (col.owned[j].defined()) by_impl.push_back({col.owned[j].raw_impl().get(), {from::saved, static_cast<std::uint32_t>(j)}});
-  for (std::size_t j = 0; j < col.grads.size(); ++j) by_impl.push_back({col.grads[j].raw_impl().get(), {from::root, static_cast<std::uint32_t>(j)}});
+    if (col.owned[j].defined())
+      by_impl.push_back({col.owned[j].raw_impl().get(), {from::saved, static_cast<std::uint32_t>(j)}});
+  for (std::size_t j = 0; j < col.grads.size(); ++j)
+    by_impl.push_back({col.grads[j].raw_impl().get(), {from::root, static_cast<std::uint32_t>(j)}});
   for (std::size_t j = 0; j < col.scalar_tensors.size(); ++j)
     by_impl.push_back({col.scalar_tensors[j].raw_impl().get(), {from::scalar, col.scalar_node[j]}});
   std::stable_sort(by_impl.begin(), by_impl.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -137,7 +147,8 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
   }
   for (const auto& in : rec.inputs) {
     const void* k = in.raw_impl().get();
-    auto it = std::lower_bound(by_impl.begin(), by_impl.end(), k, [](const auto& a, const void* b) { return a.first < b; });
+    auto it =
+        std::lower_bound(by_impl.begin(), by_impl.end(), k, [](const auto& a, const void* b) { return a.first < b; });
     if (it == by_impl.end() || it->first != k) return nullptr;  // made by a rule (zeros, ...): not collectable
     p->inputs.push_back(it->second);
   }
@@ -150,7 +161,9 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
           if (auto leaf = acc->variable(); leaf.defined() && leaf.raw_impl()->grad.raw_impl().get() == t) {
             p->out_node.push_back(static_cast<std::uint32_t>(q));
             const auto flat = col.offsets[q];  // the gradient it had: an input of the graph?
-            p->out_added.push_back(std::any_of(p->inputs.begin(), p->inputs.end(), [&](const auto& src) { return src.kind == from::saved && src.index == flat; }));
+            p->out_added.push_back(std::any_of(p->inputs.begin(), p->inputs.end(), [&](const auto& src) {
+              return src.kind == from::saved && src.index == flat;
+            }));
             found = true;
           }
     if (!found) return nullptr;
@@ -168,7 +181,8 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
         const auto& hs = n->pre_hooks(i);
         for (std::size_t j = 0; j < hs.size() && !found; ++j)
           if (hs[j].id == id) {
-            p->hooks.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), static_cast<int>(i), static_cast<std::uint32_t>(j)});
+            p->hooks.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), static_cast<int>(i),
+                                static_cast<std::uint32_t>(j)});
             found = true;
           }
       }
@@ -178,7 +192,8 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
             const auto& hs = leaf.raw_impl()->leaf_hooks;
             for (std::size_t j = 0; j < hs.size() && !found; ++j)
               if (hs[j].id == id) {
-                p->hooks.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), -1, static_cast<std::uint32_t>(j)});
+                p->hooks.push_back(
+                    {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), -1, static_cast<std::uint32_t>(j)});
                 found = true;
               }
           }
@@ -235,7 +250,9 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
         if (!leaf.defined()) return false;
         h = leaf.raw_impl()->leaf_hooks.at(hs.index);
       }
-      with_hooks[hs.slot] = [h = std::move(h)](const tensor<T>& g, const tensor<T>&) { return fusegrad::detail::apply_hook(h, g); };
+      with_hooks[hs.slot] = [h = std::move(h)](const tensor<T>& g, const tensor<T>&) {
+        return fusegrad::detail::apply_hook(h, g);
+      };
     }
     fns = &with_hooks;
   }
@@ -253,7 +270,8 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
     tensor<T> g = std::move(res[o]);
     std::lock_guard lock(impl->mutex);
     if (!p.out_added[o] && impl->grad.defined()) {  // captured without a gradient so far: added here, as eagerly
-      fusegrad::detail::write_grad(impl, fusegrad::detail::zip("AccumulateGrad", fusegrad::detail::accumulate_values{}, impl->grad, g));
+      fusegrad::detail::write_grad(
+          impl, fusegrad::detail::zip("AccumulateGrad", fusegrad::detail::accumulate_values{}, impl->grad, g));
     } else {
       if (!fusegrad::detail::owned_alone(g)) g = fusegrad::detail::contiguous_copy(g);
       fusegrad::detail::write_grad(impl, std::move(g));

@@ -45,7 +45,7 @@ template <Element T>
 inline constexpr index_t sum_lanes = static_cast<index_t>(128 / sizeof(T));
 /// Values of a row-form chunk.
 template <Element T>
-inline constexpr index_t sum_chunk = sum_run * sum_lanes<T>;
+inline constexpr index_t sum_chunk = sum_run* sum_lanes<T>;
 
 /// The fixed tree over chunk sums, on `m` sums at once (`m` outputs side by side; 1 for one
 /// output): `level + k * stride` holds the sum of the k-th power-of-two group still open.
@@ -70,8 +70,7 @@ struct sum_tree {
       const T* l = level + k * stride;
       if (any)
         for (index_t i = 0; i < m; ++i) acc[i] = l[i] + acc[i];
-      else
-        std::copy(l, l + m, acc);
+      else std::copy(l, l + m, acc);
       any = true;
     }
     if (!any) std::fill_n(acc, m, T(0));
@@ -104,7 +103,8 @@ class running_sum {
             V acc[U] = {V(T(-0.0)) + V::load_unaligned(x + u * W)...};
             for (index_t i = lanes; i < chunk; i += lanes) ((acc[u] += V::load_unaligned(x + i + u * W)), ...);
             (acc[u].store_aligned(a + u * W), ...);
-          }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
+          }
+          (std::make_index_sequence<static_cast<std::size_t>(U)>{});
           T c = fold<lanes>(a);
           sum_tree<T>::push(level_, 1, chunks_++, &c, 1);
         }
@@ -116,7 +116,8 @@ class running_sum {
           V acc[U] = {V::load_aligned(lane_ + u * W)...};
           for (index_t i = 0; i < m; i += lanes) ((acc[u] += V::load_unaligned(x + i + u * W)), ...);
           (acc[u].store_aligned(lane_ + u * W), ...);
-        }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
+        }
+        (std::make_index_sequence<static_cast<std::size_t>(U)>{});
         x += m, n -= m, pos_ += m;
       } else {  // one value into its accumulator (the same addition a lane does)
         lane_[pos_ % lanes] += *x++;
@@ -149,7 +150,8 @@ class running_sum {
           }
           (pa[u].store_aligned(ra + u * W), ...);
           (pb[u].store_aligned(rb + u * W), ...);
-        }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
+        }
+        (std::make_index_sequence<static_cast<std::size_t>(U)>{});
         T ca = fold<lanes>(ra), cb = fold<lanes>(rb);
         sum_tree<T>::push(a.level_, 1, a.chunks_++, &ca, 1);
         sum_tree<T>::push(b.level_, 1, b.chunks_++, &cb, 1);
@@ -230,9 +232,8 @@ class running_sum {
   /// vectorises).
   template <index_t P>
   static T fold(T* a) noexcept {
-    [&]<std::size_t... k>(std::index_sequence<k...>) {
-      ((fold_half<(P >> (k + 1))>(a)), ...);
-    }(std::make_index_sequence<static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(P)) - 1)>{});
+    [&]<std::size_t... k>(std::index_sequence<k...>) { ((fold_half<(P >> (k + 1))>(a)), ...); }
+    (std::make_index_sequence<static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(P)) - 1)>{});
     return a[0];
   }
   template <index_t S>
@@ -246,18 +247,24 @@ class running_sum {
     T a[P];
     [&]<std::size_t... i>(std::index_sequence<i...>) {
       ((a[i] = static_cast<index_t>(i) < N ? T(-0.0) + x[static_cast<index_t>(i) * step] : T(-0.0)), ...);
-    }(std::make_index_sequence<static_cast<std::size_t>(P)>{});
+    }
+    (std::make_index_sequence<static_cast<std::size_t>(P)>{});
     [&]<std::size_t... k>(std::index_sequence<k...>) {
-      ([&] {
-        constexpr auto h = static_cast<std::size_t>(P >> (k + 1));
-        [&]<std::size_t... i>(std::index_sequence<i...>) { ((a[i] = a[i] + a[i + h]), ...); }(std::make_index_sequence<h>{});
-      }(), ...);
-    }(std::make_index_sequence<static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(P)) - 1)>{});
+      (
+          [&] {
+            constexpr auto h = static_cast<std::size_t>(P >> (k + 1));
+            [&]<std::size_t... i>(std::index_sequence<i...>) { ((a[i] = a[i] + a[i + h]), ...); }
+            (std::make_index_sequence<h>{});
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(P)) - 1)>{});
     return a[0];
   }
   static constexpr auto short_sums = []<std::size_t... n>(std::index_sequence<n...>) {
     return std::array<T (*)(const T*, index_t) noexcept, sizeof...(n)>{&short_sum<static_cast<index_t>(n) + 1>...};
-  }(std::make_index_sequence<static_cast<std::size_t>(lanes)>{});
+  }
+  (std::make_index_sequence<static_cast<std::size_t>(lanes)>{});
   void end_chunk() noexcept {
     T c = fold_lanes(lane_);
     sum_tree<T>::push(level_, 1, chunks_++, &c, 1);
@@ -301,15 +308,14 @@ class column_sums {
   void finish() {
     for (index_t r = 0; r < rows_; ++r) {
       const std::uint64_t n = seen_[static_cast<std::size_t>(r)];
-      sum_tree<T>::total(level_.data() + r * m_, rows_ * m_, n / sum_run, n % sum_run != 0,
-                         out_ + r * ld_, m_);
+      sum_tree<T>::total(level_.data() + r * m_, rows_ * m_, n / sum_run, n % sum_run != 0, out_ + r * ld_, m_);
     }
   }
 
  private:
   T* out_ = nullptr;
   index_t rows_ = 0, m_ = 0, ld_ = 0, levels_ = 0;
-  std::vector<T> level_;            ///< [levels][rows * m]
+  std::vector<T> level_;             ///< [levels][rows * m]
   std::vector<std::uint64_t> seen_;  ///< values received, per output row
 };
 

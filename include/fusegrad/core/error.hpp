@@ -42,8 +42,8 @@ class msg_piece {
   msg_piece(char c) noexcept : s_(buf_, 1) { buf_[0] = c; }
   msg_piece(bool b) noexcept : s_(b ? "true" : "false") {}
   template <std::integral I>
-    requires(!std::same_as<I, bool> && !std::same_as<I, char>)
-  msg_piece(I v) noexcept {
+  requires(!std::same_as<I, bool> && !std::same_as<I, char>) msg_piece(I v)
+  noexcept {
     const auto r = std::to_chars(buf_, buf_ + sizeof buf_, v);
     s_ = std::string_view(buf_, static_cast<std::size_t>(r.ptr - buf_));
   }

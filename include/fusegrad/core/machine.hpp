@@ -46,7 +46,9 @@ inline std::size_t sysfs_cache_bytes(int level) noexcept {
     const int got = std::fscanf(f, "%llu%c", &n, &unit);
     std::fclose(f);
     if (got < 1 || n == 0) return 0;
-    const unsigned shift = got == 2 && (unit == 'K' || unit == 'k') ? 10 : got == 2 && (unit == 'M' || unit == 'm') ? 20 : 0;
+    const unsigned shift = got == 2 && (unit == 'K' || unit == 'k')   ? 10
+                           : got == 2 && (unit == 'M' || unit == 'm') ? 20
+                                                                      : 0;
     return static_cast<std::size_t>(n) << shift;
   }
   return 0;
@@ -54,7 +56,8 @@ inline std::size_t sysfs_cache_bytes(int level) noexcept {
 
 /// The size of CPU 0's level-`level` cache: environment variable `env` where it is set, else
 /// sysfs's figure, else the C library's (`sc`: its `sysconf` name, or -1), else `fallback`.
-inline std::size_t query_cache_level(const char* env, int level, [[maybe_unused]] int sc, std::size_t fallback) noexcept {
+inline std::size_t query_cache_level(const char* env, int level, [[maybe_unused]] int sc,
+                                     std::size_t fallback) noexcept {
   if (const std::size_t v = env_bytes(env); v > 0) return v;
   if (const std::size_t v = sysfs_cache_bytes(level); v > 0) return v;
 #if defined(__unix__) || defined(__APPLE__)

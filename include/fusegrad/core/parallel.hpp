@@ -84,7 +84,9 @@ inline constexpr bool parallel_enabled =
 inline std::atomic<index_t> parallel_grain_setting{index_t{1} << 14};
 inline index_t parallel_grain() noexcept { return parallel_grain_setting.load(std::memory_order_relaxed); }
 /// Tests only: the grain of every loop (`parallel_grain`); returns the previous one.
-inline index_t set_parallel_grain(index_t g) noexcept { return parallel_grain_setting.exchange(std::max<index_t>(g, 1)); }
+inline index_t set_parallel_grain(index_t g) noexcept {
+  return parallel_grain_setting.exchange(std::max<index_t>(g, 1));
+}
 
 #if defined(FUSEGRAD_PRECOMPILED)
 /// The precompiled runtime's scheduler (src/runtime_parallel.cpp): `fn(ctx, b)` for every
@@ -142,7 +144,8 @@ inline std::atomic<int>& thread_setting() {
 inline int thread_count() {
   const int n = thread_setting().load(std::memory_order_relaxed);
   if (n == 0) [[unlikely]]
-    fail("FUSEGRAD_NUM_THREADS", "value '", std::string_view(std::getenv("FUSEGRAD_NUM_THREADS") ? std::getenv("FUSEGRAD_NUM_THREADS") : ""),
+    fail("FUSEGRAD_NUM_THREADS", "value '",
+         std::string_view(std::getenv("FUSEGRAD_NUM_THREADS") ? std::getenv("FUSEGRAD_NUM_THREADS") : ""),
          "'; expected a whole number from 1 to 4096 (or call fg::set_num_threads(n), which overrides it)");
   return n;
 }
@@ -183,21 +186,23 @@ void run_team(int team, Body& body) {
 #pragma omp parallel num_threads(team)
   body(omp_get_thread_num());
 #else
-  tbb::parallel_for(0, team, [&](int t) { body(t); }, tbb::simple_partitioner());
+  tbb::parallel_for(
+      0, team, [&](int t) { body(t); }, tbb::simple_partitioner());
 #endif
 }
 #endif
 
 /// Calls `f(b)` for every block `b` in [0, count), on up to `get_num_threads()` threads
-/// (each thread its own contiguous range of blocks first, then the others' left-over ones). Exceptions reach the caller (the
-/// first one thrown).
+/// (each thread its own contiguous range of blocks first, then the others' left-over ones). Exceptions reach the caller
+/// (the first one thrown).
 template <class F>
 void parallel_blocks(index_t count, F&& f) {
 #if defined(FUSEGRAD_PARALLEL_IN_RUNTIME)
   if (count > 1 && !in_parallel_block) {
     using body = std::remove_reference_t<F>;
-    run_blocks(count, [](void* c, index_t b) { (*static_cast<body*>(c))(b); },
-               const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+    run_blocks(
+        count, [](void* c, index_t b) { (*static_cast<body*>(c))(b); },
+        const_cast<void*>(static_cast<const void*>(std::addressof(f))));
     return;
   }
 #elif defined(FUSEGRAD_PARALLEL_ON)
@@ -235,7 +240,8 @@ void parallel_blocks(index_t count, F&& f) {
         try {
           for (int k = 0; k < members && !failed.load(std::memory_order_relaxed); ++k) {
             cursor& c = cur[(member + k) % members];
-            for (index_t b; !failed.load(std::memory_order_relaxed) && (b = c.next.fetch_add(1, std::memory_order_relaxed)) < c.end;)
+            for (index_t b; !failed.load(std::memory_order_relaxed) &&
+                            (b = c.next.fetch_add(1, std::memory_order_relaxed)) < c.end;)
               f(b);
           }
         } catch (...) {

@@ -83,8 +83,10 @@ inline index_t check_shape(std::string_view op, const shape& s) {
     if (d < 0) detail::fail(op, "invalid shape ", to_string(s), "; expected every size >= 0");
     empty = empty || d == 0;
     if (__builtin_mul_overflow(span, d == 0 ? index_t{1} : d, &span))
-      detail::fail(op, "shape ", to_string(s), " has too many elements (the product of its sizes overflows a 64-bit "
-                   "index); expected at most ", std::numeric_limits<index_t>::max(), " elements");
+      detail::fail(op, "shape ", to_string(s),
+                   " has too many elements (the product of its sizes overflows a 64-bit "
+                   "index); expected at most ",
+                   std::numeric_limits<index_t>::max(), " elements");
   }
   return empty ? 0 : span;
 }
@@ -97,9 +99,8 @@ inline shape broadcast_shapes(std::string_view op, const shape& a, const shape& 
     const index_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const index_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      detail::fail(op, "shapes ", to_string(a), " and ", to_string(b),
-                   " cannot be broadcast together (dim ", i, ": ", da, " vs ", db,
-                   "); expected equal sizes or 1");
+      detail::fail(op, "shapes ", to_string(a), " and ", to_string(b), " cannot be broadcast together (dim ", i, ": ",
+                   da, " vs ", db, "); expected equal sizes or 1");
     r[i] = da == 1 ? db : da;
   }
   check_shape(op, r);  // [n, 1] with [1, n] can have more elements than either operand
@@ -121,8 +122,8 @@ inline std::size_t normalize_dim(std::string_view op, index_t dim, std::size_t r
   const auto r = static_cast<index_t>(rank);
   const index_t lo = rank == 0 ? -1 : -r, hi = rank == 0 ? 0 : r - 1;
   if (dim < lo || dim > hi)
-    detail::fail(op, "dim ", dim, " is out of range for a tensor of rank ", rank,
-                 "; expected a dim in [", lo, ", ", hi, "]");
+    detail::fail(op, "dim ", dim, " is out of range for a tensor of rank ", rank, "; expected a dim in [", lo, ", ", hi,
+                 "]");
   return static_cast<std::size_t>(dim < 0 ? dim + std::max<index_t>(r, 1) : dim);
 }
 

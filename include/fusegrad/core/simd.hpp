@@ -135,25 +135,32 @@ constexpr V select_gt(const V& a, const V& b, const V& if_true, const V& if_fals
   else return xsimd::select(a > b, if_true, if_false);
 }
 /// 1 where `a > b`, else 0.
-template <class V> constexpr V gt(const V& a, const V& b) { return select_gt(a, b, V(1), V(0)); }
+template <class V>
+constexpr V gt(const V& a, const V& b) {
+  return select_gt(a, b, V(1), V(0));
+}
 /// 1 where `a >= b`, else 0.
-template <class V> constexpr V ge(const V& a, const V& b) {
+template <class V>
+constexpr V ge(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) return a >= b ? V(1) : V(0);
   else return xsimd::select(a >= b, V(1), V(0));
 }
 /// 1 where `a == b`, else 0.
-template <class V> constexpr V eq(const V& a, const V& b) {
+template <class V>
+constexpr V eq(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) return a == b ? V(1) : V(0);
   else return xsimd::select(a == b, V(1), V(0));
 }
 /// 1 where `a != b` (NaN included, as in C), else 0. Not xsimd's batch `!=`: its AVX form
 /// is the ordered compare (_CMP_NEQ_OQ), false for NaN, unlike its SSE2 form and C.
-template <class V> constexpr V ne(const V& a, const V& b) {
+template <class V>
+constexpr V ne(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) return a != b ? V(1) : V(0);
   else return xsimd::select(a == b, V(0), V(1));
 }
 /// The larger of `a` and `b`, propagating NaN from either side like `torch.maximum`.
-template <class V> constexpr V max(const V& a, const V& b) {
+template <class V>
+constexpr V max(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) {
     if (a != a) return a;
     if (b != b) return b;
@@ -163,7 +170,8 @@ template <class V> constexpr V max(const V& a, const V& b) {
   }
 }
 /// The smaller of `a` and `b`, propagating NaN from either side like `torch.minimum`.
-template <class V> V min(const V& a, const V& b) {
+template <class V>
+V min(const V& a, const V& b) {
   if constexpr (detail::is_scalar_v<V>) {
     if (a != a) return a;
     if (b != b) return b;
@@ -173,12 +181,14 @@ template <class V> V min(const V& a, const V& b) {
   }
 }
 /// `if_nonzero` where `c != 0` (NaN counts as nonzero, as C's truth), else `if_zero`.
-template <class V> V select_nonzero(const V& c, const V& if_nonzero, const V& if_zero) {
+template <class V>
+V select_nonzero(const V& c, const V& if_nonzero, const V& if_zero) {
   if constexpr (detail::is_scalar_v<V>) return c != V(0) ? if_nonzero : if_zero;
   else return xsimd::select(c == V(0), if_zero, if_nonzero);
 }
 /// -1, 0 or +1 by the sign of `a` (0 for 0 and NaN stays NaN).
-template <class V> constexpr V sign(const V& a) {
+template <class V>
+constexpr V sign(const V& a) {
   if constexpr (detail::is_scalar_v<V>) {
     if (a != a) return a;
     return a > 0 ? V(1) : (a < 0 ? V(-1) : V(0));
@@ -190,7 +200,8 @@ template <class V> constexpr V sign(const V& a) {
 /// `f` on each lane on its own (on a scalar: `f(a)`): for the functions whose C library
 /// form fusegrad uses on batches too (their special values, their accuracy, and a value that
 /// cannot depend on the other lanes).
-template <class V, class F> V per_lane(const V& a, F f) {
+template <class V, class F>
+V per_lane(const V& a, F f) {
   if constexpr (detail::is_scalar_v<V>) {
     return f(a);
   } else {
@@ -202,7 +213,8 @@ template <class V, class F> V per_lane(const V& a, F f) {
   }
 }
 /// `f` on each pair of lanes (on scalars: `f(a, b)`).
-template <class V, class F> V per_lane(const V& a, const V& b, F f) {
+template <class V, class F>
+V per_lane(const V& a, const V& b, F f) {
   if constexpr (detail::is_scalar_v<V>) {
     return f(a, b);
   } else {
@@ -220,7 +232,8 @@ template <class V, class F> V per_lane(const V& a, const V& b, F f) {
 /// accuracy). xsimd's batch pow is exp(b log a): besides the special values it gets wrong, it
 /// loses precision as |b log a| grows, flushes subnormal results to 0 (pow(x, 1) != x), and it
 /// measured slower than glibc's pow for doubles and not much faster for floats.
-template <class V> V pow(const V& a, const V& b) {
+template <class V>
+V pow(const V& a, const V& b) {
   return per_lane(a, b, [](auto x, auto y) { return std::pow(x, y); });
 }
 
@@ -249,12 +262,12 @@ V per_reduction_class(V x) {
   using T = typename V::value_type;
   const V ax = xsimd::abs(x);
   const auto small = ax <= xsimd::constants::twentypi<V>();
-  const auto medium = ax <= xsimd::constants::mediumpi<V>();  // false for NaN
+  const auto medium = ax <= xsimd::constants::mediumpi<V>();                                       // false for NaN
   if (!xsimd::any(medium) || (xsimd::all(medium) && xsimd::none(small))) return xsimd_trig<F>(x);  // one class
-  V r = xsimd_trig<F>(xsimd::select(medium, V(std::numeric_limits<T>::infinity()), x));          // large lanes
+  V r = xsimd_trig<F>(xsimd::select(medium, V(std::numeric_limits<T>::infinity()), x));            // large lanes
   const V mid = V(T(64));  // in (20π, mediumpi] for float and double
-  r = xsimd::select(medium, xsimd_trig<F>(xsimd::select(medium && !small, x, mid)), r);          // medium lanes
-  return xsimd::select(small, xsimd_trig<F>(xsimd::select(small, x, V(T(0)))), r);               // small lanes
+  r = xsimd::select(medium, xsimd_trig<F>(xsimd::select(medium && !small, x, mid)), r);  // medium lanes
+  return xsimd::select(small, xsimd_trig<F>(xsimd::select(small, x, V(T(0)))), r);       // small lanes
 }
 /// `out[i] = F(x[i])` for `n` lanes, class by class, in batches of this TU's `simd<T>` (zeros,
 /// of the small class, fill a last partial batch: no lane's class depends on another's).
@@ -369,19 +382,26 @@ inline V by_reduction_class(const V& x, Small small) {
 
 /// `sin`, on scalars (`std::sin`) and batches (xsimd's, with each element's value independent
 /// of its neighbours: see `detail_trig::by_reduction_class`).
-template <class V> V sin(const V& x) {
+template <class V>
+V sin(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::sin(x);
-  else return detail_trig::by_reduction_class<detail_trig::trig_fn::sin>(x, [](const V& v) { return detail_trig::small_trig<true>(v); });
+  else
+    return detail_trig::by_reduction_class<detail_trig::trig_fn::sin>(
+        x, [](const V& v) { return detail_trig::small_trig<true>(v); });
 }
 /// `cos`, as `sin`.
-template <class V> V cos(const V& x) {
+template <class V>
+V cos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::cos(x);
-  else return detail_trig::by_reduction_class<detail_trig::trig_fn::cos>(x, [](const V& v) { return detail_trig::small_trig<false>(v); });
+  else
+    return detail_trig::by_reduction_class<detail_trig::trig_fn::cos>(
+        x, [](const V& v) { return detail_trig::small_trig<false>(v); });
 }
 /// `{sin(x), cos(x)}`, each with the bits of `sin` and `cos` above, from one reduction of the
 /// argument (the price of one of them where every |x| <= 20π): what a graph that needs both
 /// (a forward `cos` and its backward's `sin`) computes.
-template <class V> inline std::pair<V, V> sincos(const V& x) {
+template <class V>
+inline std::pair<V, V> sincos(const V& x) {
   if constexpr (detail::is_scalar_v<V>) {
     return {std::sin(x), std::cos(x)};
   } else {
@@ -391,7 +411,8 @@ template <class V> inline std::pair<V, V> sincos(const V& x) {
   }
 }
 /// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
-template <class V> V tan(const V& x) {
+template <class V>
+V tan(const V& x) {
   if constexpr (detail::is_scalar_v<V>) return std::tan(x);
   else return detail_trig::by_reduction_class<detail_trig::trig_fn::tan>(x, [](const V& v) { return xsimd::tan(v); });
 }

@@ -119,7 +119,7 @@ class buffer_cache {
           }
       }
     }
-    return ::operator new(b, std::align_val_t{storage_alignment});
+    return ::operator new (b, std::align_val_t{storage_alignment});
   }
   /// `release` of `b` (rounded) bytes past the small free lists: into the large cache, else
   /// back to the allocator.
@@ -129,7 +129,7 @@ class buffer_cache {
       const std::size_t budget = limit().load(std::memory_order_relaxed);
       if (b >= min_bytes && b <= budget) {
         while (c.count > 0 && (c.count == max_entries || c.total + b > budget)) {
-          ::operator delete(c.entries[0].ptr, std::align_val_t{storage_alignment});
+          ::operator delete (c.entries[0].ptr, std::align_val_t{storage_alignment});
           c.total -= c.entries[0].bytes;
           std::move(c.entries + 1, c.entries + c.count, c.entries);
           --c.count;
@@ -139,7 +139,7 @@ class buffer_cache {
         return;
       }
     }
-    ::operator delete(p, std::align_val_t{storage_alignment});
+    ::operator delete (p, std::align_val_t{storage_alignment});
   }
 
   static std::size_t class_of(std::size_t b) noexcept {
@@ -158,10 +158,10 @@ class buffer_cache {
     std::size_t count = 0, total = 0;
     free_list small[small_classes];
     void free_all() noexcept {
-      for (std::size_t i = 0; i < count; ++i) ::operator delete(entries[i].ptr, std::align_val_t{storage_alignment});
+      for (std::size_t i = 0; i < count; ++i) ::operator delete (entries[i].ptr, std::align_val_t{storage_alignment});
       count = total = 0;
       for (auto& fl : small) {
-        for (std::size_t i = 0; i < fl.count; ++i) ::operator delete(fl.ptr[i], std::align_val_t{storage_alignment});
+        for (std::size_t i = 0; i < fl.count; ++i) ::operator delete (fl.ptr[i], std::align_val_t{storage_alignment});
         fl.count = 0;
       }
     }
@@ -242,7 +242,9 @@ class storage {
 /// tensors of the same sizes (PyTorch's CUDA caching allocator keeps them the same way; its
 /// CPU allocator hands them back, and pays a page fault per 4 KiB to use them again). The
 /// default is an eighth of the machine's memory, between 256 MiB and 4 GiB.
-inline std::size_t buffer_cache_limit() noexcept { return detail::buffer_cache::limit().load(std::memory_order_relaxed); }
+inline std::size_t buffer_cache_limit() noexcept {
+  return detail::buffer_cache::limit().load(std::memory_order_relaxed);
+}
 /// Sets `buffer_cache_limit()` for every thread; 0 keeps no large buffer. A cache over the new
 /// limit gives buffers back as it next takes one; `empty_cache()` does at once.
 inline void set_buffer_cache_limit(std::size_t bytes) noexcept {

@@ -57,16 +57,16 @@ inline void check_mpi(int rc, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  fusegrad::detail::fail("distributed::data_parallel", call, " returned ", rc, " (", std::string(text, static_cast<std::size_t>(len)),
-                         "); expected MPI_SUCCESS");
+  fusegrad::detail::fail("distributed::data_parallel", call, " returned ", rc, " (",
+                         std::string(text, static_cast<std::size_t>(len)), "); expected MPI_SUCCESS");
 }
 
 /// A rank's status in one bucket (its status slot): bits, exact in float and double.
 enum status : unsigned {
-  non_finite = 1,     ///< a gradient of this bucket held a NaN or an infinity on this rank
-  no_backward = 2,    ///< this rank called finish() without a backward since the last one
-  grad_flag = 4,      ///< a parameter's requires_grad changed since construction
-  left = 8,           ///< this rank closed its data_parallel (the end, or an exception)
+  non_finite = 1,   ///< a gradient of this bucket held a NaN or an infinity on this rank
+  no_backward = 2,  ///< this rank called finish() without a backward since the last one
+  grad_flag = 4,    ///< a parameter's requires_grad changed since construction
+  left = 8,         ///< this rank closed its data_parallel (the end, or an exception)
 };
 
 /// One parameter as the signature of construction describes it.
@@ -90,12 +90,15 @@ inline std::vector<std::string> all_gather(MPI_Comm comm, const std::string& min
     total += lens[static_cast<std::size_t>(r)];
   }
   if (total > std::numeric_limits<int>::max())
-    fusegrad::detail::fail("distributed::data_parallel", "a parameter signature of ", total, " bytes; expected under 2 GiB");
+    fusegrad::detail::fail("distributed::data_parallel", "a parameter signature of ", total,
+                           " bytes; expected under 2 GiB");
   std::string all(static_cast<std::size_t>(total), '\0');
-  check_mpi(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, comm), "MPI_Allgatherv");
+  check_mpi(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, comm),
+            "MPI_Allgatherv");
   std::vector<std::string> r;
   for (int k = 0; k < size; ++k)
-    r.push_back(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(k)]), static_cast<std::size_t>(lens[static_cast<std::size_t>(k)])));
+    r.push_back(all.substr(static_cast<std::size_t>(offs[static_cast<std::size_t>(k)]),
+                           static_cast<std::size_t>(lens[static_cast<std::size_t>(k)])));
   return r;
 }
 
@@ -113,12 +116,14 @@ inline void check_signatures(const std::vector<std::string>& sigs) {
   for (std::size_t r = 1; r < sigs.size(); ++r) {
     const auto other = lines(sigs[r]);
     if (other.size() != first.size())
-      fusegrad::detail::fail("distributed::data_parallel", "rank ", r, " has ", other.size(), " parameters, rank 0 has ",
-                             first.size(), "; expected the same parameter list (count, shapes, dtypes, requires_grad) on every rank");
+      fusegrad::detail::fail("distributed::data_parallel", "rank ", r, " has ", other.size(),
+                             " parameters, rank 0 has ", first.size(),
+                             "; expected the same parameter list (count, shapes, dtypes, requires_grad) on every rank");
     for (std::size_t k = 0; k < first.size(); ++k)
       if (other[k] != first[k])
-        fusegrad::detail::fail("distributed::data_parallel", "parameter ", k, " is ", other[k], " on rank ", r, " but ", first[k],
-                               " on rank 0; expected the same parameter list (count, shapes, dtypes, requires_grad) on every rank");
+        fusegrad::detail::fail(
+            "distributed::data_parallel", "parameter ", k, " is ", other[k], " on rank ", r, " but ", first[k],
+            " on rank 0; expected the same parameter list (count, shapes, dtypes, requires_grad) on every rank");
   }
 }
 
@@ -164,9 +169,7 @@ class data_parallel {
       if (hook_ids_[k] != 0 && params_[k].defined()) params_[k].remove_hook(hook_ids_[k]);
     try {
       close();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, e.what());
-    }
+    } catch (const std::exception& e) { std::fprintf(stderr, "rank %d: %s\n", rank_, e.what()); }
   }
 
   /// Waits for every bucket of this step, then adds the average over ranks of this step's
@@ -176,7 +179,8 @@ class data_parallel {
   void finish() {
     check_thread("distributed::data_parallel::finish");
     if (closed_)
-      fusegrad::detail::fail("distributed::data_parallel::finish", "called after close() or after another rank left; expected a "
+      fusegrad::detail::fail("distributed::data_parallel::finish",
+                             "called after close() or after another rank left; expected a "
                              "data_parallel that every rank still runs");
     if (buckets_.empty()) {  // no parameter takes gradients: nothing to average
       ++step_;
@@ -252,13 +256,16 @@ class data_parallel {
     // fusegrad's loops may run on OpenMP threads: MPI must allow threads, with every MPI call
     // (the hooks' included) on the thread that initialised it.
     if (level < MPI_THREAD_FUNNELED || !is_main)
-      fusegrad::detail::fail("distributed::data_parallel", "MPI thread level ", level, is_main ? "" : " on a thread that is not MPI's main thread",
-                             "; expected MPI_Init_thread with at least MPI_THREAD_FUNNELED, and the data_parallel on MPI's main thread");
+      fusegrad::detail::fail(
+          "distributed::data_parallel", "MPI thread level ", level,
+          is_main ? "" : " on a thread that is not MPI's main thread",
+          "; expected MPI_Init_thread with at least MPI_THREAD_FUNNELED, and the data_parallel on MPI's main thread");
   }
 
   void check_thread(const char* op) const {
     if (std::this_thread::get_id() != owner_)
-      fusegrad::detail::fail(op, "called on another thread than the one that made the data_parallel; expected every "
+      fusegrad::detail::fail(op,
+                             "called on another thread than the one that made the data_parallel; expected every "
                              "backward, finish() and close() on that thread (MPI_THREAD_FUNNELED)");
   }
 
@@ -271,7 +278,8 @@ class data_parallel {
       const auto& p = params_[k];
       if (!p.defined() || !p.is_leaf() || !p.is_contiguous())
         fusegrad::detail::fail("distributed::data_parallel", "parameter ", k, " is ", detail::describe(p),
-                               p.defined() && !p.is_contiguous() ? " (strided)" : "", "; expected defined, contiguous leaf tensors");
+                               p.defined() && !p.is_contiguous() ? " (strided)" : "",
+                               "; expected defined, contiguous leaf tensors");
       requires_grad_.push_back(p.requires_grad());
     }
   }
@@ -292,7 +300,8 @@ class data_parallel {
     for (std::size_t k = params_.size(); k-- > 0;) {
       if (!requires_grad_[k]) continue;
       const auto n = static_cast<std::size_t>(params_[k].numel());
-      if (buckets_.empty() || (buckets_.back().payload > 0 && buckets_.back().payload + n > cap)) buckets_.emplace_back();
+      if (buckets_.empty() || (buckets_.back().payload > 0 && buckets_.back().payload + n > cap))
+        buckets_.emplace_back();
       auto& b = buckets_.back();
       slots_[k] = {buckets_.size() - 1, b.payload, false};
       b.params.push_back(k);
@@ -300,7 +309,8 @@ class data_parallel {
     }
     for (auto& b : buckets_) {
       if (b.payload + static_cast<std::size_t>(size_) > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-        fusegrad::detail::fail("distributed::data_parallel", "a bucket of ", b.payload, " values; expected under 2^31 (one parameter that large cannot be reduced in one call)");
+        fusegrad::detail::fail("distributed::data_parallel", "a bucket of ", b.payload,
+                               " values; expected under 2^31 (one parameter that large cannot be reduced in one call)");
       b.buf.assign(b.payload + static_cast<std::size_t>(size_), T(0));
     }
   }
@@ -321,15 +331,19 @@ class data_parallel {
 
   void on_grad(std::size_t k, const tensor<T>& g) {
     check_thread("distributed::data_parallel (gradient hook)");
-    if (closed_) fusegrad::detail::fail("distributed::data_parallel", "a gradient of parameter ", k, " after close(); expected no backward through a closed data_parallel");
+    if (closed_)
+      fusegrad::detail::fail("distributed::data_parallel", "a gradient of parameter ", k,
+                             " after close(); expected no backward through a closed data_parallel");
     if (!open_) begin_round();
     auto& s = slots_[k];
     if (s.arrived)
-      fusegrad::detail::fail("distributed::data_parallel", "the gradient of parameter ", k, " arrived twice in step ", step_ + 1,
+      fusegrad::detail::fail("distributed::data_parallel", "the gradient of parameter ", k, " arrived twice in step ",
+                             step_ + 1,
                              "; expected finish() after each backward (to accumulate, call finish() after each one)");
     auto& b = buckets_[s.bucket];
     const tensor<T> c = g.contiguous();
-    if (detail::copy_checked(c.data(), b.buf.data() + s.offset, static_cast<std::size_t>(c.numel()))) b.status |= detail::non_finite;
+    if (detail::copy_checked(c.data(), b.buf.data() + s.offset, static_cast<std::size_t>(c.numel())))
+      b.status |= detail::non_finite;
     s.arrived = true;
     ++arrived_count_;
     --b.waiting;
@@ -374,7 +388,8 @@ class data_parallel {
     T* st = b.buf.data() + b.payload;
     for (int r = 0; r < size_; ++r) st[r] = T(0);
     st[rank_] = static_cast<T>(b.status | round_status_);
-    detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, b.buf.data(), static_cast<int>(b.buf.size()), detail::mpi_type<T>(), MPI_SUM, comm_, &b.req),
+    detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, b.buf.data(), static_cast<int>(b.buf.size()), detail::mpi_type<T>(),
+                                     MPI_SUM, comm_, &b.req),
                       "MPI_Iallreduce");
   }
 
@@ -407,7 +422,8 @@ class data_parallel {
   /// problem, the same on every rank.
   void check_statuses() {
     ++step_;
-    for (unsigned bit : {unsigned{detail::left}, unsigned{detail::no_backward}, unsigned{detail::grad_flag}, unsigned{detail::non_finite}})
+    for (unsigned bit : {unsigned{detail::left}, unsigned{detail::no_backward}, unsigned{detail::grad_flag},
+                         unsigned{detail::non_finite}})
       for (int r = 0; r < size_; ++r)
         if (rank_status(r) & bit) fail_status(bit, r);
   }
@@ -416,22 +432,27 @@ class data_parallel {
     const char* op = "distributed::data_parallel::finish";
     if (bit == detail::left) {
       closed_ = true;  // the rank that left runs no more rounds: neither may this one
-      fusegrad::detail::fail(op, "rank ", r, " left (close(), the end of its loop, or an exception) while rank ", rank_, " ran step ",
-                             step_, "; expected every rank to run the same number of steps");
+      fusegrad::detail::fail(op, "rank ", r, " left (close(), the end of its loop, or an exception) while rank ", rank_,
+                             " ran step ", step_, "; expected every rank to run the same number of steps");
     }
     if (bit == detail::no_backward)
-      fusegrad::detail::fail(op, "rank ", r, " called finish() without a backward at step ", step_, "; expected a backward on every rank before each finish()");
+      fusegrad::detail::fail(op, "rank ", r, " called finish() without a backward at step ", step_,
+                             "; expected a backward on every rank before each finish()");
     if (bit == detail::grad_flag)
-      fusegrad::detail::fail(op, "a parameter's requires_grad changed on rank ", r, " after construction (found at step ", step_,
+      fusegrad::detail::fail(op, "a parameter's requires_grad changed on rank ", r,
+                             " after construction (found at step ", step_,
                              "); expected the requires_grad of construction on every rank");
     std::string where;
     for (std::size_t i = 0; i < buckets_.size(); ++i)
-      if (static_cast<unsigned>(buckets_[i].buf[buckets_[i].payload + static_cast<std::size_t>(r)]) & detail::non_finite) {
+      if (static_cast<unsigned>(buckets_[i].buf[buckets_[i].payload + static_cast<std::size_t>(r)]) &
+          detail::non_finite) {
         where = std::to_string(buckets_[i].params.front());
         break;
       }
-    fusegrad::detail::fail(op, "rank ", r, " had a NaN or infinite gradient at step ", step_, " (a parameter of the bucket of parameter ", where,
-                           "); expected finite gradients on every rank (no gradient was changed: skip the step on every rank, or stop)");
+    fusegrad::detail::fail(
+        op, "rank ", r, " had a NaN or infinite gradient at step ", step_, " (a parameter of the bucket of parameter ",
+        where,
+        "); expected finite gradients on every rank (no gradient was changed: skip the step on every rank, or stop)");
   }
 
   /// `.grad() += sum / size` for every parameter that takes part; every new gradient is made
@@ -457,7 +478,8 @@ class data_parallel {
       }
       for (std::size_t i = 0; i < m; ++i) bad |= static_cast<unsigned>(!(std::abs(o[i]) <= big));
       if (bad)
-        fusegrad::detail::fail("distributed::data_parallel::finish", "the gradient of parameter ", k, " is not finite after averaging at step ", step_,
+        fusegrad::detail::fail("distributed::data_parallel::finish", "the gradient of parameter ", k,
+                               " is not finite after averaging at step ", step_,
                                "; expected finite sums (no gradient was changed)");
     }
     for (std::size_t k = 0; k < params_.size(); ++k)

@@ -120,8 +120,7 @@ void capture_into(node<T>& n, std::vector<tensor<T>>& in, const pass_options<T>&
 
 /// PyTorch's engine, one thread: runs ready nodes latest-first.
 template <Element T>
-void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads,
-                bool retain_graph) {
+void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool retain_graph) {
   engine_pass<T>(roots, std::move(grads), pass_options<T>{retain_graph});
 }
 
@@ -134,7 +133,8 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     const auto& r = roots[i];
     edge<T> e = gradient_edge(r);
     if (!e.valid())
-      fail("backward", "element ", i, " of tensors does not require grad and does not have a "
+      fail("backward", "element ", i,
+           " of tensors does not require grad and does not have a "
            "grad_fn; expected a tensor computed from inputs with requires_grad(true)");
     if (!grads[i].defined()) {
       if (r.numel() != 1)
@@ -210,8 +210,8 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     auto& own = table.find(n.get());
     in.swap(own.buffer);  // the slot's buffer, given back below with its capacity
     in.resize(n->num_outputs());
-    bool any = n->num_outputs() == 0 ||
-               std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
+    bool any =
+        n->num_outputs() == 0 || std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
     if (opt.capture) [[unlikely]] {
       if (any) capture_into(*n, in, opt);
       any = any && own.needed == 1 && !n->accumulates();
@@ -242,8 +242,8 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
       auto& next = table.find(e.fn.get());
       if (j < out.size() && out[j].defined()) {
         if (out[j].shape() != e.fn->output_shape(e.input_nr))
-          fail("backward", n->name(), " returned a gradient of shape ", to_string(out[j].shape()),
-               " for its input ", j, "; expected ", to_string(e.fn->output_shape(e.input_nr)));
+          fail("backward", n->name(), " returned a gradient of shape ", to_string(out[j].shape()), " for its input ", j,
+               "; expected ", to_string(e.fn->output_shape(e.input_nr)));
         auto& buf = next.buffer;
         buf.resize(e.fn->num_outputs());
         auto& slot = buf[e.input_nr];
@@ -272,8 +272,7 @@ void backward(const std::vector<tensor<T>>& outputs, const std::vector<tensor<T>
   std::vector<tensor<T>> g = grads;
   if (g.empty()) g.resize(outputs.size());
   if (g.size() != outputs.size())
-    detail::fail("backward", "got ", g.size(), " gradients for ", outputs.size(),
-                 " outputs; expected one per output");
+    detail::fail("backward", "got ", g.size(), " gradients for ", outputs.size(), " outputs; expected one per output");
   if (opts.create_graph) [[unlikely]]
     return detail::engine_pass<T>(outputs, std::move(g), detail::pass_options<T>{opts.retain_graph, true});
   detail::run_backward<T>(outputs, std::move(g), opts.retain_graph);
@@ -318,7 +317,8 @@ std::vector<tensor<T>> grad(const std::vector<tensor<T>>& outputs, const std::ve
     capture.push_back(detail::gradient_edge(inputs[i]));
   }
   std::vector<tensor<T>> captured(inputs.size());
-  detail::engine_pass<T>(outputs, std::move(g), detail::pass_options<T>{o.retain_graph, o.create_graph, &capture, &captured});
+  detail::engine_pass<T>(outputs, std::move(g),
+                         detail::pass_options<T>{o.retain_graph, o.create_graph, &capture, &captured});
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!captured[i].defined() && !o.allow_unused)
       detail::fail("autograd::grad", "input ", i, " (shape ", to_string(inputs[i].shape()),

@@ -81,7 +81,7 @@ class engine_table {
     slots_.swap(bigger);
     used_.swap(used);
   }
-  std::vector<slot> slots_;      ///< size a power of two
+  std::vector<slot> slots_;        ///< size a power of two
   std::vector<std::size_t> used_;  ///< indices of the slots in use
 };
 
@@ -96,9 +96,7 @@ struct engine_tables {
     return *stack[depth++];
   }
   /// Ends the innermost pass: its slots are emptied (no gradient outlives its pass).
-  void release() noexcept {
-    stack[--depth]->clear();
-  }
+  void release() noexcept { stack[--depth]->clear(); }
   static engine_tables& local() {
     thread_local engine_tables t;
     return t;

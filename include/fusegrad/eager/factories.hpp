@@ -21,13 +21,31 @@ tensor<T> filled(std::string_view op, const shape& s, T v) {
   return t;
 }
 }  // namespace detail
-template <Element T> tensor<T> full(const shape& s, T v) { return detail::filled<T>("full", s, v); }
-template <Element T> tensor<T> zeros(const shape& s) { return detail::filled<T>("zeros", s, T(0)); }
-template <Element T> tensor<T> ones(const shape& s) { return detail::filled<T>("ones", s, T(1)); }
+template <Element T>
+tensor<T> full(const shape& s, T v) {
+  return detail::filled<T>("full", s, v);
+}
+template <Element T>
+tensor<T> zeros(const shape& s) {
+  return detail::filled<T>("zeros", s, T(0));
+}
+template <Element T>
+tensor<T> ones(const shape& s) {
+  return detail::filled<T>("ones", s, T(1));
+}
 /// A 0-d tensor holding `v`.
-template <Element T> tensor<T> scalar_tensor(T v) { return full<T>({}, v); }
-template <Element T> tensor<T> zeros_like(const tensor<T>& t) { return zeros<T>(t.shape()); }
-template <Element T> tensor<T> ones_like(const tensor<T>& t) { return ones<T>(t.shape()); }
+template <Element T>
+tensor<T> scalar_tensor(T v) {
+  return full<T>({}, v);
+}
+template <Element T>
+tensor<T> zeros_like(const tensor<T>& t) {
+  return zeros<T>(t.shape());
+}
+template <Element T>
+tensor<T> ones_like(const tensor<T>& t) {
+  return ones<T>(t.shape());
+}
 
 /// 0, 1, ..., n-1 as a 1-D tensor.
 template <Element T>

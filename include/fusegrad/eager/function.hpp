@@ -28,8 +28,8 @@ auto saved_tuple(const tensor<T>& first, const Rest&... rest, const tensor<T>& o
   else return save_for_backward(first, rest...);
 }
 template <CustomFunction F, Element T, class... Rest>
-using saved_tuple_t = decltype(saved_tuple<F, T, Rest...>(std::declval<const tensor<T>&>(), std::declval<const Rest&>()...,
-                                                          std::declval<const tensor<T>&>()));
+using saved_tuple_t = decltype(saved_tuple<F, T, Rest...>(
+    std::declval<const tensor<T>&>(), std::declval<const Rest&>()..., std::declval<const tensor<T>&>()));
 
 /// The same, as a list.
 template <CustomFunction F, Element T, class... Rest>
@@ -54,7 +54,8 @@ std::vector<tensor<T>> run_backward(const std::vector<tensor<T>>& s, const tenso
   auto r = F::backward(std::as_const(st), g);
   std::vector<tensor<T>> grads;
   if constexpr (is_tuple_v<decltype(r)>) {
-    static_assert(std::tuple_size_v<decltype(r)> == NIn, "fusegrad::function<F>: backward must return one gradient per input");
+    static_assert(std::tuple_size_v<decltype(r)> == NIn,
+                  "fusegrad::function<F>: backward must return one gradient per input");
     std::apply([&](const auto&... x) { (grads.push_back(tensor<T>(x)), ...); }, r);
   } else {
     static_assert(NIn == 1,
@@ -77,7 +78,8 @@ inline const ops::user_function<T> user_function_of{
     [](const std::vector<tensor<T>>& in) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return apply_function(function_tag<F>{}, in[0], in[1 + I]...);
-      }(std::make_index_sequence<sizeof...(Rest)>{});
+      }
+      (std::make_index_sequence<sizeof...(Rest)>{});
     }};
 
 /// Runs `F::forward` on eager tensors and records one node named `F::name`. Under the run-time
@@ -85,9 +87,10 @@ inline const ops::user_function<T> user_function_of{
 /// node whose gradient `F::backward` gives (fg::jit and compiled autograd).
 template <CustomFunction F, Element T, std::same_as<tensor<T>>... Rest>
 tensor<T> apply_function(function_tag<F>, const tensor<T>& first, const Rest&... rest) {
-  static_assert(requires { F::forward(first, rest...); },
-                "fusegrad::function<F>::apply: F needs a static forward(inputs...) callable with "
-                "these tensors");
+  static_assert(
+      requires { F::forward(first, rest...); },
+      "fusegrad::function<F>::apply: F needs a static forward(inputs...) callable with "
+      "these tensors");
   if (auto* r = detail::active_recorder<T>()) [[unlikely]] {
     static const int fn = ops::user_function_index(user_function_of<F, T, Rest...>);
     const tensor<T> value(F::forward(first, rest...));
@@ -107,15 +110,16 @@ tensor<T> apply_function(function_tag<F>, const tensor<T>& first, const Rest&...
   using saved_t = detail::saved_tuple_t<F, T, Rest...>;
   std::vector<tensor<T>> saved_vec = detail::saved_list<F, T, Rest...>(first, rest..., out);
   constexpr std::size_t n_in = 1 + sizeof...(Rest);
-  detail::record<T>(F::name, {first, rest...}, {&out}, std::move(saved_vec),
-                    [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                      return detail::run_backward<F, T, n_in, saved_t>(s, g[0]);
-                    },
-                    // Collectable by default: the rule reads the saved tensors and nothing else.
-                    detail::params_of(detail::type_id<F>()),  // F::backward holds no state; two functions of one name stay apart
-                    // F::backward is written with fusegrad's ops: in a create_graph backward they record,
-                    // so it is differentiable again unless F says it is not (PyTorch's once_differentiable).
-                    once_differentiable<F> ? detail::double_backward::unsupported : detail::double_backward::supported);
+  detail::record<T>(
+      F::name, {first, rest...}, {&out}, std::move(saved_vec),
+      [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+        return detail::run_backward<F, T, n_in, saved_t>(s, g[0]);
+      },
+      // Collectable by default: the rule reads the saved tensors and nothing else.
+      detail::params_of(detail::type_id<F>()),  // F::backward holds no state; two functions of one name stay apart
+      // F::backward is written with fusegrad's ops: in a create_graph backward they record,
+      // so it is differentiable again unless F says it is not (PyTorch's once_differentiable).
+      once_differentiable<F> ? detail::double_backward::unsupported : detail::double_backward::supported);
   return out;
 }
 

@@ -13,7 +13,10 @@ namespace detail {
 
 /// a + b, element-wise: how gradients are summed.
 struct accumulate_values {
-  template <class V> V value(const V& a, const V& b) const { return a + b; }
+  template <class V>
+  V value(const V& a, const V& b) const {
+    return a + b;
+  }
 };
 
 /// a + b for gradients: computed, or recorded when a tracer is active (compiled autograd).

@@ -41,7 +41,8 @@ struct gradcheck_call {
 
 /// The check of `gradcheck` on leaves `xs` (contiguous copies that require grad).
 template <Element T>
-gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_call<T>& f, std::vector<tensor<T>>& xs) {
+gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_call<T>& f,
+                                  std::vector<tensor<T>>& xs) {
   auto call = [&] { return f(xs); };
   const tensor<T> y = call();
   const index_t m = y.numel();
@@ -54,8 +55,8 @@ gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_
       y.backward(zeros<T>(y.shape()));
       for (std::size_t i = 0; i < xs.size(); ++i)
         if (xs[i].grad().defined() && xs[i].grad().shape() != xs[i].shape())
-          fail("gradcheck", "gradient of input ", i, " has shape ", to_string(xs[i].grad().shape()),
-               "; expected ", to_string(xs[i].shape()));
+          fail("gradcheck", "gradient of input ", i, " has shape ", to_string(xs[i].grad().shape()), "; expected ",
+               to_string(xs[i].shape()));
     }
     for (index_t j = 0; j < m; ++j) {
       for (auto& x : xs) x.zero_grad();
@@ -69,7 +70,8 @@ gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_
           fail("gradcheck", "gradient of input ", i, " has shape ", to_string(gx.shape()), "; expected ",
                to_string(xs[i].shape()));
         const auto v = gx.to_vector();
-        for (index_t k = 0; k < xs[i].numel(); ++k) analytic[i][static_cast<std::size_t>(j * xs[i].numel() + k)] = v[static_cast<std::size_t>(k)];
+        for (index_t k = 0; k < xs[i].numel(); ++k)
+          analytic[i][static_cast<std::size_t>(j * xs[i].numel() + k)] = v[static_cast<std::size_t>(k)];
       }
     }
   }
@@ -112,7 +114,8 @@ gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_
   os.precision(10);
   os << (res.ok ? "gradcheck passed" : "gradcheck FAILED") << ": worst entry d out[" << res.output_element
      << "] / d input" << res.input << "[" << res.input_element << "]: analytic " << res.analytic << ", numeric "
-     << res.numeric << ", error " << std::max(worst, 0.0) << " of its tolerance (max abs error " << res.max_abs_error << ")";
+     << res.numeric << ", error " << std::max(worst, 0.0) << " of its tolerance (max abs error " << res.max_abs_error
+     << ")";
   res.message = os.str();
   return res;
 }
@@ -124,14 +127,15 @@ template <class F, std::same_as<tensor<double>>... Ts>
 gradcheck_result gradcheck(const gradcheck_options& opt, F&& f, const Ts&... inputs) {
   std::vector<tensor<double>> xs{detail::contiguous_copy(inputs)...};
   for (auto& x : xs) x.requires_grad(true);
-  const detail::gradcheck_call<double> call{
-      [](const void* fp, const std::vector<tensor<double>>& v) -> tensor<double> {
-        auto& fn = *static_cast<std::remove_reference_t<F>*>(const_cast<void*>(fp));
-        return [&]<std::size_t... I>(std::index_sequence<I...>) {
-          return tensor<double>(fn(v[I]...));
-        }(std::index_sequence_for<Ts...>{});
-      },
-      &f};
+  const detail::gradcheck_call<double> call{[](const void* fp, const std::vector<tensor<double>>& v) -> tensor<double> {
+                                              auto& fn =
+                                                  *static_cast<std::remove_reference_t<F>*>(const_cast<void*>(fp));
+                                              return [&]<std::size_t... I>(std::index_sequence<I...>) {
+                                                return tensor<double>(fn(v[I]...));
+                                              }
+                                              (std::index_sequence_for<Ts...>{});
+                                            },
+                                            &f};
   return detail::gradcheck_values(opt, call, xs);
 }
 

@@ -27,8 +27,8 @@ tensor<T> apply_hook(const hook<T>& h, tensor<T> g) {
   if (!r) return g;
   if (!r->defined() || r->shape() != g.shape())
     fail("register_hook", "hook ", h.id, " returned a gradient of shape ",
-         r->defined() ? to_string(r->shape()) : std::string("<undefined>"),
-         "; expected the incoming gradient's shape ", to_string(g.shape()));
+         r->defined() ? to_string(r->shape()) : std::string("<undefined>"), "; expected the incoming gradient's shape ",
+         to_string(g.shape()));
   return *r;
 }
 
@@ -38,7 +38,9 @@ template <Element T>
 tensor<T> run_hook(const hook<T>& h, tensor<T> g) {
   if (!h.traced)
     if (auto* r = active_recorder<T>()) [[unlikely]]
-      return r->call(true, "hook", g.shape(), [h](const tensor<T>& v, const tensor<T>&) { return apply_hook(h, v); }, g, nullptr, h.id);
+      return r->call(
+          true, "hook", g.shape(), [h](const tensor<T>& v, const tensor<T>&) { return apply_hook(h, v); }, g, nullptr,
+          h.id);
   return apply_hook(h, std::move(g));
 }
 
@@ -68,7 +70,7 @@ tensor<T> run_hooks(const std::vector<hook<T>>& hs, tensor<T> g) {
 /// trace that `t` is pending in, else onto the tape (its grad_fn's output slot, or the leaf).
 template <Element T>
 void install_hook(const tensor<T>& t, hook<T> h) {
-  auto& i = *t.raw_impl();  // defined: the callers checked
+  auto& i = *t.raw_impl();    // defined: the callers checked
   if (i.lazy) [[unlikely]] {  // traced by fg::jit: the hook joins the captured graph's backward
     if (auto* r = active_recorder<T>(); r && r->add_hook(t, h)) return;
     i.lazy->realize("register_hook");  // another trace's tensor: computed, then hooked as usual
@@ -84,7 +86,8 @@ template <TensorHook<T> F>
 std::uint64_t tensor<T>::register_hook(F&& f) {
   auto& i = checked("register_hook");
   if (!i.requires_grad)
-    detail::fail("register_hook", "cannot register a hook on a tensor that does not require "
+    detail::fail("register_hook",
+                 "cannot register a hook on a tensor that does not require "
                  "grad; expected requires_grad(true) or a result of such a tensor");
   hook<T> h{detail::next_id(), {}, generic_callable<F>};
   // Held by shared_ptr: the snapshots that run hooks (and compiled autograd's call nodes)
@@ -128,8 +131,9 @@ void tensor<T>::retain_grad() {
   hook<T> h{detail::next_id(), [self](const tensor<T>& g) -> std::optional<tensor<T>> {
               if (auto s = self.lock()) {
                 std::lock_guard lock(s->mutex);  // concurrent backwards through this tensor
-                detail::write_grad(s, s->grad.defined() ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
-                                                        : detail::contiguous_copy(g));
+                detail::write_grad(s, s->grad.defined()
+                                          ? detail::zip("retain_grad", detail::accumulate_values{}, s->grad, g)
+                                          : detail::contiguous_copy(g));
               }
               return std::nullopt;
             }};

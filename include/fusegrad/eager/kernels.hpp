@@ -80,16 +80,17 @@ void map_strided(tile_fn<T> fn, const void* op, const tensor<T>& a, const tensor
   const T* pa = a.impl()->store->data();
   const T* pb = b ? b->impl()->store->data() : nullptr;
   const index_t len = s.empty() ? 1 : s.back();
-  parallel_for(row_count(s), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)), [&](index_t r0, index_t r1) {
-    T* o = out.data_ptr() + r0 * len;
-    for_each_row<2>(
-        s, {&sa, &sb}, {a.offset(), b ? b->offset() : 0},
-        [&](std::array<index_t, 2> base, index_t n, std::array<index_t, 2> st) {
-          tile_row(fn, op, pa + base[0], st[0], pb ? pb + base[1] : nullptr, st[1], o, n);
-          o += n;
-        },
-        r0, r1);
-  });
+  parallel_for(row_count(s), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)),
+               [&](index_t r0, index_t r1) {
+                 T* o = out.data_ptr() + r0 * len;
+                 for_each_row<2>(
+                     s, {&sa, &sb}, {a.offset(), b ? b->offset() : 0},
+                     [&](std::array<index_t, 2> base, index_t n, std::array<index_t, 2> st) {
+                       tile_row(fn, op, pa + base[0], st[0], pb ? pb + base[1] : nullptr, st[1], o, n);
+                       o += n;
+                     },
+                     r0, r1);
+               });
 }
 
 /// A new contiguous tensor holding an element-wise op on `a` (and `*b`, broadcasting), the op
@@ -100,7 +101,8 @@ tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op,
                            const tensor<T>* b) {
   const bool same = !b || a.shape() == b->shape();
   const std::string_view who = name.empty() ? std::string_view("pointwise") : name;
-  tensor<T> out = same ? empty<T>(a.shape(), who) : empty<T>(broadcast_shapes(who, a.shape(), b->shape()), who);  // no shape copy
+  tensor<T> out =
+      same ? empty<T>(a.shape(), who) : empty<T>(broadcast_shapes(who, a.shape(), b->shape()), who);  // no shape copy
   if (out.numel() == 0) return out;
   if (same && a.is_contiguous() && (!b || b->is_contiguous())) {
     const T* pa = a.data_ptr();
@@ -109,8 +111,7 @@ tensor<T> pointwise_values(std::string_view name, tile_fn<T> fn, const void* op,
     parallel_for(
         out.numel(), parallel_grain(),
         [&](index_t i, index_t e) { fn(op, pa + i, pb ? pb + i : nullptr, po + i, e - i); }, tile_elems);
-  } else
-    map_strided<T>(fn, op, a, b, out);
+  } else map_strided<T>(fn, op, a, b, out);
   return out;
 }
 
@@ -136,7 +137,8 @@ tensor<T> contiguous_copy(const tensor<T>& x) {
   const T* p = x.impl()->store ? x.impl()->store->data() : nullptr;
   const auto& s = x.shape();
   const auto& st = x.strides();
-  if (const std::size_t r = s.size(); r >= 2 && st[r - 2] == 1 && st[r - 1] >= s[r - 2] && s[r - 2] >= 4 && s[r - 1] >= 4) {
+  if (const std::size_t r = s.size();
+      r >= 2 && st[r - 2] == 1 && st[r - 1] >= s[r - 2] && s[r - 2] >= 4 && s[r - 1] >= 4) {
     const index_t R = s[r - 2], C = s[r - 1], ld = st[r - 1];
     shape lead(s.begin(), s.end() - 2);
     strides lst(st.begin(), st.end() - 2);
@@ -152,17 +154,19 @@ tensor<T> contiguous_copy(const tensor<T>& x) {
     return out;
   }
   const index_t len = x.shape().empty() ? 1 : x.shape().back();
-  parallel_for(row_count(x.shape()), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)), [&](index_t r0, index_t r1) {
-    T* o = out.data_ptr() + r0 * len;
-    for_each_row<1>(
-        x.shape(), {&x.strides()}, {x.offset()},
-        [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
-          if (s[0] == 1) std::copy(p + b[0], p + b[0] + n, o);
-          else for (index_t k = 0; k < n; ++k) o[k] = p[b[0] + k * s[0]];
-          o += n;
-        },
-        r0, r1);
-  });
+  parallel_for(row_count(x.shape()), std::max<index_t>(1, parallel_grain() / std::max<index_t>(len, 1)),
+               [&](index_t r0, index_t r1) {
+                 T* o = out.data_ptr() + r0 * len;
+                 for_each_row<1>(
+                     x.shape(), {&x.strides()}, {x.offset()},
+                     [&](std::array<index_t, 1> b, index_t n, std::array<index_t, 1> s) {
+                       if (s[0] == 1) std::copy(p + b[0], p + b[0] + n, o);
+                       else
+                         for (index_t k = 0; k < n; ++k) o[k] = p[b[0] + k * s[0]];
+                       o += n;
+                     },
+                     r0, r1);
+               });
   return out;
 }
 
@@ -195,9 +199,10 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
       any_reduced = any_reduced || mask[d];
     }
   if (!any_reduced) {  // one value per output
-    for_each_row<2>(it, {&sx, &so}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
-      for (index_t k = 0; k < n; ++k) o[b[1] + k * st[1]] = p[b[0] + k * st[0]];
-    });
+    for_each_row<2>(it, {&sx, &so}, {x.offset(), 0},
+                    [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+                      for (index_t k = 0; k < n; ++k) o[b[1] + k * st[1]] = p[b[0] + k * st[0]];
+                    });
     return;
   }
   if (inner_kept) {  // column form: rows along the kept innermost dim, an output per element
@@ -208,21 +213,23 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
     // "Every core"). A
     // block narrower than 4 lines reads too little of each row to pay for its thread.
     const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
-    constexpr index_t line = std::max<index_t>(static_cast<index_t>(simd<T>::size), 64 / static_cast<index_t>(sizeof(T)));
+    constexpr index_t line =
+        std::max<index_t>(static_cast<index_t>(simd<T>::size), 64 / static_cast<index_t>(sizeof(T)));
     const index_t per_column = numel(x.shape()) / m;
     parallel_for(
         m, std::max<index_t>(4 * line, parallel_grain() / std::max<index_t>(per_column, 1)),
         [&](index_t c0, index_t c1) {
           column_sums<T> cs;
           cs.start(o + c0, numel(out.shape()) / m, c1 - c0, count, m);
-          for_each_row<2>(it, {&sx, &so}, {x.offset(), 0}, [&](std::array<index_t, 2> b, index_t, std::array<index_t, 2> st) {
-            T* const d = o + b[1] + c0;
-            const T* const src = p + b[0] + c0 * st[0];
-            if (st[0] == 1) tile_reduce_into<false>(src, d, c1 - c0);
-            else
-              for (index_t k = 0; k < c1 - c0; ++k) d[k] = d[k] + src[k * st[0]];
-            cs.row_done(b[1] / m);
-          });
+          for_each_row<2>(it, {&sx, &so}, {x.offset(), 0},
+                          [&](std::array<index_t, 2> b, index_t, std::array<index_t, 2> st) {
+                            T* const d = o + b[1] + c0;
+                            const T* const src = p + b[0] + c0 * st[0];
+                            if (st[0] == 1) tile_reduce_into<false>(src, d, c1 - c0);
+                            else
+                              for (index_t k = 0; k < c1 - c0; ++k) d[k] = d[k] + src[k * st[0]];
+                            cs.row_done(b[1] / m);
+                          });
           cs.finish();
         },
         line);
@@ -243,14 +250,16 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
       }
   const index_t rows = row_count(rs), len = rs.back();
   if (std::count(ro.begin(), ro.end(), index_t{0}) == 1) {  // an output per row: blocks of outputs
-    if (rows == 1 && rx.back() == 1) {  // one contiguous sum: blocks of 2^j chunks
+    if (rows == 1 && rx.back() == 1) {                      // one contiguous sum: blocks of 2^j chunks
       o[0] = sum_contiguous(p + x.offset(), len);
       return;
     }
     parallel_for(rows, std::max<index_t>(1, parallel_grain() / len), [&](index_t r0, index_t r1) {
       for_each_row<2>(
           rs, {&rx, &ro}, {x.offset(), 0},
-          [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) { o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]); },
+          [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+            o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]);
+          },
           r0, r1);
     });
     return;

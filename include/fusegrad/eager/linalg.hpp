@@ -39,7 +39,8 @@ tensor<T> dot(const tensor<T>& a, const tensor<T>& b) {
 template <Element T>
 tensor<T> outer(const tensor<T>& a, const tensor<T>& b) {
   if (a.dim() != 1 || b.dim() != 1)
-    detail::fail("outer", "operands of shapes ", to_string(a.shape()), " and ", to_string(b.shape()), "; expected two vectors");
+    detail::fail("outer", "operands of shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
+                 "; expected two vectors");
   return a.reshape({a.shape()[0], 1}) * b.reshape({1, b.shape()[0]});
 }
 
@@ -124,12 +125,14 @@ tensor<T> solve_values(const tensor<T>& a, const tensor<T>& b) {
   for (index_t c = 0; c < k; ++c) {
     for (index_t i = 0; i < n; ++i) {  // L y = P b
       T s = x[static_cast<std::size_t>(perm[static_cast<std::size_t>(i)] * k + c)];
-      for (index_t j = 0; j < i; ++j) s -= lu[static_cast<std::size_t>(i * n + j)] * y[static_cast<std::size_t>(j * k + c)];
+      for (index_t j = 0; j < i; ++j)
+        s -= lu[static_cast<std::size_t>(i * n + j)] * y[static_cast<std::size_t>(j * k + c)];
       y[static_cast<std::size_t>(i * k + c)] = s;
     }
     for (index_t i = n; i-- > 0;) {  // U x = y
       T s = y[static_cast<std::size_t>(i * k + c)];
-      for (index_t j = i + 1; j < n; ++j) s -= lu[static_cast<std::size_t>(i * n + j)] * y[static_cast<std::size_t>(j * k + c)];
+      for (index_t j = i + 1; j < n; ++j)
+        s -= lu[static_cast<std::size_t>(i * n + j)] * y[static_cast<std::size_t>(j * k + c)];
       y[static_cast<std::size_t>(i * k + c)] = s / lu[static_cast<std::size_t>(i * n + i)];
     }
   }
@@ -142,15 +145,18 @@ template <Element T>
 tensor<T> solve(const tensor<T>& a, const tensor<T>& b) {
   detail::check_square("solve", a);
   if ((b.dim() != 1 && b.dim() != 2) || b.shape()[0] != a.shape()[0])
-    detail::fail("solve", "right-hand side of shape ", to_string(b.shape()), " for a matrix of shape ", to_string(a.shape()),
-                 "; expected [", a.shape()[0], "] or [", a.shape()[0], ", k]");
+    detail::fail("solve", "right-hand side of shape ", to_string(b.shape()), " for a matrix of shape ",
+                 to_string(a.shape()), "; expected [", a.shape()[0], "] or [", a.shape()[0], ", k]");
   tensor<T> x = detail::solve_values(a, b);
   if (detail::needs_grad(a, b))
-    detail::record<T>("LinalgSolveBackward0", {a, b}, {&x}, {a, x}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-      const tensor<T> gb = solve(s[0].t(), g[0]);
-      const tensor<T> ga = s[1].dim() == 1 ? -outer(gb, s[1]) : tensor<T>(-matmul(gb, s[1].t()));
-      return std::vector<tensor<T>>{ga, gb};
-    }, std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "LinalgSolveBackward0", {a, b}, {&x}, {a, x},
+        [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          const tensor<T> gb = solve(s[0].t(), g[0]);
+          const tensor<T> ga = s[1].dim() == 1 ? -outer(gb, s[1]) : tensor<T>(-matmul(gb, s[1].t()));
+          return std::vector<tensor<T>>{ga, gb};
+        },
+        std::nullopt, detail::double_backward::supported);
   return x;
 }
 /// A⁻¹.
@@ -198,14 +204,16 @@ tensor<T> det(const tensor<T>& a) {
   detail::check_square("det", a);
   tensor<T> y = scalar_tensor<T>(detail::det_value(a.detach().to_vector(), a.shape()[0]));
   if (detail::needs_grad(a))
-    detail::record<T>("LinalgDetBackward0", {a}, {&y}, {a, y}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-      if (s[1].item() != T(0))
-        return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * tensor<T>(g[0] * s[1]))};
-      if (is_grad_enabled())  // a create_graph backward: the cofactors below are values, not on the tape
-        detail::fail("det", "double backward at a matrix of determinant 0 (shape ", to_string(s[0].shape()),
-                     "); expected an invertible matrix for a second derivative");
-      return std::vector<tensor<T>>{tensor<T>(detail::cofactors(s[0]) * g[0])};
-    }, std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "LinalgDetBackward0", {a}, {&y}, {a, y},
+        [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          if (s[1].item() != T(0)) return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * tensor<T>(g[0] * s[1]))};
+          if (is_grad_enabled())  // a create_graph backward: the cofactors below are values, not on the tape
+            detail::fail("det", "double backward at a matrix of determinant 0 (shape ", to_string(s[0].shape()),
+                         "); expected an invertible matrix for a second derivative");
+          return std::vector<tensor<T>>{tensor<T>(detail::cofactors(s[0]) * g[0])};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 /// log det A (NaN for a negative determinant, -inf for a singular matrix).
@@ -223,13 +231,18 @@ tensor<T> logdet(const tensor<T>& a) {
     if (u < 0) sign = -sign;
     l += std::log(std::abs(u));
   }
-  tensor<T> y = scalar_tensor<T>(singular ? -std::numeric_limits<T>::infinity() : sign < 0 ? std::numeric_limits<T>::quiet_NaN() : l);
+  tensor<T> y = scalar_tensor<T>(singular   ? -std::numeric_limits<T>::infinity()
+                                 : sign < 0 ? std::numeric_limits<T>::quiet_NaN()
+                                            : l);
   if (detail::needs_grad(a))
-    detail::record<T>("LogdetBackward0", {a}, {&y}, {a, y}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-      if (s[1].item() == -std::numeric_limits<T>::infinity())  // singular: A⁻ᵀ has no value
-        return std::vector<tensor<T>>{full<T>(s[0].shape(), std::numeric_limits<T>::quiet_NaN())};
-      return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * g[0])};
-    }, std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "LogdetBackward0", {a}, {&y}, {a, y},
+        [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          if (s[1].item() == -std::numeric_limits<T>::infinity())  // singular: A⁻ᵀ has no value
+            return std::vector<tensor<T>>{full<T>(s[0].shape(), std::numeric_limits<T>::quiet_NaN())};
+          return std::vector<tensor<T>>{tensor<T>(inverse(s[0]).t() * g[0])};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 
@@ -243,7 +256,8 @@ tensor<T> cholesky(const tensor<T>& a) {
   std::vector<T> l(static_cast<std::size_t>(n * n), T(0));
   for (index_t j = 0; j < n; ++j) {
     T d = av[static_cast<std::size_t>(j * n + j)];
-    for (index_t k = 0; k < j; ++k) d -= l[static_cast<std::size_t>(j * n + k)] * l[static_cast<std::size_t>(j * n + k)];
+    for (index_t k = 0; k < j; ++k)
+      d -= l[static_cast<std::size_t>(j * n + k)] * l[static_cast<std::size_t>(j * n + k)];
     if (!(d > 0))
       detail::fail("cholesky", "the leading minor of order ", j + 1, " is not positive (", d,
                    "); expected a symmetric positive-definite matrix");
@@ -251,21 +265,25 @@ tensor<T> cholesky(const tensor<T>& a) {
     l[static_cast<std::size_t>(j * n + j)] = djj;
     for (index_t i = j + 1; i < n; ++i) {
       T s = av[static_cast<std::size_t>(i * n + j)];
-      for (index_t k = 0; k < j; ++k) s -= l[static_cast<std::size_t>(i * n + k)] * l[static_cast<std::size_t>(j * n + k)];
+      for (index_t k = 0; k < j; ++k)
+        s -= l[static_cast<std::size_t>(i * n + k)] * l[static_cast<std::size_t>(j * n + k)];
       l[static_cast<std::size_t>(i * n + j)] = s / djj;
     }
   }
   tensor<T> y = from_vector<T>(l, {n, n});
   if (detail::needs_grad(a))
-    detail::record<T>("LinalgCholeskyExBackward0", {a}, {&y}, {y}, [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-      const tensor<T>& L = s[0];
-      const index_t m = L.shape()[0];
-      const tensor<T> p = matmul(L.t(), g[0]);
-      const tensor<T> phi = tril(p) - tensor<T>(where(detail::eye_mask<T>(m, m), p, 0.0)) * 0.5;  // Φ(LᵀL̄)
-      const tensor<T> li = inverse(L);
-      const tensor<T> sm = matmul(matmul(li.t(), phi), li);
-      return std::vector<tensor<T>>{tensor<T>((sm + sm.t()) * 0.5)};
-    }, std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "LinalgCholeskyExBackward0", {a}, {&y}, {y},
+        [](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          const tensor<T>& L = s[0];
+          const index_t m = L.shape()[0];
+          const tensor<T> p = matmul(L.t(), g[0]);
+          const tensor<T> phi = tril(p) - tensor<T>(where(detail::eye_mask<T>(m, m), p, 0.0)) * 0.5;  // Φ(LᵀL̄)
+          const tensor<T> li = inverse(L);
+          const tensor<T> sm = matmul(matmul(li.t(), phi), li);
+          return std::vector<tensor<T>>{tensor<T>((sm + sm.t()) * 0.5)};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 

@@ -203,30 +203,30 @@ tensor<T> bmm(const tensor<T>& a, const tensor<T>& b) {
   tensor<T> y = detail::bmm_values(a, b);
   if (detail::needs_grad(a, b)) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
-    detail::record<T>("BmmBackward0", {a, b}, {&y}, {a, b},
-                      [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        std::vector<tensor<T>> r(2);
-                        // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
-                        if (ga)
-                          r[0] = detail::call_opaque<T>("bmm", s[0].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& b) { return bmm(gy, b.transpose(1, 2)); },
-                                                        g[0], s[1]);
-                        // b a transposed view (x.transpose(1, 2)): its gradient as one too,
-                        // (gyᵀ a)ᵀ, so that the view's backward hands x a contiguous gradient
-                        // (the same products summed in the same order: the same bits).
-                        if (gb && detail::transposed_matrices(s[1]))
-                          r[1] = detail::call_opaque<T>("bmm_bt", s[1].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& a) {
-                                                          return bmm(gy.transpose(1, 2), a).transpose(1, 2);
-                                                        },
-                                                        g[0], s[0]);
-                        else if (gb)
-                          r[1] = detail::call_opaque<T>("bmm", s[1].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& a) { return bmm(a.transpose(1, 2), gy); },
-                                                        g[0], s[0]);
-                        return r;
-                      },
-                      detail::params_of(ga, gb), detail::double_backward::supported);
+    detail::record<T>(
+        "BmmBackward0", {a, b}, {&y}, {a, b},
+        [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          std::vector<tensor<T>> r(2);
+          // Opaque calls in a traced backward (compiled autograd): matmul is not in the IR.
+          if (ga)
+            r[0] = detail::call_opaque<T>(
+                "bmm", s[0].shape(), [](const tensor<T>& gy, const tensor<T>& b) { return bmm(gy, b.transpose(1, 2)); },
+                g[0], s[1]);
+          // b a transposed view (x.transpose(1, 2)): its gradient as one too,
+          // (gyᵀ a)ᵀ, so that the view's backward hands x a contiguous gradient
+          // (the same products summed in the same order: the same bits).
+          if (gb && detail::transposed_matrices(s[1]))
+            r[1] = detail::call_opaque<T>(
+                "bmm_bt", s[1].shape(),
+                [](const tensor<T>& gy, const tensor<T>& a) { return bmm(gy.transpose(1, 2), a).transpose(1, 2); },
+                g[0], s[0]);
+          else if (gb)
+            r[1] = detail::call_opaque<T>(
+                "bmm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return bmm(a.transpose(1, 2), gy); },
+                g[0], s[0]);
+          return r;
+        },
+        detail::params_of(ga, gb), detail::double_backward::supported);
   }
   return y;
 }
@@ -237,31 +237,34 @@ tensor<T> mm(const tensor<T>& a, const tensor<T>& b) {
   if (a.dim() != 2 || b.dim() != 2 || a.shape()[1] != b.shape()[0])
     detail::fail("mm", "shapes ", to_string(a.shape()), " and ", to_string(b.shape()),
                  " cannot be multiplied; expected [n, k] and [k, m]");
-  auto as3 = [](const tensor<T>& t) { return detail::alias(t, {1, t.shape()[0], t.shape()[1]}, {0, t.strides()[0], t.strides()[1]}, t.offset()); };
+  auto as3 = [](const tensor<T>& t) {
+    return detail::alias(t, {1, t.shape()[0], t.shape()[1]}, {0, t.strides()[0], t.strides()[1]}, t.offset());
+  };
   tensor<T> c3 = detail::bmm_values(as3(a), as3(b));
   tensor<T> y = detail::alias(c3, {a.shape()[0], b.shape()[1]}, contiguous_strides({a.shape()[0], b.shape()[1]}), 0);
   if (detail::needs_grad(a, b)) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
-    detail::record<T>("MmBackward0", {a, b}, {&y}, {a, b},
-                      [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        std::vector<tensor<T>> r(2);
-                        if (ga)
-                          r[0] = detail::call_opaque<T>("mm", s[0].shape(), [](const tensor<T>& gy, const tensor<T>& b) { return mm(gy, b.t()); },
-                                                        g[0], s[1]);
-                        // b a transposed view (w.t(), as `linear` passes it): its gradient as
-                        // one too, (gyᵀ a)ᵀ, so that the view's backward hands w a contiguous
-                        // gradient (PyTorch's mm_mat2_backward; the same products summed in
-                        // the same order: the same bits).
-                        if (gb && detail::transposed_matrices(s[1]))
-                          r[1] = detail::call_opaque<T>("mm_bt", s[1].shape(),
-                                                        [](const tensor<T>& gy, const tensor<T>& a) { return mm(gy.t(), a).t(); },
-                                                        g[0], s[0]);
-                        else if (gb)
-                          r[1] = detail::call_opaque<T>("mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); },
-                                                        g[0], s[0]);
-                        return r;
-                      },
-                      detail::params_of(ga, gb), detail::double_backward::supported);
+    detail::record<T>(
+        "MmBackward0", {a, b}, {&y}, {a, b},
+        [ga, gb](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          std::vector<tensor<T>> r(2);
+          if (ga)
+            r[0] = detail::call_opaque<T>(
+                "mm", s[0].shape(), [](const tensor<T>& gy, const tensor<T>& b) { return mm(gy, b.t()); }, g[0], s[1]);
+          // b a transposed view (w.t(), as `linear` passes it): its gradient as
+          // one too, (gyᵀ a)ᵀ, so that the view's backward hands w a contiguous
+          // gradient (PyTorch's mm_mat2_backward; the same products summed in
+          // the same order: the same bits).
+          if (gb && detail::transposed_matrices(s[1]))
+            r[1] = detail::call_opaque<T>(
+                "mm_bt", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(gy.t(), a).t(); }, g[0],
+                s[0]);
+          else if (gb)
+            r[1] = detail::call_opaque<T>(
+                "mm", s[1].shape(), [](const tensor<T>& gy, const tensor<T>& a) { return mm(a.t(), gy); }, g[0], s[0]);
+          return r;
+        },
+        detail::params_of(ga, gb), detail::double_backward::supported);
   }
   return y;
 }
@@ -332,31 +335,33 @@ tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}
           // operands read in place, as the forward does: the same products summed in the same
           // order as the public ops' (the same bits), without their views and checks.
           if (gx)
-            r[0] = detail::call_opaque<T>("linear_dx", s[0].shape(),
-                                          [](const tensor<T>& gy, const tensor<T>& w) {
-                                            if (detail::needs_grad(gy, w)) return matmul(gy, w);
-                                            const auto& ws = w.strides();
-                                            const index_t o = w.shape()[0], i = w.shape()[1];
-                                            const tensor<T> w3 = detail::alias(w, {1, o, i}, {0, ws[0], ws[1]}, w.offset());
-                                            tensor<T> c = detail::bmm_values(detail::as_rows(detail::row_readable(gy), false), w3);
-                                            shape xs(gy.shape().begin(), gy.shape().end() - 1);
-                                            xs.push_back(i);
-                                            return detail::alias(c, xs, contiguous_strides(xs), 0);
-                                          },
-                                          g[0], s[1]);
+            r[0] = detail::call_opaque<T>(
+                "linear_dx", s[0].shape(),
+                [](const tensor<T>& gy, const tensor<T>& w) {
+                  if (detail::needs_grad(gy, w)) return matmul(gy, w);
+                  const auto& ws = w.strides();
+                  const index_t o = w.shape()[0], i = w.shape()[1];
+                  const tensor<T> w3 = detail::alias(w, {1, o, i}, {0, ws[0], ws[1]}, w.offset());
+                  tensor<T> c = detail::bmm_values(detail::as_rows(detail::row_readable(gy), false), w3);
+                  shape xs(gy.shape().begin(), gy.shape().end() - 1);
+                  xs.push_back(i);
+                  return detail::alias(c, xs, contiguous_strides(xs), 0);
+                },
+                g[0], s[1]);
           if (gw)
-            r[1] = detail::call_opaque<T>("linear_dw", s[1].shape(),
-                                          [](const tensor<T>& gy, const tensor<T>& x) {
-                                            const index_t o = gy.shape().back(), i = x.shape().back();
-                                            if (detail::needs_grad(gy, x)) {
-                                              const index_t n = o == 0 ? 0 : gy.numel() / o;
-                                              return mm(gy.reshape({n, o}).t(), x.reshape({n, i}));
-                                            }
-                                            tensor<T> c = detail::bmm_values(detail::as_rows(detail::row_readable(gy), true),
-                                                                             detail::as_rows(detail::row_readable(x), false));
-                                            return detail::alias(c, {o, i}, {i, 1}, 0);
-                                          },
-                                          g[0], s[0]);
+            r[1] = detail::call_opaque<T>(
+                "linear_dw", s[1].shape(),
+                [](const tensor<T>& gy, const tensor<T>& x) {
+                  const index_t o = gy.shape().back(), i = x.shape().back();
+                  if (detail::needs_grad(gy, x)) {
+                    const index_t n = o == 0 ? 0 : gy.numel() / o;
+                    return mm(gy.reshape({n, o}).t(), x.reshape({n, i}));
+                  }
+                  tensor<T> c = detail::bmm_values(detail::as_rows(detail::row_readable(gy), true),
+                                                   detail::as_rows(detail::row_readable(x), false));
+                  return detail::alias(c, {o, i}, {i, 1}, 0);
+                },
+                g[0], s[0]);
           if (gb) r[2] = detail::sum_to(g[0], shape{g[0].shape().back()});
           return r;
         },

@@ -299,8 +299,8 @@ class saving_node : public node<T> {
       const auto& t = saved_[i];
       if (t.defined() && t.impl()->store && t.impl()->store->version() != versions_[i])
         fail("backward", "saved tensor ", i, " of ", name_, " (shape ", to_string(t.shape()),
-             ") was modified in place after it was saved (version ", t.impl()->store->version(),
-             "); expected version ", versions_[i], " - run backward before updating it");
+             ") was modified in place after it was saved (version ", t.impl()->store->version(), "); expected version ",
+             versions_[i], " - run backward before updating it");
     }
   }
 

@@ -43,10 +43,12 @@ tensor<T> user_op_eager(T s, const tensor<T>& a, const tensor<T>* b) {
   else return apply_op(user_op_from<Op>(s), a);
 }
 template <class Op, Element T>
-tensor<T> user_op_rule(T s, int operand, const tensor<T>& a, const tensor<T>* b, const tensor<T>& y, const tensor<T>& g) {
+tensor<T> user_op_rule(T s, int operand, const tensor<T>& a, const tensor<T>* b, const tensor<T>& y,
+                       const tensor<T>& g) {
   const Op op = user_op_from<Op>(s);
   if constexpr (has_unary_derivative<Op, tensor<T>>) return tensor<T>(op.derivative(a, y, g));
-  else if constexpr (has_binary_derivative<Op, tensor<T>>) return tensor<T>(operand == 0 ? op.da(a, *b, y, g) : op.db(a, *b, y, g));
+  else if constexpr (has_binary_derivative<Op, tensor<T>>)
+    return tensor<T>(operand == 0 ? op.da(a, *b, y, g) : op.db(a, *b, y, g));
   else return tensor<T>{};
 }
 /// What the run-time IR knows of user op `Op` (fusegrad/ops/user_ops.hpp): one object per op
@@ -100,7 +102,8 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
                     tensor<T>(Op::derivative_by(saves ? s[0] : none, saves ? s[1] : none, g[0], s[nsaved]))};
             return std::vector<tensor<T>>{tensor<T>(op.derivative(saves ? s[0] : none, saves ? s[1] : none, g[0]))};
           },
-          scalar_input ? std::optional<std::uint64_t>(detail::params_of(detail::type_id<Op>())) : detail::op_params<T>(op),
+          scalar_input ? std::optional<std::uint64_t>(detail::params_of(detail::type_id<Op>()))
+                       : detail::op_params<T>(op),
           detail::double_backward::supported);
       if constexpr (scalar_input) static_cast<detail::saving_node<T>&>(*n).set_scalar_input(detail::op_scalar<T>(op));
     }
@@ -150,8 +153,7 @@ tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
 
 /// Two tensors of different element types: fusegrad never promotes implicitly.
 template <Element T, Element U, class Op>
-  requires(!std::same_as<T, U>)
-tensor<T> apply_op(const Op&, const tensor<T>&, const tensor<U>&) {
+requires(!std::same_as<T, U>) tensor<T> apply_op(const Op&, const tensor<T>&, const tensor<U>&) {
   static_assert(std::same_as<T, U>,
                 "fusegrad: both operands of a binary op must have the same element type "
                 "(no implicit float/double promotion); convert one side first");

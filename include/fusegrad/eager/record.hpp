@@ -52,7 +52,10 @@ std::uint64_t params_of(const A&... a) {
     else if constexpr (std::is_same_v<X, std::string_view>) h.mix(x);
     else {
       h.mix(0xD1B54A32D192ED03ULL ^ static_cast<std::uint64_t>(x.size()));
-      for (const auto& e : x) self(static_cast<std::conditional_t<std::is_same_v<X, std::vector<bool>>, bool, std::remove_cvref_t<decltype(e)>>>(e), self);
+      for (const auto& e : x)
+        self(static_cast<
+                 std::conditional_t<std::is_same_v<X, std::vector<bool>>, bool, std::remove_cvref_t<decltype(e)>>>(e),
+             self);
     }
   };
   (one(a, one), ...);
@@ -65,8 +68,7 @@ std::uint64_t params_of(const A&... a) {
 template <Element T, class F>
 tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor<T>& a, const tensor<T>& b = {}) {
   if (auto* r = active_recorder<T>()) [[unlikely]]
-    if (a.is_lazy() || b.is_lazy())
-      return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr, 0);
+    if (a.is_lazy() || b.is_lazy()) return r->call(false, name, out, std::move(f), a, b.defined() ? &b : nullptr, 0);
   return f(a, b);
 }
 
@@ -75,8 +77,8 @@ tensor<T> call_opaque(std::string_view name, const shape& out, F f, const tensor
 template <Element T>
 bool owned_alone(const tensor<T>& g) {
   const auto& i = g.impl();
-  return i && i.use_count() == 1 && !i->grad_fn && i->store && i->store.use_count() == 1 &&
-         i->store->owned() && i->offset == 0 && static_cast<std::size_t>(numel(i->sizes)) == i->store->size() &&
+  return i && i.use_count() == 1 && !i->grad_fn && i->store && i->store.use_count() == 1 && i->store->owned() &&
+         i->offset == 0 && static_cast<std::size_t>(numel(i->sizes)) == i->store->size() &&
          is_contiguous(i->sizes, i->st);
 }
 
@@ -84,9 +86,7 @@ bool owned_alone(const tensor<T>& g) {
 template <Element T>
 class accumulate_grad final : public node<T> {
  public:
-  explicit accumulate_grad(const std::shared_ptr<tensor_impl<T>>& leaf) : leaf_(leaf) {
-    this->add_output(leaf->sizes);
-  }
+  explicit accumulate_grad(const std::shared_ptr<tensor_impl<T>>& leaf) : leaf_(leaf) { this->add_output(leaf->sizes); }
   [[nodiscard]] std::string_view name() const override { return "AccumulateGrad"; }
   [[nodiscard]] bool accumulates() const noexcept override { return true; }
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
@@ -99,7 +99,8 @@ class accumulate_grad final : public node<T> {
       auto* r = active_recorder<T>();
       if (leaf->grad.defined()) write_grad(leaf, add_grads(leaf->grad, g));
       else if (g.raw_impl().use_count() == 1 || !r) write_grad(leaf, std::move(g));
-      else write_grad(leaf, r->pointwise(ops::table_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr));  // its own copy
+      else
+        write_grad(leaf, r->pointwise(ops::table_index<ops::mul_scalar_op<T>, T>, T(1), g, nullptr));  // its own copy
       if (r) r->accumulate_grad(leaf->grad);
     } else if (is_grad_enabled() && g.requires_grad()) {  // create_graph: .grad() keeps its history
       write_grad(leaf, leaf->grad.defined() ? tensor<T>(leaf->grad + g) : tensor<T>(g.clone()));
@@ -197,8 +198,8 @@ enum class double_backward : bool { unsupported = false, supported = true };
 /// create_graph backward through it is differentiable (see `saving_node::set_double_backward`).
 template <Element T, class Rule>
 std::shared_ptr<node<T>> record(std::string_view name, std::span<const tensor<T>> inputs,
-                                std::span<tensor<T>* const> outputs,
-                                std::vector<tensor<T>> saved, Rule rule, std::optional<std::uint64_t> params = std::nullopt,
+                                std::span<tensor<T>* const> outputs, std::vector<tensor<T>> saved, Rule rule,
+                                std::optional<std::uint64_t> params = std::nullopt,
                                 double_backward twice = double_backward::unsupported) {
   std::vector<int> output_slot;
   for (std::size_t k = 0; k < saved.size(); ++k) {
@@ -237,16 +238,16 @@ tensor<T> sum_to(const tensor<T>& g, const shape& target) {
   const auto& s = g.shape();
   const std::size_t lead = s.size() - target.size();
   std::vector<bool> mask(s.size(), false);
-  for (std::size_t d = 0; d < s.size(); ++d)
-    mask[d] = d < lead || (target[d - lead] == 1 && s[d] != 1);
+  for (std::size_t d = 0; d < s.size(); ++d) mask[d] = d < lead || (target[d - lead] == 1 && s[d] != 1);
   tensor<T> r = reduce_keepdim(g, mask, reduce_op::sum);
   tensor<T> y = alias(r, target, contiguous_strides(target), 0);
   if (needs_grad(g)) [[unlikely]]  // a create_graph backward: the sum is differentiated again
-    record<T>("SumBackward1", {g}, {&y}, {},
-              [from = s](const std::vector<tensor<T>>&, std::vector<tensor<T>>& gy) {
-                return std::vector<tensor<T>>{gy[0].expand(from)};
-              },
-              std::nullopt, double_backward::supported);
+    record<T>(
+        "SumBackward1", {g}, {&y}, {},
+        [from = s](const std::vector<tensor<T>>&, std::vector<tensor<T>>& gy) {
+          return std::vector<tensor<T>>{gy[0].expand(from)};
+        },
+        std::nullopt, double_backward::supported);
   return y;
 }
 /// The node a result of a backward rule that is not differentiable gets in a create_graph
@@ -257,7 +258,8 @@ class double_backward_error final : public node<T> {
   explicit double_backward_error(std::string_view of) : of_(of) {}
   [[nodiscard]] std::string_view name() const override { return "NotImplemented"; }
   std::vector<tensor<T>> apply(std::vector<tensor<T>>&) override {
-    fail("backward", "double backward through ", of_, " is not implemented: its backward rule is not "
+    fail("backward", "double backward through ", of_,
+         " is not implemented: its backward rule is not "
          "differentiable; expected create_graph only through ops whose derivatives are differentiable "
          "(docs/functional.md, \"Double backward\")");
   }

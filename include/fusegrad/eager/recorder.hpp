@@ -43,9 +43,10 @@ struct recorder {
   /// backward of a traced function is inlined into a traced backward (compiled autograd).
   /// `sizes`, when given, are the nodes' shapes (a shape-generic graph run on other sizes).
   /// `fns` are the functions of `g`'s `call_hook` and `call` nodes, by slot (null: it has none).
-  virtual std::vector<tensor<T>> replay(const ir::graph<T>& g, const std::vector<int>& outputs,
-                                        const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
-                                        const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>* fns) = 0;
+  virtual std::vector<tensor<T>> replay(
+      const ir::graph<T>& g, const std::vector<int>& outputs, const std::vector<tensor<T>>& inputs,
+      const std::vector<shape>* sizes,
+      const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>* fns) = 0;
   /// A function the tracer does not see into, called on `a` (and `*b`) when the graph runs:
   /// a `call_hook` node (a tensor hook; `out` is `a`'s shape) or a `call` node giving shape
   /// `out` (named `name` in the printed graph). `hook_id`: the hook's id (0 for a `call`).

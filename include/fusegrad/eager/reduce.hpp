@@ -71,15 +71,20 @@ tensor<T> sum(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
     return y;  // traced: the tracer derives the backward
   if (!detail::needs_grad(x)) return y;
   const auto params = detail::params_of(mask);  // before the mask moves into the rule
-  detail::record_layout(std::string_view(dims.empty() ? "SumBackward0" : "SumBackward1"), x, y,
-                        [from = x.shape(), mask = std::move(mask)](const tensor<T>& g) { return detail::unreduce(g, from, mask); },
-                        false, params);
+  detail::record_layout(
+      std::string_view(dims.empty() ? "SumBackward0" : "SumBackward1"), x, y,
+      [from = x.shape(), mask = std::move(mask)](const tensor<T>& g) { return detail::unreduce(g, from, mask); }, false,
+      params);
   return y;
 }
 /// Sum of all elements, as a 0-d tensor.
-template <Element T> tensor<T> sum(const tensor<T>& x) { return sum(x, std::vector<index_t>{}); }
+template <Element T>
+tensor<T> sum(const tensor<T>& x) {
+  return sum(x, std::vector<index_t>{});
+}
 /// Sum over one dim.
-template <Element T, std::integral D> tensor<T> sum(const tensor<T>& x, D dim, bool keepdim = false) {
+template <Element T, std::integral D>
+tensor<T> sum(const tensor<T>& x, D dim, bool keepdim = false) {
   return sum(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
 }
 
@@ -91,15 +96,20 @@ tensor<T> mean(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdi
   if (detail::active_recorder<T>()) [[unlikely]]
     return y;  // traced: the tracer derives the backward
   const index_t n = detail::reduced_count(x.shape(), mask);
-  detail::record_layout(std::string_view(dims.empty() ? "MeanBackward0" : "MeanBackward1"), x, y,
-                        [from = x.shape(), mask, n](const tensor<T>& g) {
-                          return detail::unreduce(tensor<T>(g / static_cast<T>(n)), from, mask);
-                        },
-                        false, detail::params_of(mask, n));
+  detail::record_layout(
+      std::string_view(dims.empty() ? "MeanBackward0" : "MeanBackward1"), x, y,
+      [from = x.shape(), mask, n](const tensor<T>& g) {
+        return detail::unreduce(tensor<T>(g / static_cast<T>(n)), from, mask);
+      },
+      false, detail::params_of(mask, n));
   return y;
 }
-template <Element T> tensor<T> mean(const tensor<T>& x) { return mean(x, std::vector<index_t>{}); }
-template <Element T, std::integral D> tensor<T> mean(const tensor<T>& x, D dim, bool keepdim = false) {
+template <Element T>
+tensor<T> mean(const tensor<T>& x) {
+  return mean(x, std::vector<index_t>{});
+}
+template <Element T, std::integral D>
+tensor<T> mean(const tensor<T>& x, D dim, bool keepdim = false) {
   return mean(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
 }
 
@@ -112,23 +122,26 @@ tensor<T> max(const tensor<T>& x, const std::vector<index_t>& dims, bool keepdim
   if (detail::active_recorder<T>()) [[unlikely]]
     return y;  // traced: the tracer derives the backward
   if (detail::needs_grad(x)) {
-    detail::record<T>(dims.empty() ? "MaxBackward1" : "MaxBackward0", {x}, {&y}, {x, y},
-                      [mask](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        const shape& from = s[0].shape();
-                        tensor<T> hit = detail::max_hits(s[0], detail::unreduce(s[1], from, mask));
-                        auto* rec = detail::active_recorder<T>();  // a traced backward (compiled autograd)
-                        tensor<T> count = detail::max_count(
-                            rec ? rec->reduce(detail::reduce_op::sum, hit, mask, true)
-                                : detail::reduce_keepdim(hit, mask, detail::reduce_op::sum));
-                        return std::vector<tensor<T>>{
-                            tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
-                      },
-                      std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        dims.empty() ? "MaxBackward1" : "MaxBackward0", {x}, {&y}, {x, y},
+        [mask](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          const shape& from = s[0].shape();
+          tensor<T> hit = detail::max_hits(s[0], detail::unreduce(s[1], from, mask));
+          auto* rec = detail::active_recorder<T>();  // a traced backward (compiled autograd)
+          tensor<T> count = detail::max_count(rec ? rec->reduce(detail::reduce_op::sum, hit, mask, true)
+                                                  : detail::reduce_keepdim(hit, mask, detail::reduce_op::sum));
+          return std::vector<tensor<T>>{tensor<T>(detail::unreduce(g[0], from, mask) * hit / count)};
+        },
+        std::nullopt, detail::double_backward::supported);
   }
   return y;
 }
-template <Element T> tensor<T> max(const tensor<T>& x) { return max(x, std::vector<index_t>{}); }
-template <Element T, std::integral D> tensor<T> max(const tensor<T>& x, D dim, bool keepdim = false) {
+template <Element T>
+tensor<T> max(const tensor<T>& x) {
+  return max(x, std::vector<index_t>{});
+}
+template <Element T, std::integral D>
+tensor<T> max(const tensor<T>& x, D dim, bool keepdim = false) {
   return max(x, std::vector<index_t>{static_cast<index_t>(dim)}, keepdim);
 }
 

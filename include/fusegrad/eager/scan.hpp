@@ -40,7 +40,8 @@ tensor<T> prod_backward(const tensor<T>& g, const tensor<T>& x, std::size_t d) {
   L.each([&](index_t at, index_t step) {
     const T gl = gv[line++];
     pre[0] = T(1);
-    for (index_t k = 0; k < L.n; ++k) pre[static_cast<std::size_t>(k) + 1] = pre[static_cast<std::size_t>(k)] * xv[at + k * step];
+    for (index_t k = 0; k < L.n; ++k)
+      pre[static_cast<std::size_t>(k) + 1] = pre[static_cast<std::size_t>(k)] * xv[at + k * step];
     T suf = T(1);
     for (index_t k = L.n; k-- > 0;) {
       out[at + k * step] = gl * (pre[static_cast<std::size_t>(k)] * suf);
@@ -104,18 +105,20 @@ tensor<T> prod(const tensor<T>& x, index_t dim, bool keepdim = false) {
     out[line++] = p;
   });
   if (detail::needs_grad(x))
-    detail::record<T>("ProdBackward1", {x}, {&y}, {x},
-                      [d = d, cs = c.shape(), xs = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        return std::vector<tensor<T>>{detail::call_opaque<T>(
-                            "ProdBackward1", xs,
-                            [d, cs, xs](const tensor<T>& gg, const tensor<T>& xx) {
-                              const tensor<T> gk = gg.reshape(detail::drop_dim(cs, d, true));
-                              if (detail::needs_grad(gg, xx)) return tensor<T>(detail::prod_backward_recorded(gk, xx.reshape(cs), d).reshape(xs));
-                              return detail::prod_backward(gk.contiguous(), xx.reshape(cs), d).reshape(xs);
-                            },
-                            g[0], s[0])};
-                      },
-                      std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "ProdBackward1", {x}, {&y}, {x},
+        [d = d, cs = c.shape(), xs = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          return std::vector<tensor<T>>{detail::call_opaque<T>(
+              "ProdBackward1", xs,
+              [d, cs, xs](const tensor<T>& gg, const tensor<T>& xx) {
+                const tensor<T> gk = gg.reshape(detail::drop_dim(cs, d, true));
+                if (detail::needs_grad(gg, xx))
+                  return tensor<T>(detail::prod_backward_recorded(gk, xx.reshape(cs), d).reshape(xs));
+                return detail::prod_backward(gk.contiguous(), xx.reshape(cs), d).reshape(xs);
+              },
+              g[0], s[0])};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 /// The product of all elements (a 0-d tensor).
@@ -136,26 +139,28 @@ tensor<T> cumsum(const tensor<T>& x, index_t dim) {
     for (index_t k = 0; k < n; ++k) out[at + k * step] = s += xv[at + k * step];
   });
   if (detail::needs_grad(x))
-    detail::record<T>("CumsumBackward0", {x}, {&y}, {},
-                      [d = d, cs = c.shape(), xs = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
-                        return std::vector<tensor<T>>{detail::call_opaque<T>(
-                            "CumsumBackward0", xs,
-                            [d, cs, xs](const tensor<T>& gg, const tensor<T>&) {
-                              if (detail::needs_grad(gg)) return tensor<T>(detail::cumsum_backward_recorded(gg.reshape(cs), d).reshape(xs));
-                              const tensor<T> gc = gg.contiguous().reshape(cs);
-                              tensor<T> r = detail::empty<T>(cs, "cumsum");
-                              const T* gv = gc.data();
-                              T* out = r.data();
-                              const index_t n = cs[d];
-                              detail::lines(cs, d).each([&](index_t at, index_t step) {
-                                T s = T(0);
-                                for (index_t k = n; k-- > 0;) out[at + k * step] = s += gv[at + k * step];
-                              });
-                              return r.reshape(xs);
-                            },
-                            g[0])};
-                      },
-                      std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "CumsumBackward0", {x}, {&y}, {},
+        [d = d, cs = c.shape(), xs = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
+          return std::vector<tensor<T>>{detail::call_opaque<T>(
+              "CumsumBackward0", xs,
+              [d, cs, xs](const tensor<T>& gg, const tensor<T>&) {
+                if (detail::needs_grad(gg))
+                  return tensor<T>(detail::cumsum_backward_recorded(gg.reshape(cs), d).reshape(xs));
+                const tensor<T> gc = gg.contiguous().reshape(cs);
+                tensor<T> r = detail::empty<T>(cs, "cumsum");
+                const T* gv = gc.data();
+                T* out = r.data();
+                const index_t n = cs[d];
+                detail::lines(cs, d).each([&](index_t at, index_t step) {
+                  T s = T(0);
+                  for (index_t k = n; k-- > 0;) out[at + k * step] = s += gv[at + k * step];
+                });
+                return r.reshape(xs);
+              },
+              g[0])};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 
@@ -172,35 +177,36 @@ tensor<T> cumprod(const tensor<T>& x, index_t dim) {
     for (index_t k = 0; k < n; ++k) out[at + k * step] = p *= xv[at + k * step];
   });
   if (detail::needs_grad(x))
-    detail::record<T>("CumprodBackward0", {x}, {&y}, {x},
-                      [d = d, cs = c.shape(), xs = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        return std::vector<tensor<T>>{detail::call_opaque<T>(
-                            "CumprodBackward0", xs,
-                            [d, cs, xs](const tensor<T>& gg, const tensor<T>& xx) {
-                              if (detail::needs_grad(gg, xx))
-                                return tensor<T>(detail::cumprod_backward_recorded(gg.reshape(cs), xx.reshape(cs), d).reshape(xs));
-                              const tensor<T> gc = gg.contiguous().reshape(cs), xc = xx.contiguous().reshape(cs);
-                              tensor<T> r = detail::empty<T>(cs, "cumprod");
-                              const T* gv = gc.data();
-                              const T* xv = xc.data();
-                              T* out = r.data();
-                              const index_t n = cs[d];
-                              detail::lines(cs, d).each([&](index_t at, index_t step) {
-                                for (index_t k = 0; k < n; ++k) {  // Σ_{j>=k} g_j Π_{i<=j, i!=k} x_i
-                                  T acc = T(0), p = T(1);
-                                  for (index_t i = 0; i < k; ++i) p *= xv[at + i * step];
-                                  for (index_t j = k; j < n; ++j) {
-                                    if (j > k) p *= xv[at + j * step];
-                                    acc += gv[at + j * step] * p;
-                                  }
-                                  out[at + k * step] = acc;
-                                }
-                              });
-                              return r.reshape(xs);
-                            },
-                            g[0], s[0])};
-                      },
-                      std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "CumprodBackward0", {x}, {&y}, {x},
+        [d = d, cs = c.shape(), xs = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          return std::vector<tensor<T>>{detail::call_opaque<T>(
+              "CumprodBackward0", xs,
+              [d, cs, xs](const tensor<T>& gg, const tensor<T>& xx) {
+                if (detail::needs_grad(gg, xx))
+                  return tensor<T>(detail::cumprod_backward_recorded(gg.reshape(cs), xx.reshape(cs), d).reshape(xs));
+                const tensor<T> gc = gg.contiguous().reshape(cs), xc = xx.contiguous().reshape(cs);
+                tensor<T> r = detail::empty<T>(cs, "cumprod");
+                const T* gv = gc.data();
+                const T* xv = xc.data();
+                T* out = r.data();
+                const index_t n = cs[d];
+                detail::lines(cs, d).each([&](index_t at, index_t step) {
+                  for (index_t k = 0; k < n; ++k) {  // Σ_{j>=k} g_j Π_{i<=j, i!=k} x_i
+                    T acc = T(0), p = T(1);
+                    for (index_t i = 0; i < k; ++i) p *= xv[at + i * step];
+                    for (index_t j = k; j < n; ++j) {
+                      if (j > k) p *= xv[at + j * step];
+                      acc += gv[at + j * step] * p;
+                    }
+                    out[at + k * step] = acc;
+                  }
+                });
+                return r.reshape(xs);
+              },
+              g[0], s[0])};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 

@@ -40,7 +40,8 @@ std::vector<tensor<T>> split(const tensor<T>& x, index_t size, index_t dim = 0) 
   const std::size_t d = normalize_dim("split", dim, x.dim());
   std::vector<tensor<T>> r;
   const index_t n = x.shape()[d];
-  for (index_t a = 0; a < n || (n == 0 && r.empty()); a += size) r.push_back(slice(x, static_cast<index_t>(d), a, std::min(n, a + size)));
+  for (index_t a = 0; a < n || (n == 0 && r.empty()); a += size)
+    r.push_back(slice(x, static_cast<index_t>(d), a, std::min(n, a + size)));
   return r;
 }
 /// `chunks` pieces along `dim` of ceil(n / chunks) elements (fewer when n is small, as PyTorch).
@@ -148,7 +149,8 @@ tensor<T> index_select(const tensor<T>& x, index_t dim, const std::vector<index_
   const index_t n = x.shape()[d];
   std::vector<tensor<T>> parts;
   for (index_t i : indices) {
-    if (i < 0 || i >= n) detail::fail("index_select", "index ", i, " for dim ", d, " of size ", n, "; expected an index in [0, ", n, ")");
+    if (i < 0 || i >= n)
+      detail::fail("index_select", "index ", i, " for dim ", d, " of size ", n, "; expected an index in [0, ", n, ")");
   }
   const tensor<T> c = x.detach().contiguous();
   shape to = x.shape();
@@ -157,19 +159,23 @@ tensor<T> index_select(const tensor<T>& x, index_t dim, const std::vector<index_
   for (std::size_t k = 0; k < indices.size(); ++k)
     detail::copy_into(slice(y, static_cast<index_t>(d), static_cast<index_t>(k), static_cast<index_t>(k) + 1),
                       slice(c, static_cast<index_t>(d), indices[k], indices[k] + 1));
-  detail::record_layout(std::string_view("IndexSelectBackward0"), x, y, [from = x.shape(), d, indices](const tensor<T>& g) {
-    const auto dd = static_cast<index_t>(d);
-    return detail::put_into_zeros<T>(
-        "IndexSelectBackwardBackward0", g, from,
-        [dd, &indices](tensor<T>& z, const tensor<T>& v) {  // index_add: repeated indices add up
-          const tensor<T> gc = v.contiguous();
-          for (std::size_t k = 0; k < indices.size(); ++k) {
-            tensor<T> dst = slice(z, dd, indices[k], indices[k] + 1);
-            detail::copy_into(dst, tensor<T>(dst + slice(gc, dd, static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
-          }
-        },
-        [dd, indices](const tensor<T>& gg) { return index_select(gg, dd, indices); }, std::nullopt);
-  }, /*traceable=*/false, std::nullopt);
+  detail::record_layout(
+      std::string_view("IndexSelectBackward0"), x, y,
+      [from = x.shape(), d, indices](const tensor<T>& g) {
+        const auto dd = static_cast<index_t>(d);
+        return detail::put_into_zeros<T>(
+            "IndexSelectBackwardBackward0", g, from,
+            [dd, &indices](tensor<T>& z, const tensor<T>& v) {  // index_add: repeated indices add up
+              const tensor<T> gc = v.contiguous();
+              for (std::size_t k = 0; k < indices.size(); ++k) {
+                tensor<T> dst = slice(z, dd, indices[k], indices[k] + 1);
+                detail::copy_into(dst,
+                                  tensor<T>(dst + slice(gc, dd, static_cast<index_t>(k), static_cast<index_t>(k) + 1)));
+              }
+            },
+            [dd, indices](const tensor<T>& gg) { return index_select(gg, dd, indices); }, std::nullopt);
+      },
+      /*traceable=*/false, std::nullopt);
   return y;
 }
 
@@ -182,8 +188,9 @@ template <Element T>
 tensor<T> scatter_add(const tensor<T>& x, index_t dim, const tensor<T>& index, const tensor<T>& src) {
   const std::size_t d = normalize_dim("scatter_add", dim, std::max<std::size_t>(x.dim(), 1));
   if (index.shape() != src.shape() || index.dim() != x.dim())
-    detail::fail("scatter_add", "index of shape ", to_string(index.shape()), " and src of shape ", to_string(src.shape()),
-                 " for a tensor of shape ", to_string(x.shape()), "; expected index and src of one shape and x's rank");
+    detail::fail("scatter_add", "index of shape ", to_string(index.shape()), " and src of shape ",
+                 to_string(src.shape()), " for a tensor of shape ", to_string(x.shape()),
+                 "; expected index and src of one shape and x's rank");
   const auto idx = detail::indices_of("scatter_add", index, x.dim() ? x.shape()[d] : 1);
   tensor<T> y = x.detach().contiguous().clone();
   const auto sv = src.detach().to_vector();
@@ -191,14 +198,15 @@ tensor<T> scatter_add(const tensor<T>& x, index_t dim, const tensor<T>& index, c
   for (std::size_t l = 0; l < idx.size(); ++l)
     out[detail::repoint(static_cast<index_t>(l), index.shape(), d, idx[l], x.shape())] += sv[l];
   if (detail::needs_grad(x, src))
-    detail::record<T>("ScatterAddBackward0", {x, src}, {&y}, {index},
-                      [dim](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        return std::vector<tensor<T>>{g[0], detail::call_opaque<T>(
-                                                                "ScatterAddBackward0", s[0].shape(),
-                                                                [dim](const tensor<T>& gg, const tensor<T>& ii) { return gather(gg, dim, ii); },
-                                                                g[0], s[0])};
-                      },
-                      std::nullopt, detail::double_backward::supported);  // gather and scatter_add: each the other's backward
+    detail::record<T>(
+        "ScatterAddBackward0", {x, src}, {&y}, {index},
+        [dim](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          return std::vector<tensor<T>>{
+              g[0], detail::call_opaque<T>(
+                        "ScatterAddBackward0", s[0].shape(),
+                        [dim](const tensor<T>& gg, const tensor<T>& ii) { return gather(gg, dim, ii); }, g[0], s[0])};
+        },
+        std::nullopt, detail::double_backward::supported);  // gather and scatter_add: each the other's backward
   return y;
 }
 template <Element T>
@@ -212,17 +220,22 @@ tensor<T> gather(const tensor<T>& x, index_t dim, const tensor<T>& index) {
   const auto idx = detail::indices_of("gather", index, x.dim() ? x.shape()[d] : 1);
   const auto xv = x.detach().to_vector();
   std::vector<T> out(idx.size());
-  for (std::size_t l = 0; l < idx.size(); ++l) out[l] = xv[static_cast<std::size_t>(detail::repoint(static_cast<index_t>(l), index.shape(), d, idx[l], x.shape()))];
+  for (std::size_t l = 0; l < idx.size(); ++l)
+    out[l] =
+        xv[static_cast<std::size_t>(detail::repoint(static_cast<index_t>(l), index.shape(), d, idx[l], x.shape()))];
   tensor<T> y = from_vector<T>(out, index.shape());
   if (detail::needs_grad(x))
-    detail::record<T>("GatherBackward0", {x}, {&y}, {index},
-                      [dim, from = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
-                        return std::vector<tensor<T>>{detail::call_opaque<T>(
-                            "GatherBackward0", from,
-                            [dim, from](const tensor<T>& gg, const tensor<T>& ii) { return scatter_add(zeros<T>(from), dim, ii, gg); },
-                            g[0], s[0])};
-                      },
-                      std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "GatherBackward0", {x}, {&y}, {index},
+        [dim, from = x.shape()](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& g) {
+          return std::vector<tensor<T>>{detail::call_opaque<T>(
+              "GatherBackward0", from,
+              [dim, from](const tensor<T>& gg, const tensor<T>& ii) {
+                return scatter_add(zeros<T>(from), dim, ii, gg);
+              },
+              g[0], s[0])};
+        },
+        std::nullopt, detail::double_backward::supported);
   return y;
 }
 
@@ -234,7 +247,8 @@ tensor<T> triangle_mask(std::string_view op, const shape& s, index_t k, bool upp
   const index_t r = s[s.size() - 2], c = s.back();
   std::vector<T> m(static_cast<std::size_t>(r * c));
   for (index_t i = 0; i < r; ++i)
-    for (index_t j = 0; j < c; ++j) m[static_cast<std::size_t>(i * c + j)] = (upper ? j - i >= k : j - i <= k) ? T(1) : T(0);
+    for (index_t j = 0; j < c; ++j)
+      m[static_cast<std::size_t>(i * c + j)] = (upper ? j - i >= k : j - i <= k) ? T(1) : T(0);
   return from_vector<T>(m, {r, c});
 }
 }  // namespace detail
@@ -254,7 +268,8 @@ tensor<T> triu(const tensor<T>& x, index_t k = 0) {
 template <Element T>
 tensor<T> arange(double start, double end, double step = 1) {
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
-    detail::fail("arange", "start ", start, ", end ", end, ", step ", step, "; expected finite bounds and a nonzero step");
+    detail::fail("arange", "start ", start, ", end ", end, ", step ", step,
+                 "; expected finite bounds and a nonzero step");
   const double n = std::ceil((end - start) / step);
   std::vector<T> v(static_cast<std::size_t>(std::max(0.0, n)));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<T>(start + static_cast<double>(i) * step);
@@ -268,8 +283,9 @@ tensor<T> linspace(double start, double end, index_t steps) {
   std::vector<T> v(static_cast<std::size_t>(steps));
   const double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   for (index_t i = 0; i < steps; ++i)
-    v[static_cast<std::size_t>(i)] = static_cast<T>(steps == 1 || i < steps / 2 ? start + step * static_cast<double>(i)
-                                                                                : end - step * static_cast<double>(steps - 1 - i));
+    v[static_cast<std::size_t>(i)] =
+        static_cast<T>(steps == 1 || i < steps / 2 ? start + step * static_cast<double>(i)
+                                                   : end - step * static_cast<double>(steps - 1 - i));
   return from_vector<T>(v);
 }
 

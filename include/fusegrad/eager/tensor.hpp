@@ -34,7 +34,9 @@ class tensor;
 /// A gradient hook of a `tensor<T>`: called with the gradient, returns nothing or a
 /// replacement gradient (see `tensor::register_hook`).
 template <class F, class T>
-concept TensorHook = std::invocable<F&, const tensor<T>&>;
+concept TensorHook = std::invocable < F&,
+        const tensor<T>
+& > ;
 
 template <Element T>
 class node;
@@ -63,14 +65,16 @@ template <Element T>
 struct hook {
   std::uint64_t id;
   std::function<std::optional<tensor<T>>(const tensor<T>&)> fn;
-  bool traced = false;  ///< a generic callable: compiled autograd traces it instead of calling it
+  bool traced = false;        ///< a generic callable: compiled autograd traces it instead of calling it
   bool retains_grad = false;  ///< `retain_grad`'s hook: runs after the tensor's other hooks (`order_hooks`)
 };
 
 /// A callable whose call operator is a template (a generic lambda): it can be called on the
 /// tracer's lazy tensors and traced, rather than called as an opaque function.
 template <class F>
-concept generic_callable = std::is_class_v<std::remove_cvref_t<F>> && !requires { &std::remove_cvref_t<F>::operator(); };
+concept generic_callable = std::is_class_v<std::remove_cvref_t<F>> && !requires {
+  &std::remove_cvref_t<F>::operator();
+};
 
 /// Where a gradient flows: input slot `input_nr` of node `fn` (null: nowhere).
 template <Element T>
@@ -119,9 +123,7 @@ class tensor {
   [[nodiscard]] const fusegrad::shape& shape() const { return checked("shape").sizes; }
   [[nodiscard]] const fusegrad::strides& strides() const { return checked("strides").st; }
   [[nodiscard]] std::size_t dim() const { return shape().size(); }
-  [[nodiscard]] index_t size(index_t d) const {
-    return shape()[normalize_dim("size", d, dim())];
-  }
+  [[nodiscard]] index_t size(index_t d) const { return shape()[normalize_dim("size", d, dim())]; }
   [[nodiscard]] index_t numel() const { return fusegrad::numel(shape()); }
   [[nodiscard]] bool is_contiguous() const {
     const auto& i = checked("is_contiguous");
@@ -148,8 +150,8 @@ class tensor {
   [[nodiscard]] T item() const {
     const auto& i = synced("item");
     if (fusegrad::numel(i.sizes) != 1)
-      detail::fail("item", "a tensor of shape ", to_string(i.sizes), " has ",
-                   fusegrad::numel(i.sizes), " elements; expected exactly one element");
+      detail::fail("item", "a tensor of shape ", to_string(i.sizes), " has ", fusegrad::numel(i.sizes),
+                   " elements; expected exactly one element");
     return *data_ptr();
   }
   /// The elements in row-major order (a copy; works for strided views too).
@@ -163,8 +165,10 @@ class tensor {
   tensor& requires_grad(bool on) {
     auto& i = synced("requires_grad");
     if (i.grad_fn)
-      detail::fail("requires_grad", "requires_grad can only be changed on leaf tensors; this "
-                   "tensor was produced by ", grad_fn_name(), " (use .detach() for a new leaf)");
+      detail::fail("requires_grad",
+                   "requires_grad can only be changed on leaf tensors; this "
+                   "tensor was produced by ",
+                   grad_fn_name(), " (use .detach() for a new leaf)");
     i.requires_grad = on;
     return *this;
   }
@@ -245,7 +249,8 @@ class tensor {
  private:
   detail::tensor_impl<T>& checked(std::string_view op) const {
     if (!impl_)
-      detail::fail(op, "the tensor is undefined (holds no data); expected a defined tensor "
+      detail::fail(op,
+                   "the tensor is undefined (holds no data); expected a defined tensor "
                    "(was a gradient read before backward reached it?)");
     return *impl_;
   }
@@ -274,8 +279,8 @@ struct tensor_impl {
   std::shared_ptr<node<T>> grad_accumulator;  ///< AccumulateGrad node of a leaf, made lazily (guarded by `mutex`)
   std::atomic<bool> has_accumulator{false};   ///< set (release) once `grad_accumulator` is made; it never changes after
   std::vector<hook<T>> leaf_hooks;            ///< hooks of a leaf, run by AccumulateGrad
-  lazy_source* lazy = nullptr;  ///< set while the run-time tracer holds this tensor uncomputed
-  int lazy_node = -1;           ///< its node in the tracer's pending graph
+  lazy_source* lazy = nullptr;                ///< set while the run-time tracer holds this tensor uncomputed
+  int lazy_node = -1;                         ///< its node in the tracer's pending graph
   /// Serialises what concurrent backwards (and forwards) through this tensor change: the
   /// accumulation into `grad` and the making of `grad_accumulator` (PyTorch's
   /// `AutogradMeta::mutex_`). Never held while user code (a hook) runs.
@@ -354,14 +359,14 @@ template <Element T>
 T tensor<T>::at(std::initializer_list<index_t> idx) const {
   const auto& i = synced("at");
   if (idx.size() != i.sizes.size())
-    detail::fail("at", "got ", idx.size(), " indices for a tensor of shape ", to_string(i.sizes),
-                 "; expected ", i.sizes.size());
+    detail::fail("at", "got ", idx.size(), " indices for a tensor of shape ", to_string(i.sizes), "; expected ",
+                 i.sizes.size());
   index_t o = i.offset;
   std::size_t d = 0;
   for (index_t k : idx) {
     if (k < 0 || k >= i.sizes[d])
-      detail::fail("at", "index ", k, " is out of range for dim ", d, " of shape ",
-                   to_string(i.sizes), "; expected 0 <= index < ", i.sizes[d]);
+      detail::fail("at", "index ", k, " is out of range for dim ", d, " of shape ", to_string(i.sizes),
+                   "; expected 0 <= index < ", i.sizes[d]);
     o += k * i.st[d++];
   }
   return i.store->data()[o];

@@ -47,8 +47,7 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
   const index_t n = numel(from);
   if (infer >= 0) {
     if (known == 0 || n % known != 0)
-      fail(op, "shape ", to_string(to), " is invalid for input of shape ", to_string(from), " (",
-           n, " elements)");
+      fail(op, "shape ", to_string(to), " is invalid for input of shape ", to_string(from), " (", n, " elements)");
     to[static_cast<std::size_t>(infer)] = n / known;
   } else if (known != n) {
     fail(op, "shape ", to_string(to), " (", known, " elements) is invalid for input of shape ", to_string(from),
@@ -63,15 +62,19 @@ inline shape infer_shape(std::string_view op, const shape& from, shape to) {
 /// output shape of `x`'s node) makes the node collectable.
 template <Element T, class Rule>
 void record_layout(std::string_view name, const tensor<T>& x, tensor<T>& y, Rule rule, bool traceable = false,
-                   std::optional<std::uint64_t> params = std::nullopt, double_backward twice = double_backward::supported) {
+                   std::optional<std::uint64_t> params = std::nullopt,
+                   double_backward twice = double_backward::supported) {
   if (!needs_grad(x)) return;
   if (params) params = params_of(*params, traceable);
-  record<T>(name, {x}, {&y}, {},
-            [rule = std::move(rule), name, traceable, from = x.shape()](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
-              if (traceable) return std::vector<tensor<T>>{rule(g[0])};
-              return std::vector<tensor<T>>{call_opaque<T>(name, from, [rule](const tensor<T>& v, const tensor<T>&) { return rule(v); }, g[0])};
-            },
-            params, twice);
+  record<T>(
+      name, {x}, {&y}, {},
+      [rule = std::move(rule), name, traceable, from = x.shape()](const std::vector<tensor<T>>&,
+                                                                  std::vector<tensor<T>>& g) {
+        if (traceable) return std::vector<tensor<T>>{rule(g[0])};
+        return std::vector<tensor<T>>{call_opaque<T>(
+            name, from, [rule](const tensor<T>& v, const tensor<T>&) { return rule(v); }, g[0])};
+      },
+      params, twice);
 }
 
 /// The adjoint of a linear read (a view, `index_select`): `g` put into zeros of shape `from`
@@ -94,7 +97,9 @@ tensor<T> put_into_zeros(std::string_view name, const tensor<T>& g, const shape&
 template <Element T>
 tensor<T> clone(const tensor<T>& x) {
   tensor<T> y = detail::contiguous_copy(x);
-  detail::record_layout(std::string_view("CloneBackward0"), x, y, [](const tensor<T>& g) { return g; }, /*traceable=*/true, detail::params_of(0));
+  detail::record_layout(
+      std::string_view("CloneBackward0"), x, y, [](const tensor<T>& g) { return g; }, /*traceable=*/true,
+      detail::params_of(0));
   return y;
 }
 
@@ -112,8 +117,9 @@ tensor<T> view(const tensor<T>& x, const shape& s) {
                  " is not contiguous; expected a contiguous tensor (use reshape)");
   shape to = detail::infer_shape("view", x.shape(), s);
   tensor<T> y = detail::alias(x, to, contiguous_strides(to), x.offset());
-  detail::record_layout(std::string_view("ViewBackward0"), x, y,
-                        [from = x.shape()](const tensor<T>& g) { return g.reshape(from); }, false, detail::params_of(0));
+  detail::record_layout(
+      std::string_view("ViewBackward0"), x, y, [from = x.shape()](const tensor<T>& g) { return g.reshape(from); },
+      false, detail::params_of(0));
   return y;
 }
 
@@ -129,8 +135,8 @@ template <Element T>
 tensor<T> expand(const tensor<T>& x, const shape& s) {
   const auto& xs = x.shape();
   if (s.size() < xs.size())
-    detail::fail("expand", "cannot expand shape ", to_string(xs), " to ", to_string(s),
-                 "; expected at least ", xs.size(), " dims");
+    detail::fail("expand", "cannot expand shape ", to_string(xs), " to ", to_string(s), "; expected at least ",
+                 xs.size(), " dims");
   const std::size_t lead = s.size() - xs.size();
   shape to(s.size());
   strides st(s.size(), 0);
@@ -140,19 +146,19 @@ tensor<T> expand(const tensor<T>& x, const shape& s) {
       to[i] = s[i];
       continue;
     }
-    if (s[i] < -1)
-      detail::fail("expand", "invalid size ", s[i], " in ", to_string(s), "; expected sizes >= 0 or -1");
+    if (s[i] < -1) detail::fail("expand", "invalid size ", s[i], " in ", to_string(s), "; expected sizes >= 0 or -1");
     const index_t have = xs[i - lead], want = s[i] == -1 ? have : s[i];
     if (have != want && have != 1)
-      detail::fail("expand", "cannot expand shape ", to_string(xs), " to ", to_string(s), ": dim ", i,
-                   " has size ", have, "; expected size 1 or ", want);
+      detail::fail("expand", "cannot expand shape ", to_string(xs), " to ", to_string(s), ": dim ", i, " has size ",
+                   have, "; expected size 1 or ", want);
     to[i] = want;
     st[i] = have == want ? x.strides()[i - lead] : 0;
   }
   check_shape("expand", to);
   tensor<T> y = detail::alias(x, to, st, x.offset());
-  detail::record_layout(std::string_view("ExpandBackward0"), x, y,
-                        [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); }, /*traceable=*/true, detail::params_of(0));
+  detail::record_layout(
+      std::string_view("ExpandBackward0"), x, y, [from = xs](const tensor<T>& g) { return detail::sum_to(g, from); },
+      /*traceable=*/true, detail::params_of(0));
   return y;
 }
 
@@ -161,8 +167,8 @@ template <Element T>
 tensor<T> permute(const tensor<T>& x, const std::vector<index_t>& dims) {
   const std::size_t r = x.dim();
   if (dims.size() != r)
-    detail::fail("permute", "got ", dims.size(), " dims for a tensor of shape ", to_string(x.shape()),
-                 "; expected ", r);
+    detail::fail("permute", "got ", dims.size(), " dims for a tensor of shape ", to_string(x.shape()), "; expected ",
+                 r);
   std::vector<index_t> inv(r, -1);
   shape to(r);
   strides st(r);
@@ -174,8 +180,9 @@ tensor<T> permute(const tensor<T>& x, const std::vector<index_t>& dims) {
     st[i] = x.strides()[d];
   }
   tensor<T> y = detail::alias(x, to, st, x.offset());
-  detail::record_layout(std::string_view("PermuteBackward0"), x, y,
-                        [inv](const tensor<T>& g) { return g.permute(inv); }, false, detail::params_of(inv));
+  detail::record_layout(
+      std::string_view("PermuteBackward0"), x, y, [inv](const tensor<T>& g) { return g.permute(inv); }, false,
+      detail::params_of(inv));
   return y;
 }
 
@@ -190,8 +197,9 @@ tensor<T> transpose(const tensor<T>& x, index_t d0, index_t d1) {
     std::swap(st[a], st[b]);
   }
   tensor<T> y = detail::alias(x, to, st, x.offset());
-  detail::record_layout(std::string_view("TransposeBackward0"), x, y,
-                        [d0, d1](const tensor<T>& g) { return g.transpose(d0, d1); }, false, detail::params_of(d0, d1));
+  detail::record_layout(
+      std::string_view("TransposeBackward0"), x, y, [d0, d1](const tensor<T>& g) { return g.transpose(d0, d1); }, false,
+      detail::params_of(d0, d1));
   return y;
 }
 
@@ -211,15 +219,16 @@ tensor<T> select(const tensor<T>& x, index_t d, index_t i) {
   to.erase(to.begin() + static_cast<std::ptrdiff_t>(dd));
   st.erase(st.begin() + static_cast<std::ptrdiff_t>(dd));
   tensor<T> y = detail::alias(x, to, st, off);
-  detail::record_layout(std::string_view("SelectBackward0"), x, y,
-                        [from = x.shape(), dd, ii](const tensor<T>& g) {
-                          const auto d = static_cast<index_t>(dd);
-                          return detail::put_into_zeros<T>(
-                              "SelectBackwardBackward0", g, from,
-                              [d, ii](tensor<T>& z, const tensor<T>& v) { detail::copy_into(select(z, d, ii), v); },
-                              [d, ii](const tensor<T>& gg) { return select(gg, d, ii); }, detail::params_of(dd, ii));
-                        },
-                        false, detail::params_of(dd, ii));
+  detail::record_layout(
+      std::string_view("SelectBackward0"), x, y,
+      [from = x.shape(), dd, ii](const tensor<T>& g) {
+        const auto d = static_cast<index_t>(dd);
+        return detail::put_into_zeros<T>(
+            "SelectBackwardBackward0", g, from,
+            [d, ii](tensor<T>& z, const tensor<T>& v) { detail::copy_into(select(z, d, ii), v); },
+            [d, ii](const tensor<T>& gg) { return select(gg, d, ii); }, detail::params_of(dd, ii));
+      },
+      false, detail::params_of(dd, ii));
   return y;
 }
 
@@ -239,16 +248,17 @@ tensor<T> slice(const tensor<T>& x, index_t d, index_t start, index_t stop, inde
   const index_t off = x.offset() + b * st[dd];
   if (to[dd] > 1) st[dd] *= step;  // fits: (to - 1) * step < e - b, an extent of x
   tensor<T> y = detail::alias(x, to, st, off);
-  detail::record_layout(std::string_view("SliceBackward0"), x, y,
-                        [from = x.shape(), dd, b, e, step](const tensor<T>& g) {
-                          const auto d = static_cast<index_t>(dd);
-                          return detail::put_into_zeros<T>(
-                              "SliceBackwardBackward0", g, from,
-                              [d, b, e, step](tensor<T>& z, const tensor<T>& v) { detail::copy_into(slice(z, d, b, e, step), v); },
-                              [d, b, e, step](const tensor<T>& gg) { return slice(gg, d, b, e, step); },
-                              detail::params_of(dd, b, e, step));
-                        },
-                        false, detail::params_of(dd, b, e, step));
+  detail::record_layout(
+      std::string_view("SliceBackward0"), x, y,
+      [from = x.shape(), dd, b, e, step](const tensor<T>& g) {
+        const auto d = static_cast<index_t>(dd);
+        return detail::put_into_zeros<T>(
+            "SliceBackwardBackward0", g, from,
+            [d, b, e, step](tensor<T>& z, const tensor<T>& v) { detail::copy_into(slice(z, d, b, e, step), v); },
+            [d, b, e, step](const tensor<T>& gg) { return slice(gg, d, b, e, step); },
+            detail::params_of(dd, b, e, step));
+      },
+      false, detail::params_of(dd, b, e, step));
   return y;
 }
 
@@ -262,8 +272,9 @@ tensor<T> unsqueeze(const tensor<T>& x, index_t d) {
   to.insert(to.begin() + static_cast<std::ptrdiff_t>(dd), 1);
   st.insert(st.begin() + static_cast<std::ptrdiff_t>(dd), inner);
   tensor<T> y = detail::alias(x, to, st, x.offset());
-  detail::record_layout(std::string_view("UnsqueezeBackward0"), x, y,
-                        [dd](const tensor<T>& g) { return g.squeeze(static_cast<index_t>(dd)); }, false, detail::params_of(dd));
+  detail::record_layout(
+      std::string_view("UnsqueezeBackward0"), x, y,
+      [dd](const tensor<T>& g) { return g.squeeze(static_cast<index_t>(dd)); }, false, detail::params_of(dd));
   return y;
 }
 
@@ -278,8 +289,9 @@ tensor<T> squeeze(const tensor<T>& x, index_t d) {
   to.erase(to.begin() + static_cast<std::ptrdiff_t>(dd));
   st.erase(st.begin() + static_cast<std::ptrdiff_t>(dd));
   tensor<T> y = detail::alias(x, to, st, x.offset());
-  detail::record_layout(std::string_view("SqueezeBackward1"), x, y,
-                        [dd](const tensor<T>& g) { return g.unsqueeze(static_cast<index_t>(dd)); }, false, detail::params_of(dd));
+  detail::record_layout(
+      std::string_view("SqueezeBackward1"), x, y,
+      [dd](const tensor<T>& g) { return g.unsqueeze(static_cast<index_t>(dd)); }, false, detail::params_of(dd));
   return y;
 }
 
@@ -313,17 +325,18 @@ tensor<T> cat(const std::vector<tensor<T>>& xs, index_t d = 0) {
   }
   if (detail::needs_grad(xs)) {
     tensor<T>* const out[] = {&y};
-    detail::record<T>("CatBackward0", std::span<const tensor<T>>(xs), std::span<tensor<T>* const>(out), {},
-                      [sizes, dd](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
-                        std::vector<tensor<T>> r;
-                        index_t a = 0;
-                        for (index_t n : sizes) {
-                          r.push_back(slice(g[0], static_cast<index_t>(dd), a, a + n));
-                          a += n;
-                        }
-                        return r;
-                      },
-                      std::nullopt, detail::double_backward::supported);
+    detail::record<T>(
+        "CatBackward0", std::span<const tensor<T>>(xs), std::span<tensor<T>* const>(out), {},
+        [sizes, dd](const std::vector<tensor<T>>&, std::vector<tensor<T>>& g) {
+          std::vector<tensor<T>> r;
+          index_t a = 0;
+          for (index_t n : sizes) {
+            r.push_back(slice(g[0], static_cast<index_t>(dd), a, a + n));
+            a += n;
+          }
+          return r;
+        },
+        std::nullopt, detail::double_backward::supported);
   }
   return y;
 }
@@ -334,16 +347,49 @@ tensor<T> cat(std::initializer_list<tensor<T>> xs, index_t d = 0) {
 }
 
 // Member spellings of the layout ops.
-template <Element T> tensor<T> tensor<T>::contiguous() const { return fusegrad::contiguous(*this); }
-template <Element T> tensor<T> tensor<T>::clone() const { return fusegrad::clone(*this); }
-template <Element T> tensor<T> tensor<T>::reshape(const fusegrad::shape& s) const { return fusegrad::reshape(*this, s); }
-template <Element T> tensor<T> tensor<T>::view(const fusegrad::shape& s) const { return fusegrad::view(*this, s); }
-template <Element T> tensor<T> tensor<T>::expand(const fusegrad::shape& s) const { return fusegrad::expand(*this, s); }
-template <Element T> tensor<T> tensor<T>::permute(const std::vector<index_t>& d) const { return fusegrad::permute(*this, d); }
-template <Element T> tensor<T> tensor<T>::transpose(index_t a, index_t b) const { return fusegrad::transpose(*this, a, b); }
-template <Element T> tensor<T> tensor<T>::select(index_t d, index_t i) const { return fusegrad::select(*this, d, i); }
-template <Element T> tensor<T> tensor<T>::slice(index_t d, index_t a, index_t b, index_t s) const { return fusegrad::slice(*this, d, a, b, s); }
-template <Element T> tensor<T> tensor<T>::unsqueeze(index_t d) const { return fusegrad::unsqueeze(*this, d); }
-template <Element T> tensor<T> tensor<T>::squeeze(index_t d) const { return fusegrad::squeeze(*this, d); }
+template <Element T>
+tensor<T> tensor<T>::contiguous() const {
+  return fusegrad::contiguous(*this);
+}
+template <Element T>
+tensor<T> tensor<T>::clone() const {
+  return fusegrad::clone(*this);
+}
+template <Element T>
+tensor<T> tensor<T>::reshape(const fusegrad::shape& s) const {
+  return fusegrad::reshape(*this, s);
+}
+template <Element T>
+tensor<T> tensor<T>::view(const fusegrad::shape& s) const {
+  return fusegrad::view(*this, s);
+}
+template <Element T>
+tensor<T> tensor<T>::expand(const fusegrad::shape& s) const {
+  return fusegrad::expand(*this, s);
+}
+template <Element T>
+tensor<T> tensor<T>::permute(const std::vector<index_t>& d) const {
+  return fusegrad::permute(*this, d);
+}
+template <Element T>
+tensor<T> tensor<T>::transpose(index_t a, index_t b) const {
+  return fusegrad::transpose(*this, a, b);
+}
+template <Element T>
+tensor<T> tensor<T>::select(index_t d, index_t i) const {
+  return fusegrad::select(*this, d, i);
+}
+template <Element T>
+tensor<T> tensor<T>::slice(index_t d, index_t a, index_t b, index_t s) const {
+  return fusegrad::slice(*this, d, a, b, s);
+}
+template <Element T>
+tensor<T> tensor<T>::unsqueeze(index_t d) const {
+  return fusegrad::unsqueeze(*this, d);
+}
+template <Element T>
+tensor<T> tensor<T>::squeeze(index_t d) const {
+  return fusegrad::squeeze(*this, d);
+}
 
 }  // namespace fusegrad

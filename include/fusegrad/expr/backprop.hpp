@@ -89,7 +89,8 @@ auto contribution(const E& e) {
     using GM = sumto_expr<P, G>;
     const GM gm{{}, g};
     if constexpr (S == 0) return matmul_expr<GM, fwd_ref<static_cast<std::size_t>(C1), T>, false, !E::tb>{{}, gm, {}};
-    else if constexpr (!E::tb) return matmul_expr<fwd_ref<static_cast<std::size_t>(C0), T>, GM, true, false>{{}, {}, gm};
+    else if constexpr (!E::tb)
+      return matmul_expr<fwd_ref<static_cast<std::size_t>(C0), T>, GM, true, false>{{}, {}, gm};
     else return matmul_expr<GM, fwd_ref<static_cast<std::size_t>(C0), T>, true, false>{{}, gm, {}};
   } else if constexpr (is_custom_v<E>) {
     return [&]<class F, class Fwd, class... Args>(std::type_identity<custom_expr<F, Fwd, Args...>>) {
@@ -100,13 +101,13 @@ auto contribution(const E& e) {
           auto saved = [&] {
             if constexpr (requires { F::setup_context(fwd_ref<nth_id<J, C0, C1, C2>, T>{}..., y); })
               return F::setup_context(fwd_ref<nth_id<J, C0, C1, C2>, T>{}..., y);
-            else
-              return std::tuple{fwd_ref<nth_id<J, C0, C1, C2>, T>{}...};
+            else return std::tuple{fwd_ref<nth_id<J, C0, C1, C2>, T>{}...};
           }();
           auto grads = F::backward(std::as_const(saved), g);
           if constexpr (sizeof...(Args) == 1) return grads;
           else return std::get<S>(grads);
-        }(std::index_sequence_for<Args...>{});
+        }
+        (std::index_sequence_for<Args...>{});
       }
     }(std::type_identity<E>{});
   } else {

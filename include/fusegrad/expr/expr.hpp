@@ -39,7 +39,7 @@ struct symbolic {
   // value) must reach this message too. Only a conversion to bool deduces here, so no
   // arithmetic operator gains a built-in candidate.
   template <class B>
-    requires std::same_as<B, bool>
+  requires std::same_as<B, bool>
   operator B() const {
     static_assert(detail::dependent_false<B>,
                   "fusegrad::compile: a symbolic value has no bool (data-dependent control flow "
@@ -65,10 +65,14 @@ struct leaf_expr : symbolic {
   static constexpr std::size_t index = I;
 };
 
-template <std::size_t I, Element T> using sym = leaf_expr<leaf_kind::input, I, T>;
-template <std::size_t I, Element T> using gsym = leaf_expr<leaf_kind::grad, I, T>;
-template <std::size_t K, Element T> using fwd_ref = leaf_expr<leaf_kind::forward, K, T>;
-template <std::size_t K, Element T> using adj_ref = leaf_expr<leaf_kind::adjoint, K, T>;
+template <std::size_t I, Element T>
+using sym = leaf_expr<leaf_kind::input, I, T>;
+template <std::size_t I, Element T>
+using gsym = leaf_expr<leaf_kind::grad, I, T>;
+template <std::size_t K, Element T>
+using fwd_ref = leaf_expr<leaf_kind::forward, K, T>;
+template <std::size_t K, Element T>
+using adj_ref = leaf_expr<leaf_kind::adjoint, K, T>;
 
 /// The operands of a node: a plain aggregate (cheaper to instantiate than std::tuple, which
 /// matters for compile time: every distinct subexpression is a distinct operand type).
@@ -154,15 +158,22 @@ struct custom_expr : symbolic {
 };
 
 namespace detail {
-template <class X> inline constexpr bool is_expr_v = false;
-template <class F, class Fwd, class... A> inline constexpr bool is_expr_v<custom_expr<F, Fwd, A...>> = true;
-template <leaf_kind L, std::size_t I, class T> inline constexpr bool is_expr_v<leaf_expr<L, I, T>> = true;
-template <class Op, class... A> inline constexpr bool is_expr_v<expr_node<Op, A...>> = true;
-template <detail::reduce_op R, reduce_axis X, class A> inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
-template <std::size_t K, class A> inline constexpr bool is_expr_v<sumto_expr<K, A>> = true;
+template <class X>
+inline constexpr bool is_expr_v = false;
+template <class F, class Fwd, class... A>
+inline constexpr bool is_expr_v<custom_expr<F, Fwd, A...>> = true;
+template <leaf_kind L, std::size_t I, class T>
+inline constexpr bool is_expr_v<leaf_expr<L, I, T>> = true;
+template <class Op, class... A>
+inline constexpr bool is_expr_v<expr_node<Op, A...>> = true;
+template <detail::reduce_op R, reduce_axis X, class A>
+inline constexpr bool is_expr_v<reduce_expr<R, X, A>> = true;
+template <std::size_t K, class A>
+inline constexpr bool is_expr_v<sumto_expr<K, A>> = true;
 template <detail::reduce_op R, reduce_axis X, std::size_t K, class A>
 inline constexpr bool is_expr_v<unreduce_expr<R, X, K, A>> = true;
-template <class A, class B, bool TA, bool TB> inline constexpr bool is_expr_v<matmul_expr<A, B, TA, TB>> = true;
+template <class A, class B, bool TA, bool TB>
+inline constexpr bool is_expr_v<matmul_expr<A, B, TA, TB>> = true;
 }  // namespace detail
 
 /// A compile-time expression (what fusegrad's ops return for symbolic operands).
@@ -178,13 +189,11 @@ struct operand_traits<E> {
 // ---- op dispatch for expressions ------------------------------------------------------
 
 template <Expr X, class Op>
-  requires UnaryOp<Op, typename X::element_type>
-constexpr expr_node<Op, X> apply_op(const Op& op, const X& x) {
-  return {{}, op, {x}};
-}
+requires UnaryOp<Op, typename X::element_type>
+constexpr expr_node<Op, X> apply_op(const Op& op, const X& x) { return {{}, op, {x}}; }
 
 template <Expr A, Expr B, class Op>
-  requires BinaryOp<Op, typename A::element_type>
+requires BinaryOp<Op, typename A::element_type>
 constexpr expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
   static_assert(std::same_as<typename A::element_type, typename B::element_type>,
                 "fusegrad: both operands of a binary op must have the same element type "
@@ -193,16 +202,14 @@ constexpr expr_node<Op, A, B> apply_op(const Op& op, const A& a, const B& b) {
 }
 
 template <Expr X, Operand Y, class Op>
-  requires(!Expr<Y>)
-X apply_op(const Op&, const X& x, const Y&) {
+requires(!Expr<Y>) X apply_op(const Op&, const X& x, const Y&) {
   static_assert(detail::dependent_false<X>,
                 "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
                 "with symbolic inputs; pass it as an argument of the compiled function instead");
   return x;
 }
 template <Expr X, Operand Y, class Op>
-  requires(!Expr<Y>)
-X apply_op(const Op&, const Y&, const X& x) {
+requires(!Expr<Y>) X apply_op(const Op&, const Y&, const X& x) {
   static_assert(detail::dependent_false<X>,
                 "fusegrad::compile: a tensor captured inside a compiled function cannot be mixed "
                 "with symbolic inputs; pass it as an argument of the compiled function instead");
@@ -227,16 +234,26 @@ namespace detail {
 }
 }  // namespace detail
 
-template <Expr E> constexpr reduce_expr<detail::reduce_op::sum, reduce_axis::all, E> sum(const E& e) { return {{}, e, false}; }
-template <Expr E> constexpr reduce_expr<detail::reduce_op::mean, reduce_axis::all, E> mean(const E& e) { return {{}, e, false}; }
-template <Expr E> constexpr reduce_expr<detail::reduce_op::max, reduce_axis::all, E> max(const E& e) { return {{}, e, false}; }
+template <Expr E>
+constexpr reduce_expr<detail::reduce_op::sum, reduce_axis::all, E> sum(const E& e) {
+  return {{}, e, false};
+}
+template <Expr E>
+constexpr reduce_expr<detail::reduce_op::mean, reduce_axis::all, E> mean(const E& e) {
+  return {{}, e, false};
+}
+template <Expr E>
+constexpr reduce_expr<detail::reduce_op::max, reduce_axis::all, E> max(const E& e) {
+  return {{}, e, false};
+}
 template <Expr E>
 constexpr reduce_expr<detail::reduce_op::sum, reduce_axis::last, E> sum(const E& e, index_t dim, bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("sum", dim);
   return {{}, e, keepdim};
 }
 template <Expr E>
-constexpr reduce_expr<detail::reduce_op::mean, reduce_axis::last, E> mean(const E& e, index_t dim, bool keepdim = false) {
+constexpr reduce_expr<detail::reduce_op::mean, reduce_axis::last, E> mean(const E& e, index_t dim,
+                                                                          bool keepdim = false) {
   if (dim != -1) detail::only_last_dim("mean", dim);
   return {{}, e, keepdim};
 }
@@ -260,7 +277,5 @@ template <Expr X, Expr W>
 constexpr matmul_expr<X, W, false, true> linear(const X& x, const W& w) {
   return {{}, x, w};
 }
-
-
 
 }  // namespace fusegrad

@@ -57,9 +57,11 @@ constexpr std::uint64_t local_key() {
       return mix(mix(5, static_cast<std::uint64_t>(K)), static_cast<std::uint64_t>(X));
     }(std::type_identity<E>{});
   } else if constexpr (is_sumto_v<E>) {
-    return []<std::size_t K, class A>(std::type_identity<sumto_expr<K, A>>) { return mix(6, K); }(std::type_identity<E>{});
+    return
+        []<std::size_t K, class A>(std::type_identity<sumto_expr<K, A>>) { return mix(6, K); }(std::type_identity<E>{});
   } else {
-    return []<detail::reduce_op K, reduce_axis X, std::size_t KK, class A>(std::type_identity<unreduce_expr<K, X, KK, A>>) {
+    return []<detail::reduce_op K, reduce_axis X, std::size_t KK, class A>(
+               std::type_identity<unreduce_expr<K, X, KK, A>>) {
       return mix(mix(mix(7, static_cast<std::uint64_t>(K)), static_cast<std::uint64_t>(X)), KK);
     }(std::type_identity<E>{});
   }
@@ -111,21 +113,23 @@ constexpr bool is_leaf_of(leaf_kind k) {
   if constexpr (is_leaf_v<E>) return E::kind == k;
   else return false;
 }
-template <class E> inline constexpr bool is_fwd_ref_v = is_leaf_of<E>(leaf_kind::forward);
-template <class E> inline constexpr bool is_adj_ref_v = is_leaf_of<E>(leaf_kind::adjoint);
+template <class E>
+inline constexpr bool is_fwd_ref_v = is_leaf_of<E>(leaf_kind::forward);
+template <class E>
+inline constexpr bool is_adj_ref_v = is_leaf_of<E>(leaf_kind::adjoint);
 
 struct raw_entry {
   gkind kind = gkind::pointwise;
-  std::uint64_t key = 0;      ///< the node's own operation (and its state, when known)
-  bool mergeable = false;     ///< equal key and equal operands mean one value
-  int parent = -1;            ///< tree position of the node's parent (-1: a root)
-  int slot = -1;              ///< which operand of its parent it is (for a root: which root)
-  int alias = -1;             ///< for fwd_ref<K>: K (a canonical forward node)
-  int adj = -1;               ///< for adj_ref<K>: K (resolved through the adjoint roots)
+  std::uint64_t key = 0;           ///< the node's own operation (and its state, when known)
+  bool mergeable = false;          ///< equal key and equal operands mean one value
+  int parent = -1;                 ///< tree position of the node's parent (-1: a root)
+  int slot = -1;                   ///< which operand of its parent it is (for a root: which root)
+  int alias = -1;                  ///< for fwd_ref<K>: K (a canonical forward node)
+  int adj = -1;                    ///< for adj_ref<K>: K (resolved through the adjoint roots)
   int children[3] = {-1, -1, -1};  ///< tree positions of the operands
-  int cost = 0;               ///< computing one element (`op_cost_units`; the cost-based plan)
-  std::uint64_t sibling_key = 0;  ///< `sibling_of_node`: the key of the node's sibling (0: none)
-  int sibling_cost = 0;           ///< what this node costs beside its sibling
+  int cost = 0;                    ///< computing one element (`op_cost_units`; the cost-based plan)
+  std::uint64_t sibling_key = 0;   ///< `sibling_of_node`: the key of the node's sibling (0: none)
+  int sibling_cost = 0;            ///< what this node costs beside its sibling
 };
 
 /// What computing one element of node type `E` costs (`op_cost_units`): its op's declared
@@ -152,8 +156,7 @@ template <class E>
 constexpr std::pair<std::uint64_t, int> sibling_of_node() {
   if constexpr (is_pointwise_v<E> && arity_v<E> == 1) {
     using Op = std::remove_cvref_t<decltype(std::declval<E>().op)>;
-    if constexpr (has_sibling<Op>)
-      return {pointwise_key<typename Op::sibling>(1), cost_beside_sibling<Op>()};
+    if constexpr (has_sibling<Op>) return {pointwise_key<typename Op::sibling>(1), cost_beside_sibling<Op>()};
   }
   return {0, 0};
 }
@@ -173,7 +176,8 @@ constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
       else return static_cast<const std::tuple_element_t<J, children_t<E>>*>(nullptr);
     };
     ((ch[I] = fill_raw<Known>(raw, pos, child_ptr(std::integral_constant<std::size_t, I>{}))), ...);
-  }(std::make_index_sequence<arity_v<E>>{});
+  }
+  (std::make_index_sequence<arity_v<E>>{});
   if constexpr (is_joint_v<E>) {
     for (std::size_t k = 0; k < arity_v<E>; ++k) raw[ch[k]].slot = static_cast<int>(k);
     return -1;
@@ -229,7 +233,8 @@ struct canonical_graph {
 /// position of the root holding the adjoint of forward node K (roots come in an order where
 /// every adj_ref points back to an earlier root).
 template <std::size_t N, std::size_t MF = 1>
-constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, const std::array<int, MF>& adj_root = {}) {
+constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
+                                          const std::array<int, MF>& adj_root = {}) {
   canonical_graph<N> g;
   constexpr std::size_t buckets = std::bit_ceil(2 * N + 1);
   std::array<int, buckets> table{};  // canonical ids of mergeable nodes; -1: empty
@@ -253,7 +258,8 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, c
     // graph with shared subexpressions is much larger than the graph: 677 positions for the
     // 155 nodes of the 40-node test function).
     std::size_t h = mix(mix(mix(r.key, static_cast<std::uint64_t>(ch[0] + 1)), static_cast<std::uint64_t>(ch[1] + 1)),
-                        static_cast<std::uint64_t>(ch[2] + 1)) & (buckets - 1);
+                        static_cast<std::uint64_t>(ch[2] + 1)) &
+                    (buckets - 1);
     int found = -1;
     if (r.mergeable)
       for (; table[h] >= 0; h = (h + 1) & (buckets - 1)) {
@@ -281,8 +287,10 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw, c
     const raw_entry& r = raw[static_cast<std::size_t>(g.rep[c])];
     if (r.sibling_key == 0 || !r.mergeable) continue;
     const auto& ch = g.children[c];
-    for (std::size_t h = mix(mix(mix(r.sibling_key, static_cast<std::uint64_t>(ch[0] + 1)), static_cast<std::uint64_t>(ch[1] + 1)),
-                             static_cast<std::uint64_t>(ch[2] + 1)) & (buckets - 1);
+    for (std::size_t h =
+             mix(mix(mix(r.sibling_key, static_cast<std::uint64_t>(ch[0] + 1)), static_cast<std::uint64_t>(ch[1] + 1)),
+                 static_cast<std::uint64_t>(ch[2] + 1)) &
+             (buckets - 1);
          table[h] >= 0; h = (h + 1) & (buckets - 1)) {
       const auto d = static_cast<std::size_t>(table[h]);
       if (raw[static_cast<std::size_t>(g.rep[d])].key == r.sibling_key && g.children[d] == ch) {

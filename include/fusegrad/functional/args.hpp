@@ -118,7 +118,7 @@ template <std::size_t I, Element T>
 constexpr span_arg<I, T> slice(const span_arg<I, T>& x, index_t offset, index_t count) {
   if (offset < 0 || count < 0 || offset + count > x.count)
     detail::fail("slice", "elements [", offset, ", ", offset + count, ") of an argument of ", x.count,
-         " elements; expected 0 <= offset and offset + count <= ", x.count);
+                 " elements; expected 0 <= offset and offset + count <= ", x.count);
   return {x.offset + offset, count};
 }
 
@@ -144,12 +144,18 @@ struct concat_expr : symbolic {
 namespace detail {
 template <class R, std::size_t I, class T, class M, class S>
 inline constexpr bool is_expr_v<range_stat_expr<R, I, T, M, S>> = true;
-template <class T> inline constexpr bool is_expr_v<constant_arg<T>> = true;
-template <std::size_t I, class T> inline constexpr bool is_expr_v<scalar_arg<I, T>> = true;
-template <std::size_t I, class T> inline constexpr bool is_expr_v<span_arg<I, T>> = true;
-template <std::size_t I, class T> inline constexpr bool is_expr_v<element_arg<I, T>> = true;
-template <class T> inline constexpr bool is_expr_v<data_arg<T>> = true;
-template <class... P> inline constexpr bool is_expr_v<concat_expr<P...>> = true;
+template <class T>
+inline constexpr bool is_expr_v<constant_arg<T>> = true;
+template <std::size_t I, class T>
+inline constexpr bool is_expr_v<scalar_arg<I, T>> = true;
+template <std::size_t I, class T>
+inline constexpr bool is_expr_v<span_arg<I, T>> = true;
+template <std::size_t I, class T>
+inline constexpr bool is_expr_v<element_arg<I, T>> = true;
+template <class T>
+inline constexpr bool is_expr_v<data_arg<T>> = true;
+template <class... P>
+inline constexpr bool is_expr_v<concat_expr<P...>> = true;
 
 /// The element type of `concat`'s parts: that of the first expression among them.
 template <class... P>
@@ -180,8 +186,7 @@ concept captured_range = !Operand<R> && std::ranges::contiguous_range<const R&> 
 /// (`x[0] * x[1]`, `fg::sum(x)`) and numbers, one element each. `fg::jvp`, `fg::vjp` and
 /// `fg::jacobian` take it (a Jacobian of m outputs: the parts' lengths add up to m).
 template <class... P>
-  requires((detail::is_expr_v<P> || Element<P>) && ...)
-constexpr auto concat(const P&... p) {
+requires((detail::is_expr_v<P> || Element<P>)&&...) constexpr auto concat(const P&... p) {
   using T = typename decltype(detail::concat_elem<P...>())::type;
   static_assert(!std::is_void_v<T>,
                 "fusegrad::concat: give it at least one value computed from the function's arguments (numbers "
@@ -191,18 +196,18 @@ constexpr auto concat(const P&... p) {
 
 // A range captured by a transformed function and used with its symbols: the sentence below, rather
 // than a long list of operators that do not match.
-#define FUSEGRAD_CAPTURED_RANGE_OP(OP)                                                                     \
-  template <Expr E, detail::captured_range R>                                                             \
-  E operator OP(const E& e, const R&) {                                                                   \
-    static_assert(detail::dependent_false<R>,                                                             \
+#define FUSEGRAD_CAPTURED_RANGE_OP(OP)                                                                      \
+  template <Expr E, detail::captured_range R>                                                               \
+  E operator OP(const E& e, const R&) {                                                                     \
+    static_assert(detail::dependent_false<R>,                                                               \
                   "fusegrad: a range captured by a transformed function is data: wrap it, fg::data(z), to " \
-                  "use it with the function's arguments (no gradient is taken for it), or pass it as an "  \
-                  "argument");                                                                            \
-    return e;                                                                                              \
-  }                                                                                                        \
-  template <Expr E, detail::captured_range R>                                                             \
-  E operator OP(const R& r, const E& e) {                                                                 \
-    return e OP r;                                                                                         \
+                  "use it with the function's arguments (no gradient is taken for it), or pass it as an "   \
+                  "argument");                                                                              \
+    return e;                                                                                               \
+  }                                                                                                         \
+  template <Expr E, detail::captured_range R>                                                               \
+  E operator OP(const R& r, const E& e) {                                                                   \
+    return e OP r;                                                                                          \
   }
 FUSEGRAD_CAPTURED_RANGE_OP(+)
 FUSEGRAD_CAPTURED_RANGE_OP(-)

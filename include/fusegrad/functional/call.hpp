@@ -30,8 +30,8 @@ struct range_source {
   static constexpr bool value = false;
 };
 template <class A>
-  requires std::ranges::contiguous_range<const A&> && std::ranges::sized_range<const A&> &&
-           Element<std::remove_cv_t<std::ranges::range_value_t<const A&>>>
+requires std::ranges::contiguous_range<const A&> && std::ranges::sized_range<const A&> &&
+    Element<std::remove_cv_t<std::ranges::range_value_t<const A&>>>
 struct range_source<A> {
   static constexpr bool value = true;
   using element_type = std::remove_cv_t<std::ranges::range_value_t<const A&>>;
@@ -53,8 +53,7 @@ inline constexpr argnums_t<I...> argnums{};
 /// pass it as an argument. It holds a pointer to the elements: the range must outlive the
 /// transform's call.
 template <class R>
-  requires range_source<std::remove_cvref_t<R>>::value
-auto data(R&& r) {
+requires range_source<std::remove_cvref_t<R>>::value auto data(R&& r) {
   static_assert(std::is_lvalue_reference_v<R> || std::ranges::borrowed_range<R>,
                 "fusegrad::data: the range is a temporary and would dangle; name it first (fg::data holds a "
                 "pointer to its elements)");
@@ -100,11 +99,12 @@ constexpr auto common_elem() {
       } else return std::type_identity<void>{};
     }());
     using T = typename First::type;
-    static_assert(((std::is_void_v<std::tuple_element_t<I, L>> || std::is_same_v<std::tuple_element_t<I, L>, T>) && ...),
+    static_assert(((std::is_void_v<std::tuple_element_t<I, L>> || std::is_same_v<std::tuple_element_t<I, L>, T>)&&...),
                   "fusegrad: the arguments of a transformed function must share one element type (all float "
                   "or all double); convert one of them first");
     return std::type_identity<T>{};
-  }(std::index_sequence_for<A...>{});
+  }
+  (std::index_sequence_for<A...>{});
 }
 template <class... A>
 using elem_t = typename decltype(common_elem<A...>())::type;
@@ -125,7 +125,8 @@ constexpr bool check_selected() {
                 "count from 0)");
   constexpr bool differentiable = []<std::size_t... I>(std::index_sequence<I...>) {
     return ((!(Mask & (std::uint64_t{1} << I)) || kind_v<A> != arg_kind::pass) && ...);
-  }(std::index_sequence_for<A...>{});
+  }
+  (std::index_sequence_for<A...>{});
   static_assert(!in_range || differentiable,
                 "fusegrad: argnums selects an argument that cannot be differentiated: only float and "
                 "double scalars, contiguous ranges of them (std::array, std::span, std::vector), "
@@ -143,8 +144,8 @@ constexpr decltype(auto) symbol(const A& a) {
 /// The function's expression, called on the symbols.
 template <class T, class F, class... A>
 constexpr auto expression(const F& f, const A&... a) {
-  auto e = [&]<std::size_t... I>(std::index_sequence<I...>) { return f(symbol<I, T>(a)...); }(
-      std::index_sequence_for<A...>{});
+  auto e = [&]<std::size_t... I>(std::index_sequence<I...>) { return f(symbol<I, T>(a)...); }
+  (std::index_sequence_for<A...>{});
   if constexpr (Element<decltype(e)>) return constant_arg<T>{{}, e};  // it does not depend on its arguments
   else {
     static_assert(Expr<decltype(e)>,
@@ -175,9 +176,13 @@ struct scalar_ctx {
   static constexpr bool hoisting = false;
   const Vals& vals;
   template <std::size_t I, class T>
-  constexpr decltype(auto) leaf(const scalar_arg<I, T>&) const { return std::get<I>(vals); }
+  constexpr decltype(auto) leaf(const scalar_arg<I, T>&) const {
+    return std::get<I>(vals);
+  }
   template <Element T>
-  constexpr auto constant(T x) const { return lift<V>(x); }
+  constexpr auto constant(T x) const {
+    return lift<V>(x);
+  }
 };
 
 /// Adjoints of the scalar form, as a tuple whose types may grow (expressions).
@@ -193,7 +198,8 @@ struct tuple_sink {
         if constexpr (K == I) return add_adjoint(std::get<K>(adj), g);
         else return std::get<K>(adj);
       }()...};
-    }(std::make_index_sequence<std::tuple_size_v<Adj>>{});
+    }
+    (std::make_index_sequence<std::tuple_size_v<Adj>>{});
     return tuple_sink<Mask, decltype(next)>{next};
   }
 };
@@ -215,9 +221,12 @@ struct array_sink {
     return *this;
   }
 };
-template <class V> inline constexpr bool in_place_adjoints_v = false;
-template <class X> inline constexpr bool in_place_adjoints_v<num<X>> = true;
-template <class X> inline constexpr bool in_place_adjoints_v<dual<X>> = in_place_adjoints_v<X>;
+template <class V>
+inline constexpr bool in_place_adjoints_v = false;
+template <class X>
+inline constexpr bool in_place_adjoints_v<num<X>> = true;
+template <class X>
+inline constexpr bool in_place_adjoints_v<dual<X>> = in_place_adjoints_v<X>;
 
 /// The kind of value the scalar form computes with: that of the first argument of an
 /// enclosing transform, else `num<T>`.
@@ -262,7 +271,8 @@ template <std::uint64_t Mask, class F, class Seed, class... A>
     (void)back<0>(array_sink<Mask, V>{adj, has}, e, v, lift<V>(seed));
     auto grads = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return std::tuple{unwrap(has[I] ? adj[I] : lift<V>(T(0)))...};
-    }(std::index_sequence_for<A...>{});
+    }
+    (std::index_sequence_for<A...>{});
     return std::pair{unwrap(v.y), grads};
   }
   std::tuple<decltype((void)sizeof(A), zero_t{})...> none{};
@@ -272,7 +282,8 @@ template <std::uint64_t Mask, class F, class Seed, class... A>
       if constexpr (std::is_same_v<std::tuple_element_t<I, decltype(s.adj)>, zero_t>) return unwrap(lift<V>(T(0)));
       else return unwrap(std::get<I>(s.adj));
     }()...};
-  }(std::index_sequence_for<A...>{});
+  }
+  (std::index_sequence_for<A...>{});
   return std::pair{unwrap(v.y), grads};
 }
 

@@ -45,19 +45,26 @@ struct span_slot {
 /// An argument the transform hands to the function unchanged.
 struct pass_slot {};
 
-template <class S> inline constexpr bool is_scalar_slot_v = false;
-template <class Vs> inline constexpr bool is_scalar_slot_v<scalar_slot<Vs>> = true;
-template <class S> inline constexpr bool is_span_slot_v = false;
-template <class Vs> inline constexpr bool is_span_slot_v<span_slot<Vs>> = true;
+template <class S>
+inline constexpr bool is_scalar_slot_v = false;
+template <class Vs>
+inline constexpr bool is_scalar_slot_v<scalar_slot<Vs>> = true;
+template <class S>
+inline constexpr bool is_span_slot_v = false;
+template <class Vs>
+inline constexpr bool is_span_slot_v<span_slot<Vs>> = true;
 
 template <class Slots, template <class> class Is>
 constexpr std::uint64_t slot_mask() {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return (std::uint64_t{0} | ... | (Is<std::tuple_element_t<I, Slots>>::value ? std::uint64_t{1} << I : 0));
-  }(std::make_index_sequence<std::tuple_size_v<Slots>>{});
+  }
+  (std::make_index_sequence<std::tuple_size_v<Slots>>{});
 }
-template <class S> struct is_scalar_slot : std::bool_constant<is_scalar_slot_v<S>> {};
-template <class S> struct is_span_slot : std::bool_constant<is_span_slot_v<S>> {};
+template <class S>
+struct is_scalar_slot : std::bool_constant<is_scalar_slot_v<S>> {};
+template <class S>
+struct is_span_slot : std::bool_constant<is_span_slot_v<S>> {};
 
 // ---- where the leaves' values come from ---------------------------------------------------
 
@@ -73,7 +80,9 @@ struct batch_ctx {
   index_t pos, rem;
 
   template <std::size_t I>
-  Vb leaf(const scalar_arg<I, T>&) const { return std::get<I>(slots).b; }
+  Vb leaf(const scalar_arg<I, T>&) const {
+    return std::get<I>(slots).b;
+  }
   template <std::size_t I>
   Vb leaf(const span_arg<I, T>& a) const {
     const auto& sl = std::get<I>(slots);
@@ -88,7 +97,9 @@ struct batch_ctx {
   }
   Vb constant(T x) const { return lift<Vb>(x); }
   template <int B, class H>
-  Vb hoisted(const H&) const { return hoisted_values[B]; }
+  Vb hoisted(const H&) const {
+    return hoisted_values[B];
+  }
 };
 
 /// Outside the loop: the scalars and the reductions' values.
@@ -100,7 +111,9 @@ struct upper_ctx {
   const Vs* red;
   const range_stat_rec<T>* rst = nullptr;  ///< per mark: a statistic of a range's sums
   template <std::size_t I>
-  Vs leaf(const scalar_arg<I, T>&) const { return std::get<I>(slots).s; }
+  Vs leaf(const scalar_arg<I, T>&) const {
+    return std::get<I>(slots).s;
+  }
   /// An element of a range argument, with its tangents (zero where the range has none).
   template <std::size_t I>
   Vs element(const element_arg<I, T>& a) const {
@@ -111,9 +124,13 @@ struct upper_ctx {
   }
   Vs constant(T x) const { return lift<Vs>(x); }
   template <int B, class R>
-  Vs reduction(const R&) const { return red[B]; }
+  Vs reduction(const R&) const {
+    return red[B];
+  }
   template <int B, class R>
-  const range_stat_rec<T>& range_stat(const R&) const { return rst[B]; }
+  const range_stat_rec<T>& range_stat(const R&) const {
+    return rst[B];
+  }
 };
 
 // ---- where the adjoints go -------------------------------------------------------------------
@@ -185,7 +202,7 @@ struct batch_state {
   bool has[NA] = {};
   Vb hpend[NM > 0 ? NM : 1];  ///< per mark: a hoisted subexpression's adjoint in this batch
   bool hhas[NM > 0 ? NM : 1] = {};
-  T* const* out;  // out[I * n_comp + k]: component k of argument I's gradient
+  T* const* out;    // out[I * n_comp + k]: component k of argument I's gradient
   const bool* add;  // add[I]: the output is a sum (zeroed first) rather than stored once
   index_t pos, rem;
 
@@ -247,9 +264,8 @@ constexpr void each_reduction(const E& e, Fn&& fn) {
   if constexpr (is_real_reduction_v<E>) {
     fn(std::integral_constant<int, B>{}, e);
   } else if constexpr (arity_v<E> > 0) {
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (each_reduction<child_base<E, J>(B)>(child<J>(e), fn), ...);
-    }(std::make_index_sequence<arity_v<E>>{});
+    [&]<std::size_t... J>(std::index_sequence<J...>) { (each_reduction<child_base<E, J>(B)>(child<J>(e), fn), ...); }
+    (std::make_index_sequence<arity_v<E>>{});
   }
 }
 /// Calls `fn(std::integral_constant<int, B>{}, r)` for each statistic of a range `r` in `e`
@@ -259,38 +275,38 @@ constexpr void each_range_stat(const E& e, Fn&& fn) {
   if constexpr (is_range_stat_v<E>) {
     fn(std::integral_constant<int, B>{}, e);
   } else if constexpr (range_stats<E>() > 0) {
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (each_range_stat<child_base<E, J>(B)>(child<J>(e), fn), ...);
-    }(std::make_index_sequence<arity_v<E>>{});
+    [&]<std::size_t... J>(std::index_sequence<J...>) { (each_range_stat<child_base<E, J>(B)>(child<J>(e), fn), ...); }
+    (std::make_index_sequence<arity_v<E>>{});
   }
 }
 /// The arguments whose ranges `E`'s statistics of ranges read.
 template <class E>
 constexpr std::uint64_t range_stat_args() {
   if constexpr (is_range_stat_v<E>) return info<std::remove_cvref_t<decltype(std::declval<E>().x)>>::args;
-  else
-    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+  else return [&]<std::size_t... J>(std::index_sequence<J...>) {
       return (std::uint64_t{0} | ... | range_stat_args<child_t<E, J>>());
-    }(std::make_index_sequence<arity_v<E>>{});
+    }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 
 /// The arguments `E` reads single elements of (`x[i]`).
 template <class E>
 constexpr std::uint64_t element_args() {
   if constexpr (is_element_v<E>) return info<E>::args;
-  else
-    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+  else return [&]<std::size_t... J>(std::index_sequence<J...>) {
       return (std::uint64_t{0} | ... | element_args<child_t<E, J>>());
-    }(std::make_index_sequence<arity_v<E>>{});
+    }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 
 /// Calls `fn(leaf)` for each argument leaf of `e` (and each leaf of data).
 template <class E, class Fn>
 constexpr void each_leaf(const E& e, Fn&& fn) {
   if constexpr (is_arg_v<E>) fn(e);
-  else if constexpr (arity_v<E> > 0)
-    [&]<std::size_t... J>(std::index_sequence<J...>) { (each_leaf(child<J>(e), fn), ...); }(
-        std::make_index_sequence<arity_v<E>>{});
+  else if constexpr (arity_v<E> > 0) [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (each_leaf(child<J>(e), fn), ...);
+    }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 
 /// Calls `fn(std::integral_constant<int, B>{}, h)` for each hoisted subexpression `h` of an
@@ -303,8 +319,9 @@ constexpr void each_hoist(const E& e, Fn&& fn) {
     each_hoist<B + 1, true>(e.arg, fn);
   } else if constexpr (!hoistable_v<E> && arity_v<E> > 0) {
     [&]<std::size_t... J>(std::index_sequence<J...>) {
-      (each_hoist<child_base<E, J>(B), Elem || info<E>::elementwise>(child<J>(e), fn), ...);
-    }(std::make_index_sequence<arity_v<E>>{});
+      (each_hoist < child_base<E, J>(B), Elem || info<E>::elementwise > (child<J>(e), fn), ...);
+    }
+    (std::make_index_sequence<arity_v<E>>{});
   }
 }
 
@@ -317,9 +334,10 @@ void each_pass_hoist(const E& e, int only, Fn&& fn) {
     if constexpr ((info<std::remove_cvref_t<decltype(x)>>::args & Mask) != 0) fn(h, x);
   };
   if constexpr (info<E>::elementwise) each_hoist<0, true>(e, wanted_only);
-  else each_reduction<0>(e, [&](auto b, const auto& r) {
-    if (only < 0 || b == only) each_hoist<decltype(b)::value + 1, true>(r.arg, wanted_only);
-  });
+  else
+    each_reduction<0>(e, [&](auto b, const auto& r) {
+      if (only < 0 || b == only) each_hoist<decltype(b)::value + 1, true>(r.arg, wanted_only);
+    });
 }
 
 /// The arguments `e`'s element-wise parts read themselves, outside hoisted subexpressions
@@ -332,15 +350,15 @@ constexpr std::uint64_t element_read_args() {
   if constexpr (is_arg_v<E>) return Elem ? info<E>::args : 0;
   else if constexpr (hoistable_v<E>) return 0;
   else if constexpr (is_real_reduction_v<E>) return element_read_args<true, child_t<E, 0>>();
-  else
-    return [&]<std::size_t... J>(std::index_sequence<J...>) {
-      return (std::uint64_t{0} | ... | element_read_args<Elem || info<E>::elementwise, child_t<E, J>>());
-    }(std::make_index_sequence<arity_v<E>>{});
+  else return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (std::uint64_t{0} | ... | element_read_args < Elem || info<E>::elementwise, child_t < E, J >> ());
+    }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 /// The scalars among the arguments in `Mask` whose adjoints a pass sums over the elements.
 template <std::uint64_t Mask, class E, class Slots>
 inline constexpr std::uint64_t summed_scalars =
-    slot_mask<Slots, is_scalar_slot>() & Mask & element_read_args<info<E>::elementwise, E>();
+    slot_mask<Slots, is_scalar_slot>() & Mask& element_read_args<info<E>::elementwise, E>();
 
 /// What computing one element of `E`'s element-wise parts costs (`op_cost`, ops/op.hpp: an
 /// arithmetic op 0.3, a `cos` 5.3; a custom op counted as 5), hoisted subexpressions not
@@ -352,8 +370,8 @@ constexpr double element_cost() {
     if constexpr (requires { std::declval<E>().op; }) own = op_cost<decltype(std::declval<E>().op)>();
     else own = 5;
   }
-  return [&]<std::size_t... J>(std::index_sequence<J...>) { return (own + ... + element_cost<child_t<E, J>>()); }(
-      std::make_index_sequence<arity_v<E>>{});
+  return [&]<std::size_t... J>(std::index_sequence<J...>) { return (own + ... + element_cost<child_t<E, J>>()); }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 /// The hoisted subexpressions inside `E`'s element-wise parts (`each_hoist`'s count).
 template <bool Elem, class E>
@@ -361,26 +379,26 @@ constexpr int element_hoists() {
   if constexpr (Elem && hoistable_v<E>) return 1;
   else if constexpr (is_real_reduction_v<E>) return element_hoists<true, child_t<E, 0>>();
   else if constexpr (hoistable_v<E>) return 0;
-  else
-    return [&]<std::size_t... J>(std::index_sequence<J...>) {
-      return (0 + ... + element_hoists<Elem || info<E>::elementwise, child_t<E, J>>());
-    }(std::make_index_sequence<arity_v<E>>{});
+  else return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      return (0 + ... + element_hoists < Elem || info<E>::elementwise, child_t < E, J >> ());
+    }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 
 /// What one pass reads and writes.
 template <class Vs, int NA>
 struct pass_io {
   using T = typename kind<Vs>::elem;
-  const Vs* red_adj = nullptr;  ///< backward: each reduction's adjoint
-  Vs* red_val = nullptr;        ///< each reduction's value
-  Vs* arg_adj = nullptr;        ///< the scalars' adjoints (added to)
-  T* const* out = nullptr;      ///< the ranges' gradients, `n_comp` pointers per argument
-  const bool* add = nullptr;    ///< per argument: its gradient is added to (zeroed before)
-  T* const* y = nullptr;        ///< an element-wise output's value (`n_comp` pointers)
-  const T* const* ybar = nullptr;  ///< an element-wise output's cotangent
+  const Vs* red_adj = nullptr;            ///< backward: each reduction's adjoint
+  Vs* red_val = nullptr;                  ///< each reduction's value
+  Vs* arg_adj = nullptr;                  ///< the scalars' adjoints (added to)
+  T* const* out = nullptr;                ///< the ranges' gradients, `n_comp` pointers per argument
+  const bool* add = nullptr;              ///< per argument: its gradient is added to (zeroed before)
+  T* const* y = nullptr;                  ///< an element-wise output's value (`n_comp` pointers)
+  const T* const* ybar = nullptr;         ///< an element-wise output's cotangent
   const batch_of<Vs>* hoisted = nullptr;  ///< per mark: hoisted subexpressions' values, splat
-  Vs* hoisted_adj = nullptr;    ///< per mark: their adjoints (added to)
-  int only = -1;                ///< the one reduction this pass runs (-1: all)
+  Vs* hoisted_adj = nullptr;              ///< per mark: their adjoints (added to)
+  int only = -1;                          ///< the one reduction this pass runs (-1: all)
 };
 
 /// One batch: the element-wise parts forward and back. (`[[gnu::flatten]]` here ran the
@@ -420,19 +438,20 @@ inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tup
   }
   if constexpr (Back) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ([&] {
-        constexpr std::uint64_t bit = std::uint64_t{1} << I;
-        if constexpr (spans & bit) {
-          if (st.has[I]) st.write(static_cast<int>(I), st.off[I], st.pend[I], io.add[I]);
-        } else if constexpr (scalars & bit) {
-          constexpr int q = NM + std::popcount(scalars & (bit - 1));
-          put(std::integral_constant<int, q>{}, st.has[I] ? st.pend[I] : Vb{});
-        }
-      }(), ...);
-    }(std::make_index_sequence<static_cast<std::size_t>(NA)>{});
-    each_pass_hoist<Mask>(e, io.only, [&](auto b, const auto&) {
-      put(b, st.hhas[b] ? st.hpend[b] : Vb{});
-    });
+      (
+          [&] {
+            constexpr std::uint64_t bit = std::uint64_t{1} << I;
+            if constexpr (spans & bit) {
+              if (st.has[I]) st.write(static_cast<int>(I), st.off[I], st.pend[I], io.add[I]);
+            } else if constexpr (scalars & bit) {
+              constexpr int q = NM + std::popcount(scalars & (bit - 1));
+              put(std::integral_constant<int, q>{}, st.has[I] ? st.pend[I] : Vb{});
+            }
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<static_cast<std::size_t>(NA)>{});
+    each_pass_hoist<Mask>(e, io.only, [&](auto b, const auto&) { put(b, st.hhas[b] ? st.hpend[b] : Vb{}); });
   }
 }
 
@@ -500,11 +519,9 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
   if constexpr (NP > 0 && NP * nc * U <= 8 && element_cost<E>() <= 2.0) {
     for (; start + chunk <= n; start += chunk) {
       simd<T> acc[NQ][U];
-      [&]<std::size_t... i>(std::index_sequence<i...>) {
-        ((acc[i / U][i % U] = simd<T>(T(-0.0))), ...);
-      }(std::make_index_sequence<static_cast<std::size_t>(NQ * U)>{});
-      for (index_t b = 0; b < chunk; b += lanes)
-        [&]<std::size_t... u>(std::index_sequence<u...>) {
+      [&]<std::size_t... i>(std::index_sequence<i...>) { ((acc[i / U][i % U] = simd<T>(T(-0.0))), ...); }
+      (std::make_index_sequence<static_cast<std::size_t>(NQ * U)>{});
+      for (index_t b = 0; b < chunk; b += lanes) [&]<std::size_t... u>(std::index_sequence<u...>) {
           (run_batch<Back, true, Mask, Vs, E, Slots, NM>(
                e, slots, io, start + b + static_cast<index_t>(u) * W, W,
                [&](auto qc, const batch_of<Vs>& v) {
@@ -512,12 +529,13 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
                  batch_state<Vs, NA, NM>::comps(v, c);
                  constexpr int q = decltype(qc)::value * n_comp<Vs>;
                  acc[q][u] = acc[q][u] + c[0];
-                 if constexpr (n_comp<Vs> > 1) acc[q + 1][u] = acc[q + 1][u] + c[1];
+                 if constexpr (n_comp < Vs >> 1) acc[q + 1][u] = acc[q + 1][u] + c[1];
                  static_assert(n_comp<Vs> <= 2, "fusegrad: summed in registers: at most two components");
                },
                red_adj),
            ...);
-        }(std::make_index_sequence<static_cast<std::size_t>(U)>{});
+        }
+      (std::make_index_sequence<static_cast<std::size_t>(U)>{});
       // (constant indices throughout: `acc` stays in registers)
       auto flush = [&](auto qc) {
         constexpr int q = decltype(qc)::value;
@@ -525,7 +543,8 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
       };
       [&]<std::size_t... q>(std::index_sequence<q...>) {
         (flush(std::integral_constant<int, static_cast<int>(q)>{}), ...);
-      }(std::make_index_sequence<static_cast<std::size_t>(NQ)>{});
+      }
+      (std::make_index_sequence<static_cast<std::size_t>(NQ)>{});
     }
   }
   for (index_t t0 = start; t0 < n; t0 += tile_elems) {
@@ -554,18 +573,20 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     io.red_val[b] = v;
   });
   if constexpr (Back) {
-    each_pass_hoist<Mask>(e, io.only, [&](auto h, const auto&) {
-      io.hoisted_adj[h] = io.hoisted_adj[h] + from_comps<Vs>(tot + h * nc);
-    });
+    each_pass_hoist<Mask>(
+        e, io.only, [&](auto h, const auto&) { io.hoisted_adj[h] = io.hoisted_adj[h] + from_comps<Vs>(tot + h * nc); });
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ([&] {
-        constexpr std::uint64_t bit = std::uint64_t{1} << I;
-        if constexpr (scalars & bit) {
-          constexpr int q = NM + std::popcount(scalars & (bit - 1));
-          io.arg_adj[I] = io.arg_adj[I] + from_comps<Vs>(tot + q * nc);
-        }
-      }(), ...);
-    }(std::make_index_sequence<static_cast<std::size_t>(NA)>{});
+      (
+          [&] {
+            constexpr std::uint64_t bit = std::uint64_t{1} << I;
+            if constexpr (scalars & bit) {
+              constexpr int q = NM + std::popcount(scalars & (bit - 1));
+              io.arg_adj[I] = io.arg_adj[I] + from_comps<Vs>(tot + q * nc);
+            }
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<static_cast<std::size_t>(NA)>{});
   }
 }
 

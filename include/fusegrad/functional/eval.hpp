@@ -74,8 +74,10 @@ struct info<data_arg<T>> {
   static constexpr bool elementwise = true;
   static constexpr int reds = 0;
 };
-template <class E> inline constexpr bool is_concat_v = false;
-template <class... P> inline constexpr bool is_concat_v<concat_expr<P...>> = true;
+template <class E>
+inline constexpr bool is_concat_v = false;
+template <class... P>
+inline constexpr bool is_concat_v<concat_expr<P...>> = true;
 /// An operand that is not an output built by `fg::concat` (whose parts the transforms run one by one).
 template <class E>
 constexpr bool not_concat() {
@@ -129,25 +131,39 @@ struct info<range_stat_expr<R, I, T, M, S>> {
   static constexpr int reds = 0;
 };
 
-template <class E> inline constexpr bool is_range_stat_v = false;
+template <class E>
+inline constexpr bool is_range_stat_v = false;
 template <class R, std::size_t I, class T, class M, class S>
 inline constexpr bool is_range_stat_v<range_stat_expr<R, I, T, M, S>> = true;
 
-template <class E> inline constexpr bool is_constant_v = false;
-template <class T> inline constexpr bool is_constant_v<constant_arg<T>> = true;
-template <class E> inline constexpr bool is_data_v = false;
-template <class T> inline constexpr bool is_data_v<data_arg<T>> = true;
-template <class E> inline constexpr bool is_element_v = false;
-template <std::size_t I, class T> inline constexpr bool is_element_v<element_arg<I, T>> = true;
+template <class E>
+inline constexpr bool is_constant_v = false;
+template <class T>
+inline constexpr bool is_constant_v<constant_arg<T>> = true;
+template <class E>
+inline constexpr bool is_data_v = false;
+template <class T>
+inline constexpr bool is_data_v<data_arg<T>> = true;
+template <class E>
+inline constexpr bool is_element_v = false;
+template <std::size_t I, class T>
+inline constexpr bool is_element_v<element_arg<I, T>> = true;
 /// The leaves a context loads (`c.leaf(x)`): arguments and data (which has no gradient: no sink
 /// is handed it).
-template <class E> inline constexpr bool is_arg_v = false;
-template <std::size_t I, class T> inline constexpr bool is_arg_v<scalar_arg<I, T>> = true;
-template <std::size_t I, class T> inline constexpr bool is_arg_v<span_arg<I, T>> = true;
-template <class T> inline constexpr bool is_arg_v<data_arg<T>> = true;
-template <class R> inline constexpr reduce_op red_kind_v = reduce_op::sum;
-template <reduce_op K, reduce_axis X, class A> inline constexpr reduce_op red_kind_v<reduce_expr<K, X, A>> = K;
-template <class E> inline constexpr bool is_real_reduction_v = false;
+template <class E>
+inline constexpr bool is_arg_v = false;
+template <std::size_t I, class T>
+inline constexpr bool is_arg_v<scalar_arg<I, T>> = true;
+template <std::size_t I, class T>
+inline constexpr bool is_arg_v<span_arg<I, T>> = true;
+template <class T>
+inline constexpr bool is_arg_v<data_arg<T>> = true;
+template <class R>
+inline constexpr reduce_op red_kind_v = reduce_op::sum;
+template <reduce_op K, reduce_axis X, class A>
+inline constexpr reduce_op red_kind_v<reduce_expr<K, X, A>> = K;
+template <class E>
+inline constexpr bool is_real_reduction_v = false;
 template <reduce_op K, reduce_axis X, class A>
 inline constexpr bool is_real_reduction_v<reduce_expr<K, X, A>> = info<reduce_expr<K, X, A>>::real;
 
@@ -156,34 +172,50 @@ inline constexpr bool is_real_reduction_v<reduce_expr<K, X, A>> = info<reduce_ex
 /// adjoint is summed over the elements before its rules run, once (as eager broadcasting
 /// does: the gradient of a broadcast operand is summed to its shape first).
 template <class E>
-inline constexpr bool hoistable_v = !is_arg_v<E> && !is_constant_v<E> && !info<E>::elementwise && info<E>::reds == 0 &&
-                                    info<E>::args != 0;
+inline constexpr bool hoistable_v =
+    !is_arg_v<E> && !is_constant_v<E> && !info<E>::elementwise && info<E>::reds == 0 && info<E>::args != 0;
 
 /// The children of an inner node, as a tuple type.
-template <class E> struct children { using type = std::tuple<>; };
-template <class Op, class... A> struct children<expr_node<Op, A...>> { using type = std::tuple<A...>; };
-template <class F, class Fwd, class... A> struct children<custom_expr<F, Fwd, A...>> { using type = std::tuple<A...>; };
-template <reduce_op K, reduce_axis X, class A> struct children<reduce_expr<K, X, A>> { using type = std::tuple<A>; };
+template <class E>
+struct children {
+  using type = std::tuple<>;
+};
+template <class Op, class... A>
+struct children<expr_node<Op, A...>> {
+  using type = std::tuple<A...>;
+};
+template <class F, class Fwd, class... A>
+struct children<custom_expr<F, Fwd, A...>> {
+  using type = std::tuple<A...>;
+};
+template <reduce_op K, reduce_axis X, class A>
+struct children<reduce_expr<K, X, A>> {
+  using type = std::tuple<A>;
+};
 template <class R, std::size_t I, class T, class M, class S>
 struct children<range_stat_expr<R, I, T, M, S>> {  // (its range is not a child: the statistic reads it whole)
   using type = std::tuple<M, S>;
 };
-template <class E> using children_t = typename children<E>::type;
+template <class E>
+using children_t = typename children<E>::type;
 /// Whether `E` reads data (`fg::data`): then the transforms run it on the span engine, also when
 /// every argument is a scalar.
 template <class E>
 constexpr bool reads_data() {
   if constexpr (is_data_v<E>) return true;
   else if constexpr (is_concat_v<E>)
-    return []<class... P>(std::type_identity<concat_expr<P...>>) { return (reads_data<P>() || ...); }(
-        std::type_identity<E>{});
-  else
-    return []<std::size_t... K>(std::index_sequence<K...>) {
+    return []<class... P>(std::type_identity<concat_expr<P...>>) {
+      return (reads_data<P>() || ...);
+    }(std::type_identity<E>{});
+  else return []<std::size_t... K>(std::index_sequence<K...>) {
       return (false || ... || reads_data<std::tuple_element_t<K, typename children<E>::type>>());
-    }(std::make_index_sequence<std::tuple_size_v<typename children<E>::type>>{});
+    }
+  (std::make_index_sequence<std::tuple_size_v<typename children<E>::type>>{});
 }
-template <class E> inline constexpr std::size_t arity_v = std::tuple_size_v<children_t<E>>;
-template <class E, std::size_t J> using child_t = std::tuple_element_t<J, children_t<E>>;
+template <class E>
+inline constexpr std::size_t arity_v = std::tuple_size_v<children_t<E>>;
+template <class E, std::size_t J>
+using child_t = std::tuple_element_t<J, children_t<E>>;
 
 template <std::size_t J, class E>
 constexpr const auto& child(const E& e) {
@@ -195,14 +227,15 @@ template <class E>
 constexpr int range_stats() {
   return [&]<std::size_t... K>(std::index_sequence<K...>) {
     return (int{is_range_stat_v<E>} + ... + range_stats<child_t<E, K>>());
-  }(std::make_index_sequence<arity_v<E>>{});
+  }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 template <class E>
 constexpr int marks();
 template <class E>
 constexpr int children_marks() {
-  return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }(
-      std::make_index_sequence<arity_v<E>>{});
+  return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 /// Marks: the nodes whose value comes from elsewhere, numbered in pre-order: each reduction
 /// of an element-wise part (its value is summed over the elements), each hoistable
@@ -215,16 +248,18 @@ constexpr int marks() {
     if constexpr (is_range_stat_v<E> || range_stats<E>() == 0) return 1;
     else return std::max(1, children_marks<E>());
   } else if constexpr (is_real_reduction_v<E>) return 1 + marks<child_t<E, 0>>();
-  else
-    return [&]<std::size_t... K>(std::index_sequence<K...>) { return (0 + ... + marks<child_t<E, K>>()); }(
-        std::make_index_sequence<arity_v<E>>{});
+  else return [&]<std::size_t... K>(std::index_sequence<K...>) {
+      return (0 + ... + marks<child_t<E, K>>());
+    }
+  (std::make_index_sequence<arity_v<E>>{});
 }
 /// The number of the first mark in child `J` of `E`, when `E`'s is `B`.
 template <class E, std::size_t J>
 constexpr int child_base(int b) {
   return [&]<std::size_t... K>(std::index_sequence<K...>) {
     return b + (is_real_reduction_v<E> ? 1 : 0) + (0 + ... + marks<child_t<E, K>>());
-  }(std::make_index_sequence<J>{});
+  }
+  (std::make_index_sequence<J>{});
 }
 
 // ---- forward -----------------------------------------------------------------------------
@@ -275,7 +310,11 @@ constexpr const auto& kid(const V& v) {
 template <class V, Element T>
 constexpr auto lift(T x) {
   if constexpr (requires(V v) { v.v; }) return V{decltype(V{}.v)(x)};
-  else if constexpr (requires(V v) { v.p; v.t; }) return V{lift<decltype(V{}.p)>(x), lift<decltype(V{}.p)>(T(0))};
+  else if constexpr (requires(V v) {
+                       v.p;
+                       v.t;
+                     })
+    return V{lift<decltype(V{}.p)>(x), lift<decltype(V{}.p)>(T(0))};
   else return constant_arg<T>{{}, x};  // an expression
 }
 
@@ -289,13 +328,16 @@ struct range_stat_rec {
   T s1, s2;
   index_t n;
 };
-template <class E> struct range_rule;
+template <class E>
+struct range_rule;
 template <class R, std::size_t I, class T, class M, class S>
 struct range_rule<range_stat_expr<R, I, T, M, S>> {
   using type = R;
 };
-template <class Y> inline constexpr bool plain_num_v = false;
-template <Element T> inline constexpr bool plain_num_v<num<T>> = true;
+template <class Y>
+inline constexpr bool plain_num_v = false;
+template <Element T>
+inline constexpr bool plain_num_v<num<T>> = true;
 /// A range statistic's value from its sums and its scale parameter `s`. Numbers only: under
 /// forward mode the statistic is not a kernel's (`span_run` refuses it with a sentence; the
 /// other kinds give a placeholder here, so that the refusal is the one error).
@@ -327,7 +369,10 @@ constexpr auto node_value(const E& e, const Y&... y) {
 /// span engine's passes that differentiate) and the operand `X` is a batch.
 template <class C, class E, class X>
 constexpr bool with_sibling() {
-  if constexpr (requires { requires C::backward; std::declval<const E&>().op; })
+  if constexpr (requires {
+                  requires C::backward;
+                  std::declval<const E&>().op;
+                })
     return requires(const E& e, const X& x) { apply_with_sibling(e.op, x); };
   else return false;
 }
@@ -366,7 +411,8 @@ template <int B, class C, class E>
 constexpr auto fwd(const C& c, const E& e) {
   if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value)};
   else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e)};
-  else if constexpr (C::hoisting && hoistable_v<E>) return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
+  else if constexpr (C::hoisting && hoistable_v<E>)
+    return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
   else if constexpr (is_element_v<E>) return vt<decltype(c.element(e))>{c.element(e)};
   else if constexpr (is_real_reduction_v<E>)
     return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e)};
@@ -411,7 +457,8 @@ constexpr auto child_adjoint(const E& e, const VT& v, const G& g) {
         auto grads = F::backward(std::as_const(saved), g);
         if constexpr (sizeof...(A) == 1) return grads;
         else return std::get<J>(grads);
-      }(std::index_sequence_for<A...>{});
+      }
+      (std::index_sequence_for<A...>{});
     }(e);
   } else {
     return g;  // a sum or mean of one scalar

@@ -50,7 +50,8 @@ template <std::size_t N, class Nums, class Tn>
 constexpr auto full_tangents(Nums nums, const Tn& t) {
   return [&]<std::size_t... K>(std::index_sequence<K...>) {
     return std::tuple<decltype(tangent_for<K>(nums, t))...>{tangent_for<K>(nums, t)...};
-  }(std::make_index_sequence<N>{});
+  }
+  (std::make_index_sequence<N>{});
 }
 }  // namespace detail::fn
 
@@ -106,14 +107,15 @@ constexpr auto jvp(const F& f, argnums_t<I...> nums, const P& primals, const Tn&
     if constexpr (!check_selected<argnums_t<I...>::mask, std::remove_cvref_t<std::tuple_element_t<K, Pt>>...>())
       return;  // (its static_assert says why)
     else return jvp(f, primals, full_tangents<sizeof...(K)>(nums, as_tuple(tangents)));
-  }(std::make_index_sequence<std::tuple_size_v<Pt>>{});
+  }
+  (std::make_index_sequence<std::tuple_size_v<Pt>>{});
 }
 
 /// `{f(primals...), pullback}` (JAX's `jax.vjp`): `pullback(ybar)` is the gradient of
 /// `ybar · f` with respect to every argument (a tuple when there are several); `ybar` is a
 /// number for a scalar output, a range for an element-wise one. The pullback holds the
-/// primals (scalars and views by value, other ranges by reference: they must outlive it) and recomputes the forward values it
-/// needs; nothing is saved.
+/// primals (scalars and views by value, other ranges by reference: they must outlive it) and recomputes the forward
+/// values it needs; nothing is saved.
 template <class F, class... A>
 auto vjp(const F& f, const A&... a) {
   using namespace detail::fn;
@@ -127,10 +129,12 @@ auto vjp(const F& f, const A&... a) {
         [&](const auto&... x) {
           const auto e = expression<T>(f, x...);
           if constexpr (!span_form<F, A...>()) {
-            return std::apply([](const auto&... g) {
-              if constexpr (sizeof...(g) == 1) return (g, ...);
-              else return std::tuple{g...};
-            }, scalar_value_and_grad<all>(f, static_cast<T>(ybar), x...).second);
+            return std::apply(
+                [](const auto&... g) {
+                  if constexpr (sizeof...(g) == 1) return (g, ...);
+                  else return std::tuple{g...};
+                },
+                scalar_value_and_grad<all>(f, static_cast<T>(ybar), x...).second);
           } else {
             const std::tuple slots{make_slot<Vs>(x, no_tangent{})...};
             auto holders = std::tuple{grad_holder<T>(x)...};
@@ -138,38 +142,47 @@ auto vjp(const F& f, const A&... a) {
             Vs sadj[sizeof...(A)]{};
             const std::tuple<const A&...> xs{x...};
             [&]<std::size_t... I>(std::index_sequence<I...>) {
-              ([&] {
-                using Ai = std::tuple_element_t<I, std::tuple<A...>>;
-                if constexpr (kind_v<Ai> == arg_kind::range)
-                  gout[I] = out_span<std::remove_cvref_t<decltype(std::get<I>(holders))>, T>(
-                                "vjp", std::get<I>(holders), range_source<Ai>::size(std::get<I>(xs)))
-                                .data();
-              }(), ...);
-            }(std::index_sequence_for<A...>{});
+              (
+                  [&] {
+                    using Ai = std::tuple_element_t<I, std::tuple<A...>>;
+                    if constexpr (kind_v<Ai> == arg_kind::range)
+                      gout[I] = out_span<std::remove_cvref_t<decltype(std::get<I>(holders))>, T>(
+                                    "vjp", std::get<I>(holders), range_source<Ai>::size(std::get<I>(xs)))
+                                    .data();
+                  }(),
+                  ...);
+            }
+            (std::index_sequence_for<A...>{});
             if constexpr (info<E>::elementwise) {
               using Yb = std::remove_cvref_t<decltype(ybar)>;
               const index_t m = output_length("vjp", e);
               if (range_source<Yb>::size(ybar) != m)
                 detail::fail("vjp", "a cotangent of ", range_source<Yb>::size(ybar), " elements for an output of ", m,
-                     "; expected as many as the output");
+                             "; expected as many as the output");
               index_t gsize[sizeof...(A)] = {};
               [&]<std::size_t... I>(std::index_sequence<I...>) {
-                ((gsize[I] = [&] {
-                   if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> == arg_kind::range)
-                     return std::get<I>(slots).size;
-                   else return index_t{0};
-                 }()), ...);
-              }(std::index_sequence_for<A...>{});
+                ((gsize[I] =
+                      [&] {
+                        if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> == arg_kind::range)
+                          return std::get<I>(slots).size;
+                        else return index_t{0};
+                      }()),
+                 ...);
+              }
+              (std::index_sequence_for<A...>{});
               output_backward<all, Vs>("vjp", e, slots, gout, gsize, sadj, range_source<Yb>::data(ybar));
             } else {
               span_run<true, all, Vs>("vjp", e, slots, lift<Vs>(static_cast<T>(ybar)), gout, sadj, nullptr, nullptr);
             }
             [&]<std::size_t... I>(std::index_sequence<I...>) {
-              ([&] {
-                if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> != arg_kind::range)
-                  std::get<I>(holders) = sadj[I].v;
-              }(), ...);
-            }(std::index_sequence_for<A...>{});
+              (
+                  [&] {
+                    if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> != arg_kind::range)
+                      std::get<I>(holders) = sadj[I].v;
+                  }(),
+                  ...);
+            }
+            (std::index_sequence_for<A...>{});
             if constexpr (sizeof...(A) == 1) return std::move(std::get<0>(holders));
             else return holders;
           }
@@ -218,7 +231,7 @@ struct hvp_fn {
   template <class O>
   auto into(O&& out) const {
     return [self = *this, out = std::tuple<O>(std::forward<O>(out))](const auto& x, const auto& v,
-                                                                      const auto&... rest) mutable {
+                                                                     const auto&... rest) mutable {
       using namespace detail::fn;
       using X = std::remove_cvref_t<decltype(x)>;
       using T = elem_t<X, std::remove_cvref_t<decltype(rest)>...>;
@@ -321,7 +334,8 @@ struct jacobian_fn {
     for (index_t j = 0; j < n; ++j) {
       dir[static_cast<std::size_t>(j)] = T(1);
       const auto col = jvp(f, std::tuple<const X&, const R&...>(x, rest...),
-                           std::tuple<const std::vector<T>&, decltype((void)sizeof(R), no_tangent{})...>(dir, ((void)rest, no_tangent{})...))
+                           std::tuple<const std::vector<T>&, decltype((void)sizeof(R), no_tangent{})...>(
+                               dir, ((void)rest, no_tangent{})...))
                            .second;
       dir[static_cast<std::size_t>(j)] = T(0);
       if constexpr (requires { col.size(); }) {

@@ -41,7 +41,8 @@ template <class O, class T>
 std::span<T> out_span(std::string_view op, O& o, index_t size) {
   std::span<T> s = [&] {
     if constexpr (requires { std::span<T>(o); }) return std::span<T>(o);
-    else return std::span<T>(const_cast<T*>(range_source<O>::data(o)), static_cast<std::size_t>(range_source<O>::size(o)));
+    else
+      return std::span<T>(const_cast<T*>(range_source<O>::data(o)), static_cast<std::size_t>(range_source<O>::size(o)));
   }();
   if (static_cast<index_t>(s.size()) != size)
     fail(op, "an output of ", s.size(), " elements for an argument of ", size, "; expected as many as the argument");
@@ -77,21 +78,29 @@ auto value_and_grad_into(argnums_t<I...> nums, std::string_view op, const F& f, 
   const std::tuple<const A&...> args{a...};
   constexpr std::size_t sel[] = {I...};
   [&]<std::size_t... J>(std::index_sequence<J...>) {
-    ([&] {
-      constexpr std::size_t i = sel[J];
-      using Ai = std::remove_cvref_t<std::tuple_element_t<i, std::tuple<A...>>>;
-      if constexpr (kind_v<Ai> == arg_kind::range)
-        gout[i] = out_span<std::remove_cvref_t<std::tuple_element_t<J, Outs>>, T>(
-                      op, std::get<J>(outs), range_source<Ai>::size(std::get<i>(args))).data();
-    }(), ...);
-  }(std::make_index_sequence<sizeof...(I)>{});
+    (
+        [&] {
+          constexpr std::size_t i = sel[J];
+          using Ai = std::remove_cvref_t<std::tuple_element_t<i, std::tuple<A...>>>;
+          if constexpr (kind_v<Ai> == arg_kind::range)
+            gout[i] = out_span<std::remove_cvref_t<std::tuple_element_t<J, Outs>>, T>(
+                          op, std::get<J>(outs), range_source<Ai>::size(std::get<i>(args)))
+                          .data();
+        }(),
+        ...);
+  }
+  (std::make_index_sequence<sizeof...(I)>{});
   const T y = span_run<true, mask, Vs>(op, e, slots, lift<Vs>(T(1)), gout, sadj, nullptr, nullptr).v;
   [&]<std::size_t... J>(std::index_sequence<J...>) {
-    ([&] {
-      constexpr std::size_t i = sel[J];
-      if constexpr (kind_v<std::tuple_element_t<i, std::tuple<A...>>> != arg_kind::range) std::get<J>(outs) = sadj[i].v;
-    }(), ...);
-  }(std::make_index_sequence<sizeof...(I)>{});
+    (
+        [&] {
+          constexpr std::size_t i = sel[J];
+          if constexpr (kind_v<std::tuple_element_t<i, std::tuple<A...>>> != arg_kind::range)
+            std::get<J>(outs) = sadj[i].v;
+        }(),
+        ...);
+  }
+  (std::make_index_sequence<sizeof...(I)>{});
   return y;
 }
 
@@ -114,7 +123,8 @@ struct value_and_grad_fn {
     } else {
       using T = elem_t<A...>;
       auto holders = std::tuple{grad_holder<T>(a)...};
-      auto outs = [&]<std::size_t... I>(argnums_t<I...>) { return std::tie(std::get<I>(holders)...); }(Nums{});
+      auto outs = [&]<std::size_t... I>(argnums_t<I...>) { return std::tie(std::get<I>(holders)...); }
+      (Nums{});
       const T v = value_and_grad_into(Nums{}, "value_and_grad", f, outs, a...);
       return std::pair{v, pick(Nums{}, std::move(holders))};
     }
@@ -128,13 +138,15 @@ struct value_and_grad_fn {
     return [f = f, outs = std::tuple<O...>(std::forward<O>(outs)...)](const auto&... a) mutable {
       using namespace detail::fn;
       constexpr std::uint64_t mask = mask_of(Nums{});
-      if constexpr (!check_selected<mask, std::remove_cvref_t<decltype(a)>...>()) return;  // (its static_assert says why)
+      if constexpr (!check_selected<mask, std::remove_cvref_t<decltype(a)>...>())
+        return;  // (its static_assert says why)
       else if constexpr (!span_form<F, std::remove_cvref_t<decltype(a)>...>()) {
         const auto r = scalar_value_and_grad<mask>(f, elem_t<decltype(a)...>(1), a...);
         [&]<std::size_t... I>(argnums_t<I...>) {
-          [&]<std::size_t... J>(std::index_sequence<J...>) { ((std::get<J>(outs) = std::get<I>(r.second)), ...); }(
-              std::index_sequence_for<decltype(I)...>{});
-        }(Nums{});
+          [&]<std::size_t... J>(std::index_sequence<J...>) { ((std::get<J>(outs) = std::get<I>(r.second)), ...); }
+          (std::index_sequence_for<decltype(I)...>{});
+        }
+        (Nums{});
         return r.first;
       } else {
         return value_and_grad_into(Nums{}, "value_and_grad", f, outs, a...);

@@ -30,7 +30,7 @@ constexpr auto as_parameter(const P& p) {
 }  // namespace detail::fn
 
 template <std::size_t I, Element T, Parameter M, Parameter S>
-  requires detail::fn::scalar_parameter<M> && detail::fn::scalar_parameter<S>
+requires detail::fn::scalar_parameter<M> && detail::fn::scalar_parameter<S>
 constexpr auto normal_lpdf(const span_arg<I, T>& x, const M& mu, const S& sigma) {
   using PM = decltype(detail::fn::as_parameter<T>(mu));
   using PS = decltype(detail::fn::as_parameter<T>(sigma));

@@ -15,13 +15,20 @@
 
 namespace fusegrad::detail::fn {
 
-template <class Op> inline constexpr bool is_linear_unary_v = false;
-template <> inline constexpr bool is_linear_unary_v<ops::neg_op> = true;
-template <class T> inline constexpr bool is_linear_unary_v<ops::add_scalar_op<T>> = true;
-template <class T> inline constexpr bool is_linear_unary_v<ops::sub_scalar_op<T>> = true;
-template <class T> inline constexpr bool is_linear_unary_v<ops::rsub_scalar_op<T>> = true;
-template <class T> inline constexpr bool is_linear_unary_v<ops::mul_scalar_op<T>> = true;
-template <class T> inline constexpr bool is_linear_unary_v<ops::div_scalar_op<T>> = true;
+template <class Op>
+inline constexpr bool is_linear_unary_v = false;
+template <>
+inline constexpr bool is_linear_unary_v<ops::neg_op> = true;
+template <class T>
+inline constexpr bool is_linear_unary_v<ops::add_scalar_op<T>> = true;
+template <class T>
+inline constexpr bool is_linear_unary_v<ops::sub_scalar_op<T>> = true;
+template <class T>
+inline constexpr bool is_linear_unary_v<ops::rsub_scalar_op<T>> = true;
+template <class T>
+inline constexpr bool is_linear_unary_v<ops::mul_scalar_op<T>> = true;
+template <class T>
+inline constexpr bool is_linear_unary_v<ops::div_scalar_op<T>> = true;
 
 /// Whether the adjoints reaching `E`'s reductions are independent of the reductions' values.
 template <class E>
@@ -115,11 +122,12 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
   index_t first = -1;
   one_pass = true;
   if constexpr (info<E>::elementwise) first = len[0] = part_length(op, e);
-  else each_reduction<0>(e, [&](auto b, const auto& r) {
-    len[b] = part_length(op, r.arg);
-    if (first < 0) first = len[b];
-    else one_pass = one_pass && len[b] == first;
-  });
+  else
+    each_reduction<0>(e, [&](auto b, const auto& r) {
+      len[b] = part_length(op, r.arg);
+      if (first < 0) first = len[b];
+      else one_pass = one_pass && len[b] == first;
+    });
   bool seen[NA > 0 ? NA : 1] = {};
   for (std::size_t i = 0; i < NA; ++i) add[i] = !one_pass;
   each_leaf(e, [&](const auto& leaf) {
@@ -169,12 +177,17 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       if (!((spans >> i) & 1) || !add[i] || accumulate) continue;
       const index_t size = [&]<std::size_t... I>(std::index_sequence<I...>) {
         index_t r = 0;
-        ((I == static_cast<std::size_t>(i) ? (r = [&] {
-           if constexpr (is_span_slot_v<std::tuple_element_t<I, Slots>>) return std::get<I>(slots).size;
-           else return index_t{0};
-         }()) : 0), ...);
+        ((I == static_cast<std::size_t>(i) ? (r =
+                                                  [&] {
+                                                    if constexpr (is_span_slot_v<std::tuple_element_t<I, Slots>>)
+                                                      return std::get<I>(slots).size;
+                                                    else return index_t{0};
+                                                  }())
+                                           : 0),
+         ...);
         return r;
-      }(std::make_index_sequence<static_cast<std::size_t>(NA)>{});
+      }
+      (std::make_index_sequence<static_cast<std::size_t>(NA)>{});
       for (int k = 0; k < nc; ++k)
         if (gout[i * nc + k]) std::fill_n(gout[i * nc + k], size, T(0));
     }
@@ -190,9 +203,10 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
   // them (their parameters read no reduction)
   range_stat_rec<T> rst[NR > 0 ? NR : 1]{};
   if constexpr (range_stats<E>() > 0 && !plain_num_v<Vs>) {
-    static_assert(plain_num_v<Vs>, "fusegrad: fg::normal_lpdf of a range runs under fg::grad, fg::value_and_grad and "
-                                   "fg::vjp; under fg::jvp, fg::hvp and fg::hessian write the density out "
-                                   "(-fg::sum(0.5 * z * z + fg::log(sigma)) with z = (x - mu) / sigma)");
+    static_assert(plain_num_v<Vs>,
+                  "fusegrad: fg::normal_lpdf of a range runs under fg::grad, fg::value_and_grad and "
+                  "fg::vjp; under fg::jvp, fg::hvp and fg::hessian write the density out "
+                  "(-fg::sum(0.5 * z * z + fg::log(sigma)) with z = (x - mu) / sigma)");
   } else if constexpr (range_stats<E>() > 0) {
     each_range_stat<0>(e, [&](auto b, const auto& r) {
       using R = std::remove_cvref_t<decltype(r)>;
@@ -219,7 +233,7 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       St st{};
       each_hoist<0, false>(e, [&](auto b, const auto& h) {
         if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
-          back<b>(upper_sink<Mask & (scal | stat_args | elem_args), St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
+          back<b>(upper_sink<Mask&(scal | stat_args | elem_args), St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
       });
       for (int i = 0; i < NA; ++i)
         if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];

@@ -28,8 +28,10 @@ struct kind<dual<X>> {
   using scalar = dual<typename kind<X>::scalar>;
   using batch = dual<typename kind<X>::batch>;
 };
-template <class V> inline constexpr int n_comp = kind<V>::n;
-template <class V> using batch_of = typename kind<V>::batch;
+template <class V>
+inline constexpr int n_comp = kind<V>::n;
+template <class V>
+using batch_of = typename kind<V>::batch;
 
 /// The scalar value whose components are `c[0, n)`.
 template <class Vs, class T>
@@ -69,7 +71,8 @@ Vb load_head_comps(const T* const* p, index_t i, index_t n) {
     else return Vb{p[0] ? load_head<PadFirst>(p[0] + i, n) : simd<T>(T(0))};
   } else {
     using X = decltype(Vb{}.p);
-    return Vb{load_head_comps<PadFirst, X, T, First>(p, i, n), load_head_comps<PadFirst, X, T, false>(p + n_comp<X>, i, n)};
+    return Vb{load_head_comps<PadFirst, X, T, First>(p, i, n),
+              load_head_comps<PadFirst, X, T, false>(p + n_comp<X>, i, n)};
   }
 }
 /// Stores component `k` of `v` at `p[k] + i` (aligned).

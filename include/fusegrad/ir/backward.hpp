@@ -90,7 +90,8 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
       case node_kind::max: {
         // amax's rule (fusegrad/ops/max.hpp): the gradient is split evenly between the maximal elements.
         const value<T> x{&g, n.a};
-        const value<T> mask = fusegrad::detail::max_hits(x, value<T>{&g, g.add_expand(static_cast<int>(k), n.a, n.dims)});
+        const value<T> mask =
+            fusegrad::detail::max_hits(x, value<T>{&g, g.add_expand(static_cast<int>(k), n.a, n.dims)});
         const value<T> sums{&g, g.add_reduction(node_kind::sum, mask.id, n.dims)};
         const value<T> count{&g, g.add_expand(fusegrad::detail::max_count(sums).id, n.a, n.dims)};
         add_to(n.a, (value<T>{&g, g.add_expand(gk, n.a, n.dims)} * mask / count).id);
@@ -101,7 +102,8 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
         int r = g.add_reduction(node_kind::sum, gk, n.dims, /*keepdim=*/false);
         if (g.at(r).sizes != g.at(n.a).sizes) r = g.add_sum_to(r, n.a);  // keepdim-shaped operand
         if (n.average) {
-          const auto cnt = fusegrad::detail::reduced_count(g.at(n.ref).sizes, dims_mask(n.dims, g.at(n.ref).sizes.size()));
+          const auto cnt =
+              fusegrad::detail::reduced_count(g.at(n.ref).sizes, dims_mask(n.dims, g.at(n.ref).sizes.size()));
           r = (value<T>{&g, r} / static_cast<T>(cnt)).id;
         }
         add_to(n.a, r);
@@ -111,7 +113,8 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
       case node_kind::custom: {
         if (!g.custom_at(static_cast<int>(k)).differentiable) break;  // its output needs no grad
         if (!user.function)
-          fusegrad::detail::fail("ir::backward", "node ", k, " is the output of a user's fg::function, whose backward "
+          fusegrad::detail::fail("ir::backward", "node ", k,
+                                 " is the output of a user's fg::function, whose backward "
                                  "runs on tensors; expected a custom_rule to record it");
         const std::vector<int> inputs = g.custom_at(static_cast<int>(k)).inputs;  // a copy: appending may reallocate
         const std::vector<int> grads = user.function(g, static_cast<int>(k), gk);
@@ -121,7 +124,8 @@ std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const st
       }
       case node_kind::call_hook:
       case node_kind::call:
-        fusegrad::detail::fail("ir::backward", "a call node has no derivative rule (an opaque function is not differentiated); "
+        fusegrad::detail::fail("ir::backward",
+                               "a call node has no derivative rule (an opaque function is not differentiated); "
                                "expected call nodes only in captured backward passes, which run without grad mode");
     }
   }

@@ -61,14 +61,14 @@ inline constexpr std::size_t max_rank = 64;
 template <Element T>
 struct node {
   node_kind kind = node_kind::input;
-  bool keepdim = false;  ///< reductions: reduced dims kept with size 1
-  bool average = false;  ///< expand: divide by the number of reduced elements
-  int op = -1;           ///< index in ops::table<T> (pointwise)
-  int a = -1, b = -1;    ///< operands
-  int index = -1;        ///< input index (input)
-  int ref = -1;          ///< expand, sum_to: the node whose shape is the target
+  bool keepdim = false;    ///< reductions: reduced dims kept with size 1
+  bool average = false;    ///< expand: divide by the number of reduced elements
+  int op = -1;             ///< index in ops::table<T> (pointwise)
+  int a = -1, b = -1;      ///< operands
+  int index = -1;          ///< input index (input)
+  int ref = -1;            ///< expand, sum_to: the node whose shape is the target
   std::uint64_t dims = 0;  ///< reductions, expand: bit d set when dim d is reduced
-  T scalar{};            ///< the op's constant (ops with state)
+  T scalar{};              ///< the op's constant (ops with state)
   shape sizes;
 
   /// A node whose shape is written in it, not derived from its operands (traced from eager
@@ -78,8 +78,8 @@ struct node {
   }
   /// Everything but the derived shapes: two traces with equal structure differ in input sizes only.
   [[nodiscard]] bool same_structure(const node& o) const noexcept {
-    return (!fixed_shape() || sizes == o.sizes) && kind == o.kind && keepdim == o.keepdim && average == o.average && op == o.op && a == o.a &&
-           b == o.b && index == o.index && ref == o.ref && dims == o.dims &&
+    return (!fixed_shape() || sizes == o.sizes) && kind == o.kind && keepdim == o.keepdim && average == o.average &&
+           op == o.op && a == o.a && b == o.b && index == o.index && ref == o.ref && dims == o.dims &&
            std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(scalar) ==
                std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(o.scalar);
   }
@@ -284,7 +284,8 @@ class graph {
   /// Appends a copy of `n` whose operands are already remapped (inputs are renumbered).
   int add_copy(node<T> n) {
     if (n.kind == node_kind::custom)
-      fusegrad::detail::fail("ir::graph", "a custom node cannot be copied alone (its function call has node ids); "
+      fusegrad::detail::fail("ir::graph",
+                             "a custom node cannot be copied alone (its function call has node ids); "
                              "expected graphs whose custom nodes are lowered");
     if (n.kind == node_kind::input) n.index = inputs_++;
     return push(std::move(n));
@@ -370,8 +371,7 @@ class graph {
         std::string r = "%";  // (not "%" + to_string: GCC 12 warns falsely about that form)
         if (static_cast<std::size_t>(c) < node_names.size() && !node_names[static_cast<std::size_t>(c)].empty())
           r += node_names[static_cast<std::size_t>(c)];
-        else
-          r += std::to_string(c);
+        else r += std::to_string(c);
         return r;
       };
       s += v(static_cast<int>(i));
@@ -379,7 +379,8 @@ class graph {
       switch (n.kind) {
         case node_kind::input:
           s += "input[" + std::to_string(n.index) + "]";
-          if (static_cast<std::size_t>(n.index) < input_names.size()) s += " '" + input_names[static_cast<std::size_t>(n.index)] + "'";
+          if (static_cast<std::size_t>(n.index) < input_names.size())
+            s += " '" + input_names[static_cast<std::size_t>(n.index)] + "'";
           break;
         case node_kind::pointwise:
           s += std::string(op_name(n.op)) + "(" + v(n.a) + (n.b >= 0 ? ", " + v(n.b) : std::string()) +
@@ -389,20 +390,27 @@ class graph {
         case node_kind::mean:
         case node_kind::max: {
           const std::size_t r = at(n.a).sizes.size();
-          s += std::string(n.kind == node_kind::sum ? "sum" : n.kind == node_kind::mean ? "mean" : "max") + "(" + v(n.a);
+          s += std::string(n.kind == node_kind::sum    ? "sum"
+                           : n.kind == node_kind::mean ? "mean"
+                                                       : "max") +
+               "(" + v(n.a);
           if (r > 0 && n.dims != rank_bits(r)) s += ", dims=" + dims_str(n, r);
           if (n.keepdim) s += ", keepdim=true";
           s += ")";
           break;
         }
         case node_kind::expand:
-          s += std::string(n.average ? "expand_mean(" : "expand(") + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")";
+          s += std::string(n.average ? "expand_mean(" : "expand(") + v(n.a) +
+               (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")";
           break;
-        case node_kind::sum_to: s += "sum_to(" + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")"; break;
+        case node_kind::sum_to:
+          s += "sum_to(" + v(n.a) + (n.ref >= 0 ? ", like=" + v(n.ref) : std::string()) + ")";
+          break;
         case node_kind::call_hook: s += "call_hook(" + v(n.a) + ", fns[" + std::to_string(n.index) + "])"; break;
         case node_kind::custom: {
           const custom_call& c = custom_at(static_cast<int>(i));
-          s += "function '" + std::string(ops::user_function_at<T>(c.fn, "ir::graph").name) + "'(" + v(n.a) + "; inputs";
+          s +=
+              "function '" + std::string(ops::user_function_at<T>(c.fn, "ir::graph").name) + "'(" + v(n.a) + "; inputs";
           for (int x : c.inputs) s += " " + v(x);
           if (c.differentiable) {
             s += "; saved";
@@ -415,7 +423,8 @@ class graph {
         }
         case node_kind::call:
           s += "call(" + v(n.a) + (n.b >= 0 ? ", " + v(n.b) : std::string()) + ", fns[" + std::to_string(n.index) + "]";
-          if (static_cast<std::size_t>(n.index) < call_names.size()) s += " '" + call_names[static_cast<std::size_t>(n.index)] + "'";
+          if (static_cast<std::size_t>(n.index) < call_names.size())
+            s += " '" + call_names[static_cast<std::size_t>(n.index)] + "'";
           s += ")";
           break;
       }
@@ -536,20 +545,27 @@ struct operand_traits<ir::value<T>> {
 };
 
 template <Element T, class Op>
-  requires UnaryOp<Op, T>
-ir::value<T> apply_op(const Op& op, const ir::value<T>& x) {
+requires UnaryOp<Op, T> ir::value<T> apply_op(const Op& op, const ir::value<T>& x) {
   return {x.g, x.g->add_pointwise(op, x.id)};
 }
 
 template <Element T, class Op>
-  requires BinaryOp<Op, T>
-ir::value<T> apply_op(const Op& op, const ir::value<T>& a, const ir::value<T>& b) {
+requires BinaryOp<Op, T> ir::value<T> apply_op(const Op& op, const ir::value<T>& a, const ir::value<T>& b) {
   if (a.g != b.g) fusegrad::detail::fail(Op::name, "the operands belong to different IR graphs");
   return {a.g, a.g->add_pointwise(op, a.id, b.id)};
 }
 
-template <Element T> ir::value<T> sum(const ir::value<T>& x) { return {x.g, x.g->add_reduction(ir::node_kind::sum, x.id)}; }
-template <Element T> ir::value<T> mean(const ir::value<T>& x) { return {x.g, x.g->add_reduction(ir::node_kind::mean, x.id)}; }
-template <Element T> ir::value<T> max(const ir::value<T>& x) { return {x.g, x.g->add_reduction(ir::node_kind::max, x.id)}; }
+template <Element T>
+ir::value<T> sum(const ir::value<T>& x) {
+  return {x.g, x.g->add_reduction(ir::node_kind::sum, x.id)};
+}
+template <Element T>
+ir::value<T> mean(const ir::value<T>& x) {
+  return {x.g, x.g->add_reduction(ir::node_kind::mean, x.id)};
+}
+template <Element T>
+ir::value<T> max(const ir::value<T>& x) {
+  return {x.g, x.g->add_reduction(ir::node_kind::max, x.id)};
+}
 
 }  // namespace fusegrad

@@ -47,7 +47,8 @@ partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int
 }
 
 template <std::size_t N, Element T>
-split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots, const std::vector<int>& bwd_roots) {
+split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots,
+                 const std::vector<int>& bwd_roots) {
   auto jg = std::make_unique<partition::joint_graph<N>>();
   for (std::size_t k = 0; k < N; ++k) {
     auto& pn = jg->nodes[k];
@@ -122,7 +123,8 @@ split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, 
 /// whole backward reads).
 template <Element T>
 std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
-                                                  const std::vector<int>& hooks, std::vector<int>& saved, bool choose_saved) {
+                                                  const std::vector<int>& hooks, std::vector<int>& saved,
+                                                  bool choose_saved) {
   auto b = std::make_shared<backward_code<T>>();
   b->given = std::move(given);
   b->hooks = hooks;
@@ -187,10 +189,11 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
 
 /// Compiles an entry for graph `g` (outputs `outs`, `rg`: node needs grad) and these inputs.
 template <Element T>
-std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector<int>& outs, const std::vector<char>& rg,
-                                  const std::vector<tensor<T>>& ins, bool gm, const std::vector<int>& alias,
-                                  const std::vector<std::uint64_t>& marks, std::vector<std::string> names, std::uint64_t hash,
-                                  const std::vector<int>& hooks) {
+std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector<int>& outs,
+                                        const std::vector<char>& rg, const std::vector<tensor<T>>& ins, bool gm,
+                                        const std::vector<int>& alias, const std::vector<std::uint64_t>& marks,
+                                        std::vector<std::string> names, std::uint64_t hash,
+                                        const std::vector<int>& hooks) {
   auto e = std::make_shared<entry<T>>();
   e->hash = hash;
   e->hooks = hooks;
@@ -209,7 +212,8 @@ std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector
   }
   std::vector<int> input_node(ins.size(), -1);
   for (std::size_t k = 0; k < g.size(); ++k)
-    if (g.nodes()[k].kind == ir::node_kind::input) input_node[static_cast<std::size_t>(g.nodes()[k].index)] = static_cast<int>(k);
+    if (g.nodes()[k].kind == ir::node_kind::input)
+      input_node[static_cast<std::size_t>(g.nodes()[k].index)] = static_cast<int>(k);
   for (std::size_t p = 0; p < outs.size(); ++p)
     if (rg[static_cast<std::size_t>(outs[p])]) e->grad_outputs.push_back(static_cast<int>(p));
   for (std::size_t i = 0; i < ins.size(); ++i)
@@ -217,7 +221,8 @@ std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector
   std::vector<int> fwd_outs = outs;
   if (gm && !e->wrt.empty() && !e->grad_outputs.empty()) {
     for (int i : e->wrt) e->wrt_nodes.push_back(input_node[static_cast<std::size_t>(i)]);
-    auto b = derive_backward(*e, g, std::vector<char>(e->grad_outputs.size(), 1), e->hooks, e->saved, /*choose_saved=*/true);
+    auto b =
+        derive_backward(*e, g, std::vector<char>(e->grad_outputs.size(), 1), e->hooks, e->saved, /*choose_saved=*/true);
     if (!b) {
       e->eager = true;
       return e;
@@ -231,9 +236,8 @@ std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector
 
 /// The backward of entry `e` when only the grad outputs flagged in `given` received
 /// gradients, with `call_hook` slot `s` on node `hooks[s]` (the entry's hooks, then hooks
-/// registered on its outputs after it ran): derived on first use and kept with the entry. `fwd`: the forward's node shapes
-/// of a call of a dynamic entry (null: the entry's own sizes); `bs` receives the program's
-/// node shapes for it.
+/// registered on its outputs after it ran): derived on first use and kept with the entry. `fwd`: the forward's node
+/// shapes of a call of a dynamic entry (null: the entry's own sizes); `bs` receives the program's node shapes for it.
 template <Element T>
 std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const std::vector<char>& given,
                                                      const std::vector<int>& hooks, const std::vector<shape>* fwd,
@@ -253,7 +257,8 @@ std::shared_ptr<const backward_code<T>> backward_for(const entry<T>& e, const st
     g.set_sizes(*fwd);
   }
   std::vector<int> saved = e.saved;
-  std::shared_ptr<const backward_code<T>> v = derive_backward(e, fwd ? g : e.fwd_graph, given, hooks, saved, /*choose_saved=*/false);
+  std::shared_ptr<const backward_code<T>> v =
+      derive_backward(e, fwd ? g : e.fwd_graph, given, hooks, saved, /*choose_saved=*/false);
   if (fwd) bs = backward_shapes(*v, joint_shapes(e, *v, *fwd));
   e.variants.push_back(v);
   return v;

@@ -23,7 +23,8 @@ using call_fn = std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>;
 /// The value of `call_hook` or `call` node `n` (of shape `out`): its function, from the run's
 /// `fns`, on `a`, `b`.
 template <Element T>
-tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const std::vector<call_fn<T>>* fns, const shape& out) {
+tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const std::vector<call_fn<T>>* fns,
+                   const shape& out) {
   if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
     fusegrad::detail::fail("ir::program", "a call node needs function ", n.index, " but the run was given ",
                            fns ? fns->size() : 0, "; expected one function per call slot");
@@ -48,7 +49,8 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
   };
   switch (n.kind) {
     case node_kind::pointwise:
-      if (n.op >= ops::table_size<T>) return ops::user_op_at<T>(n.op, "jit").eager(n.scalar, a, n.b >= 0 ? &b : nullptr);
+      if (n.op >= ops::table_size<T>)
+        return ops::user_op_at<T>(n.op, "jit").eager(n.scalar, a, n.b >= 0 ? &b : nullptr);
       return visit_op(n, [&](const auto& op) -> tensor<T> {
         using Op = std::remove_cvref_t<decltype(op)>;
         if constexpr (BinaryOp<Op, T>) return apply_op(op, a, b);
@@ -75,9 +77,10 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
     case node_kind::call:
     case node_kind::custom: break;
   }
-  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input    ? "an input node has no value to compute"
-                                           : n.kind == node_kind::custom ? "a custom node needs its inputs (run_custom)"
-                                                                         : "a call node needs the run's functions (ir::run_call)");
+  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input ? "an input node has no value to compute"
+                                           : n.kind == node_kind::custom
+                                               ? "a custom node needs its inputs (run_custom)"
+                                               : "a call node needs the run's functions (ir::run_call)");
 }
 
 }  // namespace fusegrad::ir

@@ -60,13 +60,13 @@ struct entry {
   bool dynamic = false;
   std::vector<std::string> names;
   // Code.
-  bool eager = false;  ///< run node by node on the eager tape (graph too large to partition)
+  bool eager = false;                 ///< run node by node on the eager tape (graph too large to partition)
   std::optional<ir::program<T>> fwd;  ///< outputs: the graph's outputs, then the saved values
   // Backward.
-  std::vector<int> grad_outputs;  ///< positions in `outputs` that take gradients
-  std::vector<int> wrt;           ///< input indices that receive gradients
-  std::vector<int> wrt_nodes;     ///< their input nodes
-  std::vector<int> saved;         ///< forward nodes the forward saves (chosen for all grad outputs)
+  std::vector<int> grad_outputs;                ///< positions in `outputs` that take gradients
+  std::vector<int> wrt;                         ///< input indices that receive gradients
+  std::vector<int> wrt_nodes;                   ///< their input nodes
+  std::vector<int> saved;                       ///< forward nodes the forward saves (chosen for all grad outputs)
   std::shared_ptr<const backward_code<T>> bwd;  ///< the backward when every grad output has a gradient
   /// Backwards for calls where some grad outputs received none, derived on first use (keyed
   /// on which did, and for dynamic entries on the shapes fitting their loops).
@@ -87,12 +87,14 @@ struct entry {
   }
 
   [[nodiscard]] std::string guards_text() const {
-    std::string s = "dtype == " + std::string(dtype_name<T>()) + "\ngrad_mode == " + (grad_mode ? "true" : "false") + "\n";
+    std::string s =
+        "dtype == " + std::string(dtype_name<T>()) + "\ngrad_mode == " + (grad_mode ? "true" : "false") + "\n";
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const auto& g = inputs[i];
       s += "input '" + names[i] + "': rank == " + std::to_string(g.sizes.size());
       for (std::size_t d = 0; d < g.sizes.size(); ++d)
-        s += ", size(" + std::to_string(d) + ")" + ((g.dynamic >> d) & 1U ? " >= 2 (dynamic)" : " == " + std::to_string(g.sizes[d]));
+        s += ", size(" + std::to_string(d) + ")" +
+             ((g.dynamic >> d) & 1U ? " >= 2 (dynamic)" : " == " + std::to_string(g.sizes[d]));
       s += std::string(", requires_grad == ") + (g.requires_grad ? "true" : "false");
       if (alias_of[i] >= 0) s += ", aliases input '" + names[static_cast<std::size_t>(alias_of[i])] + "'";
       s += "\n";
@@ -151,7 +153,8 @@ template <Element T>
 std::vector<shape> joint_shapes(const entry<T>& e, const backward_code<T>& b, const std::vector<shape>& fwd) {
   std::vector<shape> in(e.inputs.size());
   for (std::size_t k = 0; k < e.fwd_graph.size(); ++k)
-    if (const auto& n = e.fwd_graph.nodes()[k]; n.kind == ir::node_kind::input) in[static_cast<std::size_t>(n.index)] = fwd[k];
+    if (const auto& n = e.fwd_graph.nodes()[k]; n.kind == ir::node_kind::input)
+      in[static_cast<std::size_t>(n.index)] = fwd[k];
   for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
     if (b.given[j]) in.push_back(fwd[static_cast<std::size_t>(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])])]);
   return b.joint.infer_shapes(in);
@@ -178,15 +181,18 @@ std::vector<shape> backward_shapes(const backward_code<T>& b, const std::vector<
 /// Why the most recent entry of a graph rejects these inputs (for the recompiles log), and
 /// which dims changed size (to be marked dynamic).
 template <Element T>
-std::string first_guard_failure(const entry<T>& e, const std::vector<tensor<T>>& ins, bool gm, const std::vector<int>& alias,
-                          std::vector<std::uint64_t>& changed) {
+std::string first_guard_failure(const entry<T>& e, const std::vector<tensor<T>>& ins, bool gm,
+                                const std::vector<int>& alias, std::vector<std::uint64_t>& changed) {
   std::string why;
   changed.assign(ins.size(), 0);
   auto note = [&](std::string s) {
     if (why.empty()) why = std::move(s);
   };
-  if (gm != e.grad_mode) note(std::string("grad mode changed from ") + (e.grad_mode ? "enabled" : "disabled") + " to " + (gm ? "enabled" : "disabled"));
-  if (ins.size() != e.inputs.size()) note("number of inputs changed from " + std::to_string(e.inputs.size()) + " to " + std::to_string(ins.size()));
+  if (gm != e.grad_mode)
+    note(std::string("grad mode changed from ") + (e.grad_mode ? "enabled" : "disabled") + " to " +
+         (gm ? "enabled" : "disabled"));
+  if (ins.size() != e.inputs.size())
+    note("number of inputs changed from " + std::to_string(e.inputs.size()) + " to " + std::to_string(ins.size()));
   for (std::size_t i = 0; i < std::min(ins.size(), e.inputs.size()); ++i) {
     const auto& g = e.inputs[i];
     const shape& s = ins[i].shape();
@@ -208,7 +214,8 @@ std::string first_guard_failure(const entry<T>& e, const std::vector<tensor<T>>&
       }
     }
     if (g.requires_grad != (gm && ins[i].requires_grad()))
-      note("requires_grad of " + nm + " changed from " + (g.requires_grad ? "true" : "false") + " to " + (g.requires_grad ? "false" : "true"));
+      note("requires_grad of " + nm + " changed from " + (g.requires_grad ? "true" : "false") + " to " +
+           (g.requires_grad ? "false" : "true"));
   }
   if (alias != e.alias_of) note("aliasing between inputs changed");
   if (why.empty()) why = "shapes no longer fit the program's loops";

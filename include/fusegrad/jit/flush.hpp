@@ -46,7 +46,8 @@ struct pause_recording {
 /// For each input, the first earlier input that shares its storage (-1: none), in one pass
 /// over the inputs (`first` is scratch space kept between calls).
 template <Element T>
-void find_aliases(const std::vector<tensor<T>>& inputs, std::vector<int>& alias, std::unordered_map<const void*, int>& first) {
+void find_aliases(const std::vector<tensor<T>>& inputs, std::vector<int>& alias,
+                  std::unordered_map<const void*, int>& first) {
   alias.assign(inputs.size(), -1);
   first.clear();
   for (std::size_t i = 0; i < inputs.size(); ++i)
@@ -72,7 +73,8 @@ void trace<T>::flush(std::string_view why, bool is_break) {
       std::lock_guard lock(st.mu);
       if (st.breaks_logged.insert(std::string(why)).second)
         logs::emit(logs::graph_breaks, "graph break in '" + st.opts.name + "': " + std::string(why) +
-                                           " needs the value of a traced tensor; the graph so far (" + std::to_string(g_.size()) +
+                                           " needs the value of a traced tensor; the graph so far (" +
+                                           std::to_string(g_.size()) +
                                            " nodes) is compiled and run, and tracing resumes after it");
     }
   }
@@ -116,21 +118,21 @@ void trace<T>::flush(std::string_view why, bool is_break) {
     const entry<T>* same = nullptr;  // most recent entry of this graph
     for (std::size_t q = 0; q < c.entries.size(); ++q) {
       const auto& cand = *c.entries[q];
-      if (cand.hash != h || cand.outputs != outs || cand.hooks != hooked || !cand.fwd_graph.same_structure(g_)) continue;
+      if (cand.hash != h || cand.outputs != outs || cand.hooks != hooked || !cand.fwd_graph.same_structure(g_))
+        continue;
       if (!same) same = &cand;
       if (!cand.accepts(inputs_, gm, alias)) continue;
       if (cand.dynamic) {
         std::vector<shape> s;
         try {
           s = entry_shapes(cand, inputs_);
-        } catch (const error&) {
-          continue;
-        }
+        } catch (const error&) { continue; }
         if (!cand.fwd->fits(s) || (cand.bwd && !cand.bwd->prog->fits(backward_shapes(*cand.bwd, s)))) continue;
         shapes = std::move(s);
       }
       e = c.entries[q];
-      std::rotate(c.entries.begin(), c.entries.begin() + static_cast<std::ptrdiff_t>(q), c.entries.begin() + static_cast<std::ptrdiff_t>(q) + 1);
+      std::rotate(c.entries.begin(), c.entries.begin() + static_cast<std::ptrdiff_t>(q),
+                  c.entries.begin() + static_cast<std::ptrdiff_t>(q) + 1);
       break;
     }
     if (e) {
@@ -157,7 +159,8 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         if (!st.limit_logged) {
           st.limit_logged = true;
           logs::channel ch = logs::enabled(logs::recompiles) ? logs::recompiles : logs::graph_breaks;
-          const std::string line = "'" + st.opts.name + "' hit the recompile limit (" + std::to_string(st.opts.recompile_limit) +
+          const std::string line = "'" + st.opts.name + "' hit the recompile limit (" +
+                                   std::to_string(st.opts.recompile_limit) +
                                    "); graphs that miss the cache run eagerly from now on. Last miss: " +
                                    (reason.empty() ? std::string("a new graph") : reason);
           if (logs::enabled(ch)) logs::emit(ch, line);
@@ -176,8 +179,10 @@ void trace<T>::flush(std::string_view why, bool is_break) {
         if (st.opts.backend == jit_backend::eager) made->eager = true;
         if (logs::enabled(st.opts.graph_log))
           logs::emit(st.opts.graph_log, "graph of '" + st.opts.name + "':\n" + graph_text(made->names));
-        if (logs::enabled(logs::guards)) logs::emit(logs::guards, "guards of a new entry of '" + st.opts.name + "':\n" + made->guards_text());
-        if (logs::enabled(logs::output_code)) logs::emit(logs::output_code, "program of '" + st.opts.name + "':\n" + made->code_text());
+        if (logs::enabled(logs::guards))
+          logs::emit(logs::guards, "guards of a new entry of '" + st.opts.name + "':\n" + made->guards_text());
+        if (logs::enabled(logs::output_code))
+          logs::emit(logs::output_code, "program of '" + st.opts.name + "':\n" + made->code_text());
         if (made->dynamic) shapes = entry_shapes(*made, inputs_);
         c.entries.insert(c.entries.begin(), made);
         e = std::move(made);
@@ -210,8 +215,9 @@ void trace<T>::flush(std::string_view why, bool is_break) {
       }
       const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
       const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-      vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call ? ir::run_call(n, a, b, &calls_, n.sizes)
-                                                                                    : ir::eval_eager(n, a, b, n.sizes);
+      vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call
+                    ? ir::run_call(n, a, b, &calls_, n.sizes)
+                    : ir::eval_eager(n, a, b, n.sizes);
     }
     for (const auto& [k, hk] : hooks_)  // on the tape, as eager register_hook would put them
       if (const auto& impl = vals[static_cast<std::size_t>(k)].raw_impl(); impl && impl->grad_fn)

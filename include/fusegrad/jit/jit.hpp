@@ -121,8 +121,9 @@ struct fixed_signature_call {
   void operator()(no_fixed_signature) const = delete;  // a generic callable: the template operator() serves
 };
 template <class Derived, class F>
-  requires(has_fixed_signature<F>())
-struct fixed_signature_call<Derived, F> : call_with_params<Derived, typename call_signature<decltype(&F::operator())>::params> {};
+requires(has_fixed_signature<F>()) struct fixed_signature_call<Derived, F>
+    : call_with_params<Derived, typename call_signature<decltype(&F::operator())>::params> {
+};
 }  // namespace detail::jit
 
 /// A callable traced at run time, with a guarded cache of compiled graphs (see this file's
@@ -130,12 +131,13 @@ struct fixed_signature_call<Derived, F> : call_with_params<Derived, typename cal
 template <class F>
 class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F> {
  public:
-  jit_function(F f, jit_options o) : fn_(std::move(f)), st_(std::make_shared<detail::jit::function_state>(std::move(o))) {}
+  jit_function(F f, jit_options o)
+      : fn_(std::move(f)), st_(std::make_shared<detail::jit::function_state>(std::move(o))) {}
 
   /// Calls the function: ops are traced, and graphs compiled or fetched at each sync point.
   template <class... Args>
-    requires(!detail::jit::has_fixed_signature<F>() && std::invocable<const F&, Args...>)
-  decltype(auto) operator()(Args&&... args) const {
+  requires(!detail::jit::has_fixed_signature<F>() && std::invocable<const F&, Args...>) decltype(auto) operator()(
+      Args&&... args) const {
     return call(std::forward<Args>(args)...);
   }
   using detail::jit::fixed_signature_call<jit_function<F>, F>::operator();
@@ -168,13 +170,16 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
       using E = typename detail::jit::args_element<Args...>::type;
       using R = std::invoke_result_t<const F&, Args...>;
       if constexpr (!std::is_void_v<E>) {
-        if constexpr ((detail::jit::takes_arg<E, Args>() && ...) && (std::is_void_v<R> || detail::jit::rebuilds<E, R>::value))
+        if constexpr ((detail::jit::takes_arg<E, Args>() && ...) &&
+                      (std::is_void_v<R> || detail::jit::rebuilds<E, R>::value))
           return call_once<E>(std::forward<Args>(args)...);
       }
-      detail::fail("jit", "'", st_->opts.name, "' is jitted with trace_once=true, which takes tensors of one element "
-                   "type, std::map<std::string, tensor>, ranges of tensors and numbers as arguments (at least one tensor), "
-                   "and returns void, a tensor, or a std::vector, std::array, std::map<std::string, ...>, pair or tuple of "
-                   "these; this function's arguments or result are of another type. Call fg::jit without trace_once");
+      detail::fail(
+          "jit", "'", st_->opts.name,
+          "' is jitted with trace_once=true, which takes tensors of one element "
+          "type, std::map<std::string, tensor>, ranges of tensors and numbers as arguments (at least one tensor), "
+          "and returns void, a tensor, or a std::vector, std::array, std::map<std::string, ...>, pair or tuple of "
+          "these; this function's arguments or result are of another type. Call fg::jit without trace_once");
     }
     detail::jit::tracing_scope<detail::jit::deferred_t<void, F>> fr(*st_);
     int i = 0;

@@ -27,12 +27,12 @@ namespace fusegrad {
 
 /// A snapshot of the run-time compiler's counters (all functions, all threads).
 struct jit_counters {
-  std::uint64_t unique_graphs = 0;  ///< graphs compiled (cache entries made)
-  std::uint64_t graph_breaks = 0;   ///< sync points that split a traced function's graph
-  std::uint64_t cache_hits = 0;     ///< graphs served by an existing entry
-  std::uint64_t cache_misses = 0;   ///< graphs with no matching entry
-  std::uint64_t recompiles = 0;     ///< misses of a graph that had entries (a guard failed)
-  std::uint64_t fallbacks = 0;      ///< graphs run eagerly (recompile limit reached, or too large)
+  std::uint64_t unique_graphs = 0;               ///< graphs compiled (cache entries made)
+  std::uint64_t graph_breaks = 0;                ///< sync points that split a traced function's graph
+  std::uint64_t cache_hits = 0;                  ///< graphs served by an existing entry
+  std::uint64_t cache_misses = 0;                ///< graphs with no matching entry
+  std::uint64_t recompiles = 0;                  ///< misses of a graph that had entries (a guard failed)
+  std::uint64_t fallbacks = 0;                   ///< graphs run eagerly (recompile limit reached, or too large)
   std::uint64_t compiled_autograd_captures = 0;  ///< backward passes captured (cache misses)
   std::uint64_t compiled_autograd_hits = 0;      ///< backward passes whose tape matched a cached key
   std::uint64_t compiled_autograd_direct = 0;    ///< hits that ran the captured graph on collected inputs (no rule run)
@@ -54,8 +54,8 @@ inline void bump(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::m
 inline jit_counters counters() noexcept {
   auto& c = detail::counter_cells();
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return {r(c.unique_graphs), r(c.graph_breaks), r(c.cache_hits), r(c.cache_misses),
-          r(c.recompiles),    r(c.fallbacks),    r(c.ca_captures), r(c.ca_hits), r(c.ca_direct)};
+  return {r(c.unique_graphs), r(c.graph_breaks), r(c.cache_hits), r(c.cache_misses), r(c.recompiles),
+          r(c.fallbacks),     r(c.ca_captures),  r(c.ca_hits),    r(c.ca_direct)};
 }
 /// Sets every counter to zero.
 inline void reset_counters() noexcept {
@@ -129,7 +129,9 @@ inline sink_state& sink() {
 /// Turns on exactly the channels in `spec` (the `FUSEGRAD_LOGS` syntax; "" turns all off).
 inline void set(std::string_view spec) noexcept { detail::mask().store(parse(spec), std::memory_order_relaxed); }
 /// Whether channel `c` is on.
-[[nodiscard]] inline bool enabled(channel c) noexcept { return (detail::mask().load(std::memory_order_relaxed) & c) != 0; }
+[[nodiscard]] inline bool enabled(channel c) noexcept {
+  return (detail::mask().load(std::memory_order_relaxed) & c) != 0;
+}
 /// Sends log lines to `fn(channel, text)` instead of standard error (an empty function restores it).
 inline void set_sink(std::function<void(channel, std::string_view)> fn) {
   std::lock_guard lock(detail::sink().mu);
@@ -141,8 +143,9 @@ inline void emit(channel c, std::string_view text) {
   auto& s = detail::sink();
   std::lock_guard lock(s.mu);
   if (s.fn) s.fn(c, text);
-  else std::fprintf(stderr, "[fusegrad:%.*s] %.*s\n", static_cast<int>(name(c).size()), name(c).data(),
-                    static_cast<int>(text.size()), text.data());
+  else
+    std::fprintf(stderr, "[fusegrad:%.*s] %.*s\n", static_cast<int>(name(c).size()), name(c).data(),
+                 static_cast<int>(text.size()), text.data());
 }
 
 }  // namespace logs

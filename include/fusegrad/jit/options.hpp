@@ -14,8 +14,8 @@ namespace fusegrad {
 enum class jit_backend { fused, eager };
 
 struct jit_options {
-  bool fullgraph = false;   ///< a graph break throws `fusegrad::error` instead of splitting
-  int recompile_limit = 8;  ///< compiles per function before misses run eagerly
+  bool fullgraph = false;         ///< a graph break throws `fusegrad::error` instead of splitting
+  int recompile_limit = 8;        ///< compiles per function before misses run eagerly
   std::string name = "function";  ///< used in log lines
   jit_backend backend = jit_backend::fused;
   logs::channel graph_log = logs::graph;  ///< where a newly compiled graph is printed

@@ -56,7 +56,9 @@ class program {
   [[nodiscard]] static constexpr index_t tile_for(int streams, int buffers) noexcept {
     if (streams < many_streams) return min_tile;
     index_t t = max_tile;
-    while (t > min_tile && static_cast<std::size_t>(t) * sizeof(T) * static_cast<std::size_t>(std::max(buffers, 1)) > tile_bytes) t /= 2;
+    while (t > min_tile &&
+           static_cast<std::size_t>(t) * sizeof(T) * static_cast<std::size_t>(std::max(buffers, 1)) > tile_bytes)
+      t /= 2;
     return t;
   }
 
@@ -76,7 +78,8 @@ class program {
   /// The steps and their instructions, readable (what `FUSEGRAD_LOGS=output_code` prints).
   [[nodiscard]] std::string to_string() const;
   [[nodiscard]] std::size_t num_loops() const noexcept {
-    return static_cast<std::size_t>(std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
+    return static_cast<std::size_t>(
+        std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
   }
   [[nodiscard]] std::size_t num_steps() const noexcept { return steps_.size(); }
   [[nodiscard]] const graph<T>& source() const noexcept { return g_; }
@@ -85,9 +88,9 @@ class program {
  private:
   struct source_ref {
     int node = -1;
-    int reg = -1;       ///< in-loop value held in a tile register
-    bool splat = false; ///< one-element value splatted into a tile once per run
-    int slot = -1;      ///< its splat slot
+    int reg = -1;        ///< in-loop value held in a tile register
+    bool splat = false;  ///< one-element value splatted into a tile once per run
+    int slot = -1;       ///< its splat slot
   };
   struct instr {
     int node = -1;
@@ -154,9 +157,11 @@ class program {
   };
 
   /// The loop's tiles [lo, hi) with tile registers `regs` and reductions into `red`.
-  void run_tiles(const step& st, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs, reduction_state* red) const;
+  void run_tiles(const step& st, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
+                 reduction_state* red) const;
 
-  void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const;
+  void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space,
+                const std::vector<shape>* sizes) const;
 
   graph<T> g_;
   std::vector<int> outputs_;
@@ -256,10 +261,11 @@ std::string program<T>::to_string() const {
       s += "step " + std::to_string(l) + ": eager %" + std::to_string(st.code[0].node) + "\n";
       continue;
     }
-    s += "loop " + std::to_string(l) + " over " + fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) +
-         " in tiles of " + std::to_string(min_tile) +
-         (st.tile != min_tile ? " (of " + std::to_string(st.tile) + " where it streams from memory)" : std::string()) + " (" +
-         std::to_string(st.registers) + " registers):";
+    s += "loop " + std::to_string(l) + " over " +
+         fusegrad::to_string(ns[static_cast<std::size_t>(st.space_node)].sizes) + " in tiles of " +
+         std::to_string(min_tile) +
+         (st.tile != min_tile ? " (of " + std::to_string(st.tile) + " where it streams from memory)" : std::string()) +
+         " (" + std::to_string(st.registers) + " registers):";
     for (const auto& in : st.code) {
       s += (in.by_sibling ? "+%" : " %") + std::to_string(in.node);  // %3+%4: computed together
       if (in.reg >= 0) s += "->r" + std::to_string(in.reg);
@@ -289,7 +295,10 @@ void program<T>::lower() {
   for (std::size_t k = 0; k < N; ++k) {
     const auto& n = ns[k];
     if (!need_[k] || n.kind == node_kind::input || in_rows[k]) continue;
-    auto ok = [&](int c) { return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes || numel(ns[static_cast<std::size_t>(c)].sizes) == 1; };
+    auto ok = [&](int c) {
+      return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes ||
+             numel(ns[static_cast<std::size_t>(c)].sizes) == 1;
+    };
     switch (n.kind) {
       case node_kind::pointwise: tiled[k] = ok(n.a) && ok(n.b); break;
       case node_kind::expand: tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
@@ -304,19 +313,22 @@ void program<T>::lower() {
   std::vector<bool> after_rows(N, false);  // reads the row step, directly or not
   for (std::size_t k = 0; k < N; ++k)
     for (int c : {ns[k].a, ns[k].b})
-      if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k]) after_rows[k] = true;
+      if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k])
+        after_rows[k] = true;
   int rows_stage = 0;
   for (int round = 0; round < 2; ++round) {
     if (round == 1)  // the row step's stage, now that the values it reads have theirs
       for (std::size_t k = 0; k < N; ++k)
         if (in_rows[k])
           for (int c : {ns[k].a, ns[k].b})
-            if (c >= 0 && !in_rows[static_cast<std::size_t>(c)]) rows_stage = std::max(rows_stage, avail[static_cast<std::size_t>(c)]);
+            if (c >= 0 && !in_rows[static_cast<std::size_t>(c)])
+              rows_stage = std::max(rows_stage, avail[static_cast<std::size_t>(c)]);
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input || in_rows[k] || after_rows[k] != (round == 1)) continue;
       int in = 0;
       for (int c : {ns[k].a, ns[k].b})
-        if (c >= 0) in = std::max(in, in_rows[static_cast<std::size_t>(c)] ? rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
+        if (c >= 0)
+          in = std::max(in, in_rows[static_cast<std::size_t>(c)] ? rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
       stage[k] = in;
       avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
     }
@@ -338,7 +350,8 @@ void program<T>::lower() {
     } else if (tiled[k]) {
       const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
       for (std::size_t q = 0; q < keys.size(); ++q)
-        if (keys[q].first == stage[k] && keys[q].second >= 0 && ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
+        if (keys[q].first == stage[k] && keys[q].second >= 0 &&
+            ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
           found = static_cast<int>(q);
     }
     if (found < 0) {
@@ -354,7 +367,8 @@ void program<T>::lower() {
     if (step_of[k] >= 0)
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0 && step_of[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] != step_of[k])
-          dep[static_cast<std::size_t>(step_of[k])][static_cast<std::size_t>(step_of[static_cast<std::size_t>(c)])] = true;
+          dep[static_cast<std::size_t>(step_of[k])][static_cast<std::size_t>(step_of[static_cast<std::size_t>(c)])] =
+              true;
   std::vector<int> order;
   std::vector<bool> placed(L, false);
   while (order.size() < L) {
@@ -375,7 +389,8 @@ void program<T>::lower() {
     if (!need_[k] || ns[k].kind == node_kind::input) continue;
     if (reduction[k] || (!tiled[k] && !in_rows[k])) store[k] = true;
     for (int c : {ns[k].a, ns[k].b})
-      if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input && step_of[static_cast<std::size_t>(c)] != step_of[k])
+      if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input &&
+          step_of[static_cast<std::size_t>(c)] != step_of[k])
         store[static_cast<std::size_t>(c)] = true;
   }
   // Values a loop or the row step reads, and outputs, are made contiguous; a value only eager
@@ -395,7 +410,9 @@ void program<T>::lower() {
     for (std::size_t k = 0; k < N; ++k)
       if (step_of[k] >= 0)
         for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0) last[static_cast<std::size_t>(c)] = std::max(last[static_cast<std::size_t>(c)], position[static_cast<std::size_t>(step_of[k])]);
+          if (c >= 0)
+            last[static_cast<std::size_t>(c)] =
+                std::max(last[static_cast<std::size_t>(c)], position[static_cast<std::size_t>(step_of[k])]);
     for (int o : outputs_) last[static_cast<std::size_t>(o)] = -1;
     last_read_.assign(L, {});
     for (std::size_t k = 0; k < N; ++k)
@@ -505,7 +522,8 @@ std::vector<bool> program<T>::pair_siblings(std::vector<int>& members) const {
       const auto& m = ns[static_cast<std::size_t>(members[q])];
       if (m.kind != node_kind::pointwise || m.op != sib || m.a != n.a || m.b >= 0) continue;
       // (members between p and q read neither: q's only operand is before p)
-      std::rotate(members.begin() + static_cast<std::ptrdiff_t>(p) + 1, members.begin() + static_cast<std::ptrdiff_t>(q),
+      std::rotate(members.begin() + static_cast<std::ptrdiff_t>(p) + 1,
+                  members.begin() + static_cast<std::ptrdiff_t>(q),
                   members.begin() + static_cast<std::ptrdiff_t>(q) + 1);
       paired[p] = true;
       break;
@@ -563,7 +581,8 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
     const T* a = r.a + (t0 & r.am);
     if (r.skip) return;
     if (r.both) return r.both(a, r.d + (t0 & r.dm), r.d2 + (t0 & r.dm2), n);
-    if (r.fn) [[likely]] return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
+    if (r.fn) [[likely]]
+      return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
     switch (r.kind) {
       case node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
       case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
@@ -587,7 +606,8 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
 }
 
 template <Element T>
-void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const {
+void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space,
+                          const std::vector<shape>* sizes) const {
   auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
   const auto& ns = g_.nodes();
   const index_t total = numel(space);
@@ -636,7 +656,8 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
   }
   // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
   // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
-  const auto split = fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
+  const auto split =
+      fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
   if (split.count <= 1) {
     run_tiles(st, tile, pv.data(), 0, total, regs, red.data());
   } else {
@@ -662,7 +683,8 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
           red[p].tail = lanes::max(red[p].tail, r.tail);
         }
       } else if (is_reduction(kind) || kind == node_kind::sum_to) {
-        for (index_t b = 0; b < split.count; ++b) totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
+        for (index_t b = 0; b < split.count; ++b)
+          totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
         red[p].tail = fusegrad::detail::sum_of_blocks(totals.data(), split.count);
       }
     }

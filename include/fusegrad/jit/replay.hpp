@@ -49,8 +49,8 @@ struct call_key {
 template <Element T>
 struct traced_call {
   // The signature (with `call_key`'s layout, keys, same_as, alias_of and grad mode).
-  call_key<T> key;  ///< (its `tensors` left empty: a record holds no argument alive)
-  std::vector<shape> sizes;        ///< per argument tensor
+  call_key<T> key;           ///< (its `tensors` left empty: a record holds no argument alive)
+  std::vector<shape> sizes;  ///< per argument tensor
   std::vector<char> defined, requires_grad;
   // The replay.
   std::shared_ptr<const entry<T>> e;                 ///< null: the call traced no op
@@ -156,7 +156,8 @@ bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
     const tensor<T>& t = k.tensors[i];
     if (c.defined[i] != static_cast<char>(t.defined())) return false;
     if (!t.defined()) continue;
-    if (t.shape() != c.sizes[i] || c.requires_grad[i] != static_cast<char>(k.grad_mode && t.requires_grad())) return false;
+    if (t.shape() != c.sizes[i] || c.requires_grad[i] != static_cast<char>(k.grad_mode && t.requires_grad()))
+      return false;
   }
   return true;
 }
@@ -167,7 +168,8 @@ std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, cons
   auto& v = st.cache_of<T>().traced;
   for (std::size_t q = 0; q < v.size(); ++q)
     if (matches(*v[q], k)) {
-      std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(q), v.begin() + static_cast<std::ptrdiff_t>(q) + 1);
+      std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(q),
+                  v.begin() + static_cast<std::ptrdiff_t>(q) + 1);
       bump(counter_cells().cache_hits);
       return v.front();
     }
@@ -175,15 +177,16 @@ std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, cons
 }
 
 template <Element T>
-void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec, int other_flushes,
-                       const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
-                       std::vector<std::string> keys) {
+void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec,
+                       int other_flushes, const std::vector<const tensor_impl<T>*>& results,
+                       std::vector<std::size_t> counts, std::vector<std::string> keys) {
   const std::string& fn = st.opts.name;
   using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
   if (other_flushes > 0)
     fail("jit", "'", fn, "' (jitted with trace_once=true) traced ops on ", dtype_name<other>(),
          " tensors, but its tensor arguments are ", dtype_name<T>(),
-         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without trace_once");
+         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without "
+         "trace_once");
   // A graph that ran eagerly (past the recompile limit, or too large to compile) has no
   // program to replay: such a signature calls the function each time, as the default mode.
   if (rec.flushes > 0 && !rec.compiled) return;
@@ -199,10 +202,12 @@ void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace
       c->result.push_back(static_cast<int>(p - rec.targets.begin()));
       continue;
     }
-    const auto a = std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.raw_impl().get() == t; });
+    const auto a =
+        std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.raw_impl().get() == t; });
     if (a == k.tensors.end())
       fail("jit", "tensor ", r, " of the result of '", fn, "' (jitted with trace_once=true), of shape ",
-           fusegrad::to_string(t->sizes), ", was neither computed by the trace nor passed as an argument (a tensor "
+           fusegrad::to_string(t->sizes),
+           ", was neither computed by the trace nor passed as an argument (a tensor "
            "captured from outside, or made inside the function by a factory, a random op or an op the tracer does "
            "not capture); a replay does not call the function, so it would keep its first value. Compute it from the "
            "arguments with traced ops, or call fg::jit without trace_once");
@@ -216,7 +221,8 @@ void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace
   if (rec.flushes > 0) {
     c->e = rec.e;
     for (const tensor<T>& in : rec.inputs) {
-      const auto a = std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.is_same(in); });
+      const auto a =
+          std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.is_same(in); });
       if (a == k.tensors.end())  // (the trace refused such an input already)
         fail("jit", "internal error: a graph input of '", fn, "' is not one of its arguments");
       c->input_arg.push_back(static_cast<int>(a - k.tensors.begin()));
@@ -280,8 +286,10 @@ struct element_of<tensor<T>> {
   using type = T;
 };
 template <class X>
-  requires(!is_tensor_v<X> && requires { typename X::value_type; } && !std::is_void_v<typename element_of<typename X::value_type>::type>)
-struct element_of<X> : element_of<typename X::value_type> {};
+requires(!is_tensor_v<X> && requires { typename X::value_type; } &&
+         !std::is_void_v<typename element_of<typename X::value_type>::type>) struct element_of<X>
+    : element_of<typename X::value_type> {
+};
 template <class K, class V, class C, class A>
 struct element_of<std::map<K, V, C, A>> : element_of<V> {};
 
@@ -302,9 +310,16 @@ template <Element T, class A>
 constexpr bool takes_arg() {
   using X = std::remove_cvref_t<A>;
   if constexpr (std::is_same_v<X, tensor<T>> || std::is_arithmetic_v<X> || std::is_enum_v<X>) return true;
-  else if constexpr (requires { typename X::key_type; typename X::mapped_type; })
+  else if constexpr (requires {
+                       typename X::key_type;
+                       typename X::mapped_type;
+                     })
     return std::is_same_v<typename X::key_type, std::string> && std::is_same_v<typename X::mapped_type, tensor<T>>;
-  else if constexpr (requires(const X& x) { typename X::value_type; x.begin(); x.size(); })
+  else if constexpr (requires(const X& x) {
+                       typename X::value_type;
+                       x.begin();
+                       x.size();
+                     })
     return std::is_same_v<typename X::value_type, tensor<T>>;
   else return false;
 }
@@ -326,7 +341,10 @@ void add_arg(call_key<T>& k, const A& a) {
     k.layout.insert(k.layout.end(), {real_arg, std::bit_cast<std::int64_t>(static_cast<double>(a))});
   } else if constexpr (std::is_arithmetic_v<X> || std::is_enum_v<X>) {
     k.layout.insert(k.layout.end(), {integer_arg, static_cast<std::int64_t>(a)});
-  } else if constexpr (requires { typename X::key_type; typename X::mapped_type; }) {
+  } else if constexpr (requires {
+                         typename X::key_type;
+                         typename X::mapped_type;
+                       }) {
     k.layout.insert(k.layout.end(), {map_arg, static_cast<std::int64_t>(a.size())});
     for (const auto& [key, v] : a) {
       k.keys.push_back(key);
@@ -390,7 +408,7 @@ R rebuild(const std::vector<tensor<T>>& ts, const traced_call<T>& c, std::size_t
       r.emplace(key, rebuild<T, typename R::mapped_type>(ts, c, t, n, k));
     }
     return r;
-  } else if constexpr (requires(R& r) { r.push_back(std::declval<typename R::value_type>()); }) {
+  } else if constexpr (requires(R & r) { r.push_back(std::declval<typename R::value_type>()); }) {
     R r;
     const std::size_t count = c.result_counts[n++];
     r.reserve(count);
@@ -404,7 +422,8 @@ R rebuild(const std::vector<tensor<T>>& ts, const traced_call<T>& c, std::size_t
   } else {  // a pair or tuple, its elements in order
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return R{rebuild<T, std::tuple_element_t<I, R>>(ts, c, t, n, k)...};
-    }(std::make_index_sequence<std::tuple_size_v<R>>{});
+    }
+    (std::make_index_sequence<std::tuple_size_v<R>>{});
   }
 }
 

@@ -71,7 +71,7 @@ class row_step {
     int node = -1;
     int member = -1;  ///< index in mem_ when a member
     form f = form::none;
-    int splat = -1;   ///< splat slot (a full member's broadcast operand)
+    int splat = -1;  ///< splat slot (a full member's broadcast operand)
   };
   struct member {
     int node = -1;
@@ -80,7 +80,7 @@ class row_step {
     bool reduces = false;  ///< reduction or sum_to: full -> row scalar
     int pass = 0, ready = 0;
     int reg = -1, rowbuf = -1, scalar = -1;
-    int same = -1;  ///< a reduction: an earlier member reducing the same values the same way
+    int same = -1;       ///< a reduction: an earlier member reducing the same values the same way
     bool alias = false;  ///< an expand read as its operand's splat (no instruction)
     operand src[2];
   };
@@ -101,7 +101,9 @@ class row_step {
   static bool is_keep(const shape& s, const shape& S) {
     return s.size() == S.size() && std::equal(s.begin(), s.end() - 1, S.begin()) && s.back() == 1;
   }
-  static bool is_drop(const shape& s, const shape& S) { return s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin()); }
+  static bool is_drop(const shape& s, const shape& S) {
+    return s.size() + 1 == S.size() && std::equal(s.begin(), s.end(), S.begin());
+  }
   /// The form of `s` relative to rows of shape `S`.
   static form form_of(const shape& s, const shape& S) {
     return s == S ? form::full : is_keep(s, S) ? form::keep : is_drop(s, S) ? form::drop : form::none;
@@ -126,8 +128,9 @@ class row_step {
   static bool row_only(const graph<T>& g, std::size_t k, const shape& S);
 
   /// One row: its passes, each with the row scalars waiting for it first.
-  void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf, T* regs,
-               T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const;
+  void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width,
+               T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail,
+               iptr* ip) const;
 
   int space_ = -1;
   std::vector<member> mem_;
@@ -156,7 +159,8 @@ typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std:
     else if (n.kind == node_kind::expand || n.kind == node_kind::pointwise) cand = static_cast<int>(k);
     if (cand < 0) continue;
     const shape& cs = g.at(cand).sizes;
-    if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back()) continue;  // rows of one value, or one row: tile loops
+    if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back())
+      continue;  // rows of one value, or one row: tile loops
     if (eligible(g, k, cs, nullptr) && row_only(g, k, cs)) S = cs, out.space = cand;
   }
   if (S.empty()) return out;
@@ -186,7 +190,8 @@ typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std:
 }
 
 template <Element T>
-row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store) : space_(space) {
+row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store)
+    : space_(space) {
   const auto& ns = g.nodes();
   const shape& S = g.at(space_).sizes;
   std::vector<int> slot(ns.size(), -1);  // member -> index in mem_
@@ -230,7 +235,8 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
       const auto& n = ns[static_cast<std::size_t>(e.node)];
       for (std::size_t j = 0; j < static_cast<std::size_t>(&e - mem_.data()) && e.same < 0; ++j) {
         const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
-        if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims) e.same = static_cast<int>(j);
+        if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims)
+          e.same = static_cast<int>(j);
       }
     }
     if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
@@ -240,7 +246,8 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
   std::vector<int> last_pass(mem_.size(), -1);
   for (auto& e : mem_)
     for (const operand& o : e.src)
-      if (o.member >= 0) last_pass[static_cast<std::size_t>(o.member)] = std::max(last_pass[static_cast<std::size_t>(o.member)], e.pass);
+      if (o.member >= 0)
+        last_pass[static_cast<std::size_t>(o.member)] = std::max(last_pass[static_cast<std::size_t>(o.member)], e.pass);
   for (std::size_t i = 0; i < mem_.size(); ++i) {
     member& e = mem_[i];
     if (e.f == form::full) {
@@ -269,7 +276,8 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
       for (int s = 0; s < 2; ++s) {
         const operand& o = e.src[s];
         if (s == 1 && o.node == e.src[0].node) break;
-        if (o.member >= 0 && mem_[static_cast<std::size_t>(o.member)].reg >= 0 && mem_[static_cast<std::size_t>(o.member)].pass == p &&
+        if (o.member >= 0 && mem_[static_cast<std::size_t>(o.member)].reg >= 0 &&
+            mem_[static_cast<std::size_t>(o.member)].pass == p &&
             last_use[static_cast<std::size_t>(o.member)] == static_cast<int>(q))
           free_regs.push_back(mem_[static_cast<std::size_t>(o.member)].reg);
       }
@@ -333,14 +341,16 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
     return;
   }
   for (const auto& e : mem_)
-    if (e.store) vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
+    if (e.store)
+      vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
   // Read-only pointers to every operand tensor and member tensor, by node.
   thread_local std::vector<T*> data;
   data.assign(ns.size(), nullptr);
   for (const auto& e : mem_) {
     if (e.store) data[static_cast<std::size_t>(e.node)] = vals[static_cast<std::size_t>(e.node)].data_ptr();
     for (const operand& o : e.src)
-      if (o.node >= 0 && o.member < 0) data[static_cast<std::size_t>(o.node)] = vals[static_cast<std::size_t>(o.node)].data_ptr();
+      if (o.node >= 0 && o.member < 0)
+        data[static_cast<std::size_t>(o.node)] = vals[static_cast<std::size_t>(o.node)].data_ptr();
   }
   // What an averaging expand divides by: the count its reduction reduced.
   thread_local std::vector<T> divisor;
@@ -372,15 +382,17 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
     T* const regs = rowbuf + regs_at;
     T* const splat = regs + (splat_at - regs_at);
     T* const scal = regs + (scal_at - regs_at);
-    for (index_t r = r0; r < r1; ++r) run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
+    for (index_t r = r0; r < r1; ++r)
+      run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
   };
   fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
 }
 
 template <Element T>
 std::string row_step<T>::to_string(const graph<T>& g) const {
-  std::string s = "rows of " + fusegrad::to_string(g.at(space_).sizes) + " in " + std::to_string(passes_) + " passes (" +
-                  std::to_string(registers_) + " registers, " + std::to_string(rowbufs_) + " row buffers):";
+  std::string s = "rows of " + fusegrad::to_string(g.at(space_).sizes) + " in " + std::to_string(passes_) +
+                  " passes (" + std::to_string(registers_) + " registers, " + std::to_string(rowbufs_) +
+                  " row buffers):";
   for (int p = 0; p <= passes_; ++p) {
     std::string line;
     for (const auto& e : mem_) {
@@ -413,7 +425,8 @@ bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, con
       for (int c : {n.a, n.b}) {
         if (c < 0) continue;
         const form cf = fo(c);
-        const bool ok = f == form::full ? (cf == form::full || cf == form::keep || cf == form::one) : (cf == f || cf == form::one);
+        const bool ok =
+            f == form::full ? (cf == form::full || cf == form::keep || cf == form::one) : (cf == f || cf == form::one);
         if (!ok) return false;
       }
       return true;
@@ -444,8 +457,9 @@ bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
 }
 
 template <Element T>
-void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width, T* rowbuf,
-                          T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail, iptr* ip) const {
+void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C,
+                          index_t width, T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
+                          simd<T>* macc, T* mtail, iptr* ip) const {
   const index_t off = r * C;
   // A row scalar operand's value for this row.
   auto scalar_of = [&](const operand& o) -> T {

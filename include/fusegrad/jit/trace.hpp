@@ -56,7 +56,9 @@ class trace final : public recorder<T>, public lazy_source {
     std::uint64_t dims = 0;
     for (std::size_t d = 0; d < mask.size(); ++d)
       if (mask[d]) dims |= std::uint64_t{1} << d;
-    const auto kind = k == reduce_op::sum ? ir::node_kind::sum : k == reduce_op::mean ? ir::node_kind::mean : ir::node_kind::max;
+    const auto kind = k == reduce_op::sum    ? ir::node_kind::sum
+                      : k == reduce_op::mean ? ir::node_kind::mean
+                                             : ir::node_kind::max;
     const int id = g_.add_reduction(kind, ix, mask.empty() ? 0 : dims, keepdim);
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
@@ -70,7 +72,8 @@ class trace final : public recorder<T>, public lazy_source {
   }
   tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) override {
     split_on_grad_mode();
-    if (mask.size() > ir::max_rank) fail("jit", "a traced tensor has ", mask.size(), " dims; expected at most ", ir::max_rank);
+    if (mask.size() > ir::max_rank)
+      fail("jit", "a traced tensor has ", mask.size(), " dims; expected at most ", ir::max_rank);
     std::uint64_t dims = 0;
     for (std::size_t d = 0; d < mask.size(); ++d)
       if (mask[d]) dims |= std::uint64_t{1} << d;
@@ -79,8 +82,9 @@ class trace final : public recorder<T>, public lazy_source {
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
-  std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs, const std::vector<tensor<T>>& inputs,
-                                const std::vector<shape>* sizes, const std::vector<ir::call_fn<T>>* fns) override {
+  std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
+                                const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+                                const std::vector<ir::call_fn<T>>* fns) override {
     split_on_grad_mode();
     const int aot = next_aot_++;  // the inlined nodes print as %aot<id>_<node of b>
     std::vector<int> map(b.size(), -1);
@@ -155,7 +159,8 @@ class trace final : public recorder<T>, public lazy_source {
     if (from > g_.size()) from = 0;  // the graph broke in between: the nodes since
     const int aot = next_aot_++;
     for (std::size_t k = from; k < g_.size(); ++k)
-      if (g_.nodes()[k].kind != ir::node_kind::input) aot_.push_back({static_cast<int>(k), aot, static_cast<int>(k - from)});
+      if (g_.nodes()[k].kind != ir::node_kind::input)
+        aot_.push_back({static_cast<int>(k), aot, static_cast<int>(k - from)});
   }
   void accumulate_grad(const tensor<T>& g) override {
     if (const auto& impl = g.raw_impl(); impl && impl->lazy == this) accumulated_.push_back(impl->lazy_node);
@@ -164,16 +169,18 @@ class trace final : public recorder<T>, public lazy_source {
     const auto& impl = t.raw_impl();
     if (!impl || impl->lazy != this) return false;
     if (traces_once())
-      fail("register_hook", "a tensor hook (register_hook or retain_grad) registered inside '", st_->opts.name,
-           "', which is jitted with trace_once=true, would run only for the call that traced it: a replay does not call "
-           "the function. Register it on the result after the call, or call fg::jit without trace_once");
+      fail(
+          "register_hook", "a tensor hook (register_hook or retain_grad) registered inside '", st_->opts.name,
+          "', which is jitted with trace_once=true, would run only for the call that traced it: a replay does not call "
+          "the function. Register it on the result after the call, or call fg::jit without trace_once");
     hooks_.emplace_back(impl->lazy_node, h);
     return true;
   }
   bool remove_hook(const tensor<T>& t, std::uint64_t id, bool& removed) override {
     const auto& impl = t.raw_impl();
     if (!impl || impl->lazy != this) return false;
-    const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const auto& h) { return h.first == impl->lazy_node && h.second.id == id; });
+    const auto it = std::find_if(hooks_.begin(), hooks_.end(),
+                                 [&](const auto& h) { return h.first == impl->lazy_node && h.second.id == id; });
     removed = it != hooks_.end();
     if (removed) hooks_.erase(it);
     return true;
@@ -274,7 +281,8 @@ class trace final : public recorder<T>, public lazy_source {
         if (inputs_[i].raw_impl().get() == impl) return input_nodes_[i];
       return -1;
     }
-    for (std::size_t i = input_index_.size(); i < inputs_.size(); ++i) input_index_.emplace(inputs_[i].raw_impl().get(), i);
+    for (std::size_t i = input_index_.size(); i < inputs_.size(); ++i)
+      input_index_.emplace(inputs_[i].raw_impl().get(), i);
     const auto it = input_index_.find(impl);
     return it == input_index_.end() ? -1 : input_nodes_[it->second];
   }
@@ -325,13 +333,13 @@ class trace final : public recorder<T>, public lazy_source {
   std::vector<tensor<T>> inputs_;
   std::vector<int> input_nodes_;
   std::unordered_map<const tensor_impl<T>*, std::size_t> input_index_;  // inputs_[i] by tensor, when there are many
-  std::unordered_map<const void*, int> first_of_storage_;                // flush's aliasing of inputs (see find_aliases)
-  std::vector<char> rg_;  ///< node needs grad
+  std::unordered_map<const void*, int> first_of_storage_;               // flush's aliasing of inputs (see find_aliases)
+  std::vector<char> rg_;                                                ///< node needs grad
   bool grad_mode_ = true;
   std::vector<std::pair<int, std::weak_ptr<tensor_impl<T>>>> lazies_;
   std::vector<arg_name> names_;
-  std::vector<ir::call_fn<T>> calls_;     ///< the functions of the graph's call nodes, by slot
-  std::vector<std::string> call_names_;  ///< their names, for the printed graph
+  std::vector<ir::call_fn<T>> calls_;         ///< the functions of the graph's call nodes, by slot
+  std::vector<std::string> call_names_;       ///< their names, for the printed graph
   std::vector<std::uint64_t> call_hook_ids_;  ///< per slot: the tape hook's id (0: a call; ~0: a replayed graph's)
   // For the printed graph: inlined backwards (node, aot id, node in its backward graph) and
   // the values AccumulateGrad hands to leaves.
@@ -350,7 +358,8 @@ class trace final : public recorder<T>, public lazy_source {
     std::vector<std::string> labels;
     if (!aot_.empty()) {
       labels.resize(g_.size());
-      for (const auto& a : aot_) labels[static_cast<std::size_t>(a.node)] = "aot" + std::to_string(a.aot) + "_" + std::to_string(a.local);
+      for (const auto& a : aot_)
+        labels[static_cast<std::size_t>(a.node)] = "aot" + std::to_string(a.aot) + "_" + std::to_string(a.local);
     }
     std::string s = g_.to_string(input_names, labels, call_names_);
     for (std::size_t h = 0; h < hooks_.size(); ++h) {
@@ -361,8 +370,9 @@ class trace final : public recorder<T>, public lazy_source {
     }
     for (int k : accumulated_) {
       s += "accumulate_grad(%";
-      s += static_cast<std::size_t>(k) < labels.size() && !labels[static_cast<std::size_t>(k)].empty() ? labels[static_cast<std::size_t>(k)]
-                                                                                                       : std::to_string(k);
+      s += static_cast<std::size_t>(k) < labels.size() && !labels[static_cast<std::size_t>(k)].empty()
+               ? labels[static_cast<std::size_t>(k)]
+               : std::to_string(k);
       s += ")\n";
     }
     return s;
@@ -389,7 +399,8 @@ void trace<T>::refuse_unreplayable(std::string_view why, bool is_break) const {
          "the function, so nothing would compute that value. Read it after the call (return the tensor), or call "
          "fg::jit without trace_once");
   if (!calls_.empty())
-    fail(call_names_.front(), "'", fn, "' (jitted with trace_once=true) traced an opaque call, whose function is the "
+    fail(call_names_.front(), "'", fn,
+         "' (jitted with trace_once=true) traced an opaque call, whose function is the "
          "call's own; call fg::jit without trace_once");
   for (std::size_t i = 0; i < inputs_.size(); ++i) {
     const auto& impl = inputs_[i].raw_impl();
@@ -402,7 +413,8 @@ void trace<T>::refuse_unreplayable(std::string_view why, bool is_break) const {
       }
     fail(op, "'", fn, "' (jitted with trace_once=true) reads a tensor of shape ", fusegrad::to_string(impl->sizes),
          " that is not one of its arguments",
-         impl->grad_fn ? cat(" (computed by ", impl->grad_fn->name(), ", an op the tracer does not capture)") : std::string(),
+         impl->grad_fn ? cat(" (computed by ", impl->grad_fn->name(), ", an op the tracer does not capture)")
+                       : std::string(),
          ". A replay does not call the function, so a tensor captured from outside, made inside it by a factory or a "
          "random op (randn, rand, zeros, ...), or computed by an op the tracer does not capture (matmul, views) "
          "would keep its first call's value. Pass it as an argument, or call fg::jit without trace_once");

@@ -73,10 +73,16 @@ class tracing_scope {
     using X = std::remove_cvref_t<A>;
     if constexpr (is_tensor_v<X>) {
       name_tensor(a, i, -1, nullptr);
-    } else if constexpr (requires { typename X::key_type; typename X::mapped_type; }) {
+    } else if constexpr (requires {
+                           typename X::key_type;
+                           typename X::mapped_type;
+                         }) {
       if constexpr (is_tensor_v<typename X::mapped_type> && std::is_same_v<typename X::key_type, std::string>)
         for (const auto& [k, v] : a) name_tensor(v, i, -1, &k);
-    } else if constexpr (requires { typename X::value_type; a.begin(); }) {
+    } else if constexpr (requires {
+                           typename X::value_type;
+                           a.begin();
+                         }) {
       if constexpr (is_tensor_v<typename X::value_type>) {
         int j = 0;
         for (const auto& v : a) name_tensor(v, i, j++, nullptr);

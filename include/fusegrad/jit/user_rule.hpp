@@ -56,10 +56,14 @@ class rule_recorder final : public recorder<T>, public lazy_source {
     std::uint64_t dims = 0;
     for (std::size_t d = 0; d < mask.size() && d < ir::max_rank; ++d)
       if (mask[d]) dims |= std::uint64_t{1} << d;
-    const auto kind = k == reduce_op::sum ? ir::node_kind::sum : k == reduce_op::mean ? ir::node_kind::mean : ir::node_kind::max;
+    const auto kind = k == reduce_op::sum    ? ir::node_kind::sum
+                      : k == reduce_op::mean ? ir::node_kind::mean
+                                             : ir::node_kind::max;
     return lazy(g_.add_reduction(kind, node_of(x), mask.empty() ? 0 : dims, keepdim));
   }
-  tensor<T> sum_to(const tensor<T>& g, const shape& target) override { return lazy(g_.add_sum_to_shape(node_of(g), target)); }
+  tensor<T> sum_to(const tensor<T>& g, const shape& target) override {
+    return lazy(g_.add_sum_to_shape(node_of(g), target));
+  }
   tensor<T> expand(const tensor<T>& g, const shape& target, const std::vector<bool>& mask) override {
     std::uint64_t dims = 0;
     for (std::size_t d = 0; d < mask.size() && d < ir::max_rank; ++d)
@@ -68,13 +72,14 @@ class rule_recorder final : public recorder<T>, public lazy_source {
   }
   void sync(std::string_view why) override { refuse(why); }
   void realize(std::string_view why) override { refuse(why); }
-  std::vector<tensor<T>> replay(const ir::graph<T>&, const std::vector<int>&, const std::vector<tensor<T>>&,
-                                const std::vector<shape>*,
-                                const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>*) override {
+  std::vector<tensor<T>> replay(
+      const ir::graph<T>&, const std::vector<int>&, const std::vector<tensor<T>>&, const std::vector<shape>*,
+      const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>*) override {
     refuse("a compiled function's backward");
   }
-  tensor<T> call(bool, std::string_view name, const shape&, std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>,
-                 const tensor<T>&, const tensor<T>*, std::uint64_t) override {
+  tensor<T> call(bool, std::string_view name, const shape&,
+                 std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>, const tensor<T>&, const tensor<T>*,
+                 std::uint64_t) override {
     refuse(name);
   }
   tensor<T> custom(int fn, const tensor<T>&, const std::vector<tensor<T>>&,

@@ -108,15 +108,15 @@ class fused_runner {
     std::vector<const T*> slot, lrow, lp;  ///< `lp`: per load, its data
     std::vector<T*> dst, wp;               ///< `wp`: per store, then per reduction, its output's data
     std::vector<index_t> step, lstep, is, base;
-    std::vector<char> rmax, direct;        ///< per reduction: a max; written directly (see `set_direct`)
-    std::vector<T> divisor, tail, regs;    ///< `divisor`: per load, what a mean's gradient divides by
+    std::vector<char> rmax, direct;      ///< per reduction: a max; written directly (see `set_direct`)
+    std::vector<T> divisor, tail, regs;  ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
     std::vector<V> acc;
-    std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
-    std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
-    std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
-    std::vector<char> colf;             ///< per reduction: in the column form
-    std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
+    std::vector<running_sum<T>> rsum;  ///< per reduction: a row-form sum
+    std::vector<column_sums<T>> cols;  ///< per reduction: a column-form sum
+    std::vector<T*> cur;               ///< per reduction: the output `rsum` adds up
+    std::vector<char> colf;            ///< per reduction: in the column form
+    std::vector<int> redir;            ///< per element-wise node: the reduction it writes (-1: none)
     std::size_t load_cap = 0, node_cap = 0, store_cap = 0, reduction_cap = 0;  ///< the counts the buffers fit
 
     /// Makes the buffers fit `loads` loads, `nodes` element-wise nodes, `stores` stores and
@@ -163,7 +163,8 @@ class fused_runner {
   void eval_pointwise(int c) {
     tensor<T> r = empty<T>(shape_of(c));
     const int b = children_of(c)[1];
-    if (r.numel() > 0) map_strided<T>(nodes_.kernels[c], nodes_.state[c], value(children_of(c)[0]), b >= 0 ? &value(b) : nullptr, r);
+    if (r.numel() > 0)
+      map_strided<T>(nodes_.kernels[c], nodes_.state[c], value(children_of(c)[0]), b >= 0 ? &value(b) : nullptr, r);
     value(c) = std::move(r);
   }
 
@@ -194,7 +195,8 @@ class fused_runner {
 
   /// Whether stage `S` has a loop: something to store or to reduce.
   bool has_loop(int S) const {
-    return layout_.first_store[S] != layout_.first_store[S + 1] || layout_.first_reduce[S] != layout_.first_reduce[S + 1];
+    return layout_.first_store[S] != layout_.first_store[S + 1] ||
+           layout_.first_reduce[S] != layout_.first_reduce[S + 1];
   }
   /// Whether reduction `c` of stage `S` reduces one element that the stage loads (its value is
   /// that element, whatever it sums or takes the max of, known before the loop): the gradient
@@ -257,8 +259,9 @@ class fused_runner {
     grow(static_cast<std::size_t>(r1 - r0), sc.direct);
     for (int j = r0; j < r1; ++j) {
       const int c = layout_.reduce_nodes[j];
-      sc.direct[static_cast<std::size_t>(j - r0)] =
-          of_one_element(S, c) && numel(space) > 1 ? set_before : static_cast<char>(shape_of(c) == space && numel(space) > 1);
+      sc.direct[static_cast<std::size_t>(j - r0)] = of_one_element(S, c) && numel(space) > 1
+                                                        ? set_before
+                                                        : static_cast<char>(shape_of(c) == space && numel(space) > 1);
     }
   }
   /// A mean's sums divided by the count each holds: outputs [e0, e1) of reduction `c`.
@@ -270,7 +273,8 @@ class fused_runner {
   /// Every mean of stage `S`, once its sums are complete.
   void divide_means(int S) {
     for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j)
-      if (is_mean(layout_.reduce_nodes[j])) divide_mean(layout_.reduce_nodes[j], 0, value(layout_.reduce_nodes[j]).numel());
+      if (is_mean(layout_.reduce_nodes[j]))
+        divide_mean(layout_.reduce_nodes[j], 0, value(layout_.reduce_nodes[j]).numel());
   }
 
   // ---- a stage's loop: its strategies and the choice among them --------------------------
@@ -299,7 +303,8 @@ class fused_runner {
   /// its plan in `sc`), else the general one. Others are walked in strided rows where one pass
   /// over the space computes every output (`one_pass_covers`), else node by node.
   loop_strategy choose_strategy(int S, const shape& space, scratch& sc) {
-    if (operands_share_space(S, space)) return fits_plain_pass(S, space, sc) ? loop_strategy::plain_pass : loop_strategy::one_row;
+    if (operands_share_space(S, space))
+      return fits_plain_pass(S, space, sc) ? loop_strategy::plain_pass : loop_strategy::one_row;
     return one_pass_covers(S, space) ? loop_strategy::strided_rows : loop_strategy::node_by_node;
   }
   /// The usual case: every load and store of stage `S` has the space's shape and every
@@ -307,12 +312,14 @@ class fused_runner {
   /// strides, and nothing more to check.
   bool operands_share_space(int S, const shape& space) const {
     for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
-      if (desc(layout_.load_nodes[j]).kind == gkind::unreduce || !(shape_of(layout_.load_nodes[j]) == space)) return false;
+      if (desc(layout_.load_nodes[j]).kind == gkind::unreduce || !(shape_of(layout_.load_nodes[j]) == space))
+        return false;
     for (int j = layout_.first_store[S]; j < layout_.first_store[S + 1]; ++j)
       if (!(shape_of(layout_.store_nodes[j]) == space)) return false;
     for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) {
       const shape& out = shape_of(layout_.reduce_nodes[j]);
-      if (!(shape_of(children_of(layout_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1))) return false;
+      if (!(shape_of(children_of(layout_.reduce_nodes[j])[0]) == space && (out == space || numel(out) == 1)))
+        return false;
     }
     return true;
   }
@@ -323,18 +330,21 @@ class fused_runner {
     const int w0 = layout_.first_store[S], w1 = layout_.first_store[S + 1], r0 = layout_.first_reduce[S],
               r1 = layout_.first_reduce[S + 1];
     for (int j = r0; j < r1; ++j)
-      if (!(shape_of(children_of(layout_.reduce_nodes[j])[0]) == space || of_one_element(S, layout_.reduce_nodes[j]))) return false;
+      if (!(shape_of(children_of(layout_.reduce_nodes[j])[0]) == space || of_one_element(S, layout_.reduce_nodes[j])))
+        return false;
     // A store is written by visiting the space's elements: a store with elements over an
     // empty space (its dims of size 1 broadcast to 0: x [0, 3] * y [3] makes y's gradient
     // a [3] sum over nothing) would be left unwritten, so such a stage runs node by node.
     const bool empty_space = numel(space) == 0;
     for (int j = w0; j < w1; ++j)
-      if (!broadcasts_to(shape_of(layout_.store_nodes[j]), space) || (empty_space && numel(shape_of(layout_.store_nodes[j])) > 0))
+      if (!broadcasts_to(shape_of(layout_.store_nodes[j]), space) ||
+          (empty_space && numel(shape_of(layout_.store_nodes[j])) > 0))
         return false;
     // A sum whose outputs would take their values in interleaved runs of rows (a [1, n, 1]
     // gradient of an [m, n, k] value) runs node by node too (see `sum_rows_in_order`).
     for (int j = r0; j < r1; ++j)
-      if (!(is_max(layout_.reduce_nodes[j]) || sum_rows_in_order(space, sum_view(layout_.reduce_nodes[j], space)))) return false;
+      if (!(is_max(layout_.reduce_nodes[j]) || sum_rows_in_order(space, sum_view(layout_.reduce_nodes[j], space))))
+        return false;
     return true;
   }
 
@@ -342,7 +352,8 @@ class fused_runner {
   /// element-wise nodes, then its reductions.
   void run_node_by_node(int S) {
     for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
-      if (desc(layout_.load_nodes[j]).kind == gkind::unreduce && !value(layout_.load_nodes[j]).defined()) eval(layout_.load_nodes[j]);
+      if (desc(layout_.load_nodes[j]).kind == gkind::unreduce && !value(layout_.load_nodes[j]).defined())
+        eval(layout_.load_nodes[j]);
     for (int q = layout_.first_compute[S]; q < layout_.first_compute[S + 1]; ++q) {
       const int c = layout_.compute_nodes[q];
       if (layout_.tile_register[q] < 0) value(c) = value(layout_.value_child[c]);
@@ -409,7 +420,8 @@ class fused_runner {
       // Written by its node (2), or a copy of a load (1: the general pass copies it tile by
       // tile; here in one piece after the row).
       if (redirect(S, j, redir)) sc.direct[j] = 2;
-      else if (layout_.reduce_slot[span.first_reduction + static_cast<int>(j)] < static_cast<int>(span.loads)) sc.direct[j] = 1;
+      else if (layout_.reduce_slot[span.first_reduction + static_cast<int>(j)] < static_cast<int>(span.loads))
+        sc.direct[j] = 1;
       else return false;
     }
     return true;
@@ -447,8 +459,8 @@ class fused_runner {
       sc.step[q] = step;
     }
     sc.slot[loads + nodes] = nullptr;  // the second operand of a unary node
-    const row_args<T> args{nodes_.state, sc.slot.data(), sc.lrow.data(), sc.lstep.data(), sc.dst.data(), sc.step.data(),
-                           nullptr, nullptr, nullptr};
+    const row_args<T> args{nodes_.state,   sc.slot.data(), sc.lrow.data(), sc.lstep.data(), sc.dst.data(),
+                           sc.step.data(), nullptr,        nullptr,        nullptr};
     bodies_[S](args, total);
     for (std::size_t j = 0; j < span.reductions; ++j)
       if (sc.direct[j] == 1) {
@@ -505,8 +517,9 @@ class fused_runner {
       if (!block || block->first) sc.cur[j] = nullptr;  // a row-form sum's current output
       sc.colf[j] = 0;                                   // a column-form sum (set up by `start_column_sums`)
     }
-    const work main{regs,          loadbuf,        sc.slot.data(), sc.dst.data(),  sc.step.data(), sc.lrow.data(),
-                    sc.lstep.data(), sc.acc.data(), sc.tail.data(), sc.rsum.data(), sc.cur.data(), false};
+    const work main{regs,           loadbuf,        sc.slot.data(),  sc.dst.data(),
+                    sc.step.data(), sc.lrow.data(), sc.lstep.data(), sc.acc.data(),
+                    sc.tail.data(), sc.rsum.data(), sc.cur.data(),   false};
     return {S,
             span,
             sc,
@@ -585,11 +598,19 @@ class fused_runner {
     start_row_reductions(p, w, base, is);
     scratch& sc = p.sc;
     const std::size_t reductions = p.span.reductions;
-    tile_hooks h{w.slot,       w.lrow,        w.lstep,       sc.divisor.data(), w.loadbuf,       p.span.loads,
-                 p.span.stores, reductions,   base,          is,                sc.wp.data(),    p.store_slot,
-                 p.reduce_slot, sc.direct.data(), sc.rmax.data(), w.acc,        w.tail,          w.rsum};
-    const row_args<T> args{nodes_.state, w.slot, w.lrow, w.lstep, w.dst, w.step, scaled ? &tile_hooks::before : nullptr,
-                           reductions > 0 || one_element_store ? &tile_hooks::after : nullptr, &h};
+    tile_hooks h{
+        w.slot, w.lrow, w.lstep,      sc.divisor.data(), w.loadbuf,     p.span.loads,     p.span.stores,  reductions,
+        base,   is,     sc.wp.data(), p.store_slot,      p.reduce_slot, sc.direct.data(), sc.rmax.data(), w.acc,
+        w.tail, w.rsum};
+    const row_args<T> args{nodes_.state,
+                           w.slot,
+                           w.lrow,
+                           w.lstep,
+                           w.dst,
+                           w.step,
+                           scaled ? &tile_hooks::before : nullptr,
+                           reductions > 0 || one_element_store ? &tile_hooks::after : nullptr,
+                           &h};
     p.body(args, n);
     end_row_reductions(p, w, base, n, is);
   }
@@ -627,13 +648,15 @@ class fused_runner {
       const int sw = p.store_index[q];
       const bool to_store = sw >= 0 && is[p.span.store_operand(static_cast<std::size_t>(sw))] != 0;
       one_element_store = one_element_store || (sw >= 0 && !to_store);
-      w.dst[q] = to_store ? wp[sw] + base[p.span.store_operand(static_cast<std::size_t>(sw))]
-                          : (p.tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(p.tile_register[q]) * tile_elems
-                                                     : nullptr);
+      w.dst[q] = to_store
+                     ? wp[sw] + base[p.span.store_operand(static_cast<std::size_t>(sw))]
+                     : (p.tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(p.tile_register[q]) * tile_elems
+                                                : nullptr);
       w.step[q] = to_store ? 1 : 0;
       const int rj = redir[q];
       if (rj >= 0 && is[p.span.reduction_operand(static_cast<std::size_t>(rj))] != 0) {
-        w.dst[q] = wp[p.span.stores + static_cast<std::size_t>(rj)] + base[p.span.reduction_operand(static_cast<std::size_t>(rj))];
+        w.dst[q] = wp[p.span.stores + static_cast<std::size_t>(rj)] +
+                   base[p.span.reduction_operand(static_cast<std::size_t>(rj))];
         w.step[q] = 1;
       }
     }
@@ -641,7 +664,8 @@ class fused_runner {
   }
   /// The reductions' state at the row's start: a max starts afresh; a row-form sum moving on
   /// to its next output stores the total of the one before.
-  [[gnu::always_inline]] static void start_row_reductions(const pass_state& p, work& w, const index_t* base, const index_t* is) {
+  [[gnu::always_inline]] static void start_row_reductions(const pass_state& p, work& w, const index_t* base,
+                                                          const index_t* is) {
     const scratch& sc = p.sc;
     T* const* const wp = sc.wp.data();
     for (std::size_t j = 0; j < p.span.reductions; ++j) {
@@ -718,8 +742,18 @@ class fused_runner {
     grow(nodes, bs.dst, bs.step);
     grow(loads, bs.lrow, bs.lstep);
     grow(p.span.operand_count(), bs.base);
-    return work{bs.regs.data(), bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
-                bs.slot.data(), bs.dst.data(), bs.step.data(), bs.lrow.data(), bs.lstep.data(), acc, tail, rsum, cur, true};
+    return work{bs.regs.data(),
+                bs.regs.data() + static_cast<std::ptrdiff_t>(nregs) * tile_elems,
+                bs.slot.data(),
+                bs.dst.data(),
+                bs.step.data(),
+                bs.lrow.data(),
+                bs.lstep.data(),
+                acc,
+                tail,
+                rsum,
+                cur,
+                true};
   }
 
   /// The one row of `total` elements on all threads: blocks of 2^j sum chunks, each with its
@@ -831,7 +865,8 @@ class fused_runner {
       const int c = p.reduce_nodes[j];
       sc.wp[p.span.stores + j] = value(c).data_ptr();
       const shape view_shape = sum_view(c, it);
-      st[p.span.reduction_operand(j)] = broadcast_strides(alias(value(c), view_shape, contiguous_strides(view_shape), 0), it);
+      st[p.span.reduction_operand(j)] =
+          broadcast_strides(alias(value(c), view_shape, contiguous_strides(view_shape), 0), it);
     }
   }
   /// The space the rows walk, the operands' strides rewritten to it: one 1-D row when every
@@ -844,11 +879,13 @@ class fused_runner {
     const strides full = contiguous_strides(it);
     auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
     bool flat = true;
-    for (std::size_t q = 0; q < operands_n && flat; ++q) flat = st[q] == full || (q >= first_reduction && is_zero(st[q]));
+    for (std::size_t q = 0; q < operands_n && flat; ++q)
+      flat = st[q] == full || (q >= first_reduction && is_zero(st[q]));
     shape space = it;
     if (flat && !block) {
       space = shape{numel(it)};
-      for (std::size_t q = 0; q < operands_n; ++q) st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+      for (std::size_t q = 0; q < operands_n; ++q)
+        st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
     } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
       space.clear();
       for (std::size_t k = 0; k < it.size(); ++k)
@@ -951,7 +988,8 @@ class fused_runner {
     const index_t rows = row_count(space), per = std::max<index_t>(1, row_block_elems / space.back());
     if (make_group_outputs(S0, E, space)) {
       const index_t grain_rows = std::max<index_t>(per, parallel_grain() / space.back());
-      parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) { run_group_rows(S0, E, space, per, r0, r1); }, per);
+      parallel_for(
+          rows, grain_rows, [&](index_t r0, index_t r1) { run_group_rows(S0, E, space, per, r0, r1); }, per);
     } else {
       run_group_rows(S0, E, space, per, 0, rows);
     }

@@ -29,19 +29,19 @@ struct fused_layout {
   int stages = 0;
   // Stage s owns entries [first_x[s], first_x[s + 1]) of each list x_nodes.
   std::array<int, M + 1> first_compute{}, first_reduce{}, first_store{}, first_load{}, first_matmul{};
-  std::array<int, M> compute_nodes{};  ///< element-wise nodes, in the order the loop runs them
-  std::array<int, M> reduce_nodes{};   ///< reductions the loop accumulates
-  std::array<int, M> store_nodes{};    ///< element-wise values the loop stores
-  std::array<int, M> matmul_nodes{};   ///< matrix products run before the loop
+  std::array<int, M> compute_nodes{};   ///< element-wise nodes, in the order the loop runs them
+  std::array<int, M> reduce_nodes{};    ///< reductions the loop accumulates
+  std::array<int, M> store_nodes{};     ///< element-wise values the loop stores
+  std::array<int, M> matmul_nodes{};    ///< matrix products run before the loop
   std::array<int, 3 * M> load_nodes{};  ///< values the loop reads from memory
-  std::array<int, M> tile_register{};  ///< per `compute_nodes` entry: its tile register (-1: a custom node)
-  std::array<int, M> store_index{};    ///< per `compute_nodes` entry: its index among the stage's stores, or -1
+  std::array<int, M> tile_register{};   ///< per `compute_nodes` entry: its tile register (-1: a custom node)
+  std::array<int, M> store_index{};     ///< per `compute_nodes` entry: its index among the stage's stores, or -1
   std::array<int, M> a_slot{}, b_slot{}, out_slot{};  ///< per `compute_nodes` entry (b: the null slot if unary)
-  std::array<int, M> store_slot{};     ///< per `store_nodes` entry: the slot holding the stored value
-  std::array<int, M> reduce_slot{};    ///< per `reduce_nodes` entry: the slot the reduction reads
-  std::array<int, M + 1> register_count{};  ///< per stage: tile registers
-  std::array<int, M> value_child{};  ///< a custom node: the operand holding its value
-  std::array<bool, M> kept_unreduce{};  ///< a broadcast-of-a-reduction the caller reads
+  std::array<int, M> store_slot{};                    ///< per `store_nodes` entry: the slot holding the stored value
+  std::array<int, M> reduce_slot{};                   ///< per `reduce_nodes` entry: the slot the reduction reads
+  std::array<int, M + 1> register_count{};            ///< per stage: tile registers
+  std::array<int, M> value_child{};                   ///< a custom node: the operand holding its value
+  std::array<bool, M> kept_unreduce{};                ///< a broadcast-of-a-reduction the caller reads
   // A node's own facts (kind, reduction kind and axis, operands) are its `node_desc`.
 };
 

@@ -143,7 +143,8 @@ struct stage_batches {
     }
     return k;
   }();
-  static constexpr int clusters = in_registers ? 1 : (node_count > cluster_stage_nodes ? 0 : cluster_of[node_count > 0 ? node_count - 1 : 0] + 1);
+  static constexpr int clusters =
+      in_registers ? 1 : (node_count > cluster_stage_nodes ? 0 : cluster_of[node_count > 0 ? node_count - 1 : 0] + 1);
   /// Per cluster, the slots its batches load (read, not computed in it), and per node whether
   /// a later cluster reads its value (it writes it to its tile register).
   static constexpr std::size_t slot_count = load_count + node_count + 1;
@@ -157,7 +158,8 @@ struct stage_batches {
       const auto K = static_cast<std::size_t>(cluster_of[q]);
       const bool custom_node = L.tile_register[c0 + q] < 0;
       for (int sl : {custom_node ? L.out_slot[c0 + q] : L.a_slot[c0 + q], custom_node ? -1 : L.b_slot[c0 + q]})
-        if (sl >= 0 && static_cast<std::size_t>(sl) != slot_count - 1 && made[static_cast<std::size_t>(sl)] != static_cast<int>(K))
+        if (sl >= 0 && static_cast<std::size_t>(sl) != slot_count - 1 &&
+            made[static_cast<std::size_t>(sl)] != static_cast<int>(K))
           need[K][static_cast<std::size_t>(sl)] = true;
     }
     return need;
@@ -166,14 +168,16 @@ struct stage_batches {
     std::array<bool, node_count + 1> x{};
     for (std::size_t q = 0; q < node_count; ++q)
       for (int K = cluster_of[q] + 1; K < clusters; ++K)
-        x[q] = x[q] || (L.tile_register[c0 + q] >= 0 && cluster_loads[static_cast<std::size_t>(K)][static_cast<std::size_t>(L.out_slot[c0 + q])]);
+        x[q] = x[q] || (L.tile_register[c0 + q] >= 0 &&
+                        cluster_loads[static_cast<std::size_t>(K)][static_cast<std::size_t>(L.out_slot[c0 + q])]);
     return x;
   }();
   /// The slots a store or a reduction of the stage reads (through the runner's per-tile
   /// hook): in memory at the end of a tile.
   static constexpr std::array<bool, load_count + node_count + 1> hooked = [] {
     std::array<bool, load_count + node_count + 1> h{};
-    for (int j = L.first_store[s]; j < L.first_store[s + 1]; ++j) h[static_cast<std::size_t>(L.store_slot[static_cast<std::size_t>(j)])] = true;
+    for (int j = L.first_store[s]; j < L.first_store[s + 1]; ++j)
+      h[static_cast<std::size_t>(L.store_slot[static_cast<std::size_t>(j)])] = true;
     for (int j = L.first_reduce[s]; j < L.first_reduce[s + 1]; ++j)
       h[static_cast<std::size_t>(L.reduce_slot[static_cast<std::size_t>(j)])] = true;
     return h;
@@ -284,11 +288,13 @@ struct stage_batches {
           } else if constexpr (sibling_next[Q]) {
             using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
             using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-            tile_sibling_kernel(*static_cast<const Op*>(r.ops[L.compute_nodes[q]]), slot[L.a_slot[q]], dst[Q], dst[Q + 1], m);
+            tile_sibling_kernel(*static_cast<const Op*>(r.ops[L.compute_nodes[q]]), slot[L.a_slot[q]], dst[Q],
+                                dst[Q + 1], m);
           } else {
             using E = typename A::template node_t<static_cast<std::size_t>(L.compute_nodes[q])>;
             using Op = std::remove_cvref_t<decltype(std::declval<const E&>().op)>;
-            tile_op(*static_cast<const Op*>(r.ops[L.compute_nodes[q]]), slot[L.a_slot[q]], slot[L.b_slot[q]], dst[Q], m);
+            tile_op(*static_cast<const Op*>(r.ops[L.compute_nodes[q]]), slot[L.a_slot[q]], slot[L.b_slot[q]], dst[Q],
+                    m);
           }
         }(),
         ...);
@@ -333,7 +339,8 @@ void row_body(const row_args<T>& r, index_t n) {
         T* to[node_count > 0 ? node_count : 1];
         // (a masked load stored whole: the batch loads below read one store, which forwards;
         // copied element by element, each stalled)
-        for (std::size_t j = 0; j < load_count; ++j) load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
+        for (std::size_t j = 0; j < load_count; ++j)
+          load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
         for (std::size_t q = 0; q < node_count; ++q) src[load_count + q] = to[q] = out[q];
         src[load_count + node_count] = nullptr;
         B::all_batches(ops, src, to, r.step, 0, W, clusters);
@@ -351,7 +358,8 @@ struct fused_bodies {
   static constexpr auto stages = static_cast<std::size_t>(fused_layout_v<A, Active, Keep>.stages);
   static constexpr std::array<row_body_fn<T>, stages> value = []<int... S>(std::integer_sequence<int, S...>) {
     return std::array<row_body_fn<T>, stages>{&row_body<A, Active, Keep, S, T>...};
-  }(std::make_integer_sequence<int, static_cast<int>(stages)>{});
+  }
+  (std::make_integer_sequence<int, static_cast<int>(stages)>{});
 };
 
 }  // namespace fusegrad::detail

@@ -47,7 +47,7 @@ constexpr schedule<A::M> make_schedule() {
       s.avail[c] = 0;
       continue;
     }
-    int in = 0;  // latest stage an operand becomes readable, as a register or from memory
+    int in = 0;      // latest stage an operand becomes readable, as a register or from memory
     int in_mem = 0;  // latest stage an operand is readable from memory
     for (int ch : g.children[c]) {
       if (ch < 0) continue;

@@ -38,7 +38,8 @@ void for_each_row_n(const shape& s, std::size_t N, const strides* const* st, ind
   if (row_end < 0 || row_end > rows) row_end = rows;
   shape idx(r, 0);  // inline up to 6 dims: no allocation per call
   // The first row's index and offsets.
-  for (index_t rest = row_begin, d = static_cast<index_t>(r) - 1; d-- > 0 && rest > 0; rest /= s[static_cast<std::size_t>(d)]) {
+  for (index_t rest = row_begin, d = static_cast<index_t>(r) - 1; d-- > 0 && rest > 0;
+       rest /= s[static_cast<std::size_t>(d)]) {
     const auto u = static_cast<std::size_t>(d);
     idx[u] = rest % s[u];
     for (std::size_t k = 0; k < N; ++k) off[k] += idx[u] * (*st[k])[u];

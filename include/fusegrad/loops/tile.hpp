@@ -24,8 +24,8 @@ namespace fusegrad::detail {
 ///
 /// Every element goes through the op's SIMD `value`, the last partial batch too (padded with
 /// zeros, read and written with masked loads and stores): an element's result never depends
-/// on where it sits in a tensor, in a row or in a tile (a scalar tail rounds differently, e.g. `std::pow` against xsimd's pow).
-/// Eager ops, the fused backend and the IR's programs all run this loop, so they agree bitwise.
+/// on where it sits in a tensor, in a row or in a tile (a scalar tail rounds differently, e.g. `std::pow` against
+/// xsimd's pow). Eager ops, the fused backend and the IR's programs all run this loop, so they agree bitwise.
 template <class Op, Element T>
 [[gnu::noinline]] void tile_kernel(const void* p, const T* __restrict a, const T* __restrict b, T* __restrict out,
                                    index_t n) {

@@ -66,7 +66,8 @@ class atomic_file {
       tmp_ = temp_name_beside(path_, static_cast<long>(::getpid()));
       fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       // EEXIST: a temporary a killed process with the same pid left behind; take the next name.
-      if (fd_ < 0 && errno != EINTR && (errno != EEXIST || attempt == 100)) raise("cannot create a temporary file beside it");
+      if (fd_ < 0 && errno != EINTR && (errno != EEXIST || attempt == 100))
+        raise("cannot create a temporary file beside it");
     }
   }
   ~atomic_file() {
@@ -93,10 +94,10 @@ class atomic_file {
 
   /// Flushes and closes the temporary, renames it over the target and flushes the directory.
   void commit() {
-    if (keep_mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(keep_mode_)) != 0) raise("giving it the old file's permissions failed");
+    if (keep_mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(keep_mode_)) != 0)
+      raise("giving it the old file's permissions failed");
     int r;
-    while ((r = ::fsync(fd_)) != 0 && errno == EINTR) {
-    }
+    while ((r = ::fsync(fd_)) != 0 && errno == EINTR) {}
     if (r != 0) raise("flushing to the disk failed");
     const int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) raise("closing failed");
@@ -114,7 +115,8 @@ class atomic_file {
     if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
     char* real = ::realpath(path.c_str(), nullptr);
     if (real == nullptr)
-      fusegrad::detail::fail("nn::save", "cannot resolve the symbolic link ", path, ": ", std::generic_category().message(errno),
+      fusegrad::detail::fail("nn::save", "cannot resolve the symbolic link ", path, ": ",
+                             std::generic_category().message(errno),
                              "; expected a link to an existing file (a dangling link is not followed)");
     std::string r(real);
     std::free(real);
@@ -127,7 +129,10 @@ class atomic_file {
     struct stat st {};
     if (::stat(path_.c_str(), &st) != 0) return -1;
     if (!S_ISREG(st.st_mode)) {
-      const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device" : "not a regular file";
+      const char* kind = S_ISDIR(st.st_mode)   ? "a directory"
+                         : S_ISCHR(st.st_mode) ? "a character device"
+                         : S_ISBLK(st.st_mode) ? "a block device"
+                                               : "not a regular file";
       fusegrad::detail::fail("nn::save", shown_, " is ", kind, "; expected a regular file or a new path");
     }
     if (::access(path_.c_str(), W_OK) != 0) raise("the existing file is not writable");
@@ -143,15 +148,17 @@ class atomic_file {
     const int err = errno;
     if (fd >= 0) ::close(fd);
     if (!ok)
-      fusegrad::detail::fail("nn::save", "wrote ", shown_, ", but flushing its directory ", dir, " failed: ",
-                             std::generic_category().message(err), "; expected the new file to survive a power cut");
+      fusegrad::detail::fail("nn::save", "wrote ", shown_, ", but flushing its directory ", dir,
+                             " failed: ", std::generic_category().message(err),
+                             "; expected the new file to survive a power cut");
   }
 
   /// Throws for the last system call's errno; the destructor then removes the temporary.
   [[noreturn]] void raise(std::string_view what) const {
     const int err = errno;
-    fusegrad::detail::fail("nn::save", "cannot save ", shown_, tmp_.empty() ? "" : " (temporary ", tmp_, tmp_.empty() ? "" : ")", ": ",
-                           what, ": ", std::generic_category().message(err), "; the file at that path is unchanged");
+    fusegrad::detail::fail("nn::save", "cannot save ", shown_, tmp_.empty() ? "" : " (temporary ", tmp_,
+                           tmp_.empty() ? "" : ")", ": ", what, ": ", std::generic_category().message(err),
+                           "; the file at that path is unchanged");
   }
 
   std::string shown_, path_, tmp_;
@@ -166,8 +173,11 @@ class atomic_file {
 /// std::filesystem (no flush to the disk).
 class atomic_file {
  public:
-  explicit atomic_file(const std::string& path) : path_(path), tmp_(temp_name_beside(path, 0)), f_(tmp_, std::ios::binary) {
-    if (!f_) fusegrad::detail::fail("nn::save", "cannot create the temporary ", tmp_, " beside ", path_, "; the file at that path is unchanged");
+  explicit atomic_file(const std::string& path)
+      : path_(path), tmp_(temp_name_beside(path, 0)), f_(tmp_, std::ios::binary) {
+    if (!f_)
+      fusegrad::detail::fail("nn::save", "cannot create the temporary ", tmp_, " beside ", path_,
+                             "; the file at that path is unchanged");
   }
   ~atomic_file() {
     if (committed_) return;
@@ -180,13 +190,15 @@ class atomic_file {
 
   void write(const void* data, std::size_t n) {
     if (!f_.write(static_cast<const char*>(data), static_cast<std::streamsize>(n)))
-      fusegrad::detail::fail("nn::save", "cannot save ", path_, ": writing ", tmp_, " failed; the file at that path is unchanged");
+      fusegrad::detail::fail("nn::save", "cannot save ", path_, ": writing ", tmp_,
+                             " failed; the file at that path is unchanged");
   }
   void commit() {
     f_.close();
     std::error_code ec;
     if (!f_ || (std::filesystem::rename(tmp_, path_, ec), ec))
-      fusegrad::detail::fail("nn::save", "cannot save ", path_, ": closing or renaming ", tmp_, " failed; the file at that path is unchanged");
+      fusegrad::detail::fail("nn::save", "cannot save ", path_, ": closing or renaming ", tmp_,
+                             " failed; the file at that path is unchanged");
     committed_ = true;
   }
 

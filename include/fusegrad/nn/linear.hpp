@@ -60,24 +60,25 @@ class sgd {
   }
   /// Updates every parameter that has a gradient, in place.
   void step() {
-    fusegrad::detail::update_params(params_, [this](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
-      if (momentum_ == T(0) && wd_ == T(0)) {
-        for (index_t i = 0; i < n; ++i) pd[i] -= lr_ * gd[i];
-        return;
-      }
-      auto& b = buf_[k];
-      const bool first = b.empty();
-      if (first) b.resize(static_cast<std::size_t>(n));
-      for (index_t i = 0; i < n; ++i) {
-        T d = gd[i] + wd_ * pd[i];
-        if (momentum_ != T(0)) {
-          T& bi = b[static_cast<std::size_t>(i)];
-          bi = first ? d : momentum_ * bi + d;
-          d = bi;
-        }
-        pd[i] -= lr_ * d;
-      }
-    });
+    fusegrad::detail::update_params(params_,
+                                    [this](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
+                                      if (momentum_ == T(0) && wd_ == T(0)) {
+                                        for (index_t i = 0; i < n; ++i) pd[i] -= lr_ * gd[i];
+                                        return;
+                                      }
+                                      auto& b = buf_[k];
+                                      const bool first = b.empty();
+                                      if (first) b.resize(static_cast<std::size_t>(n));
+                                      for (index_t i = 0; i < n; ++i) {
+                                        T d = gd[i] + wd_ * pd[i];
+                                        if (momentum_ != T(0)) {
+                                          T& bi = b[static_cast<std::size_t>(i)];
+                                          bi = first ? d : momentum_ * bi + d;
+                                          d = bi;
+                                        }
+                                        pd[i] -= lr_ * d;
+                                      }
+                                    });
   }
   /// Resets every parameter's gradient.
   void zero_grad() {

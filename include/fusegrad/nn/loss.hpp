@@ -35,8 +35,7 @@ namespace detail {
 /// 1 at [i, targets[i]] of an [N, C] tensor, else 0 (checked).
 template <Element T>
 tensor<T> one_hot(std::string_view op, const shape& s, const std::vector<index_t>& targets) {
-  if (s.size() != 2)
-    fusegrad::detail::fail(op, "input of shape ", to_string(s), "; expected [N, C]");
+  if (s.size() != 2) fusegrad::detail::fail(op, "input of shape ", to_string(s), "; expected [N, C]");
   if (static_cast<index_t>(targets.size()) != s[0])
     fusegrad::detail::fail(op, "got ", targets.size(), " targets for a batch of ", s[0], "; expected one per row");
   for (std::size_t i = 0; i < targets.size(); ++i)

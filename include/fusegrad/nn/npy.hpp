@@ -42,7 +42,8 @@ inline std::size_t npy_itemsize(std::string_view descr) {
 /// that the data starts at a multiple of 64 bytes (as NumPy writes it).
 inline std::string npy_record_header(std::string_view descr, const shape& s) {
   std::string dims = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) dims += std::to_string(s[i]) + (s.size() == 1 ? "," : i + 1 < s.size() ? ", " : "");
+  for (std::size_t i = 0; i < s.size(); ++i)
+    dims += std::to_string(s[i]) + (s.size() == 1 ? "," : i + 1 < s.size() ? ", " : "");
   dims += ")";
   std::string h = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + dims + ", }";
   while ((10 + h.size() + 1) % 64 != 0) h += ' ';
@@ -79,10 +80,14 @@ class npy_dict_parser {
     if (at_ != text_.size()) bad("after the dict", "only spaces and a newline");
     static constexpr const char* keys[3] = {"descr", "fortran_order", "shape"};
     for (int k = 0; k < 3; ++k)
-      if (!seen[k]) fusegrad::detail::fail("nn::load", path_, ": .npy header without '", keys[k], "'; expected the keys 'descr', 'fortran_order' and 'shape'");
-    if (fortran) fusegrad::detail::fail("nn::load", path_, ": .npy header has 'fortran_order': True; expected C order (False)");
+      if (!seen[k])
+        fusegrad::detail::fail("nn::load", path_, ": .npy header without '", keys[k],
+                               "'; expected the keys 'descr', 'fortran_order' and 'shape'");
+    if (fortran)
+      fusegrad::detail::fail("nn::load", path_, ": .npy header has 'fortran_order': True; expected C order (False)");
     if (npy_itemsize(h.descr) == 0)
-      fusegrad::detail::fail("nn::load", path_, ": .npy header has dtype '", h.descr, "'; expected '<f4', '<f8' or '|u1'");
+      fusegrad::detail::fail("nn::load", path_, ": .npy header has dtype '", h.descr,
+                             "'; expected '<f4', '<f8' or '|u1'");
     return h;
   }
 
@@ -98,7 +103,8 @@ class npy_dict_parser {
     if (k < 0)
       fusegrad::detail::fail("nn::load", path_, ": .npy header has the key '", key, "' at byte ", key_at,
                              "; expected only 'descr', 'fortran_order' and 'shape'");
-    if (seen[k]) fusegrad::detail::fail("nn::load", path_, ": .npy header has the key '", key, "' twice; expected each key once");
+    if (seen[k])
+      fusegrad::detail::fail("nn::load", path_, ": .npy header has the key '", key, "' twice; expected each key once");
     seen[k] = true;
     skip_ws();
     expect(':', "':' after a key");
@@ -149,8 +155,8 @@ class npy_dict_parser {
       }
     }
     if (s.size() == 1 && !comma)
-      fusegrad::detail::fail("nn::load", path_, ": .npy header has the shape (", s[0], "), an integer in Python; expected a tuple (",
-                             s[0], ",)");
+      fusegrad::detail::fail("nn::load", path_, ": .npy header has the shape (", s[0],
+                             "), an integer in Python; expected a tuple (", s[0], ",)");
     return s;
   }
 
@@ -163,15 +169,17 @@ class npy_dict_parser {
     for (; at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9'; ++at_) {
       const int d = text_[at_] - '0';
       if (v > (std::numeric_limits<index_t>::max() - d) / 10)
-        fusegrad::detail::fail("nn::load", path_, ": .npy header has a dimension above ", std::numeric_limits<index_t>::max(),
-                               " at byte ", at_, "; expected a size that fits int64");
+        fusegrad::detail::fail("nn::load", path_, ": .npy header has a dimension above ",
+                               std::numeric_limits<index_t>::max(), " at byte ", at_,
+                               "; expected a size that fits int64");
       v = v * 10 + d;
     }
     return v;
   }
 
   void skip_ws() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n' || text_[at_] == '\r')) ++at_;
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n' || text_[at_] == '\r'))
+      ++at_;
   }
   bool eat(char c) {
     if (at_ == text_.size() || text_[at_] != c) return false;
@@ -188,10 +196,11 @@ class npy_dict_parser {
     if (at_ < text_.size()) {
       const auto c = static_cast<unsigned char>(text_[at_]);
       static constexpr char hex[] = "0123456789abcdef";
-      found = c >= 0x20 && c < 0x7f ? std::string{'\'', static_cast<char>(c), '\''} : std::string{'\'', '\\', 'x', hex[c >> 4], hex[c & 15], '\''};
+      found = c >= 0x20 && c < 0x7f ? std::string{'\'', static_cast<char>(c), '\''}
+                                    : std::string{'\'', '\\', 'x', hex[c >> 4], hex[c & 15], '\''};
     }
-    fusegrad::detail::fail("nn::load", path_, ": .npy header: found ", found, where.empty() ? "" : " ", where, " at byte ", at_,
-                           "; expected ", what);
+    fusegrad::detail::fail("nn::load", path_, ": .npy header: found ", found, where.empty() ? "" : " ", where,
+                           " at byte ", at_, "; expected ", what);
   }
 
   std::string_view text_;
@@ -210,10 +219,12 @@ class npy_reader {
     const std::size_t start = at_;
     const auto magic = take(8, "a record's magic and version");
     if (std::memcmp(magic.data(), "\x93NUMPY", 6) != 0)
-      fusegrad::detail::fail("nn::load", path_, ": no .npy magic at byte ", start, "; expected a sequence of .npy records (a file written by nn::save)");
+      fusegrad::detail::fail("nn::load", path_, ": no .npy magic at byte ", start,
+                             "; expected a sequence of .npy records (a file written by nn::save)");
     const auto major = static_cast<unsigned>(magic[6]), minor = static_cast<unsigned>(magic[7]);
     if (major < 1 || major > 3 || minor != 0)
-      fusegrad::detail::fail("nn::load", path_, ": .npy format version ", major, ".", minor, " at byte ", start, "; expected 1.0, 2.0 or 3.0");
+      fusegrad::detail::fail("nn::load", path_, ": .npy format version ", major, ".", minor, " at byte ", start,
+                             "; expected 1.0, 2.0 or 3.0");
     const auto len_bytes = take(major == 1 ? 2 : 4, "a record's header length");
     std::size_t len = 0;
     for (std::size_t i = len_bytes.size(); i-- > 0;) len = len << 8 | static_cast<std::size_t>(len_bytes[i]);
@@ -228,7 +239,8 @@ class npy_reader {
       const auto n = static_cast<std::size_t>(d);
       if (n != 0 && bytes > std::numeric_limits<std::size_t>::max() / n)
         fusegrad::detail::fail("nn::load", path_, ": .npy record of shape ", to_string(h.dims), " and dtype ", h.descr,
-                               " has more bytes than fit in 64 bits; expected at most the ", left(), " bytes left in the file");
+                               " has more bytes than fit in 64 bits; expected at most the ", left(),
+                               " bytes left in the file");
       bytes *= n;
     }
     return take(bytes, "a record's data");
@@ -246,8 +258,8 @@ class npy_reader {
  private:
   std::span<const std::byte> take(std::size_t n, const char* what) {
     if (n > left())
-      fusegrad::detail::fail("nn::load", path_, ": truncated: ", what, " at byte ", at_, " needs ", n, " bytes, and ", left(),
-                             " are left in the file; expected a complete record");
+      fusegrad::detail::fail("nn::load", path_, ": truncated: ", what, " at byte ", at_, " needs ", n, " bytes, and ",
+                             left(), " are left in the file; expected a complete record");
     const auto r = bytes_.subspan(at_, n);
     at_ += n;
     return r;

@@ -26,7 +26,8 @@ class adam {
     if (!(o.lr >= 0) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) || !(o.eps >= 0) ||
         !(o.weight_decay >= 0))
       fusegrad::detail::fail("nn::adam", "lr = ", o.lr, ", betas = (", o.beta1, ", ", o.beta2, "), eps = ", o.eps,
-                             ", weight_decay = ", o.weight_decay, "; expected lr, eps, weight_decay >= 0 and 0 <= betas < 1");
+                             ", weight_decay = ", o.weight_decay,
+                             "; expected lr, eps, weight_decay >= 0 and 0 <= betas < 1");
     fusegrad::detail::check_params("nn::adam", params_);
     for (const auto& p : params_) {
       m_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
@@ -36,8 +37,8 @@ class adam {
   /// `adam(params, 0.01)`: the learning rate first, as `sgd` and `rmsprop` take it (PyTorch's
   /// `Adam(params, lr)`); the other options from `o` (its `lr` is replaced).
   template <class L>
-    requires std::is_arithmetic_v<L>
-  adam(std::vector<tensor<T>> params, L lr, adam_options o = {}) : adam(std::move(params), with_lr(o, lr)) {}
+  requires std::is_arithmetic_v<L> adam(std::vector<tensor<T>> params, L lr, adam_options o = {})
+      : adam(std::move(params), with_lr(o, lr)) {}
   /// One update of every parameter that has a gradient, in place.
   void step() {
     ++t_;
@@ -80,24 +81,30 @@ class adam {
 template <Element T>
 class rmsprop {
  public:
-  rmsprop(std::vector<tensor<T>> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8, double weight_decay = 0)
-      : params_(std::move(params)), lr_(static_cast<T>(lr)), alpha_(static_cast<T>(alpha)), eps_(static_cast<T>(eps)),
+  rmsprop(std::vector<tensor<T>> params, double lr = 1e-2, double alpha = 0.99, double eps = 1e-8,
+          double weight_decay = 0)
+      : params_(std::move(params)),
+        lr_(static_cast<T>(lr)),
+        alpha_(static_cast<T>(alpha)),
+        eps_(static_cast<T>(eps)),
         wd_(static_cast<T>(weight_decay)) {
     if (!(lr >= 0) || !(alpha >= 0 && alpha <= 1) || !(eps >= 0) || !(weight_decay >= 0))
-      fusegrad::detail::fail("nn::rmsprop", "lr = ", lr, ", alpha = ", alpha, ", eps = ", eps, ", weight_decay = ",
-                             weight_decay, "; expected lr, eps, weight_decay >= 0 and 0 <= alpha <= 1");
+      fusegrad::detail::fail("nn::rmsprop", "lr = ", lr, ", alpha = ", alpha, ", eps = ", eps,
+                             ", weight_decay = ", weight_decay,
+                             "; expected lr, eps, weight_decay >= 0 and 0 <= alpha <= 1");
     fusegrad::detail::check_params("nn::rmsprop", params_);
     for (const auto& p : params_) v_.emplace_back(static_cast<std::size_t>(p.numel()), T(0));
   }
   void step() {
-    fusegrad::detail::update_params(params_, [this](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
-      T* __restrict v = v_[k].data();
-      for (index_t i = 0; i < n; ++i) {
-        const T g = gd[i] + wd_ * pd[i];
-        v[i] = alpha_ * v[i] + (T(1) - alpha_) * g * g;
-        pd[i] -= lr_ * g / (std::sqrt(v[i]) + eps_);
-      }
-    });
+    fusegrad::detail::update_params(params_,
+                                    [this](std::size_t k, T* __restrict pd, const T* __restrict gd, index_t n) {
+                                      T* __restrict v = v_[k].data();
+                                      for (index_t i = 0; i < n; ++i) {
+                                        const T g = gd[i] + wd_ * pd[i];
+                                        v[i] = alpha_ * v[i] + (T(1) - alpha_) * g * g;
+                                        pd[i] -= lr_ * g / (std::sqrt(v[i]) + eps_);
+                                      }
+                                    });
   }
   void zero_grad() {
     for (auto& p : params_) p.zero_grad();
@@ -113,7 +120,8 @@ class rmsprop {
 /// `max_norm` (by max_norm / (norm + 1e-6), as PyTorch); returns the norm before clipping.
 template <Element T>
 T clip_grad_norm(const std::vector<tensor<T>>& params, double max_norm) {
-  if (!(max_norm >= 0)) fusegrad::detail::fail("nn::clip_grad_norm", "max_norm = ", max_norm, "; expected max_norm >= 0");
+  if (!(max_norm >= 0))
+    fusegrad::detail::fail("nn::clip_grad_norm", "max_norm = ", max_norm, "; expected max_norm >= 0");
   double s = 0;
   for (const auto& p : params)
     if (p.grad().defined())
@@ -123,7 +131,9 @@ T clip_grad_norm(const std::vector<tensor<T>>& params, double max_norm) {
     for (const auto& p : params) {
       tensor<T> g = p.grad();
       if (!g.defined()) continue;
-      if (!g.is_contiguous()) fusegrad::detail::fail("nn::clip_grad_norm", "a gradient is a non-contiguous view; expected contiguous gradients");
+      if (!g.is_contiguous())
+        fusegrad::detail::fail("nn::clip_grad_norm",
+                               "a gradient is a non-contiguous view; expected contiguous gradients");
       T* d = g.data();
       for (index_t i = 0, n = g.numel(); i < n; ++i) d[i] = static_cast<T>(d[i] * coef);
       g.impl()->store->bump_version();

@@ -51,9 +51,11 @@ void load_state_dict(const named_tensors<T>& params, const named_tensors<T>& sd)
   for (const auto& [n, p] : params) {
     const tensor<T>& v = *find(sd, n);
     if (!v.defined() || v.shape() != p.shape())
-      fusegrad::detail::fail(op, "'", n, "' has shape ", v.defined() ? to_string(v.shape()) : std::string("(undefined)"),
-                             "; expected ", to_string(p.shape()));
-    if (!p.is_contiguous()) fusegrad::detail::fail(op, "parameter '", n, "' is a non-contiguous view; expected a contiguous tensor");
+      fusegrad::detail::fail(op, "'", n, "' has shape ",
+                             v.defined() ? to_string(v.shape()) : std::string("(undefined)"), "; expected ",
+                             to_string(p.shape()));
+    if (!p.is_contiguous())
+      fusegrad::detail::fail(op, "parameter '", n, "' is a non-contiguous view; expected a contiguous tensor");
     values.push_back(v.contiguous());
   }
   no_grad ng;

@@ -50,7 +50,9 @@ class sequential {
 
  private:
   template <class X>
-  static auto apply_all(const X& x) { return x; }
+  static auto apply_all(const X& x) {
+    return x;
+  }
   template <class X, class L, class... Rest>
   static auto apply_all(const X& x, const L& l, const Rest&... rest) {
     return apply_all(l(x), rest...);

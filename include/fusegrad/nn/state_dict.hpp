@@ -43,7 +43,9 @@ namespace detail {
 static_assert(std::endian::native == std::endian::little, "nn::save/nn::load copy '<f4'/'<f8' bytes as they are");
 
 template <Element T>
-constexpr const char* descr_of() { return sizeof(T) == 4 ? "<f4" : "<f8"; }
+constexpr const char* descr_of() {
+  return sizeof(T) == 4 ? "<f4" : "<f8";
+}
 
 /// The names joined by '\n'; throws for a name that is empty or holds a newline.
 template <Element T>
@@ -69,7 +71,8 @@ inline void write_record(atomic_file& f, const char* descr, const shape& s, cons
 template <Element T>
 void write_tensor(atomic_file& f, const tensor<T>& t) {
   const auto n = static_cast<std::size_t>(t.numel());
-  if (n == 0 || t.is_contiguous()) return write_record(f, descr_of<T>(), t.shape(), n == 0 ? nullptr : t.data(), n * sizeof(T));
+  if (n == 0 || t.is_contiguous())
+    return write_record(f, descr_of<T>(), t.shape(), n == 0 ? nullptr : t.data(), n * sizeof(T));
   const std::vector<T> v = t.to_vector();
   write_record(f, descr_of<T>(), t.shape(), v.data(), n * sizeof(T));
 }
@@ -91,7 +94,8 @@ inline std::vector<std::byte> read_file(const std::string& path) {
     f.read(reinterpret_cast<char*>(bytes.data() + had), static_cast<std::streamsize>(chunk));
     bytes.resize(had + static_cast<std::size_t>(f.gcount()));
   }
-  if (f.bad()) fusegrad::detail::fail("nn::load", "reading ", path, " failed; expected a readable file written by nn::save");
+  if (f.bad())
+    fusegrad::detail::fail("nn::load", "reading ", path, " failed; expected a readable file written by nn::save");
   return bytes;
 }
 
@@ -114,13 +118,16 @@ inline std::vector<std::string> read_names(npy_reader& r, const std::string& pat
 
 /// The data of the record for `name`, checked against the tensor it is loaded into.
 template <Element T>
-std::span<const std::byte> tensor_record(npy_reader& r, const std::string& path, const std::string& name, const tensor<T>& t) {
+std::span<const std::byte> tensor_record(npy_reader& r, const std::string& path, const std::string& name,
+                                         const tensor<T>& t) {
   const npy_header h = r.header();
   if (h.descr != descr_of<T>())
     fusegrad::detail::fail("nn::load", path, ": '", name, "' has dtype ", h.descr, "; expected ", descr_of<T>());
   if (h.dims != t.shape())
-    fusegrad::detail::fail("nn::load", path, ": '", name, "' has shape ", to_string(h.dims), "; expected ", to_string(t.shape()));
-  if (!t.is_contiguous()) fusegrad::detail::fail("nn::load", "'", name, "' is a non-contiguous view; expected a contiguous tensor");
+    fusegrad::detail::fail("nn::load", path, ": '", name, "' has shape ", to_string(h.dims), "; expected ",
+                           to_string(t.shape()));
+  if (!t.is_contiguous())
+    fusegrad::detail::fail("nn::load", "'", name, "' is a non-contiguous view; expected a contiguous tensor");
   return r.data(h);
 }
 
@@ -134,7 +141,8 @@ void load_bytes(std::span<const std::byte> bytes, const std::string& path, const
     fusegrad::detail::fail("nn::load", path, " holds ", got.size(), " parameters; expected ", params.size());
   for (std::size_t k = 0; k < params.size(); ++k)
     if (got[k] != params[k].first)
-      fusegrad::detail::fail("nn::load", path, ": parameter ", k, " is '", got[k], "'; expected '", params[k].first, "'");
+      fusegrad::detail::fail("nn::load", path, ": parameter ", k, " is '", got[k], "'; expected '", params[k].first,
+                             "'");
   std::vector<std::span<const std::byte>> data;
   for (const auto& [name, t] : params) data.push_back(tensor_record(r, path, name, t));
   r.expect_end();

@@ -21,10 +21,11 @@ void check_params(std::string_view op, const std::vector<tensor<T>>& params) {
     const auto& p = params[k];
     if (!p.defined()) fail(op, "parameter ", k, " is an undefined tensor; expected a tensor");
     if (!p.is_leaf())
-      fail(op, "parameter ", k, " of shape ", to_string(p.shape()), " is not a leaf (it has a grad_fn ", p.grad_fn_name(),
-           "); expected leaf tensors: can't optimize a non-leaf tensor");
+      fail(op, "parameter ", k, " of shape ", to_string(p.shape()), " is not a leaf (it has a grad_fn ",
+           p.grad_fn_name(), "); expected leaf tensors: can't optimize a non-leaf tensor");
     if (!p.is_contiguous())
-      fail(op, "parameter ", k, " of shape ", to_string(p.shape()), " is a non-contiguous view; expected contiguous tensors");
+      fail(op, "parameter ", k, " of shape ", to_string(p.shape()),
+           " is a non-contiguous view; expected contiguous tensors");
     for (std::size_t j = 0; j < k; ++j)
       if (params[j].raw_impl() == p.raw_impl())
         fail(op, "parameters ", j, " and ", k, " are the same tensor; expected each parameter once");

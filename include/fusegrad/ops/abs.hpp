@@ -8,10 +8,17 @@ namespace ops {
 struct abs_op {
   static constexpr std::string_view name = "abs", grad_fn = "AbsBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static constexpr V value(const V& x) { using std::abs; return abs(x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    using std::abs;
+    return abs(x);
+  }
   static constexpr auto derivative(const auto& x, const auto&, const auto& g) { return g * sign(x); }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto abs(const X& x) { return apply_op(ops::abs_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto abs(const X& x) {
+  return apply_op(ops::abs_op{}, x);
+}
 }  // namespace fusegrad

@@ -22,17 +22,21 @@ struct softplus_op {
   static constexpr double cost = 9.4;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double threshold = 20;
-  template <class V> static V value(const V& x) {
+  template <class V>
+  static V value(const V& x) {
     using std::exp, std::log1p;
     return lanes::select_gt(x, V(threshold), x, log1p(exp(x)));
   }
-  static auto derivative(const auto& x, const auto&, const auto& g) { return g * where(gt(x, threshold), 1.0, sigmoid(x)); }
+  static auto derivative(const auto& x, const auto&, const auto& g) {
+    return g * where(gt(x, threshold), 1.0, sigmoid(x));
+  }
 };
 struct silu_op {
   static constexpr std::string_view name = "silu", grad_fn = "SiluBackward0";
   static constexpr double cost = 2.4;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& x) {
+  template <class V>
+  static V value(const V& x) {
     using std::exp;
     return x / (V(1) + exp(-x));
   }
@@ -45,8 +49,10 @@ struct gelu_op {
   static constexpr std::string_view name = "gelu", grad_fn = "GeluBackward0";
   static constexpr double cost = 72;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
-  static constexpr double sqrt1_2 = std::numbers::sqrt2 / 2, beta = std::numbers::inv_sqrtpi * sqrt1_2;  // φ(0) = 1/√(2π)
-  template <class V> static V value(const V& x) {
+  static constexpr double sqrt1_2 = std::numbers::sqrt2 / 2,
+                          beta = std::numbers::inv_sqrtpi * sqrt1_2;  // φ(0) = 1/√(2π)
+  template <class V>
+  static V value(const V& x) {
     using T = detail::lane_type_t<V>;  // (a conditional_t naming V::value_type fails on scalars)
     const V e = lanes::per_lane(V(x * V(T(sqrt1_2))), [](auto v) { return std::erf(v); });
     return x * V(T(0.5)) * (V(1) + e);
@@ -57,7 +63,16 @@ struct gelu_op {
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto softplus(const X& x) { return apply_op(ops::softplus_op{}, x); }
-template <OperandOrNumber X> constexpr auto silu(const X& x) { return apply_op(ops::silu_op{}, x); }
-template <OperandOrNumber X> constexpr auto gelu(const X& x) { return apply_op(ops::gelu_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto softplus(const X& x) {
+  return apply_op(ops::softplus_op{}, x);
+}
+template <OperandOrNumber X>
+constexpr auto silu(const X& x) {
+  return apply_op(ops::silu_op{}, x);
+}
+template <OperandOrNumber X>
+constexpr auto gelu(const X& x) {
+  return apply_op(ops::gelu_op{}, x);
+}
 }  // namespace fusegrad

@@ -22,7 +22,8 @@ struct hypot_op {
   static constexpr std::string_view name = "hypot", grad_fn = "HypotBackward0";
   static constexpr double cost = 17.5;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = true;
-  template <class V> static V value(const V& a, const V& b) {
+  template <class V>
+  static V value(const V& a, const V& b) {
     return lanes::per_lane(a, b, [](auto x, auto y) { return std::hypot(x, y); });
   }
   static auto da(const auto& a, const auto&, const auto& y, const auto& g) { return g * a / y; }
@@ -32,7 +33,8 @@ struct fmod_op {
   static constexpr std::string_view name = "fmod", grad_fn = "FmodBackward1";
   static constexpr double cost = 34;  ///< in streamed loads (bench/bench_op_costs.cpp)
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& a, const V& b) {
+  template <class V>
+  static V value(const V& a, const V& b) {
     return lanes::per_lane(a, b, [](auto x, auto y) { return std::fmod(x, y); });
   }
   static auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
@@ -44,7 +46,8 @@ struct fmod_scalar_op {
   static constexpr double cost = 34;  ///< in streamed loads (bench/bench_op_costs.cpp, as fmod)
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> V value(const V& x) const {
+  template <class V>
+  V value(const V& x) const {
     const T d = s;
     return lanes::per_lane(x, [d](auto v) { return std::fmod(v, d); });
   }
@@ -58,7 +61,8 @@ struct lerp_scalar_op {
   static constexpr std::string_view name = "lerp", grad_fn = "LerpBackward0";
   static constexpr bool uses_input = false, uses_output = false;
   T w;
-  template <class V> V value(const V& a, const V& b) const {
+  template <class V>
+  V value(const V& a, const V& b) const {
     using std::abs;
     return abs(w) < T(0.5) ? a + V(w) * (b - a) : b - (b - a) * V(T(1) - w);
   }
@@ -67,17 +71,29 @@ struct lerp_scalar_op {
 };
 }  // namespace ops
 
-template <Operand A, Operand B> constexpr auto hypot(const A& a, const B& b) { return apply_op(ops::hypot_op{}, a, b); }
-template <Element T> constexpr T hypot(T a, T b) { return apply_op(ops::hypot_op{}, a, b); }
-template <Operand A, Operand B> constexpr auto fmod(const A& a, const B& b) { return apply_op(ops::fmod_op{}, a, b); }
-template <Operand A, Scalar S> constexpr auto fmod(const A& a, S s) {
+template <Operand A, Operand B>
+constexpr auto hypot(const A& a, const B& b) {
+  return apply_op(ops::hypot_op{}, a, b);
+}
+template <Element T>
+constexpr T hypot(T a, T b) {
+  return apply_op(ops::hypot_op{}, a, b);
+}
+template <Operand A, Operand B>
+constexpr auto fmod(const A& a, const B& b) {
+  return apply_op(ops::fmod_op{}, a, b);
+}
+template <Operand A, Scalar S>
+constexpr auto fmod(const A& a, S s) {
   return apply_op(ops::fmod_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
-template <Operand A, Operand B, Scalar S> constexpr auto lerp(const A& a, const B& b, S w) {
+template <Operand A, Operand B, Scalar S>
+constexpr auto lerp(const A& a, const B& b, S w) {
   return apply_op(ops::lerp_scalar_op<element_of<A>>{static_cast<element_of<A>>(w)}, a, b);
 }
 /// lerp with a tensor weight: PyTorch's two formulas, chosen per element by |w| < 1/2.
-template <Operand A, Operand B, Operand W> constexpr auto lerp(const A& a, const B& b, const W& w) {
+template <Operand A, Operand B, Operand W>
+constexpr auto lerp(const A& a, const B& b, const W& w) {
   return where(lt(abs(w), 0.5), a + w * (b - a), b - (b - a) * (1.0 - w));
 }
 }  // namespace fusegrad

@@ -13,25 +13,43 @@ struct clamp_min_op {
   static constexpr std::string_view name = "clamp_min", grad_fn = "ClampMinBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   T lo;
-  template <class V> V value(const V& x) const { return lanes::max(x, V(lo)); }
-  auto derivative(const auto& x, const auto&, const auto& g) const { return apply_op(select_op<T>{T(0)}, ge(x, lo), g); }
+  template <class V>
+  V value(const V& x) const {
+    return lanes::max(x, V(lo));
+  }
+  auto derivative(const auto& x, const auto&, const auto& g) const {
+    return apply_op(select_op<T>{T(0)}, ge(x, lo), g);
+  }
 };
 template <Element T>
 struct clamp_max_op {
   static constexpr std::string_view name = "clamp_max", grad_fn = "ClampMaxBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   T hi;
-  template <class V> V value(const V& x) const { return lanes::min(x, V(hi)); }
-  auto derivative(const auto& x, const auto&, const auto& g) const { return apply_op(select_op<T>{T(0)}, le(x, hi), g); }
+  template <class V>
+  V value(const V& x) const {
+    return lanes::min(x, V(hi));
+  }
+  auto derivative(const auto& x, const auto&, const auto& g) const {
+    return apply_op(select_op<T>{T(0)}, le(x, hi), g);
+  }
 };
 }  // namespace ops
 
-template <Operand X, Scalar S> constexpr auto clamp_min(const X& x, S lo) {
+template <Operand X, Scalar S>
+constexpr auto clamp_min(const X& x, S lo) {
   return apply_op(ops::clamp_min_op<element_of<X>>{static_cast<element_of<X>>(lo)}, x);
 }
-template <Operand X, Scalar S> constexpr auto clamp_max(const X& x, S hi) {
+template <Operand X, Scalar S>
+constexpr auto clamp_max(const X& x, S hi) {
   return apply_op(ops::clamp_max_op<element_of<X>>{static_cast<element_of<X>>(hi)}, x);
 }
-template <Operand X, Scalar L, Scalar H> constexpr auto clamp(const X& x, L lo, H hi) { return clamp_max(clamp_min(x, lo), hi); }
-template <Operand X, Scalar L, Scalar H> constexpr auto clip(const X& x, L lo, H hi) { return clamp(x, lo, hi); }
+template <Operand X, Scalar L, Scalar H>
+constexpr auto clamp(const X& x, L lo, H hi) {
+  return clamp_max(clamp_min(x, lo), hi);
+}
+template <Operand X, Scalar L, Scalar H>
+constexpr auto clip(const X& x, L lo, H hi) {
+  return clamp(x, lo, hi);
+}
 }  // namespace fusegrad

@@ -12,9 +12,15 @@ namespace fusegrad {
 namespace ops {
 struct detach_op {
   static constexpr std::string_view name = "detach";
-  template <class V> static constexpr V value(const V& x) { return x; }
+  template <class V>
+  static constexpr V value(const V& x) {
+    return x;
+  }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto detach(const X& x) { return apply_op(ops::detach_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto detach(const X& x) {
+  return apply_op(ops::detach_op{}, x);
+}
 }  // namespace fusegrad

@@ -68,7 +68,8 @@ struct normal_lpdf_rule {
   template <Element T>
   static std::array<T, 2> stats(const T* __restrict x, index_t n, T mu) noexcept {
     using V = simd<T>;
-    constexpr index_t W = static_cast<index_t>(V::size), lanes = detail::sum_lanes<T>, U = lanes / W, chunk = detail::sum_chunk<T>;
+    constexpr index_t W = static_cast<index_t>(V::size), lanes = detail::sum_lanes<T>, U = lanes / W,
+                      chunk = detail::sum_chunk<T>;
     T level1[64], level2[64];
     std::uint64_t chunks = 0;
     const V m(mu);
@@ -128,8 +129,11 @@ struct normal_lpdf_rule {
     const T c = -g / (sigma * sigma);
     const V m(mu), cv(c);
     index_t i = 0;
-    for (; i + W <= n; i += W) (V::load_unaligned(gx + i) + cv * (V::load_unaligned(x + i) - m)).store_unaligned(gx + i);
-    if (i < n) detail::store_head(gx + i, detail::load_head<false>(gx + i, n - i) + cv * (detail::load_head<false>(x + i, n - i) - m), n - i);
+    for (; i + W <= n; i += W)
+      (V::load_unaligned(gx + i) + cv * (V::load_unaligned(x + i) - m)).store_unaligned(gx + i);
+    if (i < n)
+      detail::store_head(
+          gx + i, detail::load_head<false>(gx + i, n - i) + cv * (detail::load_head<false>(x + i, n - i) - m), n - i);
   }
 };
 }  // namespace ops

@@ -9,10 +9,17 @@ struct exp_op {
   static constexpr std::string_view name = "exp", grad_fn = "ExpBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   static constexpr double cost = 1.75;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static constexpr V value(const V& x) { using std::exp; return exp(x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    using std::exp;
+    return exp(x);
+  }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return g * y; }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto exp(const X& x) { return apply_op(ops::exp_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto exp(const X& x) {
+  return apply_op(ops::exp_op{}, x);
+}
 }  // namespace fusegrad

@@ -9,10 +9,17 @@ struct log_op {
   static constexpr std::string_view name = "log", grad_fn = "LogBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double cost = 3.75;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static constexpr V value(const V& x) { using std::log; return log(x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    using std::log;
+    return log(x);
+  }
   static constexpr auto derivative(const auto& x, const auto&, const auto& g) { return g / x; }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto log(const X& x) { return apply_op(ops::log_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto log(const X& x) {
+  return apply_op(ops::log_op{}, x);
+}
 }  // namespace fusegrad

@@ -11,7 +11,10 @@ namespace ops {
 struct maximum_op {
   static constexpr std::string_view name = "maximum", grad_fn = "MaximumBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::max(a, b); }
+  template <class V>
+  static constexpr V value(const V& a, const V& b) {
+    return lanes::max(a, b);
+  }
   static constexpr auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (gt(a, b) + eq(a, b) * 0.5);
   }
@@ -21,6 +24,12 @@ struct maximum_op {
 };
 }  // namespace ops
 
-template <Operand A, Operand B> constexpr auto maximum(const A& a, const B& b) { return apply_op(ops::maximum_op{}, a, b); }
-template <Element T> constexpr T maximum(T a, T b) { return apply_op(ops::maximum_op{}, a, b); }
+template <Operand A, Operand B>
+constexpr auto maximum(const A& a, const B& b) {
+  return apply_op(ops::maximum_op{}, a, b);
+}
+template <Element T>
+constexpr T maximum(T a, T b) {
+  return apply_op(ops::maximum_op{}, a, b);
+}
 }  // namespace fusegrad

@@ -11,16 +11,21 @@ namespace ops {
 struct minimum_op {
   static constexpr std::string_view name = "minimum", grad_fn = "MinimumBackward0";
   static constexpr bool uses_input = true, uses_output = false;
-  template <class V> static V value(const V& a, const V& b) { return lanes::min(a, b); }
-  static auto da(const auto& a, const auto& b, const auto&, const auto& g) {
-    return g * (lt(a, b) + eq(a, b) * 0.5);
+  template <class V>
+  static V value(const V& a, const V& b) {
+    return lanes::min(a, b);
   }
-  static auto db(const auto& a, const auto& b, const auto&, const auto& g) {
-    return g * (lt(b, a) + eq(a, b) * 0.5);
-  }
+  static auto da(const auto& a, const auto& b, const auto&, const auto& g) { return g * (lt(a, b) + eq(a, b) * 0.5); }
+  static auto db(const auto& a, const auto& b, const auto&, const auto& g) { return g * (lt(b, a) + eq(a, b) * 0.5); }
 };
 }  // namespace ops
 
-template <Operand A, Operand B> constexpr auto minimum(const A& a, const B& b) { return apply_op(ops::minimum_op{}, a, b); }
-template <Element T> constexpr T minimum(T a, T b) { return apply_op(ops::minimum_op{}, a, b); }
+template <Operand A, Operand B>
+constexpr auto minimum(const A& a, const B& b) {
+  return apply_op(ops::minimum_op{}, a, b);
+}
+template <Element T>
+constexpr T minimum(T a, T b) {
+  return apply_op(ops::minimum_op{}, a, b);
+}
 }  // namespace fusegrad

@@ -8,11 +8,20 @@ namespace ops {
 struct neg_op {
   static constexpr std::string_view name = "neg", grad_fn = "NegBackward0";
   static constexpr bool uses_input = false, uses_output = false;
-  template <class V> static constexpr V value(const V& x) { return -x; }
+  template <class V>
+  static constexpr V value(const V& x) {
+    return -x;
+  }
   static constexpr auto derivative(const auto&, const auto&, const auto& g) { return -g; }
 };
 }  // namespace ops
 
-template <Operand X> constexpr auto operator-(const X& x) { return apply_op(ops::neg_op{}, x); }
-template <OperandOrNumber X> constexpr auto neg(const X& x) { return apply_op(ops::neg_op{}, x); }
+template <Operand X>
+constexpr auto operator-(const X& x) {
+  return apply_op(ops::neg_op{}, x);
+}
+template <OperandOrNumber X>
+constexpr auto neg(const X& x) {
+  return apply_op(ops::neg_op{}, x);
+}
 }  // namespace fusegrad

@@ -51,19 +51,17 @@ template <class X>
 concept OperandOrNumber = Operand<X> || Number<X>;
 
 template <Element T, class Op>
-  requires UnaryOp<Op, T>
-constexpr T apply_op(const Op& op, T x) {
-  return op.value(x);
-}
+requires UnaryOp<Op, T>
+constexpr T apply_op(const Op& op, T x) { return op.value(x); }
 template <Element T, class Op>
-  requires BinaryOp<Op, T>
-constexpr T apply_op(const Op& op, T a, T b) {
-  return op.value(a, b);
-}
+requires BinaryOp<Op, T>
+constexpr T apply_op(const Op& op, T a, T b) { return op.value(a, b); }
 
 namespace detail {
 template <class Op, class V>
-concept has_unary_derivative = requires(const Op& op, const V& v) { op.derivative(v, v, v); };
+concept has_unary_derivative = requires(const Op& op, const V& v) {
+  op.derivative(v, v, v);
+};
 template <class Op, class V>
 concept has_binary_derivative = requires(const Op& op, const V& v) {
   op.da(v, v, v, v);
@@ -114,7 +112,9 @@ constexpr int op_cost_units() {
 /// plans count a value whose sibling the backward computes anyway as costing `sibling_cost` to
 /// recompute.
 template <class Op>
-concept has_sibling = requires { typename Op::sibling; };
+concept has_sibling = requires {
+  typename Op::sibling;
+};
 /// Whether ops `A` and `B` are siblings (see `has_sibling`).
 template <class A, class B>
 constexpr bool siblings() {
@@ -125,8 +125,7 @@ constexpr bool siblings() {
 /// `sibling_cost`), in `cost_units_per_load` units; `op_cost_units` without a sibling.
 template <class Op>
 constexpr int cost_beside_sibling() {
-  if constexpr (has_sibling<Op>)
-    return static_cast<int>(Op::sibling::sibling_cost * cost_units_per_load + 0.5);
+  if constexpr (has_sibling<Op>) return static_cast<int>(Op::sibling::sibling_cost * cost_units_per_load + 0.5);
   else return op_cost_units<Op>();
 }
 

@@ -18,7 +18,8 @@ struct pow_scalar_op {
   /// C's pow per element (29 loads); the cost is per op type, so a middle value.
   static constexpr double cost = 4.0;
   T p;
-  template <class V> constexpr V value(const V& x) const {
+  template <class V>
+  constexpr V value(const V& x) const {
     // Small integer exponents by repeated squaring: exact for small integers, faster than
     // exp(p log x), and defined for negative bases.
     if (p == std::floor(p) && std::abs(p) <= T(16) && p != T(0)) {
@@ -42,7 +43,10 @@ struct pow_op {
   static constexpr std::string_view name = "pow", grad_fn = "PowBackward1";
   static constexpr bool uses_input = true, uses_output = true;
   static constexpr double cost = 29.0;  ///< in streamed loads: C's pow per element
-  template <class V> static constexpr V value(const V& a, const V& b) { return lanes::pow(a, b); }
+  template <class V>
+  static constexpr V value(const V& a, const V& b) {
+    return lanes::pow(a, b);
+  }
   /// b a^(b-1); 0 where b == 0 (as PyTorch), through a^0 = 1 for every a (not 0 * 0^-1).
   static constexpr auto da(const auto& a, const auto& b, const auto&, const auto& g) {
     return g * (b * pow(a, b - sign(abs(b))));
@@ -54,11 +58,18 @@ struct pow_op {
 };
 }  // namespace ops
 
-template <Operand X, Scalar S> constexpr auto pow(const X& x, S p) {
+template <Operand X, Scalar S>
+constexpr auto pow(const X& x, S p) {
   return apply_op(ops::pow_scalar_op<element_of<X>>{static_cast<element_of<X>>(p)}, x);
 }
-template <Operand A, Operand B> constexpr auto pow(const A& a, const B& b) { return apply_op(ops::pow_op{}, a, b); }
+template <Operand A, Operand B>
+constexpr auto pow(const A& a, const B& b) {
+  return apply_op(ops::pow_op{}, a, b);
+}
 /// Of two numbers (constants of a transformed function): the exponent is a scalar, as in
 /// `pow(x, p)` of an operand `x`.
-template <Element T> constexpr T pow(T x, T p) { return apply_op(ops::pow_scalar_op<T>{p}, x); }
+template <Element T>
+constexpr T pow(T x, T p) {
+  return apply_op(ops::pow_scalar_op<T>{p}, x);
+}
 }  // namespace fusegrad

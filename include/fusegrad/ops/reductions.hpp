@@ -29,7 +29,11 @@ namespace ops {
 struct norm_sqrt_op {
   static constexpr std::string_view name = "norm_sqrt", grad_fn = "NormBackward1";
   static constexpr bool uses_input = false, uses_output = true;
-  template <class V> static V value(const V& x) { using std::sqrt; return sqrt(x); }
+  template <class V>
+  static V value(const V& x) {
+    using std::sqrt;
+    return sqrt(x);
+  }
   static auto derivative(const auto&, const auto& y, const auto& g) {
     using T = element_of<std::remove_cvref_t<decltype(g)>>;
     return apply_op(select_op<T>{T(0)}, y, g / (y * 2.0));
@@ -38,12 +42,30 @@ struct norm_sqrt_op {
 }  // namespace ops
 
 /// The smallest element (over all dims, or `dims`), -max(-x): exact, NaN propagating.
-template <Operand X> constexpr auto min(const X& x) { return -max(-x); }
-template <Operand X, class D> constexpr auto min(const X& x, const D& dims, bool keepdim = false) { return -max(-x, dims, keepdim); }
-template <Operand X> constexpr auto amax(const X& x) { return max(x); }
-template <Operand X, class D> constexpr auto amax(const X& x, const D& dims, bool keepdim = false) { return max(x, dims, keepdim); }
-template <Operand X> constexpr auto amin(const X& x) { return min(x); }
-template <Operand X, class D> constexpr auto amin(const X& x, const D& dims, bool keepdim = false) { return min(x, dims, keepdim); }
+template <Operand X>
+constexpr auto min(const X& x) {
+  return -max(-x);
+}
+template <Operand X, class D>
+constexpr auto min(const X& x, const D& dims, bool keepdim = false) {
+  return -max(-x, dims, keepdim);
+}
+template <Operand X>
+constexpr auto amax(const X& x) {
+  return max(x);
+}
+template <Operand X, class D>
+constexpr auto amax(const X& x, const D& dims, bool keepdim = false) {
+  return max(x, dims, keepdim);
+}
+template <Operand X>
+constexpr auto amin(const X& x) {
+  return min(x);
+}
+template <Operand X, class D>
+constexpr auto amin(const X& x, const D& dims, bool keepdim = false) {
+  return min(x, dims, keepdim);
+}
 
 namespace detail {
 /// The number of elements each result of a reduction over `dims` folds, as a value of the
@@ -70,14 +92,17 @@ template <Operand X, class D>
 constexpr auto stddev(const X& x, const D& dims, double correction = 1, bool keepdim = false) {
   return sqrt(var(x, dims, correction, keepdim));
 }
-template <Operand X> constexpr auto stddev(const X& x) { return sqrt(var(x)); }
+template <Operand X>
+constexpr auto stddev(const X& x) {
+  return sqrt(var(x));
+}
 
 /// ‖x‖_p over `dims` for p = 1, 2 or inf (any other p is an error). For values whose type does
 /// not depend on the op (eager tensors, fg::jit); inside `fg::compile` write `sum(abs(x))`,
 /// `max(abs(x))` or `sqrt(sum(x * x))`.
 template <Operand X, class D>
-  requires std::same_as<decltype(sum(abs(std::declval<const X&>()), std::declval<const D&>(), false)),
-                        decltype(max(abs(std::declval<const X&>()), std::declval<const D&>(), false))>
+requires std::same_as<decltype(sum(abs(std::declval<const X&>()), std::declval<const D&>(), false)),
+                      decltype(max(abs(std::declval<const X&>()), std::declval<const D&>(), false))>
 constexpr auto norm(const X& x, double p, const D& dims, bool keepdim = false) {
   if (p == 2) return apply_op(ops::norm_sqrt_op{}, sum(x * x, dims, keepdim));
   if (p == 1) return sum(abs(x), dims, keepdim);
@@ -85,7 +110,7 @@ constexpr auto norm(const X& x, double p, const D& dims, bool keepdim = false) {
   return max(abs(x), dims, keepdim);
 }
 template <Operand X>
-  requires std::same_as<decltype(sum(abs(std::declval<const X&>()))), decltype(max(abs(std::declval<const X&>())))>
+requires std::same_as<decltype(sum(abs(std::declval<const X&>()))), decltype(max(abs(std::declval<const X&>())))>
 constexpr auto norm(const X& x, double p = 2) {
   if (p == 2) return apply_op(ops::norm_sqrt_op{}, sum(x * x));
   if (p == 1) return sum(abs(x));

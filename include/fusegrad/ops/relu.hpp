@@ -9,10 +9,16 @@ namespace ops {
 struct relu_op {
   static constexpr std::string_view name = "relu", grad_fn = "ReluBackward0";
   static constexpr bool uses_input = false, uses_output = true;
-  template <class V> static constexpr V value(const V& x) { return lanes::select_gt(V(0), x, V(0), x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    return lanes::select_gt(V(0), x, V(0), x);
+  }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return g * step(y); }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto relu(const X& x) { return apply_op(ops::relu_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto relu(const X& x) {
+  return apply_op(ops::relu_op{}, x);
+}
 }  // namespace fusegrad

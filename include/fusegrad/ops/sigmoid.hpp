@@ -6,7 +6,8 @@
 #include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
-template <Operand G, Operand Y> constexpr auto sigmoid_backward(const G& g, const Y& y);
+template <Operand G, Operand Y>
+constexpr auto sigmoid_backward(const G& g, const Y& y);
 
 namespace ops {
 /// g (y (1 - y)), rounded after each of its three steps as the three ops `g * (y * (1 - y))`
@@ -15,7 +16,8 @@ struct sigmoid_backward_op {
   static constexpr std::string_view name = "sigmoid_backward", grad_fn = "SigmoidBackwardBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double cost = 0.9;  ///< three arithmetic ops
-  template <class V> static constexpr V value(const V& g, const V& y) {
+  template <class V>
+  static constexpr V value(const V& g, const V& y) {
     V u = V(1) - y;
     detail::round_here(u);
     V d = y * u;
@@ -24,14 +26,17 @@ struct sigmoid_backward_op {
   }
   // Operands (g, y), this op's result, and the gradient flowing back to it (gg).
   static constexpr auto da(const auto&, const auto& y, const auto&, const auto& gg) { return sigmoid_backward(gg, y); }
-  static constexpr auto db(const auto& g, const auto& y, const auto&, const auto& gg) { return (gg * g) * (1.0 - 2.0 * y); }
+  static constexpr auto db(const auto& g, const auto& y, const auto&, const auto& gg) {
+    return (gg * g) * (1.0 - 2.0 * y);
+  }
 };
 
 struct sigmoid_op {
   static constexpr std::string_view name = "sigmoid", grad_fn = "SigmoidBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   static constexpr double cost = 2.35;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static constexpr V value(const V& x) {
+  template <class V>
+  static constexpr V value(const V& x) {
     using std::exp;
     return V(1) / (V(1) + exp(-x));
   }
@@ -39,9 +44,13 @@ struct sigmoid_op {
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto sigmoid(const X& x) { return apply_op(ops::sigmoid_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto sigmoid(const X& x) {
+  return apply_op(ops::sigmoid_op{}, x);
+}
 /// sigmoid's gradient from its output: g y (1 - y).
-template <Operand G, Operand Y> constexpr auto sigmoid_backward(const G& g, const Y& y) {
+template <Operand G, Operand Y>
+constexpr auto sigmoid_backward(const G& g, const Y& y) {
   return apply_op(ops::sigmoid_backward_op{}, g, y);
 }
 }  // namespace fusegrad

@@ -9,10 +9,17 @@ struct sqrt_op {
   static constexpr std::string_view name = "sqrt", grad_fn = "SqrtBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   static constexpr double cost = 1.05;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static constexpr V value(const V& x) { using std::sqrt; return sqrt(x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    using std::sqrt;
+    return sqrt(x);
+  }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return g / (y * 2.0); }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto sqrt(const X& x) { return apply_op(ops::sqrt_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto sqrt(const X& x) {
+  return apply_op(ops::sqrt_op{}, x);
+}
 }  // namespace fusegrad

@@ -8,14 +8,26 @@ namespace fusegrad {
 namespace ops {
 struct step_op {
   static constexpr std::string_view name = "step";
-  template <class V> static constexpr V value(const V& x) { return lanes::gt(x, V(0)); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    return lanes::gt(x, V(0));
+  }
 };
 struct sign_op {
   static constexpr std::string_view name = "sign";
-  template <class V> static constexpr V value(const V& x) { return lanes::sign(x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    return lanes::sign(x);
+  }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto step(const X& x) { return apply_op(ops::step_op{}, x); }
-template <OperandOrNumber X> constexpr auto sign(const X& x) { return apply_op(ops::sign_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto step(const X& x) {
+  return apply_op(ops::step_op{}, x);
+}
+template <OperandOrNumber X>
+constexpr auto sign(const X& x) {
+  return apply_op(ops::sign_op{}, x);
+}
 }  // namespace fusegrad

@@ -8,7 +8,10 @@ namespace ops {
 struct sub_op {
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward0";
   static constexpr bool uses_input = false, uses_output = false;
-  template <class V> static constexpr V value(const V& a, const V& b) { return a - b; }
+  template <class V>
+  static constexpr V value(const V& a, const V& b) {
+    return a - b;
+  }
   static constexpr auto da(const auto&, const auto&, const auto&, const auto& g) { return g; }
   static constexpr auto db(const auto&, const auto&, const auto&, const auto& g) { return -g; }
 };
@@ -17,7 +20,10 @@ struct sub_scalar_op {  // x - s
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward1";
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> constexpr V value(const V& x) const { return x - V(s); }
+  template <class V>
+  constexpr V value(const V& x) const {
+    return x - V(s);
+  }
   static constexpr bool scalar_is_input = true;  // (its derivative does not read s)
   static constexpr auto derivative_by(const auto&, const auto&, const auto& g, const auto&) { return g; }
   constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
@@ -27,18 +33,26 @@ struct rsub_scalar_op {  // s - x
   static constexpr std::string_view name = "rsub", grad_fn = "RsubBackward1";
   static constexpr bool uses_input = false, uses_output = false;
   T s;
-  template <class V> constexpr V value(const V& x) const { return V(s) - x; }
+  template <class V>
+  constexpr V value(const V& x) const {
+    return V(s) - x;
+  }
   static constexpr bool scalar_is_input = true;  // (its derivative does not read s)
   static constexpr auto derivative_by(const auto&, const auto&, const auto& g, const auto&) { return -g; }
   constexpr auto derivative(const auto& x, const auto& y, const auto& g) const { return derivative_by(x, y, g, s); }
 };
 }  // namespace ops
 
-template <Operand A, Operand B> constexpr auto operator-(const A& a, const B& b) { return apply_op(ops::sub_op{}, a, b); }
-template <Operand A, Scalar S> constexpr auto operator-(const A& a, S s) {
+template <Operand A, Operand B>
+constexpr auto operator-(const A& a, const B& b) {
+  return apply_op(ops::sub_op{}, a, b);
+}
+template <Operand A, Scalar S>
+constexpr auto operator-(const A& a, S s) {
   return apply_op(ops::sub_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
-template <Scalar S, Operand A> constexpr auto operator-(S s, const A& a) {
+template <Scalar S, Operand A>
+constexpr auto operator-(S s, const A& a) {
   return apply_op(ops::rsub_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
 }  // namespace fusegrad

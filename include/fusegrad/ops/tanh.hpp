@@ -6,7 +6,8 @@
 #include "fusegrad/ops/op.hpp"
 
 namespace fusegrad {
-template <Operand G, Operand Y> constexpr auto tanh_backward(const G& g, const Y& y);
+template <Operand G, Operand Y>
+constexpr auto tanh_backward(const G& g, const Y& y);
 
 namespace ops {
 /// g (1 - y²), rounded after each of its three steps as the three ops `g * (1 - y * y)` round
@@ -15,7 +16,8 @@ struct tanh_backward_op {
   static constexpr std::string_view name = "tanh_backward", grad_fn = "TanhBackwardBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   static constexpr double cost = 0.9;  ///< three arithmetic ops
-  template <class V> static constexpr V value(const V& g, const V& y) {
+  template <class V>
+  static constexpr V value(const V& g, const V& y) {
     V t = y * y;
     detail::round_here(t);
     V u = V(1) - t;
@@ -31,14 +33,22 @@ struct tanh_op {
   static constexpr std::string_view name = "tanh", grad_fn = "TanhBackward0";
   static constexpr bool uses_input = false, uses_output = true;
   static constexpr double cost = 4.2;  ///< in streamed loads (bench/bench_op_costs.cpp)
-  template <class V> static constexpr V value(const V& x) { using std::tanh; return tanh(x); }
+  template <class V>
+  static constexpr V value(const V& x) {
+    using std::tanh;
+    return tanh(x);
+  }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return tanh_backward(g, y); }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto tanh(const X& x) { return apply_op(ops::tanh_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto tanh(const X& x) {
+  return apply_op(ops::tanh_op{}, x);
+}
 /// tanh's gradient from its output: g (1 - y²).
-template <Operand G, Operand Y> constexpr auto tanh_backward(const G& g, const Y& y) {
+template <Operand G, Operand Y>
+constexpr auto tanh_backward(const G& g, const Y& y) {
   return apply_op(ops::tanh_backward_op{}, g, y);
 }
 }  // namespace fusegrad

@@ -38,7 +38,7 @@ inline constexpr int table_size = static_cast<int>(table<T>::size);
 /// A user's element-wise op whose state the IR can hold: none, or exactly one scalar of the
 /// element type (a node's `scalar`), as the ops of the table.
 template <class Op, class T>
-concept TraceableUserOp = !TableOp<Op, T> && (UnaryOp<Op, T> || BinaryOp<Op, T>) && std::is_trivially_copyable_v<Op> &&
+concept TraceableUserOp = !TableOp<Op, T> && (UnaryOp<Op, T> || BinaryOp<Op, T>)&&std::is_trivially_copyable_v<Op> &&
                           (std::is_empty_v<Op> || sizeof(Op) == sizeof(T));
 
 /// What the run-time IR knows of a user's op (see this header's comment).
@@ -59,7 +59,6 @@ struct user_op {
   tensor<T> (*rule)(T s, int operand, const tensor<T>& a, const tensor<T>* b, const tensor<T>& y,
                     const tensor<T>& g) = nullptr;
 };
-
 
 /// What the run-time IR knows of a user's `fg::function<F>` (fusegrad/eager/function.hpp): a
 /// traced graph holds F's forward as the ops it ran and one `custom` node for its output,
@@ -98,7 +97,8 @@ struct record_registry {
     const int n = count.load(std::memory_order_relaxed);
     for (int k = 0; k < n; ++k)
       if (entries[static_cast<std::size_t>(k)] == r) return k;
-    if (n == capacity) fail("jit", "a program traced more than ", capacity, " different ", Record::kind, "; expected at most that many");
+    if (n == capacity)
+      fail("jit", "a program traced more than ", capacity, " different ", Record::kind, "; expected at most that many");
     entries[static_cast<std::size_t>(n)] = r;
     count.store(n + 1, std::memory_order_release);
     return n;
@@ -142,8 +142,9 @@ const user_function<T>& user_function_at(int k, std::string_view where) {
 template <Element T>
 const user_op<T>& user_op_at(int op, std::string_view where) {
   if (const user_op<T>* u = find_user_op<T>(op)) return *u;
-  fusegrad::detail::fail(where, "op number ", op, " is neither a built-in nor a user op this program applied; expected ",
-                         "0 <= op < ", table_size<T> + fusegrad::detail::record_registry<user_op<T>>::get().count.load());
+  fusegrad::detail::fail(where, "op number ", op,
+                         " is neither a built-in nor a user op this program applied; expected ", "0 <= op < ",
+                         table_size<T> + fusegrad::detail::record_registry<user_op<T>>::get().count.load());
 }
 
 }  // namespace fusegrad::ops

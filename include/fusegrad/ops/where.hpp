@@ -20,7 +20,10 @@ struct select_op {
   static constexpr std::string_view name = "select", grad_fn = "WhereBackward0";
   static constexpr bool uses_input = true, uses_output = false;
   T fill;
-  template <class V> V value(const V& c, const V& a) const { return lanes::select_nonzero(c, a, V(fill)); }
+  template <class V>
+  V value(const V& c, const V& a) const {
+    return lanes::select_nonzero(c, a, V(fill));
+  }
   static auto da(const auto&, const auto&, const auto&, const auto& g) { return apply_op(zeros_like_op{}, g); }
   static auto db(const auto& c, const auto&, const auto&, const auto& g) { return apply_op(select_op{T(0)}, c, g); }
 };
@@ -29,16 +32,25 @@ template <Element T>
 struct fill_op {
   static constexpr std::string_view name = "fill";
   T s;
-  template <class V> V value(const V& c) const { return lanes::select_nonzero(c, V(s), V(T(-0.0))); }
+  template <class V>
+  V value(const V& c) const {
+    return lanes::select_nonzero(c, V(s), V(T(-0.0)));
+  }
 };
 /// 1 where x == 0, else 0 (NaN counts as true, so gives 0). No gradient.
 struct logical_not_op {
   static constexpr std::string_view name = "logical_not";
-  template <class V> static V value(const V& x) { return lanes::eq(x, V(0)); }
+  template <class V>
+  static V value(const V& x) {
+    return lanes::eq(x, V(0));
+  }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto logical_not(const X& x) { return apply_op(ops::logical_not_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto logical_not(const X& x) {
+  return apply_op(ops::logical_not_op{}, x);
+}
 
 /// `a` where `cond` is nonzero, else `b` (see this header's comment).
 template <Operand C, Operand A, Operand B>
@@ -49,14 +61,18 @@ constexpr auto where(const C& cond, const A& a, const B& b) {
 template <Operand C, Operand A, Scalar S>
 constexpr auto where(const C& cond, const A& a, S b) {
   using T = element_of<A>;
-  return apply_op(ops::select_op<T>{T(-0.0)}, cond, a) + apply_op(ops::fill_op<T>{static_cast<T>(b)}, logical_not(cond));
+  return apply_op(ops::select_op<T>{T(-0.0)}, cond, a) +
+         apply_op(ops::fill_op<T>{static_cast<T>(b)}, logical_not(cond));
 }
 template <Operand C, Scalar S, Operand B>
 constexpr auto where(const C& cond, S a, const B& b) {
   using T = element_of<B>;
-  return apply_op(ops::fill_op<T>{static_cast<T>(a)}, cond) + apply_op(ops::select_op<T>{T(-0.0)}, logical_not(cond), b);
+  return apply_op(ops::fill_op<T>{static_cast<T>(a)}, cond) +
+         apply_op(ops::select_op<T>{T(-0.0)}, logical_not(cond), b);
 }
 /// `x` with `value` where `mask` is nonzero (PyTorch's `masked_fill`).
 template <Operand X, Operand M, Scalar S>
-constexpr auto masked_fill(const X& x, const M& mask, S value) { return where(mask, value, x); }
+constexpr auto masked_fill(const X& x, const M& mask, S value) {
+  return where(mask, value, x);
+}
 }  // namespace fusegrad

@@ -9,9 +9,15 @@ namespace fusegrad {
 namespace ops {
 struct zeros_like_op {
   static constexpr std::string_view name = "zeros_like";
-  template <class V> static V value(const V&) { return V(0); }
+  template <class V>
+  static V value(const V&) {
+    return V(0);
+  }
 };
 }  // namespace ops
 
-template <OperandOrNumber X> constexpr auto zeros_like(const X& x) { return apply_op(ops::zeros_like_op{}, x); }
+template <OperandOrNumber X>
+constexpr auto zeros_like(const X& x) {
+  return apply_op(ops::zeros_like_op{}, x);
+}
 }  // namespace fusegrad

@@ -113,7 +113,7 @@ struct node_info {
   int children[max_children] = {-1, -1, -1};  ///< indices of operands (-1: none), each < this node's index
   bool forward_root = false;                  ///< an output of the forward
   bool backward_root = false;                 ///< an output of the backward (a gradient of an input)
-  int cost = 0;  ///< `cost` policy: recomputing one element of this (pointwise) node
+  int cost = 0;                               ///< `cost` policy: recomputing one element of this (pointwise) node
   /// `cost` policy: the node whose value comes out of the same work as this one's on the same
   /// operand (sin and cos: ops/op.hpp, `has_sibling`), or -1; and what this node costs once
   /// that one is computed. A forward node whose sibling the backward computes is recomputed
@@ -144,19 +144,19 @@ enum class policy_kind : unsigned char { min_cut, save_all, recompute_all, memor
 /// A policy and, for `memory_budget`, its budget; for `cost`, the memory regime's costs.
 struct policy {
   policy_kind kind = policy_kind::min_cut;
-  int budget = 0;        ///< memory_budget only: most tensors that may be saved
+  int budget = 0;         ///< memory_budget only: most tensors that may be saved
   memory_costs mem = {};  ///< cost only
 };
 
 /// What the forward saves and what the backward recomputes.
 template <std::size_t N>
 struct plan {
-  bool forward[N] = {};    ///< node is computed by the forward pass (reachable from forward roots)
-  bool backward[N] = {};   ///< node is part of the backward region
-  bool saved[N] = {};      ///< node is saved by the forward for the backward
-  bool recompute[N] = {};  ///< forward node the backward must recompute (not saved, needed)
-  int saved_count = 0;     ///< number of saved nodes
-  int saved_nodes[N] = {}; ///< the saved node indices in increasing order, then -1s
+  bool forward[N] = {};     ///< node is computed by the forward pass (reachable from forward roots)
+  bool backward[N] = {};    ///< node is part of the backward region
+  bool saved[N] = {};       ///< node is saved by the forward for the backward
+  bool recompute[N] = {};   ///< forward node the backward must recompute (not saved, needed)
+  int saved_count = 0;      ///< number of saved nodes
+  int saved_nodes[N] = {};  ///< the saved node indices in increasing order, then -1s
 };
 
 namespace detail {
@@ -179,8 +179,7 @@ constexpr void validate(const joint_graph<N>& g) {
         throw fusegrad::error(op_name,
                               "a child index must be -1 or smaller than the node's own index "
                               "(nodes in topological order)");
-      if (n.kind == node_kind::input || n.kind == node_kind::grad_input ||
-          n.kind == node_kind::constant)
+      if (n.kind == node_kind::input || n.kind == node_kind::grad_input || n.kind == node_kind::constant)
         throw fusegrad::error(op_name, "an input, grad_input or constant node has no children");
     }
     if (n.sibling < -1 || n.sibling >= static_cast<int>(N) || n.sibling == static_cast<int>(i))
@@ -208,8 +207,9 @@ constexpr regions<N> find_regions(const joint_graph<N>& g) {
   for (std::size_t i = N; i-- > 0;) {
     if (r.forward[i]) {
       if (g.nodes[i].kind == node_kind::grad_input)
-        throw fusegrad::error(op_name, "a forward root reaches a grad_input; expected the forward "
-                                       "to depend on inputs only");
+        throw fusegrad::error(op_name,
+                              "a forward root reaches a grad_input; expected the forward "
+                              "to depend on inputs only");
       for (int c : g.nodes[i].children)
         if (c >= 0) r.forward[c] = true;
     }
@@ -254,8 +254,14 @@ struct flow_network {
   }
 
   constexpr void add_edge(int u, int v, int c) {
-    to[arcs] = v; cap[arcs] = c; next[arcs] = head[u]; head[u] = arcs++;
-    to[arcs] = u; cap[arcs] = 0; next[arcs] = head[v]; head[v] = arcs++;
+    to[arcs] = v;
+    cap[arcs] = c;
+    next[arcs] = head[u];
+    head[u] = arcs++;
+    to[arcs] = u;
+    cap[arcs] = 0;
+    next[arcs] = head[v];
+    head[v] = arcs++;
   }
 
   /// Dinic's max flow from source to sink; leaves the residual capacities in `cap`.
@@ -370,7 +376,8 @@ constexpr saved_set<N> recompute_all(const joint_graph<N>& g, const regions<N>& 
 template <std::size_t N>
 constexpr int recompute_cost(const joint_graph<N>& g, const regions<N>& r, std::size_t i) {
   const node_info& n = g.nodes[i];
-  if (n.sibling >= 0 && r.backward[static_cast<std::size_t>(n.sibling)] && n.sibling_cost < n.cost) return n.sibling_cost;
+  if (n.sibling >= 0 && r.backward[static_cast<std::size_t>(n.sibling)] && n.sibling_cost < n.cost)
+    return n.sibling_cost;
   return n.cost;
 }
 
@@ -395,8 +402,7 @@ constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r, boo
     if (is_source_kind(n.kind)) net.add_edge(net_t::source, vin, net_t::infinite);
     else if (costed && recompute_cost(g, r, i) > 0) net.add_edge(net_t::source, vin, recompute_cost(g, r, i));
     for (int c : n.children)
-      if (c >= 0 && g.nodes[c].kind != node_kind::constant)
-        net.add_edge(2 * c + 1, vin, net_t::infinite);
+      if (c >= 0 && g.nodes[c].kind != node_kind::constant) net.add_edge(2 * c + 1, vin, net_t::infinite);
     if (r.needed[i]) net.add_edge(vout, net_t::sink, net_t::infinite);
   }
   const int flow = net.max_flow();
@@ -414,8 +420,7 @@ constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r, boo
       cut += recompute_cost(g, r, i);  // recomputed
     }
   }
-  if (cut != flow)
-    throw fusegrad::error(op_name, "internal error: the min cut does not match the max flow");
+  if (cut != flow) throw fusegrad::error(op_name, "internal error: the min cut does not match the max flow");
   return s;
 }
 
@@ -436,8 +441,9 @@ constexpr plan<N> finish(const joint_graph<N>& g, const regions<N>& r, const sav
   for (std::size_t i = N; i-- > 0;) {
     if (!visit[i] || p.saved[i] || g.nodes[i].kind == node_kind::constant) continue;
     if (is_source_kind(g.nodes[i].kind))
-      throw fusegrad::error(op_name, "internal error: the plan neither saves nor can recompute "
-                                     "an input, reduction or extern_op the backward needs");
+      throw fusegrad::error(op_name,
+                            "internal error: the plan neither saves nor can recompute "
+                            "an input, reduction or extern_op the backward needs");
     p.recompute[i] = true;
     for (int c : g.nodes[i].children)
       if (c >= 0) visit[c] = true;
@@ -466,7 +472,7 @@ constexpr long estimated_cost(const joint_graph<N>& g, const plan<N>& p, memory_
     if (p.saved[i]) t += (n.kind == node_kind::input ? 0 : mem.store) + mem.load;
     if (p.recompute[i])
       t += n.sibling >= 0 && p.backward[static_cast<std::size_t>(n.sibling)] && n.sibling_cost < n.cost ? n.sibling_cost
-                                                                                                       : n.cost;
+                                                                                                        : n.cost;
   }
   return t;
 }
@@ -478,14 +484,10 @@ constexpr plan<N> make_plan(const joint_graph<N>& g, policy p) {
   detail::validate(g);
   const detail::regions<N> r = detail::find_regions(g);
   switch (p.kind) {
-    case policy_kind::save_all:
-      return detail::finish(g, r, detail::save_all(g, r));
-    case policy_kind::recompute_all:
-      return detail::finish(g, r, detail::recompute_all(g, r));
-    case policy_kind::min_cut:
-      return detail::finish(g, r, detail::min_cut(g, r));
-    case policy_kind::cost:
-      return detail::finish(g, r, detail::min_cut(g, r, true, p.mem));
+    case policy_kind::save_all: return detail::finish(g, r, detail::save_all(g, r));
+    case policy_kind::recompute_all: return detail::finish(g, r, detail::recompute_all(g, r));
+    case policy_kind::min_cut: return detail::finish(g, r, detail::min_cut(g, r));
+    case policy_kind::cost: return detail::finish(g, r, detail::min_cut(g, r, true, p.mem));
     case policy_kind::memory_budget: {
       const plan<N> all = detail::finish(g, r, detail::save_all(g, r));
       if (all.saved_count <= p.budget) return all;

@@ -10,9 +10,9 @@
 #include "fusegrad/runtime/jit.hpp"
 
 /// The compiled-autograd runtime for element type `T`.
-#define FUSEGRAD_RUNTIME_COMPILED_AUTOGRAD(T) \
-  FUSEGRAD_RT_EXTERN template void compiled_autograd::detail::run<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool);
-
+#define FUSEGRAD_RUNTIME_COMPILED_AUTOGRAD(T)                                                       \
+  FUSEGRAD_RT_EXTERN template void compiled_autograd::detail::run<T>(const std::vector<tensor<T>>&, \
+                                                                     std::vector<tensor<T>>, bool);
 
 #if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
 #define FUSEGRAD_RT_EXTERN extern

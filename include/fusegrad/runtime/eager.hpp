@@ -50,52 +50,60 @@
   B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op) U(T, ops::detach_op)
 // clang-format on
 
-#define FUSEGRAD_RT_UNARY(T, Op)                                                             \
-  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&);        \
+#define FUSEGRAD_RT_UNARY(T, Op)                                                      \
+  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&); \
   FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
-#define FUSEGRAD_RT_BINARY(T, Op)                                                                          \
-  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&, const tensor<T>&);    \
+#define FUSEGRAD_RT_BINARY(T, Op)                                                                       \
+  FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&, const tensor<T>&); \
   FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
 
 /// The eager runtime for element type `T`.
 // (gradcheck_values: finite differences are only meaningful in double, but the check is generic.)
-#define FUSEGRAD_RUNTIME_EAGER(T) \
-  FUSEGRAD_RT_EXTERN template class tensor<T>; \
-  FUSEGRAD_RT_EXTERN template class node<T>; \
-  FUSEGRAD_RT_EXTERN template class detail::saving_node<T>; \
-  FUSEGRAD_RT_EXTERN template class detail::rule_node<T>; \
-  FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T) \
+#define FUSEGRAD_RUNTIME_EAGER(T)                                                                                      \
+  FUSEGRAD_RT_EXTERN template class tensor<T>;                                                                         \
+  FUSEGRAD_RT_EXTERN template class node<T>;                                                                           \
+  FUSEGRAD_RT_EXTERN template class detail::saving_node<T>;                                                            \
+  FUSEGRAD_RT_EXTERN template class detail::rule_node<T>;                                                              \
+  FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T)                                                            \
   FUSEGRAD_RT_EXTERN template void detail::run_engine<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&, detail::reduce_op); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_values<T>(detail::reduce_op, const tensor<T>&, const std::vector<bool>&, bool); \
-  FUSEGRAD_RT_EXTERN template tensor<T> expand<T>(const tensor<T>&, const shape&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> view<T>(const tensor<T>&, const shape&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> reshape<T>(const tensor<T>&, const shape&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> sum<T>(const tensor<T>&, const std::vector<index_t>&, bool); \
-  FUSEGRAD_RT_EXTERN template tensor<T> mean<T>(const tensor<T>&, const std::vector<index_t>&, bool); \
-  FUSEGRAD_RT_EXTERN template tensor<T> max<T>(const tensor<T>&, const std::vector<index_t>&, bool); \
-  FUSEGRAD_RT_EXTERN template tensor<T> matmul<T>(const tensor<T>&, const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> linear<T>(const tensor<T>&, const tensor<T>&, const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::bmm_values<T>(const tensor<T>&, const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template void detail::map_strided<T>(detail::tile_fn<T>, const void*, const tensor<T>&, const tensor<T>*, tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::pointwise_values<T>(std::string_view, detail::tile_fn<T>, const void*, const tensor<T>&, const tensor<T>*); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::contiguous_copy<T>(const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template void detail::fill<T>(const tensor<T>&, T); \
-  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::grad_accumulator<T>(const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template edge<T> detail::gradient_edge<T>(const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::apply_hook<T>(const hook<T>&, tensor<T>); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hook<T>(const hook<T>&, tensor<T>); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hooks<T>(const std::vector<hook<T>>&, tensor<T>); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::add_grads<T>(const tensor<T>&, const tensor<T>&); \
-  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(std::shared_ptr<node<T>>, std::span<const tensor<T>>, std::span<tensor<T>* const>); \
-  FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&, std::string_view); \
-  FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t); \
-  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::sin, T>(const T*, T*, int); \
-  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::cos, T>(const T*, T*, int); \
-  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::tan, T>(const T*, T*, int); \
-  FUSEGRAD_RT_EXTERN template gradcheck_result detail::gradcheck_values<T>(const gradcheck_options&, const detail::gradcheck_call<T>&, std::vector<tensor<T>>&);
-
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&);                             \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&,          \
+                                                                  detail::reduce_op);                                  \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_values<T>(detail::reduce_op, const tensor<T>&,                  \
+                                                                 const std::vector<bool>&, bool);                      \
+  FUSEGRAD_RT_EXTERN template tensor<T> expand<T>(const tensor<T>&, const shape&);                                     \
+  FUSEGRAD_RT_EXTERN template tensor<T> view<T>(const tensor<T>&, const shape&);                                       \
+  FUSEGRAD_RT_EXTERN template tensor<T> reshape<T>(const tensor<T>&, const shape&);                                    \
+  FUSEGRAD_RT_EXTERN template tensor<T> sum<T>(const tensor<T>&, const std::vector<index_t>&, bool);                   \
+  FUSEGRAD_RT_EXTERN template tensor<T> mean<T>(const tensor<T>&, const std::vector<index_t>&, bool);                  \
+  FUSEGRAD_RT_EXTERN template tensor<T> max<T>(const tensor<T>&, const std::vector<index_t>&, bool);                   \
+  FUSEGRAD_RT_EXTERN template tensor<T> matmul<T>(const tensor<T>&, const tensor<T>&);                                 \
+  FUSEGRAD_RT_EXTERN template tensor<T> linear<T>(const tensor<T>&, const tensor<T>&, const tensor<T>&);               \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::bmm_values<T>(const tensor<T>&, const tensor<T>&);                     \
+  FUSEGRAD_RT_EXTERN template void detail::map_strided<T>(detail::tile_fn<T>, const void*, const tensor<T>&,           \
+                                                          const tensor<T>*, tensor<T>&);                               \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::pointwise_values<T>(std::string_view, detail::tile_fn<T>, const void*, \
+                                                                    const tensor<T>&, const tensor<T>*);               \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::contiguous_copy<T>(const tensor<T>&);                                  \
+  FUSEGRAD_RT_EXTERN template void detail::fill<T>(const tensor<T>&, T);                                               \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::grad_accumulator<T>(const tensor<T>&);                  \
+  FUSEGRAD_RT_EXTERN template edge<T> detail::gradient_edge<T>(const tensor<T>&);                                      \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::apply_hook<T>(const hook<T>&, tensor<T>);                              \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hook<T>(const hook<T>&, tensor<T>);                                \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::run_hooks<T>(const std::vector<hook<T>>&, tensor<T>);                  \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::add_grads<T>(const tensor<T>&, const tensor<T>&);                      \
+  FUSEGRAD_RT_EXTERN template std::shared_ptr<node<T>> detail::attach<T>(                                              \
+      std::shared_ptr<node<T>>, std::span<const tensor<T>>, std::span<tensor<T>* const>);                              \
+  FUSEGRAD_RT_EXTERN template tensor<T> detail::empty<T>(const shape&, std::string_view);                              \
+  FUSEGRAD_RT_EXTERN template tensor<T> randn<T>(const shape&, std::uint64_t);                                         \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::sin, T>(const T*,    \
+                                                                                                          T*, int);    \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::cos, T>(const T*,    \
+                                                                                                          T*, int);    \
+  FUSEGRAD_RT_EXTERN template void lanes::detail_trig::trig_by_class<lanes::detail_trig::trig_fn::tan, T>(const T*,    \
+                                                                                                          T*, int);    \
+  FUSEGRAD_RT_EXTERN template gradcheck_result detail::gradcheck_values<T>(                                            \
+      const gradcheck_options&, const detail::gradcheck_call<T>&, std::vector<tensor<T>>&);
 
 namespace fusegrad::detail {
 /// The precompiled runtime's instruction set, checked when a program links: a TU that uses the
@@ -105,17 +113,18 @@ namespace fusegrad::detail {
 /// run the runtime's code beside inline code of other widths; instead the link fails, and the
 /// linker's message is this name, with the TU's architecture in angle brackets.
 template <class Arch>
-struct fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad {
+struct
+    fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad {
   static const bool linked;
 };
 }  // namespace fusegrad::detail
 
-
 #if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
 namespace {
 [[gnu::used, maybe_unused]] const bool* const fusegrad_instruction_set_check =
-    &fusegrad::detail::fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<
-        xsimd::default_arch>::linked;
+    &fusegrad::detail::
+        fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad<
+            xsimd::default_arch>::linked;
 }  // namespace
 #define FUSEGRAD_RT_EXTERN extern
 namespace fusegrad {

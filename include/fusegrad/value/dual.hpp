@@ -36,7 +36,7 @@ constexpr dual<X> zero_like(const dual<X>& x) {
 }  // namespace detail
 
 template <class X, class Op>
-  requires UnaryOp<Op, element_of<X>>
+requires UnaryOp<Op, element_of<X>>
 constexpr dual<X> apply_op(const Op& op, const dual<X>& x) {
   if constexpr (requires { apply_with_sibling(op, x.p); }) {  // the derivative reads the sibling: one reduction
     const auto [y, s] = apply_with_sibling(op, x.p);
@@ -48,11 +48,10 @@ constexpr dual<X> apply_op(const Op& op, const dual<X>& x) {
   }
 }
 template <class X, class Op>
-  requires BinaryOp<Op, element_of<X>>
+requires BinaryOp<Op, element_of<X>>
 constexpr dual<X> apply_op(const Op& op, const dual<X>& a, const dual<X>& b) {
   X y = apply_op(op, a.p, b.p);
-  if constexpr (detail::has_binary_derivative<Op, X>)
-    return {y, X(op.da(a.p, b.p, y, a.t) + op.db(a.p, b.p, y, b.t))};
+  if constexpr (detail::has_binary_derivative<Op, X>) return {y, X(op.da(a.p, b.p, y, a.t) + op.db(a.p, b.p, y, b.t))};
   else return {y, detail::zero_like(y)};
 }
 
@@ -70,7 +69,8 @@ constexpr auto apply_function(function_tag<F>, const dual<X>& x0, const dual<Xs>
   auto t = [&]<std::size_t... I>(std::index_sequence<I...>) {
     if constexpr (sizeof...(Xs) == 0) return X(F::backward(std::as_const(saved), x0.t));
     else return X((std::get<I>(F::backward(std::as_const(saved), std::get<I>(tangents))) + ...));
-  }(std::index_sequence_for<X, Xs...>{});
+  }
+  (std::index_sequence_for<X, Xs...>{});
   return dual<X>{y, t};
 }
 

@@ -21,8 +21,7 @@ namespace fusegrad {
 /// A `float`, a `double` or a batch `fg::simd<T>` as an operand of fusegrad's ops.
 template <class V>
 struct num {
-  static_assert(Element<detail::lane_type_t<V>>,
-                "fusegrad::num holds a float, a double or a SIMD batch of them");
+  static_assert(Element<detail::lane_type_t<V>>, "fusegrad::num holds a float, a double or a SIMD batch of them");
   using element_type = detail::lane_type_t<V>;
   V v{};
 };
@@ -44,14 +43,14 @@ struct operand_traits<num<V>> {
 /// depend on where it is inlined. (It costs the 2-D Rosenbrock gradient its FMAs: see
 /// docs/functional.md, "Scalars: straight-line code, `constexpr`".)
 template <class V, class Op>
-  requires UnaryOp<Op, typename num<V>::element_type>
+requires UnaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& x) {
   num<V> r{op.value(x.v)};
   detail::round_here(r.v);
   return r;
 }
 template <class V, class Op>
-  requires BinaryOp<Op, typename num<V>::element_type>
+requires BinaryOp<Op, typename num<V>::element_type>
 constexpr num<V> apply_op(const Op& op, const num<V>& a, const num<V>& b) {
   num<V> r{op.value(a.v, b.v)};
   detail::round_here(r.v);
@@ -67,7 +66,7 @@ concept pairs_with_sibling = detail::has_sibling<Op> && !detail::is_scalar_v<V>;
 /// `{op's value, its sibling's value}` on one operand, each rounded on its own as `apply_op`
 /// rounds it (the same bits as the two ops apart).
 template <class V, class Op>
-  requires pairs_with_sibling<Op, V>
+requires pairs_with_sibling<Op, V>
 inline std::pair<num<V>, num<V>> apply_with_sibling(const Op& op, const num<V>& x) {
   auto [a, b] = op.with_sibling(x.v);
   num<V> ra{a}, rb{b};
