@@ -21,6 +21,9 @@
 
 namespace fusegrad::detail::jit {
 
+template <Element T>
+struct chosen_entry;  // fusegrad/jit/flush.hpp
+
 /// The tracer of one element type on one thread, during one call of a jitted function.
 template <Element T>
 class trace final : public recorder<T>, public lazy_source {
@@ -240,6 +243,26 @@ class trace final : public recorder<T>, public lazy_source {
   /// point asked): throws, naming the op, when a replay of the graph could not stand for
   /// calling the function.
   void refuse_unreplayable(std::string_view why, bool is_break) const;
+
+  // The phases of flush(), in the order it runs them (fusegrad/jit/flush.hpp).
+  void note_flush_for_capture();
+  void note_graph_break(std::string_view why);
+  bool collect_outputs();
+  std::uint64_t cache_key();
+  chosen_entry<T> look_up(std::uint64_t key, bool gm);
+  bool is_this_graph(const entry<T>& e, std::uint64_t key) const;
+  chosen_entry<T> find_cached(cache<T>& c, std::uint64_t key, bool gm) const;
+  chosen_entry<T> compile_or_fall_back(cache<T>& c, std::uint64_t key, bool gm);
+  const entry<T>* latest_of_graph(const cache<T>& c, std::uint64_t key) const;
+  std::string miss_reason(const entry<T>& same, bool gm, dynamic_dim_marks& marks) const;
+  chosen_entry<T> compile_new_entry(cache<T>& c, std::uint64_t key, bool gm,
+                                    const std::vector<std::uint64_t>& dynamic_dims);
+  void log_new_entry(const entry<T>& e) const;
+  void run_node_by_node(bool past_limit, bool gm);
+  std::vector<tensor<T>> eval_nodes_eagerly();
+  void run_compiled(const std::shared_ptr<const entry<T>>& e, std::vector<shape> shapes);
+  void hand_run_to_capture(const std::shared_ptr<const entry<T>>& e);
+
   /// The name of node `n`'s op, for errors.
   std::string_view op_of(const ir::node<T>& n) const {
     switch (n.kind) {
