@@ -128,7 +128,48 @@ class program {
     return is_reduction(n.kind) || n.kind == node_kind::sum_to ? n.a : static_cast<int>(k);
   }
 
+  /// The lowering's decisions, each phase's read by the later ones (`lower`).
+  struct lowering {
+    typename row_step<T>::region_t region;  ///< the row step's nodes and its row space
+    std::vector<bool> tiled, reduction;     ///< run by tiles; of those, the full reductions
+    std::vector<int> stage;                 ///< per node outside the row step: its stage
+    int rows_stage = 0;                     ///< the row step's stage
+    std::vector<int> step_of;               ///< per node: its step (-1: an input or not needed)
+    /// Per step: its stage and space node (-1 - k: eager node k; `rows_key`: the row step).
+    std::vector<std::pair<int, int>> keys;
+    std::vector<int> order;   ///< the steps in the order they run
+    std::vector<bool> store;  ///< values written to their tensors (the rest stay in tile registers)
+  };
+  static constexpr int rows_key = std::numeric_limits<int>::min();
+
+  /// Lowers the graph: the phases below, in order.
   void lower();
+  /// Marks the nodes the outputs read, directly or not: only those are lowered.
+  void mark_needed();
+  /// Decides which nodes the row step runs and which tiles run (the rest are eager steps).
+  void classify_nodes(lowering& lw) const;
+  /// Gives each node a stage: a value is readable in its own stage when tiles compute it, in
+  /// the next when it is a reduction's, an eager step's or the row step's.
+  void assign_stages(lowering& lw) const;
+  /// Groups the nodes into steps: tiled nodes by stage and iteration shape (one loop each),
+  /// the row step's nodes into one, every eager node alone.
+  void group_into_steps(lowering& lw) const;
+  /// Orders the steps so that each runs after the steps it reads, earliest stage first.
+  void order_steps(lowering& lw) const;
+  /// Decides which values are stored: outputs, reductions, eager results and values another
+  /// step reads; a loop keeps the rest in tile registers.
+  void choose_stored(lowering& lw) const;
+  /// Marks the values made contiguous: outputs and what a loop or the row step reads.
+  void mark_dense(const lowering& lw);
+  /// Finds the step after which each value is read no more, to drop it there (outputs: never).
+  void plan_drops(const lowering& lw);
+  /// Builds the steps in run order: the row step, eager steps and loops.
+  void emit_steps(const lowering& lw);
+  /// Builds loop `q`'s instructions from its `members`: operand sources (register, stream or
+  /// splat) and tile registers, each reused after its last reader.
+  void emit_loop(const lowering& lw, int q, std::vector<int>& members, step& st) const;
+  /// Counts the tensors loop `st` streams (reads from memory or stores), which sets its tiles.
+  void count_streams(const lowering& lw, step& st) const;
   /// Moves each element-wise member of a loop whose sibling (sin and cos of one operand) is a
   /// later member right before that one (its operand is earlier still), and says which members
   /// are now followed by their sibling.
@@ -277,6 +318,20 @@ std::string program<T>::to_string() const {
 
 template <Element T>
 void program<T>::lower() {
+  lowering lw;
+  mark_needed();
+  classify_nodes(lw);
+  assign_stages(lw);
+  group_into_steps(lw);
+  order_steps(lw);
+  choose_stored(lw);
+  mark_dense(lw);
+  plan_drops(lw);
+  emit_steps(lw);
+}
+
+template <Element T>
+void program<T>::mark_needed() {
   const auto& ns = g_.nodes();
   const std::size_t N = ns.size();
   need_.assign(N, false);
@@ -286,12 +341,19 @@ void program<T>::lower() {
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0) need_[static_cast<std::size_t>(c)] = true;
     }
+}
+
+template <Element T>
+void program<T>::classify_nodes(lowering& lw) const {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
   // The row step's nodes (row_step.hpp), then which nodes tiles can run: element-wise on
   // equal shapes or one-element operands, one-element expands, full reductions. The rest
   // are eager steps.
-  const auto region = row_step<T>::region(g_, need_);
-  const std::vector<bool>& in_rows = region.in;
-  std::vector<bool> tiled(N, false), reduction(N, false);
+  lw.region = row_step<T>::region(g_, need_);
+  const std::vector<bool>& in_rows = lw.region.in;
+  lw.tiled.assign(N, false);
+  lw.reduction.assign(N, false);
   for (std::size_t k = 0; k < N; ++k) {
     const auto& n = ns[k];
     if (!need_[k] || n.kind == node_kind::input || in_rows[k]) continue;
@@ -300,68 +362,89 @@ void program<T>::lower() {
              numel(ns[static_cast<std::size_t>(c)].sizes) == 1;
     };
     switch (n.kind) {
-      case node_kind::pointwise: tiled[k] = ok(n.a) && ok(n.b); break;
-      case node_kind::expand: tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
-      default: tiled[k] = reduction[k] = reduces_all(n, g_); break;
+      case node_kind::pointwise: lw.tiled[k] = ok(n.a) && ok(n.b); break;
+      case node_kind::expand: lw.tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
+      default: lw.tiled[k] = lw.reduction[k] = reduces_all(n, g_); break;
     }
   }
+}
+
+template <Element T>
+void program<T>::assign_stages(lowering& lw) const {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  const std::vector<bool>& in_rows = lw.region.in;
   // Stages: tiled element-wise nodes join their latest operand; reductions and eager steps
   // are readable one stage later. The row step is one unit: its stage follows every value
   // it reads from outside (found first: they do not read it), and its values are readable
   // one stage later.
-  std::vector<int> stage(N, 0), avail(N, 0);
+  lw.stage.assign(N, 0);
+  std::vector<int> avail(N, 0);
   std::vector<bool> after_rows(N, false);  // reads the row step, directly or not
   for (std::size_t k = 0; k < N; ++k)
     for (int c : {ns[k].a, ns[k].b})
       if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k])
         after_rows[k] = true;
-  int rows_stage = 0;
+  lw.rows_stage = 0;
   for (int round = 0; round < 2; ++round) {
     if (round == 1)  // the row step's stage, now that the values it reads have theirs
       for (std::size_t k = 0; k < N; ++k)
         if (in_rows[k])
           for (int c : {ns[k].a, ns[k].b})
             if (c >= 0 && !in_rows[static_cast<std::size_t>(c)])
-              rows_stage = std::max(rows_stage, avail[static_cast<std::size_t>(c)]);
+              lw.rows_stage = std::max(lw.rows_stage, avail[static_cast<std::size_t>(c)]);
     for (std::size_t k = 0; k < N; ++k) {
       if (!need_[k] || ns[k].kind == node_kind::input || in_rows[k] || after_rows[k] != (round == 1)) continue;
       int in = 0;
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0)
-          in = std::max(in, in_rows[static_cast<std::size_t>(c)] ? rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
-      stage[k] = in;
-      avail[k] = (reduction[k] || !tiled[k]) ? in + 1 : in;
+          in = std::max(in,
+                        in_rows[static_cast<std::size_t>(c)] ? lw.rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
+      lw.stage[k] = in;
+      avail[k] = (lw.reduction[k] || !lw.tiled[k]) ? in + 1 : in;
     }
   }
-  // Steps: (stage, iteration shape) for tiled nodes; one step per eager node.
-  std::vector<int> step_of(N, -1);
-  std::vector<std::pair<int, int>> keys;  // stage, space node (-1 - k for eager node k; rows_key)
-  constexpr int rows_key = std::numeric_limits<int>::min();
+}
+
+template <Element T>
+void program<T>::group_into_steps(lowering& lw) const {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  // Steps: (stage, iteration shape) for tiled nodes; one step per eager node; one row step.
+  lw.step_of.assign(N, -1);
+  auto& keys = lw.keys;
   for (std::size_t k = 0; k < N; ++k) {
     if (!need_[k] || ns[k].kind == node_kind::input) continue;
     int found = -1;
-    if (in_rows[k]) {
+    if (lw.region.in[k]) {
       for (std::size_t q = 0; q < keys.size(); ++q)
         if (keys[q].second == rows_key) found = static_cast<int>(q);
       if (found < 0) {
         found = static_cast<int>(keys.size());
-        keys.emplace_back(rows_stage, rows_key);
+        keys.emplace_back(lw.rows_stage, rows_key);
       }
-    } else if (tiled[k]) {
+    } else if (lw.tiled[k]) {
       const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
       for (std::size_t q = 0; q < keys.size(); ++q)
-        if (keys[q].first == stage[k] && keys[q].second >= 0 &&
+        if (keys[q].first == lw.stage[k] && keys[q].second >= 0 &&
             ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
           found = static_cast<int>(q);
     }
     if (found < 0) {
       found = static_cast<int>(keys.size());
-      keys.emplace_back(stage[k], tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
+      keys.emplace_back(lw.stage[k], lw.tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
     }
-    step_of[k] = found;
+    lw.step_of[k] = found;
   }
-  // Order steps so that every step runs after the steps it reads.
-  const std::size_t L = keys.size();
+}
+
+template <Element T>
+void program<T>::order_steps(lowering& lw) const {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  const auto& step_of = lw.step_of;
+  // Every step runs after the steps it reads; among the ready ones, the earliest stage first.
+  const std::size_t L = lw.keys.size();
   std::vector<std::vector<bool>> dep(L, std::vector<bool>(L, false));
   for (std::size_t k = 0; k < N; ++k)
     if (step_of[k] >= 0)
@@ -369,144 +452,171 @@ void program<T>::lower() {
         if (c >= 0 && step_of[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] != step_of[k])
           dep[static_cast<std::size_t>(step_of[k])][static_cast<std::size_t>(step_of[static_cast<std::size_t>(c)])] =
               true;
-  std::vector<int> order;
   std::vector<bool> placed(L, false);
-  while (order.size() < L) {
+  while (lw.order.size() < L) {
     int pick = -1;
     for (std::size_t q = 0; q < L; ++q) {
       if (placed[q]) continue;
       bool ready = true;
       for (std::size_t r = 0; r < L; ++r) ready = ready && (!dep[q][r] || placed[r]);
-      if (ready && (pick < 0 || keys[q].first < keys[static_cast<std::size_t>(pick)].first)) pick = static_cast<int>(q);
+      if (ready && (pick < 0 || lw.keys[q].first < lw.keys[static_cast<std::size_t>(pick)].first))
+        pick = static_cast<int>(q);
     }
     placed[static_cast<std::size_t>(pick)] = true;
-    order.push_back(pick);
+    lw.order.push_back(pick);
   }
+}
+
+template <Element T>
+void program<T>::choose_stored(lowering& lw) const {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
   // Stored values: outputs, reductions, eager results, and values read by another step.
-  std::vector<bool> store(N, false);
-  for (int o : outputs_) store[static_cast<std::size_t>(o)] = true;
+  lw.store.assign(N, false);
+  for (int o : outputs_) lw.store[static_cast<std::size_t>(o)] = true;
   for (std::size_t k = 0; k < N; ++k) {
     if (!need_[k] || ns[k].kind == node_kind::input) continue;
-    if (reduction[k] || (!tiled[k] && !in_rows[k])) store[k] = true;
+    if (lw.reduction[k] || (!lw.tiled[k] && !lw.region.in[k])) lw.store[k] = true;
     for (int c : {ns[k].a, ns[k].b})
       if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input &&
-          step_of[static_cast<std::size_t>(c)] != step_of[k])
-        store[static_cast<std::size_t>(c)] = true;
+          lw.step_of[static_cast<std::size_t>(c)] != lw.step_of[k])
+        lw.store[static_cast<std::size_t>(c)] = true;
   }
-  // Values a loop or the row step reads, and outputs, are made contiguous; a value only eager
-  // steps read stays as its step returned it (e.g. a transposed view a call's function
-  // returns for the next one to transpose back: no copies).
+}
+
+template <Element T>
+void program<T>::mark_dense(const lowering& lw) {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  // A value only eager steps read stays as its step returned it (e.g. a transposed view a
+  // call's function returns for the next one to transpose back: no copies).
   dense_.assign(N, false);
   for (int o : outputs_) dense_[static_cast<std::size_t>(o)] = true;
   for (std::size_t k = 0; k < N; ++k)
-    if (need_[k] && (tiled[k] || in_rows[k]))
+    if (need_[k] && (lw.tiled[k] || lw.region.in[k]))
       for (int c : {ns[k].a, ns[k].b})
         if (c >= 0) dense_[static_cast<std::size_t>(c)] = true;
-  // The step after which each value is read no more (outputs: never dropped).
-  {
-    std::vector<int> position(L, 0);
-    for (std::size_t i = 0; i < order.size(); ++i) position[static_cast<std::size_t>(order[i])] = static_cast<int>(i);
-    std::vector<int> last(N, -1);
-    for (std::size_t k = 0; k < N; ++k)
-      if (step_of[k] >= 0)
-        for (int c : {ns[k].a, ns[k].b})
-          if (c >= 0)
-            last[static_cast<std::size_t>(c)] =
-                std::max(last[static_cast<std::size_t>(c)], position[static_cast<std::size_t>(step_of[k])]);
-    for (int o : outputs_) last[static_cast<std::size_t>(o)] = -1;
-    last_read_.assign(L, {});
-    for (std::size_t k = 0; k < N; ++k)
-      if (last[k] >= 0) last_read_[static_cast<std::size_t>(last[k])].push_back(static_cast<int>(k));
-  }
-  // Instructions, operand sources and tile registers (reused after their last reader).
-  for (int q : order) {
+}
+
+template <Element T>
+void program<T>::plan_drops(const lowering& lw) {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  const std::size_t L = lw.keys.size();
+  std::vector<int> position(L, 0);
+  for (std::size_t i = 0; i < lw.order.size(); ++i)
+    position[static_cast<std::size_t>(lw.order[i])] = static_cast<int>(i);
+  std::vector<int> last(N, -1);  // the position of the last step that reads each value
+  for (std::size_t k = 0; k < N; ++k)
+    if (lw.step_of[k] >= 0)
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0)
+          last[static_cast<std::size_t>(c)] =
+              std::max(last[static_cast<std::size_t>(c)], position[static_cast<std::size_t>(lw.step_of[k])]);
+  for (int o : outputs_) last[static_cast<std::size_t>(o)] = -1;
+  last_read_.assign(L, {});
+  for (std::size_t k = 0; k < N; ++k)
+    if (last[k] >= 0) last_read_[static_cast<std::size_t>(last[k])].push_back(static_cast<int>(k));
+}
+
+template <Element T>
+void program<T>::emit_steps(const lowering& lw) {
+  const std::size_t N = g_.nodes().size();
+  for (int q : lw.order) {
     step st;
-    const auto& key = keys[static_cast<std::size_t>(q)];
+    const auto& key = lw.keys[static_cast<std::size_t>(q)];
     std::vector<int> members;
     for (std::size_t k = 0; k < N; ++k)
-      if (step_of[k] == q) members.push_back(static_cast<int>(k));
+      if (lw.step_of[k] == q) members.push_back(static_cast<int>(k));
     if (key.second == rows_key) {
       st.rows = static_cast<int>(rows_.size());
-      rows_.emplace_back(g_, region.space, members, store);
-      steps_.push_back(std::move(st));
-      continue;
-    }
-    if (key.second < 0) {
+      rows_.emplace_back(g_, lw.region.space, members, lw.store);
+    } else if (key.second < 0) {
       st.eager = true;
       instr in;
       in.node = members.at(0);
       st.code.push_back(in);
-      steps_.push_back(std::move(st));
-      continue;
-    }
-    st.space_node = key.second;
-    const std::vector<bool> paired = pair_siblings(members);
-    const index_t space = numel(ns[static_cast<std::size_t>(key.second)].sizes);
-    std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
-    for (std::size_t p = 0; p < members.size(); ++p)
-      for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
-        if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
-    for (std::size_t p = 0; p < members.size(); ++p) {
-      const auto k = static_cast<std::size_t>(members[p]);
-      instr in;
-      in.node = members[p];
-      const bool expand = ns[k].kind == node_kind::expand;
-      const int ops[2] = {ns[k].a, ns[k].b};
-      for (int s = 0; s < 2; ++s) {
-        const int c = ops[s];
-        if (c < 0) continue;
-        const auto u = static_cast<std::size_t>(c);
-        in.src[s].node = c;
-        // A value of this loop is read from its register or its tensor as the tiles pass: a
-        // splat is filled before the loop runs, so only values of earlier steps are splatted.
-        // (An expand whose one-element operand is in this loop has a one-element space, hence
-        // nothing reduced to average over.)
-        if (step_of[u] == q) in.src[s].reg = reg[u];
-        else if (expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
-      }
-      for (auto& sr : in.src)
-        if (sr.splat) {
-          // Splats of one value share a slot, except an averaging expand's (its own value).
-          const auto u = static_cast<std::size_t>(sr.node);
-          if (expand && ns[k].average) sr.slot = st.splats++;
-          else {
-            if (slot[u] < 0) slot[u] = st.splats++;
-            sr.slot = slot[u];
-          }
-        }
-      if (!reduction[k] && !store[k]) {
-        if (free_regs.empty()) free_regs.push_back(st.registers++);
-        in.reg = free_regs.back();
-        free_regs.pop_back();
-        reg[k] = in.reg;
-      }
-      for (int j = 0; j < 2; ++j) {
-        const int c = ops[j];
-        if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
-        if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
-            last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
-          free_regs.push_back(reg[static_cast<std::size_t>(c)]);
-      }
-      in.with_sibling = paired[p];
-      in.by_sibling = p > 0 && paired[p - 1];
-      st.code.push_back(in);
-    }
-    {
-      // Streams: the tensors the loop reads as the tiles pass (each once) and those it stores.
-      std::vector<int> streamed;
-      for (const instr& in : st.code) {
-        for (const source_ref& sr : in.src)
-          if (sr.node >= 0 && sr.reg < 0 && !sr.splat) streamed.push_back(sr.node);
-        const auto k = static_cast<std::size_t>(in.node);
-        if (in.reg < 0 && !reduction[k]) streamed.push_back(in.node);
-      }
-      std::sort(streamed.begin(), streamed.end());
-      const auto streams = std::unique(streamed.begin(), streamed.end()) - streamed.begin();
-      st.streams = static_cast<int>(streams);
-      st.tile = tile_for(st.streams, st.registers + st.splats);
+    } else {
+      st.space_node = key.second;
+      emit_loop(lw, q, members, st);
+      count_streams(lw, st);
     }
     steps_.push_back(std::move(st));
   }
+}
+
+template <Element T>
+void program<T>::emit_loop(const lowering& lw, int q, std::vector<int>& members, step& st) const {
+  const auto& ns = g_.nodes();
+  const std::size_t N = ns.size();
+  const auto& step_of = lw.step_of;
+  const std::vector<bool> paired = pair_siblings(members);
+  const index_t space = numel(ns[static_cast<std::size_t>(st.space_node)].sizes);
+  std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
+  for (std::size_t p = 0; p < members.size(); ++p)
+    for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
+      if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
+  for (std::size_t p = 0; p < members.size(); ++p) {
+    const auto k = static_cast<std::size_t>(members[p]);
+    instr in;
+    in.node = members[p];
+    const bool expand = ns[k].kind == node_kind::expand;
+    const int ops[2] = {ns[k].a, ns[k].b};
+    for (int s = 0; s < 2; ++s) {
+      const int c = ops[s];
+      if (c < 0) continue;
+      const auto u = static_cast<std::size_t>(c);
+      in.src[s].node = c;
+      // A value of this loop is read from its register or its tensor as the tiles pass: a
+      // splat is filled before the loop runs, so only values of earlier steps are splatted.
+      // (An expand whose one-element operand is in this loop has a one-element space, hence
+      // nothing reduced to average over.)
+      if (step_of[u] == q) in.src[s].reg = reg[u];
+      else if (expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
+    }
+    for (auto& sr : in.src)
+      if (sr.splat) {
+        // Splats of one value share a slot, except an averaging expand's (its own value).
+        const auto u = static_cast<std::size_t>(sr.node);
+        if (expand && ns[k].average) sr.slot = st.splats++;
+        else {
+          if (slot[u] < 0) slot[u] = st.splats++;
+          sr.slot = slot[u];
+        }
+      }
+    if (!lw.reduction[k] && !lw.store[k]) {
+      if (free_regs.empty()) free_regs.push_back(st.registers++);
+      in.reg = free_regs.back();
+      free_regs.pop_back();
+      reg[k] = in.reg;
+    }
+    for (int j = 0; j < 2; ++j) {
+      const int c = ops[j];
+      if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
+      if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
+          last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
+        free_regs.push_back(reg[static_cast<std::size_t>(c)]);
+    }
+    in.with_sibling = paired[p];
+    in.by_sibling = p > 0 && paired[p - 1];
+    st.code.push_back(in);
+  }
+}
+
+template <Element T>
+void program<T>::count_streams(const lowering& lw, step& st) const {
+  // Streams: the tensors the loop reads as the tiles pass (each once) and those it stores.
+  std::vector<int> streamed;
+  for (const instr& in : st.code) {
+    for (const source_ref& sr : in.src)
+      if (sr.node >= 0 && sr.reg < 0 && !sr.splat) streamed.push_back(sr.node);
+    const auto k = static_cast<std::size_t>(in.node);
+    if (in.reg < 0 && !lw.reduction[k]) streamed.push_back(in.node);
+  }
+  std::sort(streamed.begin(), streamed.end());
+  const auto streams = std::unique(streamed.begin(), streamed.end()) - streamed.begin();
+  st.streams = static_cast<int>(streams);
+  st.tile = tile_for(st.streams, st.registers + st.splats);
 }
 
 template <Element T>
