@@ -21,7 +21,7 @@ cxx="g++ -O3 -DNDEBUG -std=c++20 -I$inc -I$root/tests"
 default_flags="-DFUSEGRAD_PRECOMPILED -mavx2 -mfma"
 header_only_flags="-fopenmp"
 tus=""
-for tu in tools/compile_time/floor.cpp examples/quickstart.cpp tests/test_compile_40.cpp examples/walkthrough.cpp \
+for tu in tools/compile_time/floor.cpp examples/quickstart.cpp tests/compile/test_compile_40.cpp examples/walkthrough.cpp \
           examples/jit.cpp examples/custom_op_paths.cpp; do
   [ -f "$root/$tu" ] && tus="$tus $tu"
 done

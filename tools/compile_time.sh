@@ -1,6 +1,6 @@
 #!/bin/sh
 # Compile-time probes: user CPU seconds of `g++ -std=c++20 -O2 -mavx2 -mfma -c` for the
-# probe TUs in tools/compile_time/ and tests/test_compile_40.cpp, median of $REPS runs, in
+# probe TUs in tools/compile_time/ and tests/compile/test_compile_40.cpp, median of $REPS runs, in
 # three builds:
 #   header-only   the default: the TU instantiates everything it uses
 #   runtime       -DFUSEGRAD_PRECOMPILED: what linking fusegrad::fusegrad gives (the generic

@@ -3,7 +3,7 @@
 // scans, structure ops, linear algebra). An entry is a generic callable on tensors with the
 // operand shapes to run it on, the paths it runs on, and (for reductions along the last dim)
 // a reference per row plus edge rows with their expected results. The generated tests
-// (tests/test_opinfo_structured.cpp): values against the reference, edge rows, gradcheck in
+// (tests/opinfo/test_opinfo_structured.cpp): values against the reference, edge rows, gradcheck in
 // double, fg::jit and compiled autograd (and fg::compile where `compiles`) against eager.
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-// The 40-node function of tests/test_compile_40.cpp, shared by the compile-time probes.
+// The 40-node function of tests/compile/test_compile_40.cpp, shared by the compile-time probes.
 #pragma once
 #include <fusegrad/fusegrad.hpp>
 

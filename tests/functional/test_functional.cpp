@@ -1,5 +1,5 @@
 // The functional transforms (fg::grad, value_and_grad, vjp, jvp, hvp, hessian, jacobian) over
-// every built-in element-wise op (tests/functional_ops.hpp) and the composite functions of the
+// every built-in element-wise op (tests/functional/functional_ops.hpp) and the composite functions of the
 // suite, in double: against the eager engine and against finite differences; Hessians against
 // closed forms.
 #include <doctest/doctest.h>

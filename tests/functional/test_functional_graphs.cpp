@@ -41,7 +41,7 @@ using fusegrad_test::close;
 using fusegrad_test::leaf;
 using fusegrad_test::sample;
 
-// The 40-node function of tests/test_compile_40.cpp.
+// The 40-node function of tests/compile/test_compile_40.cpp.
 auto forty = [](auto x, auto y, auto z) {
   auto a = fg::sin(x) * y + z;
   auto b = fg::exp(-a * 0.5) + fg::cos(y);
