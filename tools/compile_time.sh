@@ -34,7 +34,7 @@ median() {  # runs "$@" $reps times, prints the median user time and the runs
 printf '%-22s %-34s %-34s %s\n' probe header-only runtime runtime+pch
 for f in "$root"/tools/compile_time/headers.cpp "$root"/tools/compile_time/eager40.cpp \
          "$root"/tools/compile_time/analysis40.cpp "$root"/tools/compile_time/compiled40.cpp \
-         "$root"/tests/test_compile_40.cpp; do
+         "$root"/tests/compile/test_compile_40.cpp; do
   printf '%-22s ' "$(basename "$f")"
   median $cxx -c "$f"
   printf '   '
