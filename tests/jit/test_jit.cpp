@@ -392,7 +392,7 @@ TEST_CASE("row steps under changing shapes: dynamic rows and columns, one column
 
 TEST_CASE("a jitted loop over several tiles and a partial one equals eager bit for bit") {
   // Forward and backward of a traced function whose loops run over many tiles (the long
-  // tiles of loops with many streams: test_ir.cpp, test_compiled_autograd.cpp), with a
+  // tiles of loops with many streams: test_ir.cpp, test_compiled_autograd/cache_hits.cpp), with a
   // scalar splatted along them and a full sum: eager's bits.
   const fg::index_t n = 3 * 4096 + 123;
   auto f = [](auto a, auto b) { return fg::sum(fg::cos(a) * b * 0.5f + a * a); };
