@@ -150,6 +150,131 @@ std::shared_ptr<shape_plan> run_forward(const compiled_graph<T>& G, const void* 
   return plan;
 }
 
+/// A call's outputs: their nodes' values, an input's or a value given out twice copied (each
+/// output its own tensor).
+template <Element T>
+std::vector<tensor<T>> call_outputs(const compiled_graph<T>& G, const std::vector<tensor<T>>& values) {
+  std::vector<tensor<T>> outs(G.n_out);
+  for (std::size_t k = 0; k < G.n_out; ++k) {
+    const auto node = static_cast<std::size_t>(G.out_node[k]);
+    bool alias = G.desc[node].kind == gkind::input;
+    for (std::size_t q = 0; q < k; ++q) alias = alias || G.out_node[q] == G.out_node[k];
+    outs[k] = alias ? contiguous_copy(values[node]) : values[node];
+  }
+  return outs;
+}
+
+/// The forward's values the backward reads, in `G.saved_nodes` order.
+template <Element T>
+std::vector<tensor<T>> saved_values(const compiled_graph<T>& G, const std::vector<tensor<T>>& values) {
+  std::vector<tensor<T>> saved;
+  saved.reserve(static_cast<std::size_t>(G.saved_count));
+  for (int s = 0; s < G.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(G.saved_nodes[s])]);
+  return saved;
+}
+
+/// Runs the backward of a call (its shapes: `plan`) on the outputs' gradients `gs` into
+/// `values`, which hold the saved ones: node by node when an output's gradient is absent or
+/// the backward is traced, else the compiled backward.
+template <Element T>
+void run_graph_backward(const compiled_graph<T>& G, const void* inst, const void* const* state, shape_plan& plan,
+                        std::vector<tensor<T>>& values, const std::vector<tensor<T>>& gs) {
+  const std::vector<shape>& shapes = plan.forward;
+  const std::vector<tensor<T>> no_inputs;
+  const bool all_given = std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return x.defined(); });
+  std::vector<tensor<T>> copies;
+  const std::vector<tensor<T>>& grads = contiguous_list(gs, copies);
+  if (!all_given) [[unlikely]] {
+    // Outputs nothing used: node by node, leaving their gradients' terms out.
+    std::vector<shape> sh = shapes;  // the forward's, which this pass extends
+    for (std::size_t c = 0; c < G.m; ++c)
+      if (const node_desc& d = G.desc[c];
+          d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
+        sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
+    auto* rec = active_recorder<T>();
+    const std::size_t from = rec ? rec->inline_begin() : 0;
+    node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run_given(
+        G.backward_active, G.m);
+    if (rec) rec->inline_end(from);
+  } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
+    // A traced backward (compiled autograd): node by node into the captured graph;
+    // the nodes print as aot<id>_<k>.
+    const std::size_t from = rec->inline_begin();
+    std::vector<shape> sh = shapes;
+    node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run(
+        G.backward_active, G.m);
+    rec->inline_end(from);
+  } else {
+    // The backward's shapes follow from the forward's and the gradients': where
+    // each gradient has its output's shape (the usual case), the plan keeps them.
+    bool usual = G.reads_known_shapes;
+    for (std::size_t k = 0; k < G.n_out && usual; ++k)
+      usual = grads[k].shape() == shapes[static_cast<std::size_t>(G.out_node[k])];
+    if (std::vector<shape>* known = usual ? plan.backward_shapes() : nullptr) {
+      G.backward(inst, values, *known, true, no_inputs, grads);
+    } else {
+      std::vector<shape> sh = shapes;  // the forward's, which this pass extends
+      G.backward(inst, values, sh, false, no_inputs, grads);
+      if (usual) plan.publish_backward(std::move(sh));
+    }
+  }
+}
+
+/// The gradients of the inputs that take one (`wants`), from the backward's `values`: each
+/// summed to its input's shape, and a copy where it would be strided or the output's
+/// gradient `gs[0]` itself.
+template <Element T>
+std::vector<tensor<T>> input_gradients(const compiled_graph<T>& G, const std::vector<tensor<T>>& values,
+                                       const std::vector<shape>& shapes, const small_vector<unsigned char, 8>& wants,
+                                       const std::vector<tensor<T>>& gs) {
+  std::vector<tensor<T>> result(G.n_in);
+  for (std::size_t i = 0; i < G.n_in; ++i) {
+    if (!wants[i] || G.grad_node[i] < 0) continue;
+    const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
+    if (!gi.defined()) continue;  // only absent gradients reach it
+    const shape& in_shape = shapes[G.m + i];
+    result[i] = gi.shape() == in_shape ? gi : sum_to(gi, in_shape);
+    if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
+      result[i] = contiguous_copy(result[i]);
+  }
+  return result;
+}
+
+/// `CompiledFunctionBackward`'s apply: the saved values `sv` in place, the backward run on
+/// the outputs' gradients `gs`, the inputs' gradients.
+template <Element T>
+std::vector<tensor<T>> run_compiled_backward(const compiled_graph<T>& G, const void* inst, const void* const* state,
+                                             shape_plan& plan, const small_vector<unsigned char, 8>& wants,
+                                             const std::vector<tensor<T>>& sv, const std::vector<tensor<T>>& gs) {
+  struct backward_values;
+  reused_vector<tensor<T>, backward_values> values_buffer;
+  std::vector<tensor<T>>& values = *values_buffer;
+  values.resize(G.m);
+  for (int s = 0; s < G.saved_count; ++s)
+    values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
+  run_graph_backward(G, inst, state, plan, values, gs);
+  return input_gradients(G, values, plan.forward, wants, gs);
+}
+
+/// Puts a call's one `CompiledFunctionBackward` node on the tape, holding the instance, the
+/// saved values and the call's shapes.
+template <Element T>
+void record_backward(const compiled_graph<T>& G, std::shared_ptr<const void> inst, const void* const* state,
+                     const std::vector<tensor<T>>& in, std::vector<tensor<T>>& outs, std::shared_ptr<shape_plan> plan,
+                     std::vector<tensor<T>> saved) {
+  small_vector<unsigned char, 8> wants;  // which inputs take a gradient
+  for (const auto& t : in) wants.push_back(t.requires_grad() ? 1 : 0);
+  small_vector<tensor<T>*, 4> out_ptrs;
+  for (auto& o : outs) out_ptrs.push_back(&o);
+  record<T>("CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()),
+            std::move(saved),
+            [g = &G, inst = std::move(inst), state, plan = std::move(plan), wants = std::move(wants)](
+                const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
+              return run_compiled_backward(*g, inst.get(), state, *plan, wants, sv, gs);
+            })
+      ->set_materialize_grads(false);  // an unused output's gradient stays absent (run_given)
+}
+
 /// Runs a compiled function's forward on `in` and, when a gradient is needed, puts its one
 /// `CompiledFunctionBackward` node on the tape (holding the instance, the saved values and the
 /// call's shapes). `state`: the instance's node states; `memo`: its shapes of earlier calls.
@@ -164,85 +289,9 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   std::vector<tensor<T>>& values = *values_buffer;
   values.resize(G.m);
   std::shared_ptr<shape_plan> plan = run_forward(G, inst.get(), memo, in, inputs, values);
-  std::vector<tensor<T>> outs(G.n_out);
-  for (std::size_t k = 0; k < G.n_out; ++k) {
-    const auto node = static_cast<std::size_t>(G.out_node[k]);
-    bool alias = G.desc[node].kind == gkind::input;
-    for (std::size_t q = 0; q < k; ++q) alias = alias || G.out_node[q] == G.out_node[k];
-    outs[k] = alias ? contiguous_copy(values[node]) : values[node];
-  }
+  std::vector<tensor<T>> outs = call_outputs(G, values);
   if (!grad) return outs;
-
-  std::vector<tensor<T>> saved;
-  saved.reserve(static_cast<std::size_t>(G.saved_count));
-  for (int s = 0; s < G.saved_count; ++s) saved.push_back(values[static_cast<std::size_t>(G.saved_nodes[s])]);
-  small_vector<unsigned char, 8> wants;  // which inputs take a gradient
-  for (const auto& t : in) wants.push_back(t.requires_grad() ? 1 : 0);
-  small_vector<tensor<T>*, 4> out_ptrs;
-  for (auto& o : outs) out_ptrs.push_back(&o);
-  record<T>(
-      "CompiledFunctionBackward", in, std::span<tensor<T>* const>(out_ptrs.data(), out_ptrs.size()), std::move(saved),
-      [g = &G, inst = std::move(inst), state, plan = std::move(plan), wants = std::move(wants)](
-          const std::vector<tensor<T>>& sv, std::vector<tensor<T>>& gs) {
-        const compiled_graph<T>& G = *g;
-        const std::vector<shape>& shapes = plan->forward;
-        struct backward_values;
-        reused_vector<tensor<T>, backward_values> values_buffer;
-        std::vector<tensor<T>>& values = *values_buffer;
-        values.resize(G.m);
-        for (int s = 0; s < G.saved_count; ++s)
-          values[static_cast<std::size_t>(G.saved_nodes[s])] = sv[static_cast<std::size_t>(s)];
-        const std::vector<tensor<T>> no_inputs;
-        const bool all_given = std::all_of(gs.begin(), gs.end(), [](const tensor<T>& x) { return x.defined(); });
-        std::vector<tensor<T>> copies;
-        const std::vector<tensor<T>>& grads = contiguous_list(gs, copies);
-        if (!all_given) [[unlikely]] {
-          // Outputs nothing used: node by node, leaving their gradients' terms out.
-          std::vector<shape> sh = shapes;  // the forward's, which this pass extends
-          for (std::size_t c = 0; c < G.m; ++c)
-            if (const node_desc& d = G.desc[c];
-                d.kind == gkind::grad_input && !grads[static_cast<std::size_t>(d.index)].defined())
-              sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
-          auto* rec = active_recorder<T>();
-          const std::size_t from = rec ? rec->inline_begin() : 0;
-          node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run_given(
-              G.backward_active, G.m);
-          if (rec) rec->inline_end(from);
-        } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
-          // A traced backward (compiled autograd): node by node into the captured graph;
-          // the nodes print as aot<id>_<k>.
-          const std::size_t from = rec->inline_begin();
-          std::vector<shape> sh = shapes;
-          node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run(
-              G.backward_active, G.m);
-          rec->inline_end(from);
-        } else {
-          // The backward's shapes follow from the forward's and the gradients': where
-          // each gradient has its output's shape (the usual case), the plan keeps them.
-          bool usual = G.reads_known_shapes;
-          for (std::size_t k = 0; k < G.n_out && usual; ++k)
-            usual = grads[k].shape() == shapes[static_cast<std::size_t>(G.out_node[k])];
-          if (std::vector<shape>* known = usual ? plan->backward_shapes() : nullptr) {
-            G.backward(inst.get(), values, *known, true, no_inputs, grads);
-          } else {
-            std::vector<shape> sh = shapes;  // the forward's, which this pass extends
-            G.backward(inst.get(), values, sh, false, no_inputs, grads);
-            if (usual) plan->publish_backward(std::move(sh));
-          }
-        }
-        std::vector<tensor<T>> result(G.n_in);
-        for (std::size_t i = 0; i < G.n_in; ++i) {
-          if (!wants[i] || G.grad_node[i] < 0) continue;
-          const tensor<T>& gi = values[static_cast<std::size_t>(G.grad_node[i])];
-          if (!gi.defined()) continue;  // only absent gradients reach it
-          const shape& in_shape = shapes[G.m + i];
-          result[i] = gi.shape() == in_shape ? gi : sum_to(gi, in_shape);
-          if (!result[i].is_lazy() && (!result[i].is_contiguous() || (gs[0].defined() && result[i].is_same(gs[0]))))
-            result[i] = contiguous_copy(result[i]);
-        }
-        return result;
-      })
-      ->set_materialize_grads(false);  // an unused output's gradient stays absent (run_given)
+  record_backward(G, std::move(inst), state, in, outs, std::move(plan), saved_values(G, values));
   return outs;
 }
 }  // namespace fusegrad::detail

@@ -190,6 +190,59 @@ void run_team(int team, Body& body) {
       0, team, [&](int t) { body(t); }, tbb::simple_partitioner());
 #endif
 }
+
+/// Whether a call's `count` blocks may go to other threads: more than one, and the call not
+/// made from a parallel block (or an OpenMP region), whose nested call runs serially.
+inline bool may_share_blocks(index_t count) {
+#if defined(FUSEGRAD_OPENMP)
+  return count > 1 && !in_parallel_block && !omp_in_parallel();
+#else
+  return count > 1 && !in_parallel_block;
+#endif
+}
+
+/// Calls `f(b)` for every block `b` in [0, count) on a team of `members` threads (this one
+/// and the workers leased for it), and returns the first exception thrown (the blocks not
+/// yet started are then skipped).
+template <class F>
+std::exception_ptr run_blocks_on_team(index_t count, int members, F& f) {
+  // Each member owns a contiguous range of the blocks and takes them first, then helps
+  // the others with theirs. Owning the same range from loop to loop keeps a thread on the
+  // same part of same-shaped tensors (in its own core's cache: a chain of element-wise
+  // ops on L2-sized tensors took several times the CPU time when any thread took any
+  // block; docs/architecture.md, "Every core"), and
+  // helping keeps a member that the machine slows from holding the others up.
+  struct alignas(64) cursor {
+    std::atomic<index_t> next;
+    index_t end;
+  };
+  std::array<cursor, 8> small{};
+  std::vector<cursor> large(members > 8 ? static_cast<std::size_t>(members) : 0);
+  cursor* cur = members > 8 ? large.data() : small.data();
+  for (int m = 0; m < members; ++m) {
+    cur[m].next.store(count * m / members, std::memory_order_relaxed);
+    cur[m].end = count * (m + 1) / members;
+  }
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  auto body = [&](int member) {
+    const bool outer = in_parallel_block;
+    in_parallel_block = true;
+    try {
+      for (int k = 0; k < members && !failed.load(std::memory_order_relaxed); ++k) {
+        cursor& c = cur[(member + k) % members];
+        for (index_t b;
+             !failed.load(std::memory_order_relaxed) && (b = c.next.fetch_add(1, std::memory_order_relaxed)) < c.end;)
+          f(b);
+      }
+    } catch (...) {
+      if (!failed.exchange(true)) error = std::current_exception();
+    }
+    in_parallel_block = outer;
+  };
+  run_team(members, body);
+  return error;
+}
 #endif
 
 /// Calls `f(b)` for every block `b` in [0, count), on up to `get_num_threads()` threads
@@ -206,50 +259,11 @@ void parallel_blocks(index_t count, F&& f) {
     return;
   }
 #elif defined(FUSEGRAD_PARALLEL_ON)
-#if defined(FUSEGRAD_OPENMP)
-  if (count > 1 && !in_parallel_block && !omp_in_parallel()) {
-#else
-  if (count > 1 && !in_parallel_block) {
-#endif
+  if (may_share_blocks(count)) {
     const int threads = thread_count();
     const int team = static_cast<int>(std::min<index_t>(count, threads));
     if (const int extra = team > 1 ? lease_workers(team - 1, threads) : 0; extra > 0) {
-      // Each member owns a contiguous range of the blocks and takes them first, then helps
-      // the others with theirs. Owning the same range from loop to loop keeps a thread on the
-      // same part of same-shaped tensors (in its own core's cache: a chain of element-wise
-      // ops on L2-sized tensors took several times the CPU time when any thread took any
-      // block; docs/architecture.md, "Every core"), and
-      // helping keeps a member that the machine slows from holding the others up.
-      const int members = extra + 1;
-      struct alignas(64) cursor {
-        std::atomic<index_t> next;
-        index_t end;
-      };
-      std::array<cursor, 8> small{};
-      std::vector<cursor> large(members > 8 ? static_cast<std::size_t>(members) : 0);
-      cursor* cur = members > 8 ? large.data() : small.data();
-      for (int m = 0; m < members; ++m) {
-        cur[m].next.store(count * m / members, std::memory_order_relaxed);
-        cur[m].end = count * (m + 1) / members;
-      }
-      std::atomic<bool> failed{false};
-      std::exception_ptr error;
-      auto body = [&](int member) {
-        const bool outer = in_parallel_block;
-        in_parallel_block = true;
-        try {
-          for (int k = 0; k < members && !failed.load(std::memory_order_relaxed); ++k) {
-            cursor& c = cur[(member + k) % members];
-            for (index_t b; !failed.load(std::memory_order_relaxed) &&
-                            (b = c.next.fetch_add(1, std::memory_order_relaxed)) < c.end;)
-              f(b);
-          }
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-        }
-        in_parallel_block = outer;
-      };
-      run_team(extra + 1, body);
+      std::exception_ptr error = run_blocks_on_team(count, extra + 1, f);
       workers_busy().fetch_sub(extra, std::memory_order_release);
       if (error) std::rethrow_exception(error);
       return;

@@ -124,11 +124,11 @@ void run_engine(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grad
   engine_pass<T>(roots, std::move(grads), pass_options<T>{retain_graph});
 }
 
+/// The roots' gradient edges, each root checked, and its gradient checked (created for a
+/// one-element root without one).
 template <Element T>
-void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt) {
-  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp; compiled autograd's runner opens its own)
-  const bool retain_graph = opt.retain_graph || opt.create_graph;
-  typename node<T>::edge_list root_edges;  // inline for one or two roots
+typename node<T>::edge_list root_edges(const std::vector<tensor<T>>& roots, std::vector<tensor<T>>& grads) {
+  typename node<T>::edge_list edges;  // inline for one or two roots
   for (std::size_t i = 0; i < roots.size(); ++i) {
     const auto& r = roots[i];
     edge<T> e = gradient_edge(r);
@@ -146,29 +146,40 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
       fail("backward", "gradient has shape ", to_string(grads[i].shape()), " but the output has shape ",
            to_string(r.shape()), "; expected equal shapes");
     }
-    root_edges.push_back(std::move(e));
+    edges.push_back(std::move(e));
   }
-  const bool was_enabled = is_grad_enabled();
-  set_grad_enabled(opt.create_graph);  // a create_graph backward records itself
-  struct restore_mode {
-    bool on;
-    ~restore_mode() { set_grad_enabled(on); }
-  } restore{was_enabled};
-  auto root = make_pooled<graph_root<T>>(std::move(root_edges), std::move(grads));
+  return edges;
+}
 
-  // Count, for every reachable node, how many edges lead into it.
-  auto& tables = engine_tables<T>::local();
+/// Sets grad mode for a pass (a create_graph backward records itself) and restores it after.
+struct pass_grad_mode {
+  bool was = is_grad_enabled();
+  explicit pass_grad_mode(bool on) { set_grad_enabled(on); }
+  pass_grad_mode(const pass_grad_mode&) = delete;
+  pass_grad_mode& operator=(const pass_grad_mode&) = delete;
+  ~pass_grad_mode() { set_grad_enabled(was); }
+};
+
+/// The engine table of this thread's pass, released after it.
+template <Element T>
+struct pass_table {
+  engine_tables<T>& tables = engine_tables<T>::local();
   engine_table<T>& table = tables.acquire();
-  struct release_table {
-    engine_tables<T>& t;
-    ~release_table() { t.release(); }
-  } release{tables};
+  pass_table() = default;
+  pass_table(const pass_table&) = delete;
+  pass_table& operator=(const pass_table&) = delete;
+  ~pass_table() { tables.release(); }
+};
+
+/// Counts, for every node reachable from `root`, how many edges lead into it.
+template <Element T>
+void count_dependencies(engine_table<T>& table, node<T>* root) {
   thread_local std::vector<node<T>*> stack_buffer;
   std::vector<node<T>*> stack;
   stack.swap(stack_buffer);  // reused capacity; a nested pass gets an empty one
   stack.clear();
-  stack.push_back(root.get());
-  table.at(root.get());
+  stack.push_back(root);
+  table.at(root);
   while (!stack.empty()) {
     node<T>* n = stack.back();
     stack.pop_back();
@@ -180,11 +191,65 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     }
   }
   stack.swap(stack_buffer);
+}
 
-  // fg::autograd::grad: only the nodes from which a captured edge can be reached run, and
-  // no AccumulateGrad does (nothing is written into .grad()).
-  if (opt.capture) mark_needed(table, root.get(), *opt.capture);
+/// Whether `n` runs on the gradients `in` flowing into it: one of them is defined (or it has
+/// no outputs), and for `fg::autograd::grad` (which first captures them) it is needed and no
+/// AccumulateGrad.
+template <Element T>
+bool runs_node(node<T>& n, std::vector<tensor<T>>& in, const typename engine_table<T>::slot& own,
+               const pass_options<T>& opt) {
+  bool any = n.num_outputs() == 0 || std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
+  if (opt.capture) [[unlikely]] {
+    if (any) capture_into(n, in, opt);
+    any = any && own.needed == 1 && !n.accumulates();
+  }
+  return any;
+}
 
+/// Fills the gradients a node materializes (zeros for absent ones), runs their pre-hooks
+/// (unless the node applies them itself), and applies the node.
+template <Element T>
+std::vector<tensor<T>> apply_node(node<T>& n, std::vector<tensor<T>>& in) {
+  for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+    if (!in[i].defined()) {
+      if (!n.materialize_grads()) continue;  // absent: the node skips it
+      in[i] = empty<T>(n.output_shape(i));
+      fill(in[i], T(0));
+    }
+    if (!n.applies_hooks()) in[i] = run_hooks(n.pre_hooks(i), std::move(in[i]));
+  }
+  return n.apply(in);
+}
+
+/// Adds the gradients `out` that `n` returned into the buffers of the nodes its edges lead
+/// to, and hands each node whose last dependency this was to `push_ready`.
+template <Element T, class Push>
+void pass_on(engine_table<T>& table, node<T>& n, std::vector<tensor<T>>& out, const Push& push_ready) {
+  const auto& edges = n.next_edges();
+  for (std::size_t j = 0; j < edges.size(); ++j) {
+    const auto& e = edges[j];
+    if (!e.valid()) continue;
+    auto& next = table.find(e.fn.get());
+    if (j < out.size() && out[j].defined()) {
+      if (out[j].shape() != e.fn->output_shape(e.input_nr))
+        fail("backward", n.name(), " returned a gradient of shape ", to_string(out[j].shape()), " for its input ", j,
+             "; expected ", to_string(e.fn->output_shape(e.input_nr)));
+      auto& buf = next.buffer;
+      buf.resize(e.fn->num_outputs());
+      auto& slot = buf[e.input_nr];
+      if (!slot.defined()) slot = std::move(out[j]);
+      else slot = add_grads(slot, out[j]);
+    }
+    if (--next.deps == 0) push_ready(e.fn);
+  }
+}
+
+/// Runs the ready nodes from `root` on, latest first, each once all the edges into it have
+/// handed it their gradients.
+template <Element T>
+void run_ready_nodes(engine_table<T>& table, std::shared_ptr<node<T>> root, const pass_options<T>& opt) {
+  const bool retain_graph = opt.retain_graph || opt.create_graph;
   struct later_first {
     bool operator()(const std::shared_ptr<node<T>>& a, const std::shared_ptr<node<T>>& b) const {
       return a->sequence_nr() < b->sequence_nr();
@@ -201,7 +266,7 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     ready.push_back(std::move(r));
     std::push_heap(ready.begin(), ready.end(), later_first{});
   };
-  push_ready(root);
+  push_ready(std::move(root));
   std::vector<tensor<T>> in;
   while (!ready.empty()) {
     std::pop_heap(ready.begin(), ready.end(), later_first{});
@@ -210,50 +275,37 @@ void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> gra
     auto& own = table.find(n.get());
     in.swap(own.buffer);  // the slot's buffer, given back below with its capacity
     in.resize(n->num_outputs());
-    bool any =
-        n->num_outputs() == 0 || std::any_of(in.begin(), in.end(), [](const tensor<T>& t) { return t.defined(); });
-    if (opt.capture) [[unlikely]] {
-      if (any) capture_into(*n, in, opt);
-      any = any && own.needed == 1 && !n->accumulates();
-    }
-    if (!any) {  // nothing flows into this node (or nothing is asked of it): nothing flows out
+    if (!runs_node(*n, in, own, opt)) {  // nothing flows into this node (or nothing is asked of it): nothing flows out
       in.clear();
       in.swap(own.buffer);
       for (const auto& e : n->next_edges())
         if (e.valid() && --table.find(e.fn.get()).deps == 0) push_ready(e.fn);
       continue;
     }
-    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
-      if (!in[i].defined()) {
-        if (!n->materialize_grads()) continue;  // absent: the node skips it
-        in[i] = empty<T>(n->output_shape(i));
-        fill(in[i], T(0));
-      }
-      if (!n->applies_hooks()) in[i] = run_hooks(n->pre_hooks(i), std::move(in[i]));
-    }
-    std::vector<tensor<T>> out = n->apply(in);
+    std::vector<tensor<T>> out = apply_node(*n, in);
     in.clear();
     in.swap(own.buffer);
     if (!retain_graph) n->release_saved();
-    const auto& edges = n->next_edges();
-    for (std::size_t j = 0; j < edges.size(); ++j) {
-      const auto& e = edges[j];
-      if (!e.valid()) continue;
-      auto& next = table.find(e.fn.get());
-      if (j < out.size() && out[j].defined()) {
-        if (out[j].shape() != e.fn->output_shape(e.input_nr))
-          fail("backward", n->name(), " returned a gradient of shape ", to_string(out[j].shape()), " for its input ", j,
-               "; expected ", to_string(e.fn->output_shape(e.input_nr)));
-        auto& buf = next.buffer;
-        buf.resize(e.fn->num_outputs());
-        auto& slot = buf[e.input_nr];
-        if (!slot.defined()) slot = std::move(out[j]);
-        else slot = add_grads(slot, out[j]);
-      }
-      if (--next.deps == 0) push_ready(e.fn);
-    }
+    pass_on(table, *n, out, push_ready);
   }
   ready.swap(ready_buffer);
+}
+
+/// One backward pass: the roots' edges under a graph root, the dependency count of every
+/// node below it (and, for `fg::autograd::grad`, which are needed), then the ready nodes run.
+/// The gradients written into leaves are kept only if the whole pass succeeds.
+template <Element T>
+void engine_pass(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, const pass_options<T>& opt) {
+  grad_transaction<T> all_or_nothing;  // (grad_journal.hpp; compiled autograd's runner opens its own)
+  typename node<T>::edge_list edges = root_edges(roots, grads);
+  pass_grad_mode mode(opt.create_graph);
+  auto root = make_pooled<graph_root<T>>(std::move(edges), std::move(grads));
+  pass_table<T> pass;
+  count_dependencies(pass.table, root.get());
+  // fg::autograd::grad: only the nodes from which a captured edge can be reached run, and
+  // no AccumulateGrad does (nothing is written into .grad()).
+  if (opt.capture) mark_needed(pass.table, root.get(), *opt.capture);
+  run_ready_nodes<T>(pass.table, root, opt);
 }
 
 }  // namespace detail

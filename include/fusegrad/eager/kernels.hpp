@@ -176,101 +176,117 @@ void fill(const tensor<T>& t, T v) {
   std::fill_n(t.data_ptr(), t.numel(), v);
 }
 
-/// Sums `x` over the dims flagged in `mask` into `out` (contiguous: `x`'s shape with those dims
-/// 1), each output's values in row-major order, with the one definition of a sum
-/// (core/accumulate.hpp): the row form when the innermost dim of size > 1 is reduced, the
-/// column form when it is kept. Dims of size 1 play no part, so the form depends on the
-/// shapes only: the fused loops and the IR's programs pick the same one and get the same bits.
-template <Element T>
-void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& out) {
-  const shape& s = x.shape();
-  const strides& xs = x.strides();
-  const strides os = contiguous_strides(out.shape());
-  const T* p = x.impl()->store->data();
-  T* o = out.data_ptr();
-  // The dims of size > 1: their sizes and strides in `x` and `out` (0 where reduced).
+/// The dims of size > 1 of a sum (`sum_values`): their sizes and strides in `x` and `out` (0
+/// where reduced), whether the innermost one is kept, whether any is reduced.
+struct sum_dims {
   shape it;
   strides sx, so;
   bool inner_kept = true, any_reduced = false;
+};
+
+inline sum_dims sum_dims_of(const shape& s, const strides& xs, const strides& os, const std::vector<bool>& mask) {
+  sum_dims r;
   for (std::size_t d = 0; d < s.size(); ++d)
     if (s[d] != 1) {
-      it.push_back(s[d]), sx.push_back(xs[d]), so.push_back(mask[d] ? 0 : os[d]);
-      inner_kept = !mask[d];
-      any_reduced = any_reduced || mask[d];
+      r.it.push_back(s[d]), r.sx.push_back(xs[d]), r.so.push_back(mask[d] ? 0 : os[d]);
+      r.inner_kept = !mask[d];
+      r.any_reduced = r.any_reduced || mask[d];
     }
-  if (!any_reduced) {  // one value per output
-    for_each_row<2>(it, {&sx, &so}, {x.offset(), 0},
-                    [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
-                      for (index_t k = 0; k < n; ++k) o[b[1] + k * st[1]] = p[b[0] + k * st[0]];
-                    });
-    return;
-  }
-  if (inner_kept) {  // column form: rows along the kept innermost dim, an output per element
-    // Blocks of columns (independent outputs) on different threads, each block whole cache
-    // lines of the output: every row adds into each block's outputs, so two threads writing
-    // halves of one line would trade it back and forth once per row (with blocks narrower than
-    // a line, a sum over dim 0 ran slower on 2 threads than on 1: docs/architecture.md,
-    // "Every core"). A
-    // block narrower than 4 lines reads too little of each row to pay for its thread.
-    const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
-    constexpr index_t line =
-        std::max<index_t>(static_cast<index_t>(simd<T>::size), 64 / static_cast<index_t>(sizeof(T)));
-    const index_t per_column = numel(x.shape()) / m;
-    parallel_for(
-        m, std::max<index_t>(4 * line, parallel_grain() / std::max<index_t>(per_column, 1)),
-        [&](index_t c0, index_t c1) {
-          column_sums<T> cs;
-          cs.start(o + c0, numel(out.shape()) / m, c1 - c0, count, m);
-          for_each_row<2>(it, {&sx, &so}, {x.offset(), 0},
-                          [&](std::array<index_t, 2> b, index_t, std::array<index_t, 2> st) {
-                            T* const d = o + b[1] + c0;
-                            const T* const src = p + b[0] + c0 * st[0];
-                            if (st[0] == 1) tile_reduce_into<false>(src, d, c1 - c0);
-                            else
-                              for (index_t k = 0; k < c1 - c0; ++k) d[k] = d[k] + src[k * st[0]];
-                            cs.row_done(b[1] / m);
-                          });
-          cs.finish();
-        },
-        line);
-    return;
-  }
-  // Row form: the kept dims outermost, so each output's rows come one after another, and
-  // dims that are one run of memory merged (a contiguous full sum is a single row).
+  return r;
+}
+
+/// A sum over no dim of size > 1: one value per output.
+template <Element T>
+void copy_values(const shape& it, const strides& sx, const strides& so, index_t offset, const T* p, T* o) {
+  for_each_row<2>(it, {&sx, &so}, {offset, 0}, [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+    for (index_t k = 0; k < n; ++k) o[b[1] + k * st[1]] = p[b[0] + k * st[0]];
+  });
+}
+
+/// The column form, the innermost dim kept: rows along it, an output per element.
+/// Blocks of columns (independent outputs) on different threads, each block whole cache
+/// lines of the output: every row adds into each block's outputs, so two threads writing
+/// halves of one line would trade it back and forth once per row (with blocks narrower than
+/// a line, a sum over dim 0 ran slower on 2 threads than on 1: docs/architecture.md,
+/// "Every core"). A block narrower than 4 lines reads too little of each row to pay for its
+/// thread.
+template <Element T>
+void sum_columns(const tensor<T>& x, const tensor<T>& out, const shape& it, const strides& sx, const strides& so,
+                 const T* p, T* o) {
+  const index_t m = it.back(), count = numel(x.shape()) / numel(out.shape());
+  constexpr index_t line = std::max<index_t>(static_cast<index_t>(simd<T>::size), 64 / static_cast<index_t>(sizeof(T)));
+  const index_t per_column = numel(x.shape()) / m;
+  parallel_for(
+      m, std::max<index_t>(4 * line, parallel_grain() / std::max<index_t>(per_column, 1)),
+      [&](index_t c0, index_t c1) {
+        column_sums<T> cs;
+        cs.start(o + c0, numel(out.shape()) / m, c1 - c0, count, m);
+        for_each_row<2>(it, {&sx, &so}, {x.offset(), 0},
+                        [&](std::array<index_t, 2> b, index_t, std::array<index_t, 2> st) {
+                          T* const d = o + b[1] + c0;
+                          const T* const src = p + b[0] + c0 * st[0];
+                          if (st[0] == 1) tile_reduce_into<false>(src, d, c1 - c0);
+                          else
+                            for (index_t k = 0; k < c1 - c0; ++k) d[k] = d[k] + src[k * st[0]];
+                          cs.row_done(b[1] / m);
+                        });
+        cs.finish();
+      },
+      line);
+}
+
+/// The row form's dims: the kept dims outermost, so each output's rows come one after
+/// another, and dims that are one run of memory merged (a contiguous full sum is a single row).
+struct row_dims {
   shape rs;
   strides rx, ro;
+};
+
+inline row_dims row_form(const shape& it, const strides& sx, const strides& so) {
+  row_dims r;
   for (int pass = 0; pass < 2; ++pass)
     for (std::size_t d = 0; d < it.size(); ++d)
       if ((so[d] == 0) == (pass == 1)) {
-        if (!rs.empty() && rx.back() == sx[d] * it[d] && ro.back() == so[d] * it[d]) {
-          rs.back() *= it[d], rx.back() = sx[d], ro.back() = so[d];
+        if (!r.rs.empty() && r.rx.back() == sx[d] * it[d] && r.ro.back() == so[d] * it[d]) {
+          r.rs.back() *= it[d], r.rx.back() = sx[d], r.ro.back() = so[d];
         } else {
-          rs.push_back(it[d]), rx.push_back(sx[d]), ro.push_back(so[d]);
+          r.rs.push_back(it[d]), r.rx.push_back(sx[d]), r.ro.push_back(so[d]);
         }
       }
+  return r;
+}
+
+/// The row form with an output per row: blocks of outputs (one contiguous sum: blocks of
+/// 2^j chunks).
+template <Element T>
+void sum_each_row(const shape& rs, const strides& rx, const strides& ro, index_t offset, const T* p, T* o) {
   const index_t rows = row_count(rs), len = rs.back();
-  if (std::count(ro.begin(), ro.end(), index_t{0}) == 1) {  // an output per row: blocks of outputs
-    if (rows == 1 && rx.back() == 1) {                      // one contiguous sum: blocks of 2^j chunks
-      o[0] = sum_contiguous(p + x.offset(), len);
-      return;
-    }
-    parallel_for(rows, std::max<index_t>(1, parallel_grain() / len), [&](index_t r0, index_t r1) {
-      for_each_row<2>(
-          rs, {&rx, &ro}, {x.offset(), 0},
-          [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
-            o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]);
-          },
-          r0, r1);
-    });
+  if (rows == 1 && rx.back() == 1) {
+    o[0] = sum_contiguous(p + offset, len);
     return;
   }
-  // Several rows per output, each output's rows one after another: blocks of outputs.
-  const index_t outputs = numel(out.shape()), per_output = rows / outputs;
+  parallel_for(rows, std::max<index_t>(1, parallel_grain() / len), [&](index_t r0, index_t r1) {
+    for_each_row<2>(
+        rs, {&rx, &ro}, {offset, 0},
+        [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
+          o[b[1]] = running_sum<T>::sum(p + b[0], n, st[0]);
+        },
+        r0, r1);
+  });
+}
+
+/// The row form with several rows per output (of `outputs`), each output's rows one after
+/// another: blocks of outputs.
+template <Element T>
+void sum_row_runs(const shape& rs, const strides& rx, const strides& ro, index_t offset, index_t outputs, const T* p,
+                  T* o) {
+  const index_t rows = row_count(rs), len = rs.back();
+  const index_t per_output = rows / outputs;
   parallel_for(outputs, std::max<index_t>(1, parallel_grain() / (per_output * len)), [&](index_t o0, index_t o1) {
     running_sum<T> acc;
     T* cur = nullptr;
     for_each_row<2>(
-        rs, {&rx, &ro}, {x.offset(), 0},
+        rs, {&rx, &ro}, {offset, 0},
         [&](std::array<index_t, 2> b, index_t n, std::array<index_t, 2> st) {
           if (o + b[1] != cur) {
             if (cur) *cur = acc.total();
@@ -282,6 +298,23 @@ void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& ou
         o0 * per_output, o1 * per_output);
     *cur = acc.total();
   });
+}
+
+/// Sums `x` over the dims flagged in `mask` into `out` (contiguous: `x`'s shape with those dims
+/// 1), each output's values in row-major order, with the one definition of a sum
+/// (core/accumulate.hpp): the row form when the innermost dim of size > 1 is reduced, the
+/// column form when it is kept. Dims of size 1 play no part, so the form depends on the
+/// shapes only: the fused loops and the IR's programs pick the same one and get the same bits.
+template <Element T>
+void sum_values(const tensor<T>& x, const std::vector<bool>& mask, tensor<T>& out) {
+  const T* p = x.impl()->store->data();
+  T* o = out.data_ptr();
+  const sum_dims d = sum_dims_of(x.shape(), x.strides(), contiguous_strides(out.shape()), mask);
+  if (!d.any_reduced) return copy_values(d.it, d.sx, d.so, x.offset(), p, o);
+  if (d.inner_kept) return sum_columns(x, out, d.it, d.sx, d.so, p, o);
+  const row_dims r = row_form(d.it, d.sx, d.so);
+  if (std::count(r.ro.begin(), r.ro.end(), index_t{0}) == 1) return sum_each_row(r.rs, r.rx, r.ro, x.offset(), p, o);
+  sum_row_runs(r.rs, r.rx, r.ro, x.offset(), numel(out.shape()), p, o);
 }
 
 /// The max of `n` contiguous values (NaN propagating), on all threads: blocks of whole SIMD

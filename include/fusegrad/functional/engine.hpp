@@ -470,59 +470,80 @@ template <class T, int NQ>
   running_sum<T>::add_each(s, x, k, n);
 }
 
-/// One pass over the `n` elements of `e`'s element-wise parts: the reductions' values into
-/// `io.red_val`, and, when `Back`, the adjoints `io.red_adj` (or `io.ybar`) pushed back to
-/// the arguments in `Mask` (ranges: `io.out`; scalars: added to `io.arg_adj`; hoisted
-/// subexpressions: added to `io.hoisted_adj`). Quantities summed over the elements sit at
-/// their mark (reductions' values, hoisted subexpressions' adjoints), then one per scalar.
-template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
-void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, std::tuple_size_v<Slots>>& io) {
+/// What one element pass sums over the elements, `nc` components each: the reductions'
+/// values and (backward) hoisted subexpressions' adjoints at their mark (`NM` marks), then
+/// (backward) one per summed scalar: `NQ` in all; `NQ1`, an array of them (at least one).
+template <bool Back_, std::uint64_t Mask_, class Vs_, class E, class Slots>
+struct pass_sums {
+  static constexpr bool Back = Back_;
+  static constexpr std::uint64_t Mask = Mask_;
+  using Vs = Vs_;
   using T = typename kind<Vs>::elem;
-  constexpr index_t W = static_cast<index_t>(simd<T>::size);
-  constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
-  constexpr int NM = marks<E>();
-  constexpr std::uint64_t scalars = Back ? summed_scalars<Mask, E, Slots> : 0;
-  constexpr int NS = std::popcount(scalars);
-  constexpr int NQ = (NM + NS) * nc;
-  bool used[NQ > 0 ? NQ : 1] = {};
+  using io_t = pass_io<Vs, std::tuple_size_v<Slots>>;
+  static constexpr index_t W = static_cast<index_t>(simd<T>::size);
+  static constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
+  static constexpr int NM = marks<E>();
+  static constexpr std::uint64_t scalars = Back ? summed_scalars<Mask, E, Slots> : 0;
+  static constexpr int NS = std::popcount(scalars);
+  static constexpr int NQ = (NM + NS) * nc;
+  static constexpr int NQ1 = NQ > 0 ? NQ : 1;
+};
+
+/// Marks the summed quantities this pass uses: the reductions it runs, and backward their
+/// hoisted subexpressions and the scalars.
+template <class P, class E>
+[[gnu::always_inline]] inline void mark_used(bool (&used)[P::NQ1], const E& e, const typename P::io_t& io) {
+  constexpr int nc = P::nc;
   auto use = [&](int q) {
     for (int k = 0; k < nc; ++k) used[q * nc + k] = true;
   };
   each_reduction<0>(e, [&](auto b, const auto&) {
     if (io.only < 0 || b == io.only) use(b);
   });
-  if constexpr (Back) {
-    each_pass_hoist<Mask>(e, io.only, [&](auto h, const auto&) { use(h); });
-    for (int q = NM * nc; q < NQ; ++q) used[q] = true;
+  if constexpr (P::Back) {
+    each_pass_hoist<P::Mask>(e, io.only, [&](auto h, const auto&) { use(h); });
+    for (int q = P::NM * nc; q < P::NQ; ++q) used[q] = true;
   }
-  alignas(64) T buf[NQ > 0 ? NQ : 1][tile_elems];
-  batch_of<Vs> red_adj[NM > 0 ? NM : 1];  // backward: each reduction's adjoint (a mean's over n), splat
-  if constexpr (Back && !info<E>::elementwise)
-    each_reduction<0>(e, [&](auto b, const auto& r) {
-      Vs g = io.red_adj[b];
-      if constexpr (red_kind_v<std::remove_cvref_t<decltype(r)>> == reduce_op::mean) g = g / static_cast<T>(n);
-      red_adj[b] = splat(g);
-    });
-  // (a call of at most `lanes` elements sums its one tile in registers: `running_sum::sum`,
-  // the same bits)
-  const bool short_call = n <= running_sum<T>::lanes;
-  T tot[NQ > 0 ? NQ : 1] = {};
-  running_sum<T> sums[NQ > 0 ? NQ : 1];
+}
+
+/// Backward: each reduction's adjoint (a mean's over `n`), splat.
+template <class P, class E>
+[[gnu::always_inline]] inline void splat_reduction_adjoints(batch_of<typename P::Vs>* red_adj, const E& e,
+                                                            const typename P::io_t& io, index_t n) {
+  using T = typename P::T;
+  each_reduction<0>(e, [&](auto b, const auto& r) {
+    typename P::Vs g = io.red_adj[b];
+    if constexpr (red_kind_v<std::remove_cvref_t<decltype(r)>> == reduce_op::mean) g = g / static_cast<T>(n);
+    red_adj[b] = splat(g);
+  });
+}
+
+/// Sums the whole chunks of a cheap body with few sums in registers, and returns where the
+/// tiles start. (A normal log-density: `x - mu`, its square and the adjoint of `mu`.) As
+/// `running_sum` sums a chunk: the batches unrolled by the chunk's accumulators, batch b into
+/// accumulator b % U. For such a body the tile buffer's stores and reloads cost as much as a
+/// good part of the arithmetic; a costly body (cos(cos(x)) * y) unrolled spills, and its sums
+/// are noise.
+template <class P, class E, class Slots>
+[[gnu::always_inline]] inline index_t sum_register_chunks(const E& e, const Slots& slots, index_t n,
+                                                          const typename P::io_t& io,
+                                                          const batch_of<typename P::Vs>* red_adj,
+                                                          const bool (&used)[P::NQ1],
+                                                          running_sum<typename P::T> (&sums)[P::NQ1]) {
+  using T = typename P::T;
+  using Vs = typename P::Vs;
+  constexpr index_t W = P::W;
+  constexpr int NA = P::NA, NM = P::NM, NQ = P::NQ;
   index_t start = 0;
-  // A cheap body with few sums (a normal log-density: `x - mu`, its square and the adjoint
-  // of `mu`) sums whole chunks in registers, as `running_sum` sums a chunk: the batches
-  // unrolled by the chunk's accumulators, batch b into accumulator b % U. For such a body the
-  // tile buffer's stores and reloads cost as much as a good part of the arithmetic; a costly
-  // body (cos(cos(x)) * y) unrolled spills, and its sums are noise.
   constexpr index_t lanes = running_sum<T>::lanes, chunk = running_sum<T>::chunk, U = lanes / W;
-  constexpr int NP = (info<E>::elementwise ? 0 : info<E>::reds) + (Back ? element_hoists<false, E>() + NS : 0);
-  if constexpr (NP > 0 && NP * nc * U <= 8 && element_cost<E>() <= 2.0) {
+  constexpr int NP = (info<E>::elementwise ? 0 : info<E>::reds) + (P::Back ? element_hoists<false, E>() + P::NS : 0);
+  if constexpr (NP > 0 && NP * P::nc * U <= 8 && element_cost<E>() <= 2.0) {
     for (; start + chunk <= n; start += chunk) {
       simd<T> acc[NQ][U];
       [&]<std::size_t... i>(std::index_sequence<i...>) { ((acc[i / U][i % U] = simd<T>(T(-0.0))), ...); }
       (std::make_index_sequence<static_cast<std::size_t>(NQ * U)>{});
       for (index_t b = 0; b < chunk; b += lanes) [&]<std::size_t... u>(std::index_sequence<u...>) {
-          (run_batch<Back, true, Mask, Vs, E, Slots, NM>(
+          (run_batch<P::Back, true, P::Mask, Vs, E, Slots, NM>(
                e, slots, io, start + b + static_cast<index_t>(u) * W, W,
                [&](auto qc, const batch_of<Vs>& v) {
                  simd<T> c[n_comp<Vs>];
@@ -547,6 +568,21 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
       (std::make_index_sequence<static_cast<std::size_t>(NQ)>{});
     }
   }
+  return start;
+}
+
+/// Runs the elements from `start` on a tile at a time through the tile buffer `buf`, each
+/// tile added to `sums` (a short call: its one tile summed into `tot`).
+template <class P, class E, class Slots>
+[[gnu::always_inline]] inline void sum_tiles(const E& e, const Slots& slots, index_t start, index_t n,
+                                             const typename P::io_t& io, const batch_of<typename P::Vs>* red_adj,
+                                             const bool (&used)[P::NQ1], typename P::T (&buf)[P::NQ1][tile_elems],
+                                             running_sum<typename P::T> (&sums)[P::NQ1], typename P::T (&tot)[P::NQ1],
+                                             bool short_call) {
+  using T = typename P::T;
+  using Vs = typename P::Vs;
+  constexpr index_t W = P::W;
+  constexpr int nc = P::nc, NM = P::NM, NQ = P::NQ;
   for (index_t t0 = start; t0 < n; t0 += tile_elems) {
     const index_t m = std::min(tile_elems, n - t0);
     index_t j = 0;
@@ -555,8 +591,9 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
       for (int k = 0; k < nc; ++k) p[static_cast<std::size_t>(k)] = buf[q * nc + k] + j;
       store_comps(v, p.data(), 0);
     };
-    for (; j + W <= m; j += W) run_batch<Back, true, Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, W, put, red_adj);
-    if (j < m) run_batch<Back, false, Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, m - j, put, red_adj);
+    for (; j + W <= m; j += W)
+      run_batch<P::Back, true, P::Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, W, put, red_adj);
+    if (j < m) run_batch<P::Back, false, P::Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, m - j, put, red_adj);
     if (short_call) {
       for (int q = 0; q < NQ; ++q)
         if (used[q]) tot[q] = running_sum<T>::sum(buf[q], m, 1);
@@ -564,16 +601,25 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
       add_tiles(sums, buf, used, m);
     }
   }
-  if (!short_call)
-    for (int q = 0; q < NQ; ++q) tot[q] = used[q] ? sums[q].total() : T(0);
+}
+
+/// Hands the totals `tot` out: the reductions' values (a mean's over `n`) into `io.red_val`,
+/// and backward the hoisted subexpressions' and scalars' adjoints, added to.
+template <class P, class E>
+[[gnu::always_inline]] inline void store_sums(const E& e, index_t n, const typename P::io_t& io,
+                                              const typename P::T (&tot)[P::NQ1]) {
+  using T = typename P::T;
+  using Vs = typename P::Vs;
+  constexpr int nc = P::nc, NA = P::NA, NM = P::NM;
+  constexpr std::uint64_t scalars = P::scalars;
   each_reduction<0>(e, [&](auto b, const auto& r) {
     if (io.only >= 0 && b != io.only) return;
     Vs v = from_comps<Vs>(tot + b * nc);
     if constexpr (red_kind_v<std::remove_cvref_t<decltype(r)>> == reduce_op::mean) v = v / static_cast<T>(n);
     io.red_val[b] = v;
   });
-  if constexpr (Back) {
-    each_pass_hoist<Mask>(
+  if constexpr (P::Back) {
+    each_pass_hoist<P::Mask>(
         e, io.only, [&](auto h, const auto&) { io.hoisted_adj[h] = io.hoisted_adj[h] + from_comps<Vs>(tot + h * nc); });
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (
@@ -588,6 +634,33 @@ void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, s
     }
     (std::make_index_sequence<static_cast<std::size_t>(NA)>{});
   }
+}
+
+/// One pass over the `n` elements of `e`'s element-wise parts: the reductions' values into
+/// `io.red_val`, and, when `Back`, the adjoints `io.red_adj` (or `io.ybar`) pushed back to
+/// the arguments in `Mask` (ranges: `io.out`; scalars: added to `io.arg_adj`; hoisted
+/// subexpressions: added to `io.hoisted_adj`). Quantities summed over the elements sit at
+/// their mark (reductions' values, hoisted subexpressions' adjoints), then one per scalar
+/// (`pass_sums`). Its phases are inlined: the pass is one body.
+template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
+void element_pass(const E& e, const Slots& slots, index_t n, const pass_io<Vs, std::tuple_size_v<Slots>>& io) {
+  using P = pass_sums<Back, Mask, Vs, E, Slots>;
+  using T = typename P::T;
+  bool used[P::NQ1] = {};
+  mark_used<P>(used, e, io);
+  alignas(64) T buf[P::NQ1][tile_elems];
+  batch_of<Vs> red_adj[P::NM > 0 ? P::NM : 1];  // backward: each reduction's adjoint (a mean's over n), splat
+  if constexpr (Back && !info<E>::elementwise) splat_reduction_adjoints<P>(red_adj, e, io, n);
+  // (a call of at most `lanes` elements sums its one tile in registers: `running_sum::sum`,
+  // the same bits)
+  const bool short_call = n <= running_sum<T>::lanes;
+  T tot[P::NQ1] = {};
+  running_sum<T> sums[P::NQ1];
+  const index_t start = sum_register_chunks<P>(e, slots, n, io, red_adj, used, sums);
+  sum_tiles<P>(e, slots, start, n, io, red_adj, used, buf, sums, tot, short_call);
+  if (!short_call)
+    for (int q = 0; q < P::NQ; ++q) tot[q] = used[q] ? sums[q].total() : T(0);
+  store_sums<P>(e, n, io, tot);
 }
 
 }  // namespace fusegrad::detail::fn

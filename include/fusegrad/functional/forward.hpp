@@ -53,6 +53,84 @@ constexpr auto full_tangents(Nums nums, const Tn& t) {
   }
   (std::make_index_sequence<N>{});
 }
+
+/// vjp's pullback on the scalar form: the gradient of `ybar · f` at `x...` (a tuple when
+/// there are several arguments).
+template <std::uint64_t All, class T, class F, class Yb, class... A>
+auto scalar_pullback(const F& f, const Yb& ybar, const A&... x) {
+  return std::apply(
+      [](const auto&... g) {
+        if constexpr (sizeof...(g) == 1) return (g, ...);
+        else return std::tuple{g...};
+      },
+      scalar_value_and_grad<All>(f, static_cast<T>(ybar), x...).second);
+}
+
+/// Points `gout[i]` at the gradient of each range argument `i`: its holder, sized as the range.
+template <class T, class H, class... A>
+void point_range_gradients(T** gout, H& holders, const A&... x) {
+  const std::tuple<const A&...> xs{x...};
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          using Ai = std::tuple_element_t<I, std::tuple<A...>>;
+          if constexpr (kind_v<Ai> == arg_kind::range)
+            gout[I] = out_span<std::remove_cvref_t<decltype(std::get<I>(holders))>, T>(
+                          "vjp", std::get<I>(holders), range_source<Ai>::size(std::get<I>(xs)))
+                          .data();
+        }(),
+        ...);
+  }
+  (std::index_sequence_for<A...>{});
+}
+
+/// vjp's pullback of an element-wise output: the cotangent `ybar` (as long as the output)
+/// pushed back to the arguments `A...` (ranges: `gout`; scalars: `sadj`).
+template <std::uint64_t All, class Vs, class... A, class E, class Slots, class Yb>
+void elementwise_pullback(const E& e, const Slots& slots, const Yb& ybar, typename kind<Vs>::elem** gout, Vs* sadj) {
+  const index_t m = output_length("vjp", e);
+  if (range_source<Yb>::size(ybar) != m)
+    detail::fail("vjp", "a cotangent of ", range_source<Yb>::size(ybar), " elements for an output of ", m,
+                 "; expected as many as the output");
+  index_t gsize[sizeof...(A)] = {};
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((gsize[I] =
+          [&] {
+            if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> == arg_kind::range)
+              return std::get<I>(slots).size;
+            else return index_t{0};
+          }()),
+     ...);
+  }
+  (std::index_sequence_for<A...>{});
+  output_backward<All, Vs>("vjp", e, slots, gout, gsize, sadj, range_source<Yb>::data(ybar));
+}
+
+/// vjp's pullback on the span engine: the gradients of `ybar · f` at `x...` (`e`: `f`'s
+/// expression there), in holders (a tuple when there are several arguments).
+template <class T, class E, class Yb, class... A>
+auto span_pullback(const E& e, const Yb& ybar, const A&... x) {
+  using Vs = num<T>;
+  constexpr std::uint64_t all = (std::uint64_t{1} << sizeof...(A)) - 1;
+  const std::tuple slots{make_slot<Vs>(x, no_tangent{})...};
+  auto holders = std::tuple{grad_holder<T>(x)...};
+  T* gout[sizeof...(A)] = {};
+  Vs sadj[sizeof...(A)]{};
+  point_range_gradients(gout, holders, x...);
+  if constexpr (info<E>::elementwise) elementwise_pullback<all, Vs, A...>(e, slots, ybar, gout, sadj);
+  else span_run<true, all, Vs>("vjp", e, slots, lift<Vs>(static_cast<T>(ybar)), gout, sadj, nullptr, nullptr);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> != arg_kind::range)
+            std::get<I>(holders) = sadj[I].v;
+        }(),
+        ...);
+  }
+  (std::index_sequence_for<A...>{});
+  if constexpr (sizeof...(A) == 1) return std::move(std::get<0>(holders));
+  else return holders;
+}
 }  // namespace detail::fn
 
 /// `{f(primals...), the derivative of f at primals in the direction tangents}` (JAX's
@@ -128,64 +206,8 @@ auto vjp(const F& f, const A&... a) {
     return std::apply(
         [&](const auto&... x) {
           const auto e = expression<T>(f, x...);
-          if constexpr (!span_form<F, A...>()) {
-            return std::apply(
-                [](const auto&... g) {
-                  if constexpr (sizeof...(g) == 1) return (g, ...);
-                  else return std::tuple{g...};
-                },
-                scalar_value_and_grad<all>(f, static_cast<T>(ybar), x...).second);
-          } else {
-            const std::tuple slots{make_slot<Vs>(x, no_tangent{})...};
-            auto holders = std::tuple{grad_holder<T>(x)...};
-            T* gout[sizeof...(A)] = {};
-            Vs sadj[sizeof...(A)]{};
-            const std::tuple<const A&...> xs{x...};
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-              (
-                  [&] {
-                    using Ai = std::tuple_element_t<I, std::tuple<A...>>;
-                    if constexpr (kind_v<Ai> == arg_kind::range)
-                      gout[I] = out_span<std::remove_cvref_t<decltype(std::get<I>(holders))>, T>(
-                                    "vjp", std::get<I>(holders), range_source<Ai>::size(std::get<I>(xs)))
-                                    .data();
-                  }(),
-                  ...);
-            }
-            (std::index_sequence_for<A...>{});
-            if constexpr (info<E>::elementwise) {
-              using Yb = std::remove_cvref_t<decltype(ybar)>;
-              const index_t m = output_length("vjp", e);
-              if (range_source<Yb>::size(ybar) != m)
-                detail::fail("vjp", "a cotangent of ", range_source<Yb>::size(ybar), " elements for an output of ", m,
-                             "; expected as many as the output");
-              index_t gsize[sizeof...(A)] = {};
-              [&]<std::size_t... I>(std::index_sequence<I...>) {
-                ((gsize[I] =
-                      [&] {
-                        if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> == arg_kind::range)
-                          return std::get<I>(slots).size;
-                        else return index_t{0};
-                      }()),
-                 ...);
-              }
-              (std::index_sequence_for<A...>{});
-              output_backward<all, Vs>("vjp", e, slots, gout, gsize, sadj, range_source<Yb>::data(ybar));
-            } else {
-              span_run<true, all, Vs>("vjp", e, slots, lift<Vs>(static_cast<T>(ybar)), gout, sadj, nullptr, nullptr);
-            }
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-              (
-                  [&] {
-                    if constexpr (kind_v<std::tuple_element_t<I, std::tuple<A...>>> != arg_kind::range)
-                      std::get<I>(holders) = sadj[I].v;
-                  }(),
-                  ...);
-            }
-            (std::index_sequence_for<A...>{});
-            if constexpr (sizeof...(A) == 1) return std::move(std::get<0>(holders));
-            else return holders;
-          }
+          if constexpr (!span_form<F, A...>()) return scalar_pullback<all, T>(f, ybar, x...);
+          else return span_pullback<T>(e, ybar, x...);
         },
         args);
   };

@@ -54,107 +54,169 @@ struct fused_view {
       *value_child;
 };
 
+/// How many entries each of a layout's node lists holds so far: the stages listed.
+struct layout_ends {
+  int nc = 0, nr = 0, nw = 0, nl = 0, nm = 0;  ///< compute, reduce, store, load, matmul
+};
+
+/// Stage `s`'s entries of each node list start at the ends so far.
+template <std::size_t M>
+constexpr void mark_list_starts(fused_layout<M>& L, std::size_t s, const layout_ends& n) {
+  L.first_compute[s] = n.nc, L.first_reduce[s] = n.nr, L.first_store[s] = n.nw, L.first_load[s] = n.nl;
+  L.first_matmul[s] = n.nm;
+}
+
+/// Appends stage `S`'s nodes to the node lists.
 template <class A, const auto& Active, const auto& Keep>
-constexpr fused_layout<A::M> make_fused_layout() {
+constexpr void list_stage_nodes(fused_layout<A::M>& L, int S, layout_ends& n) {
   constexpr std::size_t M = A::M;
   constexpr auto& sch = schedule_v<A, Active, Keep>;
   constexpr auto& loads = stage_loads<A, Active, Keep>::value;
   const auto& g = A::cg;
-  fused_layout<M> L{};
-  L.stages = sch.stages;
-  int nc = 0, nr = 0, nw = 0, nl = 0, nm = 0;
+  auto& [nc, nr, nw, nl, nm] = n;
   auto at = [](int v) { return static_cast<std::size_t>(v); };
-  for (int S = 0; S < sch.stages; ++S) {
-    const auto s = at(S);
-    L.first_compute[s] = nc, L.first_reduce[s] = nr, L.first_store[s] = nw, L.first_load[s] = nl;
-    L.first_matmul[s] = nm;
-    // An element-wise node's sibling (sin and cos of one operand) runs right after it, so that
-    // the loop computes the two together (`stage_batches::sibling_next`).
-    std::array<bool, M> placed{};
-    for (std::size_t c = 0; c < M; ++c) {
-      const role r = sch.roles[c];
-      const bool here = sch.stage[c] == S;
-      if (r == role::compute && here && !placed[c]) {
-        L.compute_nodes[at(nc++)] = static_cast<int>(c);
-        const int d = g.sibling[c];
-        if (d > static_cast<int>(c) && sch.roles[at(d)] == role::compute && sch.stage[at(d)] == S) {
-          L.compute_nodes[at(nc++)] = d;
-          placed[at(d)] = true;
-        }
-      }
-      if (r == role::compute && here && sch.store[c]) L.store_nodes[at(nw++)] = static_cast<int>(c);
-      if (r == role::reduce && here) L.reduce_nodes[at(nr++)] = static_cast<int>(c);
-      if (r == role::matmul && here) L.matmul_nodes[at(nm++)] = static_cast<int>(c);
-      if (loads[s][c]) L.load_nodes[at(nl++)] = static_cast<int>(c);
-    }
-    const int c0 = L.first_compute[s], w0 = L.first_store[s], r0 = L.first_reduce[s], l0 = L.first_load[s];
-    // Slots: the stage's loads first (load j is slot j), then its element-wise nodes in order;
-    // a custom node shares its operand's slot; the slot after them all stays null (the second
-    // operand of a unary node).
-    std::array<int, M> slot{};
-    slot.fill(-1);
-    for (int j = l0; j < nl; ++j) slot[at(L.load_nodes[at(j)])] = j - l0;
-    const int null_slot = (nl - l0) + (nc - c0);
-    // Tile registers: one per element-wise node, reused after its last reader in the loop;
-    // values the loop's stores and reductions read live to the end of a tile.
-    constexpr int end = 1 << 30;
-    std::array<int, M> alias{};
-    for (std::size_t c = 0; c < M; ++c) alias[c] = static_cast<int>(c);
-    std::array<int, M> pos{};
-    pos.fill(-1);
-    for (int q = c0; q < nc; ++q) {
-      const auto c = at(L.compute_nodes[at(q)]);
-      pos[c] = q;
-      if (g.kind[c] == gkind::custom) {
-        int k = 2;
-        while (k > 0 && g.children[c][at(k)] < 0) --k;
-        L.value_child[c] = g.children[c][at(k)];
-        alias[c] = alias[at(L.value_child[c])];
-        slot[c] = slot[at(L.value_child[c])];
-      } else {
-        slot[c] = (nl - l0) + (q - c0);
-      }
-      L.a_slot[at(q)] = g.children[c][0] >= 0 ? slot[at(g.children[c][0])] : null_slot;
-      L.b_slot[at(q)] = g.kind[c] != gkind::custom && g.children[c][1] >= 0 ? slot[at(g.children[c][1])] : null_slot;
-      L.out_slot[at(q)] = slot[c];
-    }
-    for (int j = w0; j < nw; ++j) L.store_slot[at(j)] = slot[at(L.store_nodes[at(j)])];
-    for (int j = r0; j < nr; ++j) L.reduce_slot[at(j)] = slot[at(g.children[at(L.reduce_nodes[at(j)])][0])];
-    std::array<int, M> last{};
-    last.fill(-1);
-    for (int q = c0; q < nc; ++q)
-      for (int ch : g.children[at(L.compute_nodes[at(q)])])
-        if (ch >= 0) last[at(alias[at(ch)])] = q;
-    for (int j = w0; j < nw; ++j) last[at(alias[at(L.store_nodes[at(j)])])] = end;
-    for (int j = r0; j < nr; ++j) last[at(alias[at(g.children[at(L.reduce_nodes[at(j)])][0])])] = end;
-    std::array<int, M + 1> free_regs{};
-    int nfree = 0, count = 0;
-    for (int q = c0; q < nc; ++q) {
-      const auto qq = at(q);
-      const auto c = at(L.compute_nodes[qq]);
-      L.tile_register[qq] = -1;
-      if (g.kind[c] != gkind::custom) L.tile_register[qq] = nfree > 0 ? free_regs[at(--nfree)] : count++;
-      L.store_index[qq] = -1;
-      for (int j = w0; j < nw; ++j)
-        if (L.store_nodes[at(j)] == static_cast<int>(c)) L.store_index[qq] = j - w0;
-      std::array<int, 3> seen{-1, -1, -1};
-      for (std::size_t k = 0; k < 3; ++k) {
-        const int ch = g.children[c][k];
-        if (ch < 0) continue;
-        const int hold = alias[at(ch)];
-        if (hold == seen[0] || hold == seen[1]) continue;
-        seen[k] = hold;
-        const int pq = pos[at(hold)];
-        if (pq >= 0 && last[at(hold)] == q && L.tile_register[at(pq)] >= 0)
-          free_regs[at(nfree++)] = L.tile_register[at(pq)];
+  const auto s = at(S);
+  mark_list_starts(L, s, n);
+  // An element-wise node's sibling (sin and cos of one operand) runs right after it, so that
+  // the loop computes the two together (`stage_batches::sibling_next`).
+  std::array<bool, M> placed{};
+  for (std::size_t c = 0; c < M; ++c) {
+    const role r = sch.roles[c];
+    const bool here = sch.stage[c] == S;
+    if (r == role::compute && here && !placed[c]) {
+      L.compute_nodes[at(nc++)] = static_cast<int>(c);
+      const int d = g.sibling[c];
+      if (d > static_cast<int>(c) && sch.roles[at(d)] == role::compute && sch.stage[at(d)] == S) {
+        L.compute_nodes[at(nc++)] = d;
+        placed[at(d)] = true;
       }
     }
-    L.register_count[s] = count;
+    if (r == role::compute && here && sch.store[c]) L.store_nodes[at(nw++)] = static_cast<int>(c);
+    if (r == role::reduce && here) L.reduce_nodes[at(nr++)] = static_cast<int>(c);
+    if (r == role::matmul && here) L.matmul_nodes[at(nm++)] = static_cast<int>(c);
+    if (loads[s][c]) L.load_nodes[at(nl++)] = static_cast<int>(c);
   }
-  const auto s = at(sch.stages);
-  L.first_compute[s] = nc, L.first_reduce[s] = nr, L.first_store[s] = nw, L.first_load[s] = nl;
-  L.first_matmul[s] = nm;
-  for (std::size_t c = 0; c < M; ++c) L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
+}
+
+/// Per node of a stage: the node whose tile register holds its value (`alias`: itself, or
+/// for a custom node its operand's), and its entry in the compute list (`pos`; -1: none).
+template <std::size_t M>
+struct stage_positions {
+  std::array<int, M> alias{}, pos{};
+};
+
+/// Stage `s`'s slots: the stage's loads first (load j is slot j), then its element-wise nodes
+/// in order; a custom node shares its operand's slot; the slot after them all stays null (the
+/// second operand of a unary node). Sets each element-wise node's slots and the slots the
+/// stores and reductions read.
+template <class A>
+constexpr stage_positions<A::M> place_stage_slots(fused_layout<A::M>& L, std::size_t s, const layout_ends& n) {
+  constexpr std::size_t M = A::M;
+  const auto& g = A::cg;
+  const auto& [nc, nr, nw, nl, nm] = n;
+  auto at = [](int v) { return static_cast<std::size_t>(v); };
+  const int c0 = L.first_compute[s], w0 = L.first_store[s], r0 = L.first_reduce[s], l0 = L.first_load[s];
+  std::array<int, M> slot{};
+  slot.fill(-1);
+  for (int j = l0; j < nl; ++j) slot[at(L.load_nodes[at(j)])] = j - l0;
+  const int null_slot = (nl - l0) + (nc - c0);
+  stage_positions<M> p;
+  auto& [alias, pos] = p;
+  for (std::size_t c = 0; c < M; ++c) alias[c] = static_cast<int>(c);
+  pos.fill(-1);
+  for (int q = c0; q < nc; ++q) {
+    const auto c = at(L.compute_nodes[at(q)]);
+    pos[c] = q;
+    if (g.kind[c] == gkind::custom) {
+      int k = 2;
+      while (k > 0 && g.children[c][at(k)] < 0) --k;
+      L.value_child[c] = g.children[c][at(k)];
+      alias[c] = alias[at(L.value_child[c])];
+      slot[c] = slot[at(L.value_child[c])];
+    } else {
+      slot[c] = (nl - l0) + (q - c0);
+    }
+    L.a_slot[at(q)] = g.children[c][0] >= 0 ? slot[at(g.children[c][0])] : null_slot;
+    L.b_slot[at(q)] = g.kind[c] != gkind::custom && g.children[c][1] >= 0 ? slot[at(g.children[c][1])] : null_slot;
+    L.out_slot[at(q)] = slot[c];
+  }
+  for (int j = w0; j < nw; ++j) L.store_slot[at(j)] = slot[at(L.store_nodes[at(j)])];
+  for (int j = r0; j < nr; ++j) L.reduce_slot[at(j)] = slot[at(g.children[at(L.reduce_nodes[at(j)])][0])];
+  return p;
+}
+
+/// Per tile register holder (an `alias`): the last compute entry of stage `s` that reads it;
+/// values the loop's stores and reductions read live to the end of a tile.
+template <class A>
+constexpr std::array<int, A::M> last_readers(const fused_layout<A::M>& L, std::size_t s, const layout_ends& n,
+                                             const std::array<int, A::M>& alias) {
+  const auto& g = A::cg;
+  const auto& [nc, nr, nw, nl, nm] = n;
+  auto at = [](int v) { return static_cast<std::size_t>(v); };
+  const int c0 = L.first_compute[s], w0 = L.first_store[s], r0 = L.first_reduce[s];
+  constexpr int end = 1 << 30;
+  std::array<int, A::M> last{};
+  last.fill(-1);
+  for (int q = c0; q < nc; ++q)
+    for (int ch : g.children[at(L.compute_nodes[at(q)])])
+      if (ch >= 0) last[at(alias[at(ch)])] = q;
+  for (int j = w0; j < nw; ++j) last[at(alias[at(L.store_nodes[at(j)])])] = end;
+  for (int j = r0; j < nr; ++j) last[at(alias[at(g.children[at(L.reduce_nodes[at(j)])][0])])] = end;
+  return last;
+}
+
+/// Stage `s`'s tile registers: one per element-wise node, reused after its last reader in
+/// the loop (`last_readers`); sets each one's register and store index, and returns how many
+/// registers the stage uses.
+template <class A>
+constexpr int assign_tile_registers(fused_layout<A::M>& L, std::size_t s, const layout_ends& n,
+                                    const stage_positions<A::M>& p) {
+  const auto& g = A::cg;
+  const auto& [nc, nr, nw, nl, nm] = n;
+  const auto& [alias, pos] = p;
+  auto at = [](int v) { return static_cast<std::size_t>(v); };
+  const int c0 = L.first_compute[s], w0 = L.first_store[s];
+  const std::array<int, A::M> last = last_readers<A>(L, s, n, alias);
+  std::array<int, A::M + 1> free_regs{};
+  int nfree = 0, count = 0;
+  for (int q = c0; q < nc; ++q) {
+    const auto qq = at(q);
+    const auto c = at(L.compute_nodes[qq]);
+    L.tile_register[qq] = -1;
+    if (g.kind[c] != gkind::custom) L.tile_register[qq] = nfree > 0 ? free_regs[at(--nfree)] : count++;
+    L.store_index[qq] = -1;
+    for (int j = w0; j < nw; ++j)
+      if (L.store_nodes[at(j)] == static_cast<int>(c)) L.store_index[qq] = j - w0;
+    std::array<int, 3> seen{-1, -1, -1};
+    for (std::size_t k = 0; k < 3; ++k) {
+      const int ch = g.children[c][k];
+      if (ch < 0) continue;
+      const int hold = alias[at(ch)];
+      if (hold == seen[0] || hold == seen[1]) continue;
+      seen[k] = hold;
+      const int pq = pos[at(hold)];
+      if (pq >= 0 && last[at(hold)] == q && L.tile_register[at(pq)] >= 0)
+        free_regs[at(nfree++)] = L.tile_register[at(pq)];
+    }
+  }
+  return count;
+}
+
+/// The plan of one pass, stage by stage: its node lists, its slots, its tile registers.
+template <class A, const auto& Active, const auto& Keep>
+constexpr fused_layout<A::M> make_fused_layout() {
+  constexpr auto& sch = schedule_v<A, Active, Keep>;
+  fused_layout<A::M> L{};
+  L.stages = sch.stages;
+  layout_ends n;
+  for (int S = 0; S < sch.stages; ++S) {
+    const auto s = static_cast<std::size_t>(S);
+    list_stage_nodes<A, Active, Keep>(L, S, n);
+    const stage_positions<A::M> p = place_stage_slots<A>(L, s, n);
+    L.register_count[s] = assign_tile_registers<A>(L, s, n, p);
+  }
+  mark_list_starts(L, static_cast<std::size_t>(sch.stages), n);
+  for (std::size_t c = 0; c < A::M; ++c) L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
   return L;
 }
 
