@@ -74,10 +74,13 @@ using fwd_ref = leaf_expr<leaf_kind::forward, K, T>;
 template <std::size_t K, Element T>
 using adj_ref = leaf_expr<leaf_kind::adjoint, K, T>;
 
-/// The operands of a node: a plain aggregate (cheaper to instantiate than std::tuple, which
-/// matters for compile time: every distinct subexpression is a distinct operand type).
+/// The operands of a node (and, in the functional transforms, the children of a value tree):
+/// a plain aggregate of at most three, built in place. Cheaper to instantiate than a tuple,
+/// which matters for compile time: every distinct subexpression is a distinct operand type.
 template <class... Args>
 struct operands;
+template <>
+struct operands<> {};
 template <class A0>
 struct operands<A0> {
   A0 first;

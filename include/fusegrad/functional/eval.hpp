@@ -264,45 +264,25 @@ constexpr int child_base(int b) {
 
 // ---- forward -----------------------------------------------------------------------------
 
-/// A node's value and its children's value trees: plain aggregates, built in place (a
-/// tuple's constructors copied every subtree at every level: quadratic, and out of line).
+/// A node's value and its children's value trees (`operands`, expr/expr.hpp): plain
+/// aggregates, built in place (a tuple's constructors copied every subtree at every level:
+/// quadratic, and out of line).
 template <class Y, class... K>
-struct vt;
-template <class Y>
-struct vt<Y> {
+struct vt {
   Y y;
-};
-template <class Y, class K0>
-struct vt<Y, K0> {
-  Y y;
-  K0 k0;
-};
-template <class Y, class K0, class K1>
-struct vt<Y, K0, K1> {
-  Y y;
-  K0 k0;
-  K1 k1;
-};
-template <class Y, class K0, class K1, class K2>
-struct vt<Y, K0, K1, K2> {
-  Y y;
-  K0 k0;
-  K1 k1;
-  K2 k2;
+  [[no_unique_address]] operands<K...> k;
 };
 /// A unary node whose op has a sibling (`sin`, `cos`), evaluated with it (`apply_with_sibling`):
 /// `s` is the sibling's value, which the backward reads instead of computing it.
 template <class Y, class K0>
 struct vt_sib {
   Y y;
-  K0 k0;
+  operands<K0> k;
   Y s;
 };
 template <std::size_t J, class V>
 constexpr const auto& kid(const V& v) {
-  if constexpr (J == 0) return v.k0;
-  else if constexpr (J == 1) return v.k1;
-  else return v.k2;
+  return operand<J>(v.k);
 }
 
 /// `x` as a value of kind `V` (numbers, batches, duals with a zero tangent; for an
@@ -382,7 +362,7 @@ constexpr auto fwd_node(const C& c, const E& e, std::index_sequence<J...>) {
   static_assert(sizeof...(J) <= 3, "fusegrad: the functional transforms take custom ops of at most 3 operands");
   using R0 = vt<int, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...>;
   using Y = decltype(node_value(e, kid<J>(std::declval<const R0&>()).y...));
-  vt<Y, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...> r{Y{}, fwd<child_base<E, J>(B)>(c, child<J>(e))...};
+  vt<Y, decltype(fwd<child_base<E, J>(B)>(c, child<J>(e)))...> r{Y{}, {fwd<child_base<E, J>(B)>(c, child<J>(e))...}};
   r.y = node_value(e, kid<J>(r).y...);
   return r;
 }
@@ -393,7 +373,7 @@ constexpr auto fwd_sibling_node(const C& c, const E& e) {
   const auto [y, s] = apply_with_sibling(e.op, k.y);
   // (built from its values: a node built first with placeholders and assigned after had the
   // whole tree zeroed in memory for every batch)
-  return vt_sib<std::remove_cvref_t<decltype(y)>, decltype(k)>{y, k, s};
+  return vt_sib<std::remove_cvref_t<decltype(y)>, decltype(k)>{y, {k}, s};
 }
 template <int B, class C, class E>
 constexpr bool sibling_node() {
@@ -409,19 +389,19 @@ constexpr bool sibling_node() {
 /// `c.reduction<B>(r)` and, in contexts that hoist, `c.hoisted<B>(h)` give the leaves' values.
 template <int B, class C, class E>
 constexpr auto fwd(const C& c, const E& e) {
-  if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value)};
-  else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e)};
+  if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value), {}};
+  else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e), {}};
   else if constexpr (C::hoisting && hoistable_v<E>)
-    return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e)};
-  else if constexpr (is_element_v<E>) return vt<decltype(c.element(e))>{c.element(e)};
+    return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e), {}};
+  else if constexpr (is_element_v<E>) return vt<decltype(c.element(e))>{c.element(e), {}};
   else if constexpr (is_real_reduction_v<E>)
-    return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e)};
+    return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e), {}};
   else if constexpr (is_range_stat_v<E>) {  // the statistics from the context; the value from them
     auto m = fwd<child_base<E, 0>(B)>(c, child<0>(e));
     auto s = fwd<child_base<E, 1>(B)>(c, child<1>(e));
     const auto& st = c.template range_stat<B>(e);
     using Y = decltype(m.y);
-    return vt<Y, std::remove_cvref_t<decltype(st)>, decltype(m), decltype(s)>{range_stat_value(e, st, s.y), st, m, s};
+    return vt<Y, std::remove_cvref_t<decltype(st)>, decltype(m), decltype(s)>{range_stat_value(e, st, s.y), {st, m, s}};
   } else if constexpr (sibling_node<B, C, E>()) return fwd_sibling_node<B>(c, e);
   else return fwd_node<B>(c, e, std::make_index_sequence<arity_v<E>>{});
 }
