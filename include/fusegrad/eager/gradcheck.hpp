@@ -3,6 +3,7 @@
 /// `gradcheck`: analytic gradients (the tape) against central finite differences, in double.
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -76,7 +77,7 @@ gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_
     }
   }
   // Numeric Jacobian by central differences, comparing as we go.
-  double worst = -INFINITY;
+  double worst = -std::numeric_limits<double>::infinity();
   no_grad guard;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     T* p = xs[i].data_ptr();
