@@ -148,7 +148,7 @@ class trace final : public recorder<T>, public lazy_source {
       rg = rg || rg_[static_cast<std::size_t>(in.back())];
     }
     const int id = g_.add_custom(fn, iv, std::move(in));
-    rg_.push_back(rg);
+    rg_.push_back(static_cast<char>(rg));
     tensor<T> y = make_lazy(id);
     if (rg) {  // as eagerly: what to save is asked only of a function whose output needs grad
       std::vector<int> sv;
