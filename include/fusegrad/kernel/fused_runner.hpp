@@ -851,6 +851,7 @@ class fused_runner {
         const shape ks = keepdim_shape(to, desc(c).raxis);
         st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
         sc.lp[j] = src.data_ptr();
+        // NOLINTNEXTLINE(bugprone-integer-division): exact: a sum's output count divides its input count
         if (is_mean(c)) sc.divisor[j] = static_cast<T>(numel(to) / std::max<index_t>(numel(ks), 1));  // eager: g / n
       } else {
         st[j] = broadcast_strides(value(c), it);
