@@ -42,6 +42,7 @@ struct gradcheck_call {
 
 /// The check of `gradcheck` on leaves `xs` (contiguous copies that require grad).
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): both Jacobians and their comparison, in order
 gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_call<T>& f,
                                   std::vector<tensor<T>>& xs) {
   auto call = [&] { return f(xs); };

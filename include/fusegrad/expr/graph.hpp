@@ -166,6 +166,7 @@ constexpr std::pair<std::uint64_t, int> sibling_of_node() {
 /// `Known`, `obj` is the tree as a constant: node state is read and equal constants merge
 /// (a template flag, not a null test: GCC does not fold address tests under ASan).
 template <bool Known, class E>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one if-constexpr branch per expression kind
 constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
   static_assert(is_joint_v<E> || arity_v<E> <= 3,
                 "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
@@ -241,6 +242,7 @@ constexpr std::uint64_t mix_operands(std::uint64_t key, const std::array<int, 3>
 /// position of the root holding the adjoint of forward node K (roots come in an order where
 /// every adj_ref points back to an earlier root).
 template <std::size_t N, std::size_t MF = 1>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): hash-consing, then siblings; not yet split
 constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
                                           const std::array<int, MF>& adj_root = {}) {
   canonical_graph<N> g;

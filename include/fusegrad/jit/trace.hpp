@@ -85,6 +85,7 @@ class trace final : public recorder<T>, public lazy_source {
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
+  // NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its phases
   std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
                                 const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
                                 const std::vector<ir::call_fn<T>>* fns) override {
