@@ -1,6 +1,7 @@
 # The `tidy` test: .clang-tidy's checks over the library's headers (tools/check_tidy.cmake).
 # Registered only where clang-tidy 14 (Debian 12's clang-tidy-14) is found and the build writes
-# compile_commands.json (the presets do): the checks run with the build's own flags.
+# compile_commands.json (the presets do): the checks run with the build's own flags. A TU compiled
+# with -fopenmp (the runtime's) needs clang's omp.h as well: Debian's libomp-14-dev.
 #
 # The translation units checked, chosen so that every public header is parsed and the runtime,
 # fg::jit and the functional transforms are instantiated, in about two minutes of one core:
@@ -12,7 +13,7 @@
 # means of instantiating the headers here.
 find_program(FUSEGRAD_CLANG_TIDY NAMES clang-tidy-14)
 if(NOT FUSEGRAD_CLANG_TIDY)
-  message(STATUS "fusegrad: clang-tidy-14 not found -- the tidy check is skipped (apt-get install clang-tidy-14)")
+  message(STATUS "fusegrad: clang-tidy-14 not found -- the tidy check is skipped (apt-get install clang-tidy-14 libomp-14-dev)")
   return()
 endif()
 if(NOT CMAKE_EXPORT_COMPILE_COMMANDS)

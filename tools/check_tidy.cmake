@@ -32,6 +32,11 @@ foreach(src IN LISTS SOURCES)
   execute_process(COMMAND "${CLANG_TIDY}" -p "${BUILD}" --quiet "--config-file=${ROOT}/.clang-tidy"
                           "--line-filter=[${filter}]" "${src}"
                   WORKING_DIRECTORY "${ROOT}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  # A TU compiled with -fopenmp needs clang's own omp.h, which clang-tidy-14 does not bring.
+  if(out MATCHES "'omp.h' file not found")
+    message(FATAL_ERROR "clang-tidy cannot find clang's omp.h for ${src} (compiled with -fopenmp): "
+                        "apt-get install libomp-14-dev")
+  endif()
   string(REPLACE ";" "," out "${out}")  # a list's separator; some messages have one
   # A finding: "<file>:<line>:<col>: warning|error: <text> [<check>...]", then its notes and source lines.
   string(REGEX MATCHALL "[^\n]+:[0-9]+:[0-9]+: (warning|error): [^\n]*" found "${out}")
