@@ -77,6 +77,7 @@ class compiled_function {
  public:
   explicit compiled_function(Fn fn) : fn_(std::move(fn)) {}
   compiled_function(const compiled_function& other) : fn_(other.fn_) {}
+  // NOLINTNEXTLINE(bugprone-unhandled-self-assignment): safe: it copies `fn_` and starts an empty cache
   compiled_function& operator=(const compiled_function& other) {
     fn_ = other.fn_;
     cache_ = std::make_shared<detail::instance_cache>();

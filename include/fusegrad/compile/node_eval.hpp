@@ -340,6 +340,7 @@ void node_eval<T>::run(const bool* active, std::size_t m) {
 }
 
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the node loop with its cases for absent operands
 void node_eval<T>::run_given(const bool* active, std::size_t m) {
   constexpr int add = ops::table_index<ops::add_op, T>, sub = ops::table_index<ops::sub_op, T>;
   for (std::size_t c = 0; c < m; ++c) {

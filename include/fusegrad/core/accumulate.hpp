@@ -292,7 +292,7 @@ class column_sums {
     out_ = out, rows_ = rows, m_ = m, ld_ = ld < 0 ? m : ld;
     for (index_t r = 0; r < rows; ++r) std::fill_n(out + r * ld_, m, T(-0.0));
     const auto chunks = static_cast<std::uint64_t>(count / sum_run);
-    levels_ = chunks == 0 ? 0 : std::bit_width(chunks);
+    levels_ = chunks == 0 ? 0 : static_cast<index_t>(std::bit_width(chunks));
     level_.resize(static_cast<std::size_t>(levels_ * rows * m));
     seen_.assign(static_cast<std::size_t>(rows), 0);
   }

@@ -230,8 +230,10 @@ class small_vector {
   }
   void grow_to(size_type n) {
     n = std::max(n, N);
+    // NOLINTBEGIN(bugprone-sizeof-expression): the size of an element, which may be a pointer
     T* p = static_cast<T*>(::operator new(n * sizeof(T)));
     std::memcpy(p, data(), size_ * sizeof(T));
+    // NOLINTEND(bugprone-sizeof-expression)
     release();
     heap_ = p;
     cap_ = n;

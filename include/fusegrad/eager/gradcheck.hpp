@@ -3,6 +3,7 @@
 /// `gradcheck`: analytic gradients (the tape) against central finite differences, in double.
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -41,6 +42,7 @@ struct gradcheck_call {
 
 /// The check of `gradcheck` on leaves `xs` (contiguous copies that require grad).
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): both Jacobians and their comparison, in order
 gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_call<T>& f,
                                   std::vector<tensor<T>>& xs) {
   auto call = [&] { return f(xs); };
@@ -76,7 +78,7 @@ gradcheck_result gradcheck_values(const gradcheck_options& opt, const gradcheck_
     }
   }
   // Numeric Jacobian by central differences, comparing as we go.
-  double worst = -INFINITY;
+  double worst = -std::numeric_limits<double>::infinity();
   no_grad guard;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     T* p = xs[i].data_ptr();

@@ -76,6 +76,7 @@ void gemm_row_block(const T* __restrict a, const T* __restrict b, T* __restrict 
 /// (`gemm_tile`). An element of c is summed over p in order from +0 whatever the tiles and
 /// a's layout, so every cut (and every thread count) gives the same bits.
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the narrow-m loop nest beside the tiled one
 void gemm_rows(const T* __restrict a, const T* __restrict b, T* __restrict c, index_t i0, index_t i1, index_t k,
                index_t m, index_t ai, index_t ap) {
   if (m < 4) {
@@ -302,6 +303,7 @@ tensor<T> matmul(const tensor<T>& a, const tensor<T>& b) {
 /// bias added; the gradients those of that composition (gx = gy w, gw = gyᵀ x over x's rows,
 /// gb = gy summed over them), written with the public ops, so differentiable again.
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the op with its backward rule's lambdas
 tensor<T> linear(const tensor<T>& x, const tensor<T>& w, const tensor<T>& b = {}) {
   detail::check_linear(x.shape(), w.shape());
   if (b.defined() && (b.dim() != 1 || b.shape()[0] != w.shape()[0]))

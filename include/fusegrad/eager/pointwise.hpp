@@ -72,6 +72,7 @@ int user_op_number() {
 
 /// Applies an element-wise op to an eager tensor, recording its backward rule on the tape.
 template <Element T, UnaryOp<T> Op>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the op with its backward rule's lambda
 tensor<T> apply_op(const Op& op, const tensor<T>& x) {
   if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
@@ -113,6 +114,7 @@ tensor<T> apply_op(const Op& op, const tensor<T>& x) {
 
 /// Applies a broadcasting element-wise op to two eager tensors, recording its backward.
 template <Element T, BinaryOp<T> Op>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the op with its backward rule's lambda
 tensor<T> apply_op(const Op& op, const tensor<T>& a, const tensor<T>& b) {
   if constexpr (ops::TableOp<Op, T>)
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]

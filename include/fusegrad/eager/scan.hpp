@@ -167,6 +167,7 @@ tensor<T> cumsum(const tensor<T>& x, index_t dim) {
 /// Running product along `dim`. Gradient: Σ_{j>=k} g_j y_j / x_k on a line without zeros,
 /// and the products of the other factors, term by term, on a line with one.
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the op with its backward rule's lambdas
 tensor<T> cumprod(const tensor<T>& x, index_t dim) {
   auto [c, d] = detail::line_input("cumprod", x, dim);
   tensor<T> y = detail::empty<T>(x.shape(), "cumprod");

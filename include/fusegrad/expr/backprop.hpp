@@ -52,6 +52,7 @@ inline constexpr std::size_t nth_id = static_cast<std::size_t>(J == 0 ? C0 : (J 
 
 /// The contribution of node `e` (canonical id P, operand ids C0..C2) to its operand in slot S.
 template <std::size_t P, std::size_t S, int C0, int C1, int C2, Element T, class E>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one if-constexpr branch per expression kind
 auto contribution(const E& e) {
   using G = adj_ref<P, T>;
   const G g{};

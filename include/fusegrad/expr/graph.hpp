@@ -166,6 +166,7 @@ constexpr std::pair<std::uint64_t, int> sibling_of_node() {
 /// `Known`, `obj` is the tree as a constant: node state is read and equal constants merge
 /// (a template flag, not a null test: GCC does not fold address tests under ASan).
 template <bool Known, class E>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one if-constexpr branch per expression kind
 constexpr int fill_raw(raw_entry* raw, int& pos, const E* obj) {
   static_assert(is_joint_v<E> || arity_v<E> <= 3,
                 "fusegrad::compile: a custom function inside fg::compile takes at most two inputs");
@@ -228,11 +229,20 @@ struct canonical_graph {
   std::array<int, N> sibling{}, sibling_cost{};
 };
 
+/// `key` mixed with canonical operands `ch` in order, each as its id + 1 (no operand, -1: 0).
+/// The + 1 is taken in 64 bits (-1 wraps to 0): the values of the `int` sum, with no `int` sum
+/// that could overflow.
+constexpr std::uint64_t mix_operands(std::uint64_t key, const std::array<int, 3>& ch) {
+  for (const int c : ch) key = mix(key, static_cast<std::uint64_t>(c) + 1);
+  return key;
+}
+
 /// Hash-consing over post-order positions: a node is a new canonical node unless an earlier
 /// mergeable node has the same key and the same canonical operands. `adj_root[K]` is the tree
 /// position of the root holding the adjoint of forward node K (roots come in an order where
 /// every adj_ref points back to an earlier root).
 template <std::size_t N, std::size_t MF = 1>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): hash-consing, then siblings; not yet split
 constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
                                           const std::array<int, MF>& adj_root = {}) {
   canonical_graph<N> g;
@@ -257,9 +267,7 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
     // Open addressing on (key, canonical operands): linear in the tree's size (the tree of a
     // graph with shared subexpressions is much larger than the graph: 677 positions for the
     // 155 nodes of the 40-node test function).
-    std::size_t h = mix(mix(mix(r.key, static_cast<std::uint64_t>(ch[0] + 1)), static_cast<std::uint64_t>(ch[1] + 1)),
-                        static_cast<std::uint64_t>(ch[2] + 1)) &
-                    (buckets - 1);
+    std::size_t h = mix_operands(r.key, ch) & (buckets - 1);
     int found = -1;
     if (r.mergeable)
       for (; table[h] >= 0; h = (h + 1) & (buckets - 1)) {
@@ -287,11 +295,7 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
     const raw_entry& r = raw[static_cast<std::size_t>(g.rep[c])];
     if (r.sibling_key == 0 || !r.mergeable) continue;
     const auto& ch = g.children[c];
-    for (std::size_t h =
-             mix(mix(mix(r.sibling_key, static_cast<std::uint64_t>(ch[0] + 1)), static_cast<std::uint64_t>(ch[1] + 1)),
-                 static_cast<std::uint64_t>(ch[2] + 1)) &
-             (buckets - 1);
-         table[h] >= 0; h = (h + 1) & (buckets - 1)) {
+    for (std::size_t h = mix_operands(r.sibling_key, ch) & (buckets - 1); table[h] >= 0; h = (h + 1) & (buckets - 1)) {
       const auto d = static_cast<std::size_t>(table[h]);
       if (raw[static_cast<std::size_t>(g.rep[d])].key == r.sibling_key && g.children[d] == ch) {
         g.sibling[c] = static_cast<int>(d);

@@ -413,6 +413,7 @@ inline constexpr bool wanted = (info<E>::args & S::mask) != 0 || (S::reductions 
 
 /// The adjoint child `J` of `e` receives from `e`'s adjoint `g` (`zero_t`: none).
 template <std::size_t J, class E, class VT, class G>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one if-constexpr branch per expression kind
 constexpr auto child_adjoint(const E& e, const VT& v, const G& g) {
   if constexpr (requires { e.op; }) {
     const auto& x0 = kid<0>(v).y;

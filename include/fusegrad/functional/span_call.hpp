@@ -151,6 +151,7 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
 /// `accumulate`, added to what they hold: one part of a `concat` after another), scalars'
 /// added to `sadj`. An element-wise output's value goes to `yout`.
 template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity,readability-function-size): not yet split
 Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed, typename kind<Vs>::elem* const* gout,
             Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar,
             bool accumulate = false) {

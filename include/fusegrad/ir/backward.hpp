@@ -38,6 +38,7 @@ struct tensor_rules {
 /// is an error). A `custom` node is lowered to its value once its backward is appended: the
 /// graph then holds only nodes that programs run.
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity,readability-function-size): one case per node kind
 std::vector<int> backward(graph<T>& g, const std::vector<int>& outputs, const std::vector<int>& wrt,
                           const std::vector<int>& hooks = {}, const tensor_rules<T>& user = {}) {
   const std::size_t N = g.size();

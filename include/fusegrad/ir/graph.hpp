@@ -355,6 +355,7 @@ class graph {
   /// The graph as readable code, one line per node (what `FUSEGRAD_LOGS=graph` prints).
   /// `node_names[k]`, where given and not empty, replaces node k's number (`%aot0_3`);
   /// `call_names[i]` names the function in slot i.
+  // NOLINTNEXTLINE(readability-function-cognitive-complexity): one case per node kind
   [[nodiscard]] std::string to_string(const std::vector<std::string>& input_names = {},
                                       const std::vector<std::string>& node_names = {},
                                       const std::vector<std::string>& call_names = {}) const {

@@ -47,6 +47,7 @@ partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int
 }
 
 template <std::size_t N, Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one case per node kind, then siblings, roots
 split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots,
                  const std::vector<int>& bwd_roots) {
   auto jg = std::make_unique<partition::joint_graph<N>>();
@@ -122,6 +123,7 @@ split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, 
 /// suffices for any subset of the gradients (their backward reads a subset of what the
 /// whole backward reads).
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its phases
 std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
                                                   const std::vector<int>& hooks, std::vector<int>& saved,
                                                   bool choose_saved) {

@@ -40,6 +40,7 @@ tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, con
 /// with grad mode on, the eager ops record on the tape, which is how a graph runs when the
 /// kernel cache falls back to eager mode.
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one case per node kind
 tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const shape& ref) {
   auto dims_of = [&](std::size_t rank) {
     std::vector<index_t> d;

@@ -181,6 +181,7 @@ std::vector<shape> backward_shapes(const backward_code<T>& b, const std::vector<
 /// Why the most recent entry of a graph rejects these inputs (for the recompiles log), and
 /// which dims changed size (to be marked dynamic).
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one test per guard, in the guards' order
 std::string first_guard_failure(const entry<T>& e, const std::vector<tensor<T>>& ins, bool gm,
                                 const std::vector<int>& alias, std::vector<std::uint64_t>& changed) {
   std::string why;

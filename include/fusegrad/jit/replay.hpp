@@ -177,6 +177,7 @@ std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, cons
 }
 
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the checks of a trace_once replay, in order
 void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec,
                        int other_flushes, const std::vector<const tensor_impl<T>*>& results,
                        std::vector<std::size_t> counts, std::vector<std::string> keys) {

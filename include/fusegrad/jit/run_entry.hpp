@@ -43,6 +43,7 @@ void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
 /// backward, one `CompiledFunctionBackward` node joins the targets to the inputs on the tape.
 /// Recording is paused by the caller (the programs' eager steps must compute, not trace).
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the call with its backward rule's lambda
 void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tensor<T>>& inputs,
                std::shared_ptr<const std::vector<shape>> jshapes, const std::vector<ir::call_fn<T>>& calls,
                const std::vector<std::pair<int, hook<T>>>& hooks,
@@ -70,6 +71,7 @@ void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tenso
     // backward of the outputs that received one runs instead (`backward_for`).
     const auto n = record<T>(
         "CompiledFunctionBackward", inputs, *out_ptrs, std::move(saved),
+        // NOLINTNEXTLINE(readability-function-cognitive-complexity): the backward rule; not yet split
         [e, jshapes, n_in, graph_hooks, self](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
           // The program's inputs and which gradients came (the thread's buffers; a
           // backward nested in this one, from a hook, gets its own).

@@ -85,6 +85,7 @@ class trace final : public recorder<T>, public lazy_source {
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
+  // NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its phases
   std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
                                 const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
                                 const std::vector<ir::call_fn<T>>* fns) override {
@@ -148,7 +149,7 @@ class trace final : public recorder<T>, public lazy_source {
       rg = rg || rg_[static_cast<std::size_t>(in.back())];
     }
     const int id = g_.add_custom(fn, iv, std::move(in));
-    rg_.push_back(rg);
+    rg_.push_back(static_cast<char>(rg));
     tensor<T> y = make_lazy(id);
     if (rg) {  // as eagerly: what to save is asked only of a function whose output needs grad
       std::vector<int> sv;

@@ -851,6 +851,7 @@ class fused_runner {
         const shape ks = keepdim_shape(to, desc(c).raxis);
         st[j] = broadcast_strides(alias(src, ks, contiguous_strides(ks), src.offset()), it);
         sc.lp[j] = src.data_ptr();
+        // NOLINTNEXTLINE(bugprone-integer-division): exact: a sum's output count divides its input count
         if (is_mean(c)) sc.divisor[j] = static_cast<T>(numel(to) / std::max<index_t>(numel(ks), 1));  // eager: g / n
       } else {
         st[j] = broadcast_strides(value(c), it);
@@ -873,6 +874,7 @@ class fused_runner {
   /// operand covers the whole space (or a reduction covers none of it), else `it` without its
   /// dims of size 1 (they play no part: rows run along the innermost dim of size > 1, which
   /// decides the form of a sum, core/accumulate.hpp, as it does in eager mode).
+  // NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split
   shape walked_space(const pass_state& p, const shape& it, const row_block* block) const {
     auto& st = p.sc.st;
     const std::size_t operands_n = p.span.operand_count(), first_reduction = p.span.reduction_operand(0);

@@ -307,6 +307,7 @@ struct stage_batches {
 /// come). The last partial batch of a row runs through the same code on zero-padded copies of
 /// its operands, so an element's bits never depend on where it sits (as with the tile kernels).
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): a kernel's loop nest with its partial batch
 void row_body(const row_args<T>& r, index_t n) {
   using B = stage_batches<A, Active, Keep, S, T>;
   constexpr std::size_t load_count = B::load_count, node_count = B::node_count;

@@ -29,6 +29,7 @@ struct schedule {
 };
 
 template <class A, const auto& Active, const auto& Keep>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): one case per node kind, then the stores
 constexpr schedule<A::M> make_schedule() {
   constexpr std::size_t M = A::M;
   schedule<M> s{};

@@ -28,6 +28,7 @@ using named_tensors = std::vector<std::pair<std::string, tensor<T>>>;
 /// the error names the keys missing from `sd`, those it has in excess, or the first shape that
 /// differs. The copy is not recorded on the tape.
 template <Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): each mismatch named by its own error
 void load_state_dict(const named_tensors<T>& params, const named_tensors<T>& sd) {
   constexpr std::string_view op = "nn::load_state_dict";
   auto find = [op](const named_tensors<T>& v, const std::string& name) -> const tensor<T>* {

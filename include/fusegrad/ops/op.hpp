@@ -96,6 +96,7 @@ inline constexpr int cost_units_per_load = 16;
 /// `op_cost<Op>()` in `cost_units_per_load` units.
 template <class Op>
 constexpr int op_cost_units() {
+  // NOLINTNEXTLINE(bugprone-incorrect-roundings): costs are small and positive; std::lround is not constexpr
   return static_cast<int>(op_cost<Op>() * cost_units_per_load + 0.5);
 }
 
@@ -125,6 +126,7 @@ constexpr bool siblings() {
 /// `sibling_cost`), in `cost_units_per_load` units; `op_cost_units` without a sibling.
 template <class Op>
 constexpr int cost_beside_sibling() {
+  // NOLINTNEXTLINE(bugprone-incorrect-roundings): costs are small and positive; std::lround is not constexpr
   if constexpr (has_sibling<Op>) return static_cast<int>(Op::sibling::sibling_cost * cost_units_per_load + 0.5);
   else return op_cost_units<Op>();
 }

@@ -196,6 +196,7 @@ struct regions {
 };
 
 template <std::size_t N>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its sweeps
 constexpr regions<N> find_regions(const joint_graph<N>& g) {
   regions<N> r;
   bool from_backward[N] = {};
@@ -265,6 +266,7 @@ struct flow_network {
   }
 
   /// Dinic's max flow from source to sink; leaves the residual capacities in `cap`.
+  // NOLINTNEXTLINE(readability-function-cognitive-complexity): Dinic's algorithm, in its textbook form
   constexpr int max_flow() {
     int flow = 0;
     int level[vertices] = {};
@@ -384,6 +386,7 @@ constexpr int recompute_cost(const joint_graph<N>& g, const regions<N>& r, std::
 /// The min cut of the node-split network (see the file comment): `min_cut` when `costed` is
 /// false (every save costs 1, recomputation is free), the `cost` policy's network otherwise.
 template <std::size_t N>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): the network's construction and its cut
 constexpr saved_set<N> min_cut(const joint_graph<N>& g, const regions<N>& r, bool costed = false,
                                memory_costs mem = {}) {
   using net_t = flow_network<N>;

@@ -9,6 +9,7 @@
 #include "fusegrad/runtime/eager.hpp"
 
 /// The compile runtime for element type `T`.
+// NOLINTBEGIN(bugprone-macro-parentheses): the arguments are types, which cannot be parenthesized
 #define FUSEGRAD_RUNTIME_COMPILE(T)                                                                                 \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::matmul_values<T>(const tensor<T>&, const tensor<T>&, bool, bool);   \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::matmul_operand<T>(const tensor<T>&, bool);                          \
@@ -21,6 +22,7 @@
       const std::vector<tensor<T>>&, detail::shape_memo*);                                                          \
   FUSEGRAD_RT_EXTERN template void detail::fused_shapes<T>(detail::node_eval<T>&, const detail::role*, const bool*, \
                                                            std::size_t);
+// NOLINTEND(bugprone-macro-parentheses)
 
 #if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
 #define FUSEGRAD_RT_EXTERN extern

@@ -10,9 +10,11 @@
 #include "fusegrad/runtime/jit.hpp"
 
 /// The compiled-autograd runtime for element type `T`.
+// NOLINTBEGIN(bugprone-macro-parentheses): the arguments are types, which cannot be parenthesized
 #define FUSEGRAD_RUNTIME_COMPILED_AUTOGRAD(T)                                                       \
   FUSEGRAD_RT_EXTERN template void compiled_autograd::detail::run<T>(const std::vector<tensor<T>>&, \
                                                                      std::vector<tensor<T>>, bool);
+// NOLINTEND(bugprone-macro-parentheses)
 
 #if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
 #define FUSEGRAD_RT_EXTERN extern

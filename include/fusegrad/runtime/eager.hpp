@@ -50,6 +50,7 @@
   B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op) U(T, ops::detach_op)
 // clang-format on
 
+// NOLINTBEGIN(bugprone-macro-parentheses): the arguments are types, which cannot be parenthesized
 #define FUSEGRAD_RT_UNARY(T, Op)                                                      \
   FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&); \
   FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
@@ -104,6 +105,7 @@
                                                                                                           T*, int);    \
   FUSEGRAD_RT_EXTERN template gradcheck_result detail::gradcheck_values<T>(                                            \
       const gradcheck_options&, const detail::gradcheck_call<T>&, std::vector<tensor<T>>&);
+// NOLINTEND(bugprone-macro-parentheses)
 
 namespace fusegrad::detail {
 /// The precompiled runtime's instruction set, checked when a program links: a TU that uses the
@@ -112,11 +114,13 @@ namespace fusegrad::detail {
 /// (`-march=native` on an AVX-512 machine against an AVX2 runtime, or no `-mavx2`), a TU would
 /// run the runtime's code beside inline code of other widths; instead the link fails, and the
 /// linker's message is this name, with the TU's architecture in angle brackets.
+// NOLINTBEGIN(bugprone-reserved-identifier): the name is the linker's message; `__` sets its words apart
 template <class Arch>
 struct
     fusegrad_runtime_was_built_for_another_instruction_set__compile_this_file_with_the_flags_of_target_fusegrad_fusegrad {
   static const bool linked;
 };
+// NOLINTEND(bugprone-reserved-identifier)
 }  // namespace fusegrad::detail
 
 #if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
