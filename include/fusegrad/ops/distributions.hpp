@@ -10,7 +10,7 @@
 /// functional/normal.hpp's): one pass sums d_i = x_i - mu and d_i², and the value and the
 /// gradients in `mu` and `sigma` are closed forms of the two sums, as a hand-written loop
 /// computes them (FastAD's and Stan's specialised normal densities do the same). The two
-/// forms agree to rounding (tests/test_distributions.cpp checks both against each other, against
+/// forms agree to rounding (tests/ops/test_distributions.cpp checks both against each other, against
 /// closed forms and finite differences).
 
 #include <array>
