@@ -11,7 +11,10 @@
 // costs.
 #include <benchmark/benchmark.h>
 
+#include <bit>
 #include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
@@ -84,55 +87,21 @@ BENCHMARK(mem_write)->Name("mem/cache_write")->Arg(1 << 14);
 BENCHMARK(mem_read)->Name("mem/stream_read")->Arg(1 << 26);
 BENCHMARK(mem_write)->Name("mem/stream_write")->Arg(1 << 26);
 
-#define FUSEGRAD_OP_COST(name, ...) BENCHMARK_CAPTURE(op_cost, name, __VA_ARGS__)
-FUSEGRAD_OP_COST(neg, fg::ops::neg_op{});
-FUSEGRAD_OP_COST(exp, fg::ops::exp_op{});
-FUSEGRAD_OP_COST(log, fg::ops::log_op{});
-FUSEGRAD_OP_COST(sin, fg::ops::sin_op{});
-FUSEGRAD_OP_COST(cos, fg::ops::cos_op{});
-FUSEGRAD_OP_COST(tanh, fg::ops::tanh_op{});
-FUSEGRAD_OP_COST(sigmoid, fg::ops::sigmoid_op{});
-FUSEGRAD_OP_COST(relu, fg::ops::relu_op{});
-FUSEGRAD_OP_COST(abs, fg::ops::abs_op{});
-FUSEGRAD_OP_COST(sqrt, fg::ops::sqrt_op{});
-FUSEGRAD_OP_COST(step, fg::ops::step_op{});
-FUSEGRAD_OP_COST(sign, fg::ops::sign_op{});
-FUSEGRAD_OP_COST(detach, fg::ops::detach_op{});
-FUSEGRAD_OP_COST(add, fg::ops::add_op{});
-FUSEGRAD_OP_COST(mul, fg::ops::mul_op{});
-FUSEGRAD_OP_COST(div, fg::ops::div_op{});
-FUSEGRAD_OP_COST(maximum, fg::ops::maximum_op{});
-FUSEGRAD_OP_COST(pow, fg::ops::pow_op{});
-FUSEGRAD_OP_COST(gt, fg::ops::gt_op{});
-FUSEGRAD_OP_COST(pow_scalar_2, fg::ops::pow_scalar_op<T>{T(2)});
-FUSEGRAD_OP_COST(pow_scalar_1_5, fg::ops::pow_scalar_op<T>{T(1.5)});
-FUSEGRAD_OP_COST(mul_scalar, fg::ops::mul_scalar_op<T>{T(3)});
-FUSEGRAD_OP_COST(div_scalar, fg::ops::div_scalar_op<T>{T(3)});
-// The rest of the op library: the transcendental ones declare what these measure.
-FUSEGRAD_OP_COST(tan, fg::ops::tan_op{});
-FUSEGRAD_OP_COST(asin, fg::ops::asin_op{});
-FUSEGRAD_OP_COST(acos, fg::ops::acos_op{});
-FUSEGRAD_OP_COST(atan, fg::ops::atan_op{});
-FUSEGRAD_OP_COST(atan2, fg::ops::atan2_op{});
-FUSEGRAD_OP_COST(sinh, fg::ops::sinh_op{});
-FUSEGRAD_OP_COST(cosh, fg::ops::cosh_op{});
-FUSEGRAD_OP_COST(asinh, fg::ops::asinh_op{});
-FUSEGRAD_OP_COST(acosh, fg::ops::acosh_op{});
-FUSEGRAD_OP_COST(atanh, fg::ops::atanh_op{});
-FUSEGRAD_OP_COST(log1p, fg::ops::log1p_op{});
-FUSEGRAD_OP_COST(expm1, fg::ops::expm1_op{});
-FUSEGRAD_OP_COST(log2, fg::ops::log2_op{});
-FUSEGRAD_OP_COST(exp2, fg::ops::exp2_op{});
-FUSEGRAD_OP_COST(erf, fg::ops::erf_op{});
-FUSEGRAD_OP_COST(erfc, fg::ops::erfc_op{});
-FUSEGRAD_OP_COST(lgamma, fg::ops::lgamma_op{});
-FUSEGRAD_OP_COST(digamma, fg::ops::digamma_op{});
-FUSEGRAD_OP_COST(softplus, fg::ops::softplus_op{});
-FUSEGRAD_OP_COST(silu, fg::ops::silu_op{});
-FUSEGRAD_OP_COST(gelu, fg::ops::gelu_op{});
-FUSEGRAD_OP_COST(hypot, fg::ops::hypot_op{});
-FUSEGRAD_OP_COST(fmod, fg::ops::fmod_op{});
-FUSEGRAD_OP_COST(square, fg::ops::square_op{});
-FUSEGRAD_OP_COST(reciprocal, fg::ops::reciprocal_op{});
-FUSEGRAD_OP_COST(rsqrt, fg::ops::rsqrt_op{});
-FUSEGRAD_OP_COST(floor, fg::ops::floor_op{});
+// Every op of the op list (ops/list.hpp), in its order, named `op_cost/<name>` by the op's
+// `name`; an op that holds a scalar is `<name>_scalar` and holds 2 (an order polygamma accepts;
+// for pow, a small integer exponent's repeated squaring), and `pow(x, 1.5)`, C's pow, beside.
+template <class Op>
+void register_op_cost() {
+  std::string name = "op_cost/" + std::string(Op::name);
+  if constexpr (std::is_empty_v<Op>) {
+    benchmark::RegisterBenchmark(name.c_str(), op_cost<Op>, Op{});
+  } else {
+    benchmark::RegisterBenchmark((name + "_scalar").c_str(), op_cost<Op>, std::bit_cast<Op>(T(2)));
+  }
+}
+[[maybe_unused]] const bool op_costs_registered = [] {
+  []<class... Ops>(fg::detail::type_list<Ops...>) { (register_op_cost<Ops>(), ...); }(fg::ops::table<T>{});
+  benchmark::RegisterBenchmark("op_cost/pow_scalar_1_5", op_cost<fg::ops::pow_scalar_op<T>>,
+                               fg::ops::pow_scalar_op<T>{T(1.5)});
+  return true;
+}();

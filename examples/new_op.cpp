@@ -1,9 +1,9 @@
 // The element-wise op CONTRIBUTING.md walks through ("Add an element-wise op"), written as its
 // header under include/fusegrad/ops/ would hold it, and run on every path: eager with the tape,
 // fg::compile, fg::jit and the functional transforms, each against the closed form and under
-// gradcheck. The library's own tables (ops::table, the precompiled runtime's list, the op
-// registry) are what the guide's other steps add; without them the op still runs everywhere,
-// as a user's op does.
+// gradcheck. The library's op list (ops/list.hpp) and the test registry are the guide's other
+// two steps; this file cannot add to them, but it runs the check the op list runs on each of
+// its entries, and without them the op still runs everywhere, as a user's op does.
 #include <cmath>
 #include <cstdio>
 
@@ -28,6 +28,8 @@ constexpr auto cube(const X& x) {
   return apply_op(ops::cube_op{}, x);
 }
 // [new_op]
+// What ops/all.hpp checks of every entry of the op list: defined, and declares its cost.
+FUSEGRAD_OP_CHECK(U, plain, cube_op)
 }  // namespace fusegrad
 
 namespace fg = fusegrad;

@@ -33,18 +33,3 @@
   FUSEGRAD_RUNTIME_COMPILE(T)         \
   FUSEGRAD_RUNTIME_JIT(T)             \
   FUSEGRAD_RUNTIME_COMPILED_AUTOGRAD(T)
-
-namespace fusegrad::detail {
-template <class... Ts>
-struct runtime_op_list {};
-#define FUSEGRAD_RT_TYPE(T, Op) Op,
-template <Element T>
-inline constexpr bool runtime_ops_match =
-    std::is_same_v<runtime_op_list<FUSEGRAD_IR_OPS(FUSEGRAD_RT_TYPE, FUSEGRAD_RT_TYPE, T) void>,
-                   decltype([]<class... Ops>(type_list<Ops...>) {
-                     return runtime_op_list<Ops..., void>{};
-                   }(ops::table<T>{}))>;
-#undef FUSEGRAD_RT_TYPE
-static_assert(runtime_ops_match<float> && runtime_ops_match<double>,
-              "fusegrad: FUSEGRAD_IR_OPS (fusegrad/runtime/eager.hpp) must list the ops of ops::table in its order");
-}  // namespace fusegrad::detail

@@ -348,16 +348,7 @@ struct analysis {
     partition::joint_graph<M> g{};
     for (std::size_t c = 0; c < M; ++c) {
       auto& n = g.nodes[c];
-      switch (cg.kind[c]) {
-        case gkind::input: n.kind = partition::node_kind::input; break;
-        case gkind::grad_input: n.kind = partition::node_kind::grad_input; break;
-        case gkind::pointwise:
-        case gkind::custom:
-        case gkind::unreduce: n.kind = partition::node_kind::pointwise; break;
-        case gkind::reduction:
-        case gkind::sumto: n.kind = partition::node_kind::reduction; break;
-        case gkind::matmul: n.kind = partition::node_kind::extern_op; break;
-      }
+      n.kind = partition::kind_of(cg.kind[c]);
       n.children[0] = cg.children[c][0];
       n.children[1] = cg.children[c][1];
       n.children[2] = cg.children[c][2];

@@ -17,12 +17,10 @@
 #include <utility>
 
 #include "fusegrad/core/hash.hpp"
+#include "fusegrad/core/node_kinds.hpp"
 #include "fusegrad/expr/backprop.hpp"
 
 namespace fusegrad::detail {
-
-/// What a canonical node is, for scheduling and partitioning.
-enum class gkind : unsigned char { input, grad_input, pointwise, reduction, sumto, unreduce, matmul, custom };
 
 /// A 64-bit key of a node's own operation (not its operands), usable in constant expressions
 /// (addresses of per-type objects are not, under some sanitizers): op and function names are

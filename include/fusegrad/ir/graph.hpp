@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fusegrad/core/hash.hpp"
+#include "fusegrad/core/node_kinds.hpp"
 #include "fusegrad/ops/reduce.hpp"
 #include "fusegrad/ops/all.hpp"
 #include "fusegrad/ops/max.hpp"
@@ -30,30 +31,6 @@ struct ir_value_base {};
 }  // namespace fusegrad
 
 namespace fusegrad::ir {
-
-/// What a node computes.
-enum class node_kind : std::uint8_t {
-  input,      ///< input `index` of the graph
-  pointwise,  ///< op `op` of the op table on `a` (and `b`), broadcasting
-  sum,        ///< sum of `a` over the dims in `dims` (all of them: a 0-d value unless keepdim)
-  mean,       ///< mean of `a` over `dims`
-  max,        ///< max of `a` over `dims`
-  expand,     ///< `a` (reduced over `dims` of node `ref`) broadcast back to `ref`'s shape,
-              ///< divided by the reduced count when `average` (the backward of reductions)
-  sum_to,     ///< `a` summed down to the shape of node `ref` (the inverse of broadcasting)
-  call_hook,  ///< function `index` of the run (a tensor hook, not traced) called on `a`'s
-              ///< value; its result has `a`'s shape
-  call,       ///< function `index` of the run (an op the tracer cannot see into: matmul's and
-              ///< views' backwards) called on `a` (and `b`); its shape is written in the node
-  custom,     ///< the output of a user's `fg::function`: the value of `a` (its forward, traced as
-              ///< the nodes before it), whose gradient flows to the function's inputs through
-              ///< its own backward, not through `a` (`graph::custom_at(k)`: which function, its
-              ///< inputs and what it saved)
-};
-
-[[nodiscard]] constexpr bool is_reduction(node_kind k) noexcept {
-  return k == node_kind::sum || k == node_kind::mean || k == node_kind::max;
-}
 
 /// The most dims a traced tensor may have (dims are kept as bits of a mask).
 inline constexpr std::size_t max_rank = 64;

@@ -58,20 +58,9 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
       continue;
     }
     const auto& n = J.nodes()[k];
-    switch (n.kind) {
-      case ir::node_kind::input:
-        pn.kind = n.index < n_inputs ? partition::node_kind::input : partition::node_kind::grad_input;
-        break;
-      case ir::node_kind::pointwise:
-        pn.kind = partition::node_kind::pointwise;
-        pn.cost = ir::detail::cost_of<T>(n.op);
-        break;
-      case ir::node_kind::expand:
-        pn.kind = partition::node_kind::pointwise;
-        pn.cost = fusegrad::detail::op_cost_units<void>();
-        break;
-      default: pn.kind = partition::node_kind::reduction; break;
-    }
+    pn.kind = partition::kind_of(n.kind, n.index >= n_inputs);
+    if (n.kind == ir::node_kind::pointwise) pn.cost = ir::detail::cost_of<T>(n.op);
+    if (n.kind == ir::node_kind::expand) pn.cost = fusegrad::detail::op_cost_units<void>();
     pn.children[0] = n.a;
     pn.children[1] = n.b;
   }

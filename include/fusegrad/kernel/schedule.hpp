@@ -14,10 +14,9 @@
 #include <utility>
 
 #include "fusegrad/compile/analysis.hpp"
+#include "fusegrad/core/node_kinds.hpp"
 
 namespace fusegrad::detail {
-
-enum class role : unsigned char { none, leaf, compute, reduce, unreduce, matmul };
 
 template <std::size_t M>
 struct schedule {
@@ -56,24 +55,14 @@ constexpr schedule<A::M> make_schedule() {
       in = std::max(in, s.avail[u]);
       in_mem = std::max(in_mem, is_mem(u) ? s.avail[u] : s.avail[u] + 1);
     }
-    switch (k) {
-      case gkind::pointwise:
-      case gkind::custom:
-        s.roles[c] = role::compute;
-        s.stage[c] = s.avail[c] = in;
-        break;
-      case gkind::reduction:
-      case gkind::sumto:
-        s.roles[c] = role::reduce;
+    s.roles[c] = role_of(k);
+    switch (s.roles[c]) {
+      case role::compute: s.stage[c] = s.avail[c] = in; break;
+      case role::reduce:
         s.stage[c] = in;
         s.avail[c] = in + 1;
         break;
-      case gkind::unreduce:
-        s.roles[c] = role::unreduce;
-        s.stage[c] = s.avail[c] = in_mem;
-        break;
-      default:  // matmul: runs before loop `in_mem`
-        s.roles[c] = role::matmul;
+      default:  // unreduce; matmul, which runs before loop `in_mem`
         s.stage[c] = s.avail[c] = in_mem;
         break;
     }

@@ -7,6 +7,7 @@ namespace fusegrad {
 namespace ops {
 struct abs_op {
   static constexpr std::string_view name = "abs", grad_fn = "AbsBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = true, uses_output = false;
   template <class V>
   static constexpr V value(const V& x) {

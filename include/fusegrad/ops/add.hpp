@@ -7,6 +7,7 @@ namespace fusegrad {
 namespace ops {
 struct add_op {
   static constexpr std::string_view name = "add", grad_fn = "AddBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   template <class V>
   static constexpr V value(const V& a, const V& b) {
@@ -18,6 +19,7 @@ struct add_op {
 template <Element T>
 struct add_scalar_op {
   static constexpr std::string_view name = "add", grad_fn = "AddBackward1";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V>

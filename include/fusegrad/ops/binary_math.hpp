@@ -59,6 +59,7 @@ struct fmod_scalar_op {
 template <Element T>
 struct lerp_scalar_op {
   static constexpr std::string_view name = "lerp", grad_fn = "LerpBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   T w;
   template <class V>

@@ -11,6 +11,7 @@ namespace ops {
 template <Element T>
 struct clamp_min_op {
   static constexpr std::string_view name = "clamp_min", grad_fn = "ClampMinBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = true, uses_output = false;
   T lo;
   template <class V>
@@ -24,6 +25,7 @@ struct clamp_min_op {
 template <Element T>
 struct clamp_max_op {
   static constexpr std::string_view name = "clamp_max", grad_fn = "ClampMaxBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = true, uses_output = false;
   T hi;
   template <class V>

@@ -9,6 +9,7 @@ namespace fusegrad {
 namespace ops {
 struct gt_op {
   static constexpr std::string_view name = "gt";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& a, const V& b) {
     return lanes::gt(a, b);
@@ -16,6 +17,7 @@ struct gt_op {
 };
 struct ge_op {
   static constexpr std::string_view name = "ge";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& a, const V& b) {
     return lanes::ge(a, b);
@@ -23,6 +25,7 @@ struct ge_op {
 };
 struct lt_op {
   static constexpr std::string_view name = "lt";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& a, const V& b) {
     return lanes::gt(b, a);
@@ -30,6 +33,7 @@ struct lt_op {
 };
 struct le_op {
   static constexpr std::string_view name = "le";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& a, const V& b) {
     return lanes::ge(b, a);
@@ -37,6 +41,7 @@ struct le_op {
 };
 struct eq_op {
   static constexpr std::string_view name = "eq";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& a, const V& b) {
     return lanes::eq(a, b);
@@ -44,6 +49,7 @@ struct eq_op {
 };
 struct ne_op {
   static constexpr std::string_view name = "ne";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& a, const V& b) {
     return lanes::ne(a, b);
@@ -52,6 +58,7 @@ struct ne_op {
 template <Element T>
 struct gt_scalar_op {
   static constexpr std::string_view name = "gt";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   constexpr V value(const V& a) const {
@@ -61,6 +68,7 @@ struct gt_scalar_op {
 template <Element T>
 struct ge_scalar_op {
   static constexpr std::string_view name = "ge";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   constexpr V value(const V& a) const {
@@ -70,6 +78,7 @@ struct ge_scalar_op {
 template <Element T>
 struct lt_scalar_op {
   static constexpr std::string_view name = "lt";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   constexpr V value(const V& a) const {
@@ -79,6 +88,7 @@ struct lt_scalar_op {
 template <Element T>
 struct le_scalar_op {
   static constexpr std::string_view name = "le";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   constexpr V value(const V& a) const {
@@ -88,6 +98,7 @@ struct le_scalar_op {
 template <Element T>
 struct eq_scalar_op {
   static constexpr std::string_view name = "eq";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   constexpr V value(const V& a) const {
@@ -97,6 +108,7 @@ struct eq_scalar_op {
 template <Element T>
 struct ne_scalar_op {
   static constexpr std::string_view name = "ne";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   constexpr V value(const V& a) const {

@@ -12,6 +12,7 @@ namespace fusegrad {
 namespace ops {
 struct detach_op {
   static constexpr std::string_view name = "detach";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& x) {
     return x;

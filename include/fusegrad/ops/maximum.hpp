@@ -10,6 +10,7 @@ namespace fusegrad {
 namespace ops {
 struct maximum_op {
   static constexpr std::string_view name = "maximum", grad_fn = "MaximumBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = true, uses_output = false;
   template <class V>
   static constexpr V value(const V& a, const V& b) {

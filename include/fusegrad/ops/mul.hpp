@@ -7,6 +7,7 @@ namespace fusegrad {
 namespace ops {
 struct mul_op {
   static constexpr std::string_view name = "mul", grad_fn = "MulBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = true, uses_output = false;
   template <class V>
   static constexpr V value(const V& a, const V& b) {
@@ -18,6 +19,7 @@ struct mul_op {
 template <Element T>
 struct mul_scalar_op {
   static constexpr std::string_view name = "mul", grad_fn = "MulBackward1";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V>

@@ -57,7 +57,20 @@ template <Element T, class Op>
 requires BinaryOp<Op, T>
 constexpr T apply_op(const Op& op, T a, T b) { return op.value(a, b); }
 
+/// An op that declares what one element of it costs: `static constexpr double cost`, in loads
+/// of one element streamed from memory (see `detail::op_cost`). Every op of the op list
+/// (ops/list.hpp) must: a built-in op without it would silently count as cheap arithmetic
+/// and change the save/recompute plans of every graph that uses it.
+template <class Op>
+concept DeclaresCost = std::same_as<decltype(Op::cost), const double>;
+
 namespace detail {
+/// Whether `T` is a complete type here (an op of the op list whose header is included).
+template <class T>
+concept complete_type = requires {
+  sizeof(T);
+};
+
 template <class Op, class V>
 concept has_unary_derivative = requires(const Op& op, const V& v) {
   op.derivative(v, v, v);
@@ -83,9 +96,10 @@ constexpr bool uses_output() {
 }
 
 /// What computing one element of `Op` costs, in loads of one element streamed from memory:
-/// `Op::cost` where the op declares it, else an arithmetic op's 0.3 of a load. The
-/// cost-based save/recompute plan (partition/plan.hpp) weighs recomputing a value against
-/// saving it with these; `bench/bench_op_costs.cpp` measures them (docs/performance.md).
+/// `Op::cost` where the op declares it (every op of the op list does: `DeclaresCost`), else,
+/// for a user's op, an arithmetic op's 0.3 of a load. The cost-based save/recompute plan
+/// (partition/plan.hpp) weighs recomputing a value against saving it with these;
+/// `bench/bench_op_costs.cpp` measures them (docs/performance.md).
 template <class Op>
 constexpr double op_cost() {
   if constexpr (requires { Op::cost; }) return Op::cost;

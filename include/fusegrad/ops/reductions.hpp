@@ -28,6 +28,7 @@ namespace ops {
 /// the 0/0 of a zero vector).
 struct norm_sqrt_op {
   static constexpr std::string_view name = "norm_sqrt", grad_fn = "NormBackward1";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = true;
   template <class V>
   static V value(const V& x) {

@@ -9,6 +9,7 @@ namespace fusegrad {
 namespace ops {
 struct floor_op {
   static constexpr std::string_view name = "floor", grad_fn = "FloorBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   template <class V>
   static V value(const V& x) {
@@ -19,6 +20,7 @@ struct floor_op {
 };
 struct ceil_op {
   static constexpr std::string_view name = "ceil", grad_fn = "CeilBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   template <class V>
   static V value(const V& x) {
@@ -29,6 +31,7 @@ struct ceil_op {
 };
 struct round_op {
   static constexpr std::string_view name = "round", grad_fn = "RoundBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   template <class V>
   static V value(const V& x) {
@@ -39,6 +42,7 @@ struct round_op {
 };
 struct trunc_op {
   static constexpr std::string_view name = "trunc", grad_fn = "TruncBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   template <class V>
   static V value(const V& x) {

@@ -8,6 +8,7 @@ namespace fusegrad {
 namespace ops {
 struct step_op {
   static constexpr std::string_view name = "step";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& x) {
     return lanes::gt(x, V(0));
@@ -15,6 +16,7 @@ struct step_op {
 };
 struct sign_op {
   static constexpr std::string_view name = "sign";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static constexpr V value(const V& x) {
     return lanes::sign(x);

@@ -7,6 +7,7 @@ namespace fusegrad {
 namespace ops {
 struct sub_op {
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   template <class V>
   static constexpr V value(const V& a, const V& b) {
@@ -18,6 +19,7 @@ struct sub_op {
 template <Element T>
 struct sub_scalar_op {  // x - s
   static constexpr std::string_view name = "sub", grad_fn = "SubBackward1";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V>
@@ -31,6 +33,7 @@ struct sub_scalar_op {  // x - s
 template <Element T>
 struct rsub_scalar_op {  // s - x
   static constexpr std::string_view name = "rsub", grad_fn = "RsubBackward1";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = false, uses_output = false;
   T s;
   template <class V>

@@ -18,6 +18,7 @@ namespace ops {
 template <Element T>
 struct select_op {
   static constexpr std::string_view name = "select", grad_fn = "WhereBackward0";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   static constexpr bool uses_input = true, uses_output = false;
   T fill;
   template <class V>
@@ -31,6 +32,7 @@ struct select_op {
 template <Element T>
 struct fill_op {
   static constexpr std::string_view name = "fill";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   T s;
   template <class V>
   V value(const V& c) const {
@@ -40,6 +42,7 @@ struct fill_op {
 /// 1 where x == 0, else 0 (NaN counts as true, so gives 0). No gradient.
 struct logical_not_op {
   static constexpr std::string_view name = "logical_not";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static V value(const V& x) {
     return lanes::eq(x, V(0));

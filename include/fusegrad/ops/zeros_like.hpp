@@ -9,6 +9,7 @@ namespace fusegrad {
 namespace ops {
 struct zeros_like_op {
   static constexpr std::string_view name = "zeros_like";
+  static constexpr double cost = 0.3;  ///< in streamed loads: arithmetic, a few instructions
   template <class V>
   static V value(const V&) {
     return V(0);

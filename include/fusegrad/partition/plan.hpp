@@ -91,18 +91,9 @@
 #include <cstddef>
 
 #include "fusegrad/core/error.hpp"
+#include "fusegrad/core/node_kinds.hpp"
 
 namespace fusegrad::partition {
-
-/// What a node of the joint graph is; decides how the partitioner may treat it.
-enum class node_kind : unsigned char {
-  input,       ///< a forward input (primal); recomputable for free, but saving it counts as a saved tensor
-  grad_input,  ///< a gradient of a forward output (tangent); only the backward has it
-  pointwise,   ///< cheap element-wise op: may be saved or recomputed
-  reduction,   ///< sum/mean/max: never recomputed in the backward (saved when the backward needs it)
-  extern_op,   ///< matmul/linear: never recomputed in the backward (saved when needed)
-  constant     ///< a value needing no storage (e.g. a literal); never saved, always available
-};
 
 /// The most operands a node may have.
 inline constexpr int max_children = 3;

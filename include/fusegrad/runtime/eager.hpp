@@ -18,43 +18,21 @@
 #include "fusegrad/eager/views.hpp"
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/ops/all.hpp"
+#include "fusegrad/ops/list.hpp"
 #include "fusegrad/ops/max.hpp"
 #include "fusegrad/ops/reduce.hpp"
 
-/// The IR's op table (`ops::table<T>`), in its order: `U(T, Op)` for an op with one
-/// operand, `B(T, Op)` for one with two. `runtime_ops_match` (fusegrad/runtime.hpp)
-/// checks it against the table.
-// One line per group of ops, as in ops::table:
-// clang-format off
-#define FUSEGRAD_IR_OPS(U, B, T)                                                                         \
-  U(T, ops::neg_op) U(T, ops::exp_op) U(T, ops::log_op) U(T, ops::sin_op) U(T, ops::cos_op)              \
-  U(T, ops::tanh_op) U(T, ops::sigmoid_op) U(T, ops::relu_op) U(T, ops::abs_op) U(T, ops::sqrt_op)       \
-  U(T, ops::step_op) U(T, ops::sign_op)                                                                  \
-  B(T, ops::add_op) B(T, ops::sub_op) B(T, ops::mul_op) B(T, ops::div_op) B(T, ops::maximum_op)          \
-  B(T, ops::pow_op)                                                                                      \
-  B(T, ops::gt_op) B(T, ops::ge_op) B(T, ops::lt_op) B(T, ops::le_op) B(T, ops::eq_op) B(T, ops::ne_op)  \
-  U(T, ops::add_scalar_op<T>) U(T, ops::sub_scalar_op<T>) U(T, ops::rsub_scalar_op<T>)                    \
-  U(T, ops::mul_scalar_op<T>) U(T, ops::div_scalar_op<T>) U(T, ops::rdiv_scalar_op<T>)                   \
-  U(T, ops::pow_scalar_op<T>)                                                                            \
-  U(T, ops::zeros_like_op) U(T, ops::floor_op) U(T, ops::ceil_op) U(T, ops::round_op) U(T, ops::trunc_op)  \
-  U(T, ops::logical_not_op) U(T, ops::square_op) U(T, ops::reciprocal_op) U(T, ops::rsqrt_op)            \
-  U(T, ops::log1p_op) U(T, ops::expm1_op) U(T, ops::log2_op) U(T, ops::exp2_op) U(T, ops::tan_op)        \
-  U(T, ops::asin_op) U(T, ops::acos_op) U(T, ops::atan_op) U(T, ops::sinh_op) U(T, ops::cosh_op)         \
-  U(T, ops::asinh_op) U(T, ops::acosh_op) U(T, ops::atanh_op) U(T, ops::erf_op) U(T, ops::erfc_op)       \
-  U(T, ops::lgamma_op) U(T, ops::digamma_op) U(T, ops::softplus_op) U(T, ops::silu_op) U(T, ops::gelu_op) U(T, ops::norm_sqrt_op) \
-  B(T, ops::minimum_op) B(T, ops::atan2_op) B(T, ops::hypot_op) B(T, ops::fmod_op)                        \
-  U(T, ops::gt_scalar_op<T>) U(T, ops::ge_scalar_op<T>) U(T, ops::lt_scalar_op<T>)                        \
-  U(T, ops::le_scalar_op<T>) U(T, ops::eq_scalar_op<T>) U(T, ops::ne_scalar_op<T>)                        \
-  U(T, ops::clamp_min_op<T>) U(T, ops::clamp_max_op<T>) U(T, ops::fill_op<T>) U(T, ops::polygamma_op<T>)   \
-  U(T, ops::fmod_scalar_op<T>) B(T, ops::select_op<T>) B(T, ops::lerp_scalar_op<T>)                    \
-  B(T, ops::tanh_backward_op) B(T, ops::sigmoid_backward_op) U(T, ops::detach_op)
-// clang-format on
+/// Each op of the op list (ops/list.hpp) for element type `float` or `double`: its eager kernel
+/// and its tile kernel, by `FUSEGRAD_RT_U` or `FUSEGRAD_RT_B` for its arity. (One macro per
+/// element type: an X-macro's entry cannot see the `T` of the macro that expands the list.)
+#define FUSEGRAD_RT_OP_float(arity, form, op) FUSEGRAD_RT_##arity(float, FUSEGRAD_OP_TYPE(form, op, float))
+#define FUSEGRAD_RT_OP_double(arity, form, op) FUSEGRAD_RT_##arity(double, FUSEGRAD_OP_TYPE(form, op, double))
 
 // NOLINTBEGIN(bugprone-macro-parentheses): the arguments are types, which cannot be parenthesized
-#define FUSEGRAD_RT_UNARY(T, Op)                                                      \
+#define FUSEGRAD_RT_U(T, Op)                                                          \
   FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&); \
   FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
-#define FUSEGRAD_RT_BINARY(T, Op)                                                                       \
+#define FUSEGRAD_RT_B(T, Op)                                                                            \
   FUSEGRAD_RT_EXTERN template tensor<T> apply_op<T, Op>(const Op&, const tensor<T>&, const tensor<T>&); \
   FUSEGRAD_RT_EXTERN template void detail::tile_kernel<Op, T>(const void*, const T*, const T*, T*, index_t);
 
@@ -65,7 +43,7 @@
   FUSEGRAD_RT_EXTERN template class node<T>;                                                                           \
   FUSEGRAD_RT_EXTERN template class detail::saving_node<T>;                                                            \
   FUSEGRAD_RT_EXTERN template class detail::rule_node<T>;                                                              \
-  FUSEGRAD_IR_OPS(FUSEGRAD_RT_UNARY, FUSEGRAD_RT_BINARY, T)                                                            \
+  FUSEGRAD_OP_LIST(FUSEGRAD_RT_OP_##T)                                                                                 \
   FUSEGRAD_RT_EXTERN template void detail::run_engine<T>(const std::vector<tensor<T>>&, std::vector<tensor<T>>, bool); \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::sum_to<T>(const tensor<T>&, const shape&);                             \
   FUSEGRAD_RT_EXTERN template tensor<T> detail::reduce_keepdim<T>(const tensor<T>&, const std::vector<bool>&,          \
