@@ -34,6 +34,7 @@
 #include "fusegrad/jit/op_kernels.hpp"
 #include "fusegrad/jit/row_step.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/loops/tile_reductions.hpp"
 
 namespace fusegrad::ir {
 
@@ -187,12 +188,11 @@ class program {
   };
   /// A full reduction's state over the tiles one thread runs.
   struct reduction_state {
-    simd<T> acc;  ///< a max: its lanes and tail
-    T tail;
+    fusegrad::detail::running_max<T> max;  ///< a max (loops/tile_reductions.hpp)
     fusegrad::detail::running_sum<T> sum;  ///< a sum (core/accumulate.hpp: eager mode's bits)
-    void reset(bool max) {
-      acc = simd<T>(max ? -std::numeric_limits<T>::infinity() : T(0));
-      tail = max ? -std::numeric_limits<T>::infinity() : T(0);
+    T merged = T(0);                       ///< run in blocks: the blocks' value combined (`merge_blocks`)
+    void reset() {
+      max.reset();
       sum.reset();
     }
   };
@@ -229,8 +229,8 @@ class program {
   /// registers and reductions, merged into `red` (`merge_blocks`).
   void run_blocks(const step& st, index_t tile, fusegrad::detail::block_split split, index_t total, const ptrs* pv,
                   reduction_state* red) const;
-  /// The blocks' reductions (`part`, block by block) combined as one thread's would be: maxes
-  /// lane by lane in block order, sums by `sum_of_blocks` (their total in `tail`).
+  /// The blocks' reductions (`part`, block by block) combined as one thread's would be
+  /// (`max_of_blocks`, `sum_of_block_sums`): each reduction's value in `merged`.
   void merge_blocks(const step& st, index_t blocks, const reduction_state* part, reduction_state* red) const;
   /// Each reduction's value (over `total` elements, run in `blocks` blocks) as its tensor.
   void store_reductions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes, index_t total,
@@ -711,7 +711,7 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
       return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
     switch (r.kind) {
       case node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
-      case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
+      case node_kind::max: red[p].max.add(a, n); break;
       default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
     }
   };
@@ -791,18 +791,15 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
         P.adv[s] = true;
       }
     }
-    if (reduces) red[p].reset(n.kind == node_kind::max);  // an element-wise instruction has none
+    if (reduces) red[p].reset();  // an element-wise instruction has none
   }
 }
 
 template <Element T>
 void program<T>::run_blocks(const step& st, index_t tile, fusegrad::detail::block_split split, index_t total,
                             const ptrs* pv, reduction_state* red) const {
-  const auto& ns = g_.nodes();
   const std::size_t NP = st.code.size();
-  std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);
-  for (std::size_t q = 0; q < part.size(); ++q)
-    part[q].reset(ns[static_cast<std::size_t>(st.code[q % NP].node)].kind == node_kind::max);
+  std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);  // each starts afresh
   fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
     thread_local std::vector<T> block_regs;  // this thread's tile registers
     const auto nr = static_cast<std::size_t>(st.registers * tile);
@@ -820,17 +817,13 @@ void program<T>::merge_blocks(const step& st, index_t blocks, const reduction_st
   std::vector<T> totals(static_cast<std::size_t>(blocks));
   for (std::size_t p = 0; p < NP; ++p) {
     const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
-    if (kind == node_kind::max) {
-      for (index_t b = 0; b < blocks; ++b) {
-        const reduction_state& r = part[static_cast<std::size_t>(b) * NP + p];
-        red[p].acc = lanes::max(red[p].acc, r.acc);
-        red[p].tail = lanes::max(red[p].tail, r.tail);
-      }
-    } else if (is_reduction(kind) || kind == node_kind::sum_to) {
-      for (index_t b = 0; b < blocks; ++b)
-        totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
-      red[p].tail = fusegrad::detail::sum_of_blocks(totals.data(), blocks);
-    }
+    auto block = [&](index_t b) -> const reduction_state& { return part[static_cast<std::size_t>(b) * NP + p]; };
+    if (kind == node_kind::max)
+      red[p].merged = fusegrad::detail::max_of_blocks<T>(
+          blocks, [&](index_t b) -> auto& { return block(b).max; });
+    else if (is_reduction(kind) || kind == node_kind::sum_to)
+      red[p].merged = fusegrad::detail::sum_of_block_sums<T>(
+          blocks, [&](index_t b) -> auto& { return block(b).sum; }, totals.data());
   }
 }
 
@@ -844,8 +837,7 @@ void program<T>::store_reductions(const step& st, std::vector<tensor<T>>& vals, 
     const auto kind = ns[k].kind;
     if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
     if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-    T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(red[p].acc), red[p].tail)
-                                 : (blocks <= 1 ? red[p].sum.total() : red[p].tail);
+    T r = blocks > 1 ? red[p].merged : kind == node_kind::max ? red[p].max.total() : red[p].sum.total();
     if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
     vals[k] = fusegrad::full<T>(size_of(k), r);
   }

@@ -35,6 +35,7 @@
 #include "fusegrad/jit/eager_step.hpp"
 #include "fusegrad/jit/op_kernels.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/loops/tile_reductions.hpp"
 
 namespace fusegrad::ir {
 
@@ -154,8 +155,8 @@ class row_step {
 
   /// One row: its passes, each with the row scalars waiting for it first.
   void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width,
-               T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail,
-               iptr* ip) const;
+               T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
+               fusegrad::detail::running_max<T>* maxes, iptr* ip) const;
   /// One row's place and this thread's buffers for it (`run_row`'s phases read it).
   struct row_ctx {
     const std::vector<node<T>>& ns;
@@ -167,8 +168,7 @@ class row_step {
     T* splat;
     T* scal;
     fusegrad::detail::running_sum<T>* sums;
-    simd<T>* macc;
-    T* mtail;
+    fusegrad::detail::running_max<T>* maxes;
     iptr* ip;
   };
   // `run_row`'s phases, per pass and in order (one body once inlined: a row runs them all).
@@ -450,8 +450,7 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
   auto rows = [&](index_t r0, index_t r1) {
     thread_local std::vector<T> buf;
     thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
-    thread_local std::vector<simd<T>> macc;
-    thread_local std::vector<T> mtail;
+    thread_local std::vector<fusegrad::detail::running_max<T>> maxes;
     thread_local std::vector<iptr> ip;
     if (ip.size() < widest_) ip.resize(widest_);
     const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
@@ -460,13 +459,13 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
     const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
     if (buf.size() < need) buf.resize(need);
     if (sums.size() < mem_.size()) sums.resize(mem_.size());
-    if (macc.size() < mem_.size()) macc.resize(mem_.size()), mtail.resize(mem_.size());
+    if (maxes.size() < mem_.size()) maxes.resize(mem_.size());
     T* const rowbuf = buf.data();
     T* const regs = rowbuf + regs_at;
     T* const splat = regs + (splat_at - regs_at);
     T* const scal = regs + (scal_at - regs_at);
     for (index_t r = r0; r < r1; ++r)
-      run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
+      run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), maxes.data(), ip.data());
   };
   fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
 }
@@ -556,8 +555,8 @@ bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
 template <Element T>
 void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C,
                           index_t width, T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
-                          simd<T>* macc, T* mtail, iptr* ip) const {
-  const row_ctx x{ns, dp, dv, r, C, width, r * C, rowbuf, regs, splat, scal, sums, macc, mtail, ip};
+                          fusegrad::detail::running_max<T>* maxes, iptr* ip) const {
+  const row_ctx x{ns, dp, dv, r, C, width, r * C, rowbuf, regs, splat, scal, sums, maxes, ip};
   for (int p = 0; p <= passes_; ++p) {
     const pass_work& P = at_[static_cast<std::size_t>(p)];
     run_scalars(P, x);
@@ -624,12 +623,8 @@ inline void row_step<T>::start_tiles(const pass_work& P, const row_ctx& x) const
     y.d = nullptr;
     y.adv_d = false;
     if (e.reduces) {
-      if (x.ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) {
-        x.macc[m] = simd<T>(-std::numeric_limits<T>::infinity());
-        x.mtail[m] = -std::numeric_limits<T>::infinity();
-      } else {
-        x.sums[m].reset();
-      }
+      if (x.ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) x.maxes[m].reset();
+      else x.sums[m].reset();
     } else {
       y.adv_d = e.reg < 0;
       y.d = e.reg >= 0 ? x.regs + e.reg * tile_elems : e.rowbuf >= 0 ? x.rowbuf + e.rowbuf * x.C : x.dp[e.node] + x.off;
@@ -649,7 +644,7 @@ inline void row_step<T>::walk_tiles(const pass_work& P, const row_ctx& x) const 
       const iptr& y = x.ip[q];
       const T* a = y.a + (y.adv_a ? t0 : 0);
       if (e.reduces) {
-        if (nd.kind == node_kind::max) fusegrad::detail::tile_max(a, n, x.macc[m], x.mtail[m]);
+        if (nd.kind == node_kind::max) x.maxes[m].add(a, n);
         else x.sums[m].add(a, n);
         continue;
       }
@@ -668,7 +663,7 @@ inline void row_step<T>::finish_reductions(const pass_work& P, const row_ctx& x)
     const auto& nd = x.ns[static_cast<std::size_t>(e.node)];
     T v;
     if (e.same >= 0) v = x.scal[mem_[static_cast<std::size_t>(e.same)].scalar];
-    else if (nd.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(x.macc[m]), x.mtail[m]);
+    else if (nd.kind == node_kind::max) v = x.maxes[m].total();
     else {
       v = x.sums[m].total();
       if (nd.kind == node_kind::mean) v = v / static_cast<T>(x.C);
