@@ -34,6 +34,7 @@
 #include "fusegrad/jit/op_kernels.hpp"
 #include "fusegrad/jit/row_step.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/loops/tile_reductions.hpp"
 
 namespace fusegrad::ir {
 
@@ -187,22 +188,53 @@ class program {
   };
   /// A full reduction's state over the tiles one thread runs.
   struct reduction_state {
-    simd<T> acc;  ///< a max: its lanes and tail
-    T tail;
+    fusegrad::detail::running_max<T> max;  ///< a max (loops/tile_reductions.hpp)
     fusegrad::detail::running_sum<T> sum;  ///< a sum (core/accumulate.hpp: eager mode's bits)
-    void reset(bool max) {
-      acc = simd<T>(max ? -std::numeric_limits<T>::infinity() : T(0));
-      tail = max ? -std::numeric_limits<T>::infinity() : T(0);
+    T merged = T(0);                       ///< run in blocks: the blocks' value combined (`merge_blocks`)
+    void reset() {
+      max.reset();
       sum.reset();
     }
   };
 
+  /// An instruction resolved for a run of tiles (`run_tiles`): where each operand is (a tile
+  /// register, this thread's; or a pointer that moves with the tile, or stays: a splat, null
+  /// for no operand), with a mask of all ones where it moves; the kernel (null: not
+  /// element-wise) and its constant.
+  struct resolved {
+    const T* a;
+    const T* b;
+    T* d;
+    index_t am, bm, dm;
+    detail::kernel_fn<T> fn;
+    T scalar;
+    node_kind kind;
+    detail::sibling_kernel_fn<T> both;  ///< with its sibling: the kernel of both, into `d` and `d2`
+    T* d2;
+    index_t dm2;
+    bool skip;  ///< the sibling's value: the instruction before computed it
+  };
   /// The loop's tiles [lo, hi) with tile registers `regs` and reductions into `red`.
   void run_tiles(const step& st, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
                  reduction_state* red) const;
 
+  /// Runs loop `st` over `space`: the phases below, in order.
   void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space,
                 const std::vector<shape>* sizes) const;
+  /// Each instruction's pointers for this run (`pv`): its output made (or its tile register),
+  /// its operands found (a register, a stream, or a splat filled here), its reduction reset.
+  void bind_instructions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes, index_t tile,
+                         index_t total, T* splats, ptrs* pv, reduction_state* red) const;
+  /// The loop's tiles in `split`'s blocks on all threads, each block with its own tile
+  /// registers and reductions, merged into `red` (`merge_blocks`).
+  void run_blocks(const step& st, index_t tile, fusegrad::detail::block_split split, index_t total, const ptrs* pv,
+                  reduction_state* red) const;
+  /// The blocks' reductions (`part`, block by block) combined as one thread's would be
+  /// (`max_of_blocks`, `sum_of_block_sums`): each reduction's value in `merged`.
+  void merge_blocks(const step& st, index_t blocks, const reduction_state* part, reduction_state* red) const;
+  /// Each reduction's value (over `total` elements, run in `blocks` blocks) as its tensor.
+  void store_reductions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes, index_t total,
+                        index_t blocks, const reduction_state* red) const;
 
   graph<T> g_;
   std::vector<int> outputs_;
@@ -647,22 +679,6 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
                            reduction_state* red) const {
   const auto& ns = g_.nodes();
   const std::size_t np = st.code.size();
-  // Instruction `p` resolved for these tiles: where each operand is (a tile register, this
-  // thread's; or a pointer that moves with the tile, or stays: a splat, null for no operand),
-  // with a mask of all ones where it moves; the kernel (null: not element-wise) and its constant.
-  struct resolved {
-    const T* a;
-    const T* b;
-    T* d;
-    index_t am, bm, dm;
-    detail::kernel_fn<T> fn;
-    T scalar;
-    node_kind kind;
-    detail::sibling_kernel_fn<T> both;  ///< with its sibling: the kernel of both, into `d` and `d2`
-    T* d2;
-    index_t dm2;
-    bool skip;  ///< the sibling's value: the instruction before computed it
-  };
   auto resolve = [&](std::size_t p) {
     const auto& nd = ns[static_cast<std::size_t>(st.code[p].node)];
     const ptrs& P = pv[p];
@@ -695,7 +711,7 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
       return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
     switch (r.kind) {
       case node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
-      case node_kind::max: fusegrad::detail::tile_max(a, n, red[p].acc, red[p].tail); break;
+      case node_kind::max: red[p].max.add(a, n); break;
       default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
     }
   };
@@ -718,8 +734,6 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
 template <Element T>
 void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space,
                           const std::vector<shape>* sizes) const {
-  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
-  const auto& ns = g_.nodes();
   const index_t total = numel(space);
   const index_t tile = tile_of(st, total);
   thread_local std::vector<T> regbuf;  // grows only: no allocation per run
@@ -731,6 +745,21 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
   thread_local std::vector<reduction_state> red;
   pv.resize(st.code.size());
   red.resize(st.code.size());
+  bind_instructions(st, vals, sizes, tile, total, splats, pv.data(), red.data());
+  // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
+  // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
+  const auto split =
+      fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
+  if (split.count <= 1) run_tiles(st, tile, pv.data(), 0, total, regs, red.data());
+  else run_blocks(st, tile, split, total, pv.data(), red.data());
+  store_reductions(st, vals, sizes, total, split.count, red.data());
+}
+
+template <Element T>
+void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
+                                   index_t tile, index_t total, T* splats, ptrs* pv, reduction_state* red) const {
+  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
+  const auto& ns = g_.nodes();
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     const instr& in = st.code[p];
     const auto k = static_cast<std::size_t>(in.node);
@@ -762,50 +791,53 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
         P.adv[s] = true;
       }
     }
-    if (reduces) red[p].reset(n.kind == node_kind::max);  // an element-wise instruction has none
+    if (reduces) red[p].reset();  // an element-wise instruction has none
   }
-  // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
-  // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
-  const auto split =
-      fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
-  if (split.count <= 1) {
-    run_tiles(st, tile, pv.data(), 0, total, regs, red.data());
-  } else {
-    const std::size_t NP = st.code.size();
-    std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);
-    for (std::size_t q = 0; q < part.size(); ++q)
-      part[q].reset(ns[static_cast<std::size_t>(st.code[q % NP].node)].kind == node_kind::max);
-    const ptrs* const shared = pv.data();
-    fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
-      thread_local std::vector<T> block_regs;  // this thread's tile registers
-      const auto nr = static_cast<std::size_t>(st.registers * tile);
-      if (block_regs.size() < nr) block_regs.resize(nr);
-      run_tiles(st, tile, shared, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
-                part.data() + static_cast<std::size_t>(b) * NP);
-    });
-    std::vector<T> totals(static_cast<std::size_t>(split.count));
-    for (std::size_t p = 0; p < NP; ++p) {
-      const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
-      if (kind == node_kind::max) {
-        for (index_t b = 0; b < split.count; ++b) {
-          const reduction_state& r = part[static_cast<std::size_t>(b) * NP + p];
-          red[p].acc = lanes::max(red[p].acc, r.acc);
-          red[p].tail = lanes::max(red[p].tail, r.tail);
-        }
-      } else if (is_reduction(kind) || kind == node_kind::sum_to) {
-        for (index_t b = 0; b < split.count; ++b)
-          totals[static_cast<std::size_t>(b)] = part[static_cast<std::size_t>(b) * NP + p].sum.total();
-        red[p].tail = fusegrad::detail::sum_of_blocks(totals.data(), split.count);
-      }
-    }
+}
+
+template <Element T>
+void program<T>::run_blocks(const step& st, index_t tile, fusegrad::detail::block_split split, index_t total,
+                            const ptrs* pv, reduction_state* red) const {
+  const std::size_t NP = st.code.size();
+  std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);  // each starts afresh
+  fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
+    thread_local std::vector<T> block_regs;  // this thread's tile registers
+    const auto nr = static_cast<std::size_t>(st.registers * tile);
+    if (block_regs.size() < nr) block_regs.resize(nr);
+    run_tiles(st, tile, pv, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
+              part.data() + static_cast<std::size_t>(b) * NP);
+  });
+  merge_blocks(st, split.count, part.data(), red);
+}
+
+template <Element T>
+void program<T>::merge_blocks(const step& st, index_t blocks, const reduction_state* part, reduction_state* red) const {
+  const auto& ns = g_.nodes();
+  const std::size_t NP = st.code.size();
+  std::vector<T> totals(static_cast<std::size_t>(blocks));
+  for (std::size_t p = 0; p < NP; ++p) {
+    const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
+    auto block = [&](index_t b) -> const reduction_state& { return part[static_cast<std::size_t>(b) * NP + p]; };
+    if (kind == node_kind::max)
+      red[p].merged = fusegrad::detail::max_of_blocks<T>(
+          blocks, [&](index_t b) -> auto& { return block(b).max; });
+    else if (is_reduction(kind) || kind == node_kind::sum_to)
+      red[p].merged = fusegrad::detail::sum_of_block_sums<T>(
+          blocks, [&](index_t b) -> auto& { return block(b).sum; }, totals.data());
   }
+}
+
+template <Element T>
+void program<T>::store_reductions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
+                                  index_t total, index_t blocks, const reduction_state* red) const {
+  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
+  const auto& ns = g_.nodes();
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     const auto k = static_cast<std::size_t>(st.code[p].node);
     const auto kind = ns[k].kind;
     if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
     if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-    T r = kind == node_kind::max ? lanes::max(fusegrad::detail::lanes_max(red[p].acc), red[p].tail)
-                                 : (split.count <= 1 ? red[p].sum.total() : red[p].tail);
+    T r = blocks > 1 ? red[p].merged : kind == node_kind::max ? red[p].max.total() : red[p].sum.total();
     if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
     vals[k] = fusegrad::full<T>(size_of(k), r);
   }

@@ -35,6 +35,7 @@
 #include "fusegrad/jit/eager_step.hpp"
 #include "fusegrad/jit/op_kernels.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/loops/tile_reductions.hpp"
 
 namespace fusegrad::ir {
 
@@ -127,10 +128,64 @@ class row_step {
   /// broadcast along the row.
   static bool row_only(const graph<T>& g, std::size_t k, const shape& S);
 
+  /// `run` where there is nothing to walk (no rows, or rows of no values): the eager ops, and
+  /// their errors (the max of nothing).
+  void run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+
+  // The constructor's phases, in order.
+  /// Adds a member per node of `members` (their forms, which are stored); returns each
+  /// node's index in `mem_` (-1: not a member).
+  std::vector<int> add_members(const std::vector<node<T>>& ns, const shape& S, const std::vector<int>& members,
+                               const std::vector<bool>& store);
+  /// Links each member's operands: members by index (`slot`), other nodes by their form.
+  void link_operands(const graph<T>& g, const shape& S, const std::vector<int>& slot);
+  /// Gives each member its pass and the pass its value is ready in; finds the reductions
+  /// another member already computes (`same`).
+  void assign_passes(const std::vector<node<T>>& ns);
+  /// Decides where each value lives: a row buffer (a full value read in a later pass), its
+  /// operand's splat (an expand), a row scalar's slot.
+  void place_values(const std::vector<node<T>>& ns);
+  /// Gives the other full values of each pass tile registers, each reused after its last
+  /// reader in the pass.
+  void allocate_registers();
+  /// Gives each broadcast operand of a full member a splat slot.
+  void assign_splats();
+  /// Lists what each pass runs (`at_`).
+  void plan_passes();
+
   /// One row: its passes, each with the row scalars waiting for it first.
   void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width,
-               T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums, simd<T>* macc, T* mtail,
-               iptr* ip) const;
+               T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
+               fusegrad::detail::running_max<T>* maxes, iptr* ip) const;
+  /// One row's place and this thread's buffers for it (`run_row`'s phases read it).
+  struct row_ctx {
+    const std::vector<node<T>>& ns;
+    T* const* dp;  ///< by node: an operand's data, a stored member's
+    const T* dv;   ///< by member: what an averaging expand divides by
+    index_t r, C, width, off;
+    T* rowbuf;
+    T* regs;
+    T* splat;
+    T* scal;
+    fusegrad::detail::running_sum<T>* sums;
+    fusegrad::detail::running_max<T>* maxes;
+    iptr* ip;
+  };
+  // `run_row`'s phases, per pass and in order (one body once inlined: a row runs them all).
+  /// A row scalar operand's value for this row.
+  [[gnu::always_inline]] inline T scalar_of(const operand& o, const row_ctx& x) const;
+  /// Where an operand is for this row: a fixed pointer or one moving with the tile (`adv`).
+  [[gnu::always_inline]] inline const T* base(const operand& o, bool& adv, const row_ctx& x) const;
+  /// The row scalars ready at the pass's start, one scalar op each.
+  [[gnu::always_inline]] inline void run_scalars(const pass_work& P, const row_ctx& x) const;
+  /// The pass's splats: a row scalar or a one, along a tile (an averaging expand's divided).
+  [[gnu::always_inline]] inline void fill_splats(const pass_work& P, const row_ctx& x) const;
+  /// The pass's tile instructions resolved for this row (`ip`), its reductions started.
+  [[gnu::always_inline]] inline void start_tiles(const pass_work& P, const row_ctx& x) const;
+  /// The row's tiles, each through the pass's instructions.
+  [[gnu::always_inline]] inline void walk_tiles(const pass_work& P, const row_ctx& x) const;
+  /// The pass's reductions finished: each a row scalar, stored where it is an output.
+  [[gnu::always_inline]] inline void finish_reductions(const pass_work& P, const row_ctx& x) const;
 
   int space_ = -1;
   std::vector<member> mem_;
@@ -194,6 +249,18 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
     : space_(space) {
   const auto& ns = g.nodes();
   const shape& S = g.at(space_).sizes;
+  const std::vector<int> slot = add_members(ns, S, members, store);
+  link_operands(g, S, slot);
+  assign_passes(ns);
+  place_values(ns);
+  allocate_registers();
+  assign_splats();
+  plan_passes();
+}
+
+template <Element T>
+std::vector<int> row_step<T>::add_members(const std::vector<node<T>>& ns, const shape& S,
+                                          const std::vector<int>& members, const std::vector<bool>& store) {
   std::vector<int> slot(ns.size(), -1);  // member -> index in mem_
   for (int m : members) {
     slot[static_cast<std::size_t>(m)] = static_cast<int>(mem_.size());
@@ -203,6 +270,12 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
     e.store = store[static_cast<std::size_t>(m)];
     mem_.push_back(e);
   }
+  return slot;
+}
+
+template <Element T>
+void row_step<T>::link_operands(const graph<T>& g, const shape& S, const std::vector<int>& slot) {
+  const auto& ns = g.nodes();
   // Operands: members by index, other nodes by their form.
   for (auto& e : mem_) {
     const auto& n = ns[static_cast<std::size_t>(e.node)];
@@ -216,6 +289,10 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
       if (o.member < 0) outside_.push_back({o.node, o.f});
     }
   }
+}
+
+template <Element T>
+void row_step<T>::assign_passes(const std::vector<node<T>>& ns) {
   // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
   // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
   for (auto& e : mem_) {
@@ -241,8 +318,12 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
     }
     if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
   }
+}
+
+template <Element T>
+void row_step<T>::place_values(const std::vector<node<T>>& ns) {
   // Where full values live: their tensor (stored), a row buffer (read in a later pass), or a
-  // tile register (freed after its last reader in its pass).
+  // tile register (freed after its last reader in its pass: `allocate_registers`).
   std::vector<int> last_pass(mem_.size(), -1);
   for (auto& e : mem_)
     for (const operand& o : e.src)
@@ -258,6 +339,10 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
       e.scalar = scalars_++;  // a row scalar: one value per row
     }
   }
+}
+
+template <Element T>
+void row_step<T>::allocate_registers() {
   for (int p = 0; p < passes_; ++p) {
     std::vector<int> last_use(mem_.size(), -1), free_regs;
     std::vector<int> order;
@@ -283,12 +368,20 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
       }
     }
   }
+}
+
+template <Element T>
+void row_step<T>::assign_splats() {
   // Splat slots: one per broadcast operand of a full member (filled in the member's pass).
   for (auto& e : mem_) {
     if (e.f != form::full) continue;
     for (operand& o : e.src)
       if (o.node >= 0 && o.f != form::full) o.splat = splats_++;
   }
+}
+
+template <Element T>
+void row_step<T>::plan_passes() {
   // What each pass runs, in graph order: the row scalars ready at its start, the splats it
   // fills, its tile instructions, its reductions (a row's last "pass" has row scalars only).
   at_.resize(static_cast<std::size_t>(passes_) + 1);
@@ -329,17 +422,7 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
   const auto& ns = g.nodes();
   const shape& S = size_of(static_cast<std::size_t>(space_));
   const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
-  if (R == 0 || C == 0) {  // nothing to walk: the eager ops (and their errors, e.g. an empty max)
-    fusegrad::no_grad ng;
-    const tensor<T> none;
-    for (const auto& e : mem_) {
-      const auto& n = ns[static_cast<std::size_t>(e.node)];
-      const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-      tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(static_cast<std::size_t>(e.node)));
-      vals[static_cast<std::size_t>(e.node)] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
-    }
-    return;
-  }
+  if (R == 0 || C == 0) return run_eagerly(g, vals, sizes);
   for (const auto& e : mem_)
     if (e.store)
       vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
@@ -367,8 +450,7 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
   auto rows = [&](index_t r0, index_t r1) {
     thread_local std::vector<T> buf;
     thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
-    thread_local std::vector<simd<T>> macc;
-    thread_local std::vector<T> mtail;
+    thread_local std::vector<fusegrad::detail::running_max<T>> maxes;
     thread_local std::vector<iptr> ip;
     if (ip.size() < widest_) ip.resize(widest_);
     const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
@@ -377,15 +459,29 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
     const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
     if (buf.size() < need) buf.resize(need);
     if (sums.size() < mem_.size()) sums.resize(mem_.size());
-    if (macc.size() < mem_.size()) macc.resize(mem_.size()), mtail.resize(mem_.size());
+    if (maxes.size() < mem_.size()) maxes.resize(mem_.size());
     T* const rowbuf = buf.data();
     T* const regs = rowbuf + regs_at;
     T* const splat = regs + (splat_at - regs_at);
     T* const scal = regs + (scal_at - regs_at);
     for (index_t r = r0; r < r1; ++r)
-      run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), macc.data(), mtail.data(), ip.data());
+      run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), maxes.data(), ip.data());
   };
   fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
+}
+
+template <Element T>
+void row_step<T>::run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
+  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g.nodes()[k].sizes; };
+  const auto& ns = g.nodes();
+  fusegrad::no_grad ng;
+  const tensor<T> none;
+  for (const auto& e : mem_) {
+    const auto& n = ns[static_cast<std::size_t>(e.node)];
+    const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+    tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(static_cast<std::size_t>(e.node)));
+    vals[static_cast<std::size_t>(e.node)] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
+  }
 }
 
 template <Element T>
@@ -459,97 +555,121 @@ bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
 template <Element T>
 void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C,
                           index_t width, T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
-                          simd<T>* macc, T* mtail, iptr* ip) const {
-  const index_t off = r * C;
-  // A row scalar operand's value for this row.
-  auto scalar_of = [&](const operand& o) -> T {
-    if (o.member >= 0) return scal[mem_[static_cast<std::size_t>(o.member)].scalar];
-    return o.f == form::one ? dp[o.node][0] : dp[o.node][r];
-  };
-  // Where an operand is for this row: a fixed pointer or one moving with the tile (`adv`).
-  auto base = [&](const operand& o, bool& adv) -> const T* {
-    adv = false;
-    if ((o.node) < 0) return nullptr;  // parenthesised: clang reads `o.node <` as a template
-    if (o.splat >= 0) return splat + o.splat * tile_elems;
-    adv = true;
-    if (o.member < 0) return dp[o.node] + off;
-    const member& c = mem_[static_cast<std::size_t>(o.member)];
-    if (c.rowbuf >= 0) return rowbuf + c.rowbuf * C;
-    if (c.store) return dp[c.node] + off;
-    adv = false;
-    return c.alias ? splat + c.src[0].splat * tile_elems : regs + c.reg * tile_elems;
-  };
+                          fusegrad::detail::running_max<T>* maxes, iptr* ip) const {
+  const row_ctx x{ns, dp, dv, r, C, width, r * C, rowbuf, regs, splat, scal, sums, maxes, ip};
   for (int p = 0; p <= passes_; ++p) {
     const pass_work& P = at_[static_cast<std::size_t>(p)];
-    for (int m : P.scalars) {
-      const member& e = mem_[static_cast<std::size_t>(m)];
-      const auto& n = ns[static_cast<std::size_t>(e.node)];
-      T a = scalar_of(e.src[0]), b = e.src[1].node >= 0 ? scalar_of(e.src[1]) : T(0), d;
-      detail::kernel_of<T>(n.op)(n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
-      scal[e.scalar] = d;
-      if (e.store) dp[e.node][r] = d;
-    }
+    run_scalars(P, x);
     if (p == passes_) break;
-    for (const auto& [m, s] : P.splats) {
-      const member& e = mem_[static_cast<std::size_t>(m)];
-      const auto& n = ns[static_cast<std::size_t>(e.node)];
-      const operand& o = e.src[s];
-      T v = scalar_of(o);
-      if (n.kind == node_kind::expand && n.average) v /= dv[m];
-      std::fill_n(splat + o.splat * tile_elems, width, v);
+    fill_splats(P, x);
+    start_tiles(P, x);
+    walk_tiles(P, x);
+    finish_reductions(P, x);
+  }
+}
+
+template <Element T>
+inline T row_step<T>::scalar_of(const operand& o, const row_ctx& x) const {
+  if (o.member >= 0) return x.scal[mem_[static_cast<std::size_t>(o.member)].scalar];
+  return o.f == form::one ? x.dp[o.node][0] : x.dp[o.node][x.r];
+}
+
+template <Element T>
+inline const T* row_step<T>::base(const operand& o, bool& adv, const row_ctx& x) const {
+  adv = false;
+  if ((o.node) < 0) return nullptr;  // parenthesised: clang reads `o.node <` as a template
+  if (o.splat >= 0) return x.splat + o.splat * tile_elems;
+  adv = true;
+  if (o.member < 0) return x.dp[o.node] + x.off;
+  const member& c = mem_[static_cast<std::size_t>(o.member)];
+  if (c.rowbuf >= 0) return x.rowbuf + c.rowbuf * x.C;
+  if (c.store) return x.dp[c.node] + x.off;
+  adv = false;
+  return c.alias ? x.splat + c.src[0].splat * tile_elems : x.regs + c.reg * tile_elems;
+}
+
+template <Element T>
+inline void row_step<T>::run_scalars(const pass_work& P, const row_ctx& x) const {
+  for (int m : P.scalars) {
+    const member& e = mem_[static_cast<std::size_t>(m)];
+    const auto& n = x.ns[static_cast<std::size_t>(e.node)];
+    T a = scalar_of(e.src[0], x), b = e.src[1].node >= 0 ? scalar_of(e.src[1], x) : T(0), d;
+    detail::kernel_of<T>(n.op)(n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
+    x.scal[e.scalar] = d;
+    if (e.store) x.dp[e.node][x.r] = d;
+  }
+}
+
+template <Element T>
+inline void row_step<T>::fill_splats(const pass_work& P, const row_ctx& x) const {
+  for (const auto& [m, s] : P.splats) {
+    const member& e = mem_[static_cast<std::size_t>(m)];
+    const auto& n = x.ns[static_cast<std::size_t>(e.node)];
+    const operand& o = e.src[s];
+    T v = scalar_of(o, x);
+    if (n.kind == node_kind::expand && n.average) v /= x.dv[m];
+    std::fill_n(x.splat + o.splat * tile_elems, x.width, v);
+  }
+}
+
+template <Element T>
+inline void row_step<T>::start_tiles(const pass_work& P, const row_ctx& x) const {
+  for (std::size_t q = 0; q < P.tiles.size(); ++q) {
+    const auto m = static_cast<std::size_t>(P.tiles[q]);
+    const member& e = mem_[m];
+    iptr& y = x.ip[q];
+    y.a = base(e.src[0], y.adv_a, x);
+    y.b = base(e.src[1], y.adv_b, x);
+    y.d = nullptr;
+    y.adv_d = false;
+    if (e.reduces) {
+      if (x.ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) x.maxes[m].reset();
+      else x.sums[m].reset();
+    } else {
+      y.adv_d = e.reg < 0;
+      y.d = e.reg >= 0 ? x.regs + e.reg * tile_elems : e.rowbuf >= 0 ? x.rowbuf + e.rowbuf * x.C : x.dp[e.node] + x.off;
     }
+  }
+}
+
+template <Element T>
+inline void row_step<T>::walk_tiles(const pass_work& P, const row_ctx& x) const {
+  const index_t C = x.C;
+  for (index_t t0 = 0; t0 < C; t0 += tile_elems) {
+    const index_t n = std::min(tile_elems, C - t0);
     for (std::size_t q = 0; q < P.tiles.size(); ++q) {
       const auto m = static_cast<std::size_t>(P.tiles[q]);
       const member& e = mem_[m];
-      iptr& x = ip[q];
-      x.a = base(e.src[0], x.adv_a);
-      x.b = base(e.src[1], x.adv_b);
-      x.d = nullptr;
-      x.adv_d = false;
+      const auto& nd = x.ns[static_cast<std::size_t>(e.node)];
+      const iptr& y = x.ip[q];
+      const T* a = y.a + (y.adv_a ? t0 : 0);
       if (e.reduces) {
-        if (ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) {
-          macc[m] = simd<T>(-std::numeric_limits<T>::infinity());
-          mtail[m] = -std::numeric_limits<T>::infinity();
-        } else {
-          sums[m].reset();
-        }
-      } else {
-        x.adv_d = e.reg < 0;
-        x.d = e.reg >= 0 ? regs + e.reg * tile_elems : e.rowbuf >= 0 ? rowbuf + e.rowbuf * C : dp[e.node] + off;
+        if (nd.kind == node_kind::max) x.maxes[m].add(a, n);
+        else x.sums[m].add(a, n);
+        continue;
       }
+      T* d = y.d + (y.adv_d ? t0 : 0);
+      if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
+      else detail::kernel_of<T>(nd.op)(nd.scalar, a, y.b ? y.b + (y.adv_b ? t0 : 0) : nullptr, d, n);
     }
-    for (index_t t0 = 0; t0 < C; t0 += tile_elems) {
-      const index_t n = std::min(tile_elems, C - t0);
-      for (std::size_t q = 0; q < P.tiles.size(); ++q) {
-        const auto m = static_cast<std::size_t>(P.tiles[q]);
-        const member& e = mem_[m];
-        const auto& nd = ns[static_cast<std::size_t>(e.node)];
-        const iptr& x = ip[q];
-        const T* a = x.a + (x.adv_a ? t0 : 0);
-        if (e.reduces) {
-          if (nd.kind == node_kind::max) fusegrad::detail::tile_max(a, n, macc[m], mtail[m]);
-          else sums[m].add(a, n);
-          continue;
-        }
-        T* d = x.d + (x.adv_d ? t0 : 0);
-        if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
-        else detail::kernel_of<T>(nd.op)(nd.scalar, a, x.b ? x.b + (x.adv_b ? t0 : 0) : nullptr, d, n);
-      }
+  }
+}
+
+template <Element T>
+inline void row_step<T>::finish_reductions(const pass_work& P, const row_ctx& x) const {
+  for (int mi : P.reductions) {
+    const auto m = static_cast<std::size_t>(mi);
+    const member& e = mem_[m];
+    const auto& nd = x.ns[static_cast<std::size_t>(e.node)];
+    T v;
+    if (e.same >= 0) v = x.scal[mem_[static_cast<std::size_t>(e.same)].scalar];
+    else if (nd.kind == node_kind::max) v = x.maxes[m].total();
+    else {
+      v = x.sums[m].total();
+      if (nd.kind == node_kind::mean) v = v / static_cast<T>(x.C);
     }
-    for (int mi : P.reductions) {
-      const auto m = static_cast<std::size_t>(mi);
-      const member& e = mem_[m];
-      const auto& nd = ns[static_cast<std::size_t>(e.node)];
-      T v;
-      if (e.same >= 0) v = scal[mem_[static_cast<std::size_t>(e.same)].scalar];
-      else if (nd.kind == node_kind::max) v = lanes::max(fusegrad::detail::lanes_max(macc[m]), mtail[m]);
-      else {
-        v = sums[m].total();
-        if (nd.kind == node_kind::mean) v = v / static_cast<T>(C);
-      }
-      scal[e.scalar] = v;
-      if (e.store) dp[e.node][r] = v;
-    }
+    x.scal[e.scalar] = v;
+    if (e.store) x.dp[e.node][x.r] = v;
   }
 }
 

@@ -21,6 +21,7 @@
 #include "fusegrad/kernel/row_body.hpp"
 #include "fusegrad/loops/rows.hpp"
 #include "fusegrad/loops/tile.hpp"
+#include "fusegrad/loops/tile_reductions.hpp"
 
 namespace fusegrad::detail {
 
@@ -74,11 +75,9 @@ class fused_runner {
   void eval(int c);
 
  private:
-  using V = simd<T>;
-
   /// What a thread running rows changes: its tile registers and load buffers, the pointers the
   /// row body reads, the reductions' running state. `blocks`: a block of a parallel pass,
-  /// whose full maxes stay in `acc`/`tail` (combined once every block is done).
+  /// whose full maxes stay in `maxes` (combined once every block is done).
   struct work {
     T* regs;
     T* loadbuf;
@@ -87,8 +86,7 @@ class fused_runner {
     index_t* step;
     const T** lrow;
     index_t* lstep;
-    V* acc;
-    T* tail;
+    running_max<T>* maxes;
     running_sum<T>* rsum;
     T** cur;
     bool blocks;
@@ -108,15 +106,15 @@ class fused_runner {
     std::vector<const T*> slot, lrow, lp;  ///< `lp`: per load, its data
     std::vector<T*> dst, wp;               ///< `wp`: per store, then per reduction, its output's data
     std::vector<index_t> step, lstep, is, base;
-    std::vector<char> rmax, direct;      ///< per reduction: a max; written directly (see `set_direct`)
-    std::vector<T> divisor, tail, regs;  ///< `divisor`: per load, what a mean's gradient divides by
+    std::vector<char> rmax, direct;  ///< per reduction: a max; written directly (see `set_direct`)
+    std::vector<T> divisor, regs;    ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
-    std::vector<V> acc;
-    std::vector<running_sum<T>> rsum;  ///< per reduction: a row-form sum
-    std::vector<column_sums<T>> cols;  ///< per reduction: a column-form sum
-    std::vector<T*> cur;               ///< per reduction: the output `rsum` adds up
-    std::vector<char> colf;            ///< per reduction: in the column form
-    std::vector<int> redir;            ///< per element-wise node: the reduction it writes (-1: none)
+    std::vector<running_max<T>> maxes;  ///< per reduction: a max (of the row, or of everything)
+    std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
+    std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
+    std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
+    std::vector<char> colf;             ///< per reduction: in the column form
+    std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
     std::size_t load_cap = 0, node_cap = 0, store_cap = 0, reduction_cap = 0;  ///< the counts the buffers fit
 
     /// Makes the buffers fit `loads` loads, `nodes` element-wise nodes, `stores` stores and
@@ -129,7 +127,7 @@ class fused_runner {
       grow(node_cap, dst, step, redir);
       grow(load_cap, lrow, lstep, lp, divisor);
       grow(store_cap + reduction_cap, wp);
-      grow(reduction_cap, acc, tail, rmax, rsum, cols, cur, colf);
+      grow(reduction_cap, maxes, rmax, rsum, cols, cur, colf);
       grow(load_cap + store_cap + reduction_cap, st, is, base);
     }
   };
@@ -517,9 +515,9 @@ class fused_runner {
       if (!block || block->first) sc.cur[j] = nullptr;  // a row-form sum's current output
       sc.colf[j] = 0;                                   // a column-form sum (set up by `start_column_sums`)
     }
-    const work main{regs,           loadbuf,        sc.slot.data(),  sc.dst.data(),
-                    sc.step.data(), sc.lrow.data(), sc.lstep.data(), sc.acc.data(),
-                    sc.tail.data(), sc.rsum.data(), sc.cur.data(),   false};
+    const work main{regs,           loadbuf,         sc.slot.data(),  sc.dst.data(),  sc.step.data(),
+                    sc.lrow.data(), sc.lstep.data(), sc.maxes.data(), sc.rsum.data(), sc.cur.data(),
+                    false};
     return {S,
             span,
             sc,
@@ -550,8 +548,7 @@ class fused_runner {
     const int* reduce_slot;
     const char* direct;
     const char* rmax;
-    V* acc;
-    T* tail;
+    running_max<T>* maxes;
     running_sum<T>* rsum;
     static void before(void* p, index_t, index_t m) {
       auto& h = *static_cast<tile_hooks*>(p);
@@ -574,7 +571,7 @@ class fused_runner {
         T* out = h.wp[stores + j] + h.base[q];
         const bool mx = h.rmax[j];
         if (h.is[q] == 0) {
-          if (mx) tile_max(src, m, h.acc[j], h.tail[j]);
+          if (mx) h.maxes[j].add(src, m);
           else h.rsum[j].add(src, m);
         } else if (h.direct[j] == 2) {
           // written in place by the row body
@@ -598,10 +595,9 @@ class fused_runner {
     start_row_reductions(p, w, base, is);
     scratch& sc = p.sc;
     const std::size_t reductions = p.span.reductions;
-    tile_hooks h{
-        w.slot, w.lrow, w.lstep,      sc.divisor.data(), w.loadbuf,     p.span.loads,     p.span.stores,  reductions,
-        base,   is,     sc.wp.data(), p.store_slot,      p.reduce_slot, sc.direct.data(), sc.rmax.data(), w.acc,
-        w.tail, w.rsum};
+    tile_hooks h{w.slot,         w.lrow,  w.lstep, sc.divisor.data(), w.loadbuf,    p.span.loads,  p.span.stores,
+                 reductions,     base,    is,      sc.wp.data(),      p.store_slot, p.reduce_slot, sc.direct.data(),
+                 sc.rmax.data(), w.maxes, w.rsum};
     const row_args<T> args{nodes_.state,
                            w.slot,
                            w.lrow,
@@ -671,8 +667,7 @@ class fused_runner {
     for (std::size_t j = 0; j < p.span.reductions; ++j) {
       const std::size_t q = p.span.reduction_operand(j);
       if (sc.rmax[j]) {
-        w.acc[j] = V(-std::numeric_limits<T>::infinity());
-        w.tail[j] = -std::numeric_limits<T>::infinity();
+        w.maxes[j].reset();
       } else if (is[q] == 0 && sc.direct[j] != set_before && wp[p.span.stores + j] + base[q] != w.cur[j]) {
         if (w.cur[j]) *w.cur[j] = w.rsum[j].total();
         w.rsum[j].reset();
@@ -691,7 +686,7 @@ class fused_runner {
         if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
       } else if (sc.rmax[j] && !w.blocks && sc.direct[j] != set_before) {
         T* out = sc.wp[p.span.stores + j] + base[q];
-        *out = lanes::max(*out, lanes::max(lanes_max(w.acc[j]), w.tail[j]));
+        *out = lanes::max(*out, w.maxes[j].total());
       }
     }
   }
@@ -732,7 +727,7 @@ class fused_runner {
 
   /// A `work` on a thread's own buffers `bs` (sized here for pass `p`), with the given
   /// reduction state.
-  work block_work(block_scratch& bs, const pass_state& p, V* acc, T* tail, running_sum<T>* rsum, T** cur) const {
+  work block_work(block_scratch& bs, const pass_state& p, running_max<T>* maxes, running_sum<T>* rsum, T** cur) const {
     const int nregs = layout_.register_count[p.S];
     const std::size_t loads = p.span.loads, nodes = p.span.nodes;
     const auto need = static_cast<std::size_t>((nregs + static_cast<int>(loads)) * tile_elems);
@@ -749,8 +744,7 @@ class fused_runner {
                 bs.step.data(),
                 bs.lrow.data(),
                 bs.lstep.data(),
-                acc,
-                tail,
+                maxes,
                 rsum,
                 cur,
                 true};
@@ -761,24 +755,24 @@ class fused_runner {
   void run_one_row_in_blocks(const pass_state& p, block_split split, index_t total) {
     const std::size_t reductions = p.span.reductions, operands_n = p.span.operand_count();
     const auto parts = static_cast<std::size_t>(split.count) * reductions;
-    std::vector<V> acc(parts, V(-std::numeric_limits<T>::infinity()));
-    std::vector<T> tail(parts, -std::numeric_limits<T>::infinity());
+    std::vector<running_max<T>> maxes(parts);
     std::vector<running_sum<T>> rsum(parts);
     std::vector<T*> cur(parts, nullptr);
     const index_t* const is = p.sc.is.data();
     parallel_blocks(split.count, [&](index_t b) {
       thread_local block_scratch bs;  // this thread's registers and row pointers
       const auto r = static_cast<std::size_t>(b) * reductions;
-      work w = block_work(bs, p, acc.data() + r, tail.data() + r, rsum.data() + r, cur.data() + r);
+      work w = block_work(bs, p, maxes.data() + r, rsum.data() + r, cur.data() + r);
       const index_t b0 = b * split.size;
       for (std::size_t q = 0; q < operands_n; ++q) bs.base[q] = is[q] != 0 ? b0 : 0;
       run_row(p, w, bs.base.data(), std::min(split.size, total - b0), is);
     });
-    merge_block_reductions(p, split.count, acc.data(), tail.data(), rsum.data());
+    merge_block_reductions(p, split.count, maxes.data(), rsum.data());
   }
-  /// The blocks' reductions to one element, combined: full sums by `sum_of_blocks` and maxes
-  /// lane by lane in block order, so the bits are one thread's.
-  static void merge_block_reductions(const pass_state& p, index_t blocks, const V* acc, const T* tail,
+  /// The blocks' reductions to one element, combined as one thread's would be: full sums by
+  /// `sum_of_block_sums` and maxes lane by lane in block order by `max_of_blocks`
+  /// (loops/tile_reductions.hpp, which the run-time programs' loops share).
+  static void merge_block_reductions(const pass_state& p, index_t blocks, const running_max<T>* maxes,
                                      const running_sum<T>* rsum) {
     const std::size_t reductions = p.span.reductions;
     const scratch& sc = p.sc;
@@ -786,19 +780,13 @@ class fused_runner {
     for (std::size_t j = 0; j < reductions; ++j) {
       if (sc.is[p.span.reduction_operand(j)] != 0) continue;  // written in place (a reduction to its own shape)
       T* const out = sc.wp[p.span.stores + j];
-      if (sc.rmax[j]) {
-        V a(-std::numeric_limits<T>::infinity());
-        T t = -std::numeric_limits<T>::infinity();
-        for (index_t b = 0; b < blocks; ++b) {
-          a = lanes::max(a, acc[static_cast<std::size_t>(b) * reductions + j]);
-          t = lanes::max(t, tail[static_cast<std::size_t>(b) * reductions + j]);
-        }
-        *out = lanes::max(*out, lanes::max(lanes_max(a), t));
-      } else {
-        for (index_t b = 0; b < blocks; ++b)
-          totals[static_cast<std::size_t>(b)] = rsum[static_cast<std::size_t>(b) * reductions + j].total();
-        *out = sum_of_blocks(totals.data(), blocks);
-      }
+      auto at = [&](index_t b) { return static_cast<std::size_t>(b) * reductions + j; };
+      if (sc.rmax[j])
+        *out = lanes::max(*out, max_of_blocks<T>(
+                                    blocks, [&](index_t b) -> auto& { return maxes[at(b)]; }));
+      else
+        *out = sum_of_block_sums<T>(
+            blocks, [&](index_t b) -> auto& { return rsum[at(b)]; }, totals.data());
     }
   }
 
@@ -820,7 +808,7 @@ class fused_runner {
     if (!block && rows_write_apart(p, space, rows, grain_rows)) {
       parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
         thread_local block_scratch bs;
-        work w = block_work(bs, p, nullptr, nullptr, nullptr, nullptr);
+        work w = block_work(bs, p, nullptr, nullptr, nullptr);
         std::vector<index_t> boff(operands_n, 0), binner(operands_n, 0);
         for_each_row_n(
             space, operands_n, sp.data(), boff.data(), binner.data(),
