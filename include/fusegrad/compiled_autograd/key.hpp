@@ -164,6 +164,134 @@ inline std::uint64_t name_hash(std::string_view name) {
   return h;
 }
 
+/// One key walk (`make_key`): the per-thread buffers it fills, and its phases, each NodeCall's
+/// hash `h` built as it goes.
+template <Element T>
+struct key_walk {
+  walk_key& key;
+  call_index& call;
+  collected<T>& col;
+  fusegrad::detail::fnv1a h{};
+
+  /// Empties the buffers of the previous walk (their capacity kept).
+  void start() {
+    key.structure.clear();
+    key.names.clear();
+    key.bytes.clear();
+    key.offsets.clear();
+    key.sizes.clear();
+    col.order.clear();
+    col.tensors.clear();
+    col.offsets.clear();
+    col.all = true;
+    call.clear();
+  }
+
+  /// The NodeCall index of `fn`, queued for the walk when it is new.
+  std::uint64_t node_call(node<T>* fn) {
+    auto [idx, fresh] = call.find_or_add(fn, static_cast<int>(col.order.size()) + 1);
+    if (fresh) col.order.push_back(fn);
+    return static_cast<std::uint64_t>(idx);
+  }
+
+  void add_shape(const shape& s) {
+    key.sizes.push_back(static_cast<index_t>(s.size()));
+    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
+  }
+
+  void add_hooks(const std::vector<hook<T>>& hs) {
+    for (const auto& hk : hs) {
+      if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
+        col.all = false;
+        h.mix(hk.id);
+      } else {
+        h.mix(hk.retains_grad ? 0x52ULL : 0x48ULL);
+      }
+    }
+  }
+
+  /// NodeCall 0: the root, with one edge per backward root.
+  void add_root(const std::vector<tensor<T>>& roots) {
+    h = fusegrad::detail::fnv1a();
+    h.mix(sizeof(T));
+    key.offsets.push_back(0);
+    for (const auto& r : roots) {
+      const auto e = fusegrad::detail::gradient_edge(r);
+      add_shape(r.shape());
+      h.mix(e.fn ? node_call(e.fn.get()) : ~0ULL);
+    }
+    key.structure.push_back(h.value());
+    key.names.emplace_back("GraphRoot");
+    key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
+  }
+
+  /// NodeCall q + 1 (`n`): its name, edges, outputs, what its backward reads, its leaf's hooks.
+  void add_node(node<T>* n) {
+    const std::string_view name = n->name();
+    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+    h = fusegrad::detail::fnv1a(name_hash(name));
+    add_edges(*n);
+    add_outputs(*n);
+    const bool accumulates = n->accumulates();
+    add_saved(*n, accumulates);
+    if (accumulates) add_leaf_hooks(*n);  // only accumulate_grad says so
+    key.structure.push_back(h.value());
+    key.names.push_back(name);
+    key.bytes.push_back(
+        static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
+  }
+
+  /// Each edge by its target's NodeCall and input slot (none: ~0).
+  void add_edges(node<T>& n) {
+    for (const auto& e : n.next_edges()) h.mix(e.fn ? node_call(e.fn.get()) << 8 | e.input_nr : ~0ULL);
+  }
+
+  /// Each output's hooks (by kind) and shape.
+  void add_outputs(node<T>& n) {
+    for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+      h.mix(0x4F5554ULL);
+      add_hooks(n.pre_hooks(i));
+      add_shape(n.output_shape(i));
+    }
+  }
+
+  /// What the node's backward reads (`node::collect`): its rule's constants keyed, its saved
+  /// tensors collected and their shapes keyed; a node that cannot say (or applies hooks
+  /// itself) makes the walk partial.
+  void add_saved(node<T>& n, bool accumulates) {
+    std::uint64_t params = 0;
+    const std::size_t first = col.tensors.size();
+    if (n.applies_hooks() || !n.collect(params, col.tensors)) {
+      col.all = false;
+      col.tensors.resize(first);
+      h.mix(0xC0FFEEULL);
+      return;
+    }
+    h.mix(params);
+    // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
+    // captured graph did not; see `run_plan`.)
+    for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
+      if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
+      else key.sizes.push_back(-1);
+    }
+  }
+
+  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive.
+  void add_leaf_hooks(node<T>& n) {
+    if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable(); leaf.defined()) {
+      h.mix(0x4C454146ULL);
+      add_hooks(leaf.raw_impl()->leaf_hooks);
+    }
+  }
+
+  /// Closes the last node's ranges of sizes and collected tensors.
+  void finish() {
+    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+  }
+};
+
 /// The cache key of the tape below `roots` (a per-thread buffer, valid until the next call),
 /// built in the same pass that collects what each node's backward reads (`collected_of<T>()`:
 /// its saved tensors, whose shapes join the key, checked for in-place changes as `apply`
@@ -173,96 +301,11 @@ template <Element T>
 const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   thread_local walk_key key;
   thread_local call_index call;
-  collected<T>& col = collected_of<T>();
-  std::vector<node<T>*>& order = col.order;
-  key.structure.clear();
-  key.names.clear();
-  key.bytes.clear();
-  key.offsets.clear();
-  key.sizes.clear();
-  order.clear();
-  col.tensors.clear();
-  col.offsets.clear();
-  col.all = true;
-  call.clear();
-  using fusegrad::detail::fnv1a;
-  auto add_shape = [&](const shape& s) {
-    key.sizes.push_back(static_cast<index_t>(s.size()));
-    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
-  };
-  auto add_hooks = [&](fnv1a& h, const std::vector<hook<T>>& hs) {
-    for (const auto& hk : hs) {
-      if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
-        col.all = false;
-        h.mix(hk.id);
-      } else {
-        h.mix(hk.retains_grad ? 0x52ULL : 0x48ULL);
-      }
-    }
-  };
-  // NodeCall 0: the root, with one edge per backward root.
-  fnv1a h;
-  h.mix(sizeof(T));
-  key.offsets.push_back(0);
-  for (const auto& r : roots) {
-    const auto e = fusegrad::detail::gradient_edge(r);
-    add_shape(r.shape());
-    std::uint64_t target = ~0ULL;
-    if (e.fn) {
-      auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
-      if (fresh) order.push_back(e.fn.get());
-      target = static_cast<std::uint64_t>(idx);
-    }
-    h.mix(target);
-  }
-  key.structure.push_back(h.value());
-  key.names.emplace_back("GraphRoot");
-  key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
-  for (std::size_t q = 0; q < order.size(); ++q) {
-    node<T>* n = order[q];
-    const std::string_view name = n->name();
-    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
-    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
-    h = fnv1a(name_hash(name));
-    for (const auto& e : n->next_edges()) {
-      std::uint64_t target = ~0ULL;
-      if (e.fn) {
-        auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
-        if (fresh) order.push_back(e.fn.get());
-        target = static_cast<std::uint64_t>(idx) << 8 | e.input_nr;
-      }
-      h.mix(target);
-    }
-    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
-      add_hooks(h.mix(0x4F5554ULL), n->pre_hooks(i));
-      add_shape(n->output_shape(i));
-    }
-    std::uint64_t params = 0;
-    const std::size_t first = col.tensors.size();
-    const bool accumulates = n->accumulates();
-    if (n->applies_hooks() || !n->collect(params, col.tensors)) {
-      col.all = false;
-      col.tensors.resize(first);
-      h.mix(0xC0FFEEULL);
-    } else {
-      h.mix(params);
-      // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
-      // captured graph did not; see `run_plan`.)
-      for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
-        if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
-        else key.sizes.push_back(-1);
-      }
-    }
-    if (accumulates)  // only accumulate_grad says so
-      if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable(); leaf.defined())
-        add_hooks(h.mix(0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
-    key.structure.push_back(h.value());
-    key.names.push_back(name);
-    key.bytes.push_back(
-        static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
-  }
-  key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
-  col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+  key_walk<T> walk{key, call, collected_of<T>()};
+  walk.start();
+  walk.add_root(roots);
+  for (std::size_t q = 0; q < walk.col.order.size(); ++q) walk.add_node(walk.col.order[q]);  // (the walk queues more)
+  walk.finish();
   return key;
 }
 
