@@ -4,7 +4,7 @@
 /// roots in NodeCall order (`make_key`), each node's kind, edges, output shapes, saved
 /// tensors' shapes, rule constants and hook kinds hashed into a per-thread key, its saved
 /// tensors collected (versions checked) for a hit to run on; the process-wide cache of keys
-/// (`lookup`, `reset`).
+/// (`lookup`, `reset`), whose hits compare what the hashes stand for, not only the hashes.
 
 #include <algorithm>
 #include <cstdint>
@@ -28,9 +28,14 @@ namespace detail {
 
 /// The cache key of one backward, in NodeCall order (breadth-first from GraphRoot): per node
 /// a hash of its kind, edges and hook ids, its name, and its output sizes (ranks included),
-/// all nodes' sizes in one array. Built into a per-thread buffer: no allocation once warm.
+/// all nodes' sizes in one array; and what the hashes stand for, compared on a hit: a hash
+/// collision must be a miss, not another graph's plan. Built into a per-thread buffer: no
+/// allocation once warm.
 struct walk_key {
   std::vector<std::uint64_t> structure;
+  /// Per node, how many words its hash mixed after its name, then those words: what a hit
+  /// compares, with the names.
+  std::vector<std::uint64_t> words;
   std::vector<std::string_view> names;  ///< the nodes' own names (valid while the tape lives)
   std::vector<std::uint32_t> bytes;     ///< the key's size for each node (for the verbose log)
   std::vector<std::uint32_t> offsets;   ///< node i's sizes: [offsets[i], offsets[i + 1])
@@ -40,7 +45,7 @@ struct walk_key {
 
 /// A key the cache holds: the same, names owned, and which sizes are dynamic.
 struct cached_key {
-  std::vector<std::uint64_t> structure;
+  std::vector<std::uint64_t> structure, words;
   std::vector<std::string> names;
   std::vector<std::uint32_t> bytes, offsets;
   std::vector<index_t> sizes;
@@ -164,6 +169,154 @@ inline std::uint64_t name_hash(std::string_view name) {
   return h;
 }
 
+/// One key walk (`make_key`): the per-thread buffers it fills, and its phases, each NodeCall's
+/// hash `h` built as it goes.
+template <Element T>
+struct key_walk {
+  walk_key& key;
+  call_index& call;
+  collected<T>& col;
+  fusegrad::detail::fnv1a h{};
+
+  /// Empties the buffers of the previous walk (their capacity kept).
+  void start() {
+    key.structure.clear();
+    key.words.clear();
+    key.names.clear();
+    key.bytes.clear();
+    key.offsets.clear();
+    key.sizes.clear();
+    col.order.clear();
+    col.tensors.clear();
+    col.offsets.clear();
+    col.all = true;
+    call.clear();
+  }
+
+  /// The NodeCall index of `fn`, queued for the walk when it is new.
+  std::uint64_t node_call(node<T>* fn) {
+    auto [idx, fresh] = call.find_or_add(fn, static_cast<int>(col.order.size()) + 1);
+    if (fresh) col.order.push_back(fn);
+    return static_cast<std::uint64_t>(idx);
+  }
+
+  /// Mixes `w` into the node's hash and keeps it, for a hit to compare.
+  void mix(std::uint64_t w) {
+    h.mix(w);
+    key.words.push_back(w);
+  }
+
+  /// Starts a node's words with room for their count (the count makes equal words mean
+  /// equal nodes, not only an equal concatenation).
+  std::size_t start_words() {
+    key.words.push_back(0);
+    return key.words.size();
+  }
+  /// Ends a node: its hash, its name, its words' count.
+  void end_node(std::string_view name, std::size_t words_from) {
+    key.words[words_from - 1] = key.words.size() - words_from;
+    key.structure.push_back(h.value());
+    key.names.push_back(name);
+  }
+
+  void add_shape(const shape& s) {
+    key.sizes.push_back(static_cast<index_t>(s.size()));
+    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
+  }
+
+  void add_hooks(const std::vector<hook<T>>& hs) {
+    for (const auto& hk : hs) {
+      if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
+        col.all = false;
+        mix(hk.id);
+      } else {
+        mix(hk.retains_grad ? 0x52ULL : 0x48ULL);
+      }
+    }
+  }
+
+  /// NodeCall 0: the root, with one edge per backward root.
+  void add_root(const std::vector<tensor<T>>& roots) {
+    h = fusegrad::detail::fnv1a();
+    const std::size_t words_from = start_words();
+    mix(sizeof(T));
+    key.offsets.push_back(0);
+    for (const auto& r : roots) {
+      const auto e = fusegrad::detail::gradient_edge(r);
+      add_shape(r.shape());
+      mix(e.fn ? node_call(e.fn.get()) : ~0ULL);
+    }
+    end_node("GraphRoot", words_from);
+    key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
+  }
+
+  /// NodeCall q + 1 (`n`): its name, edges, outputs, what its backward reads, its leaf's hooks.
+  void add_node(node<T>* n) {
+    const std::string_view name = n->name();
+    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+    h = fusegrad::detail::fnv1a(name_hash(name));
+    const std::size_t words_from = start_words();
+    add_edges(*n);
+    add_outputs(*n);
+    const bool accumulates = n->accumulates();
+    add_saved(*n, accumulates);
+    if (accumulates) add_leaf_hooks(*n);  // only accumulate_grad says so
+    end_node(name, words_from);
+    key.bytes.push_back(
+        static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
+  }
+
+  /// Each edge by its target's NodeCall and input slot (none: ~0).
+  void add_edges(node<T>& n) {
+    for (const auto& e : n.next_edges()) mix(e.fn ? node_call(e.fn.get()) << 8 | e.input_nr : ~0ULL);
+  }
+
+  /// Each output's hooks (by kind) and shape.
+  void add_outputs(node<T>& n) {
+    for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+      mix(0x4F5554ULL);
+      add_hooks(n.pre_hooks(i));
+      add_shape(n.output_shape(i));
+    }
+  }
+
+  /// What the node's backward reads (`node::collect`): its rule's constants keyed, its saved
+  /// tensors collected and their shapes keyed; a node that cannot say (or applies hooks
+  /// itself) makes the walk partial.
+  void add_saved(node<T>& n, bool accumulates) {
+    std::uint64_t params = 0;
+    const std::size_t first = col.tensors.size();
+    if (n.applies_hooks() || !n.collect(params, col.tensors)) {
+      col.all = false;
+      col.tensors.resize(first);
+      mix(0xC0FFEEULL);
+      return;
+    }
+    mix(params);
+    // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
+    // captured graph did not; see `run_plan`.)
+    for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
+      if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
+      else key.sizes.push_back(-1);
+    }
+  }
+
+  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive.
+  void add_leaf_hooks(node<T>& n) {
+    if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable(); leaf.defined()) {
+      mix(0x4C454146ULL);
+      add_hooks(leaf.raw_impl()->leaf_hooks);
+    }
+  }
+
+  /// Closes the last node's ranges of sizes and collected tensors.
+  void finish() {
+    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
+    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+  }
+};
+
 /// The cache key of the tape below `roots` (a per-thread buffer, valid until the next call),
 /// built in the same pass that collects what each node's backward reads (`collected_of<T>()`:
 /// its saved tensors, whose shapes join the key, checked for in-place changes as `apply`
@@ -173,97 +326,72 @@ template <Element T>
 const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   thread_local walk_key key;
   thread_local call_index call;
-  collected<T>& col = collected_of<T>();
-  std::vector<node<T>*>& order = col.order;
-  key.structure.clear();
-  key.names.clear();
-  key.bytes.clear();
-  key.offsets.clear();
-  key.sizes.clear();
-  order.clear();
-  col.tensors.clear();
-  col.offsets.clear();
-  col.all = true;
-  call.clear();
-  using fusegrad::detail::fnv1a;
-  auto add_shape = [&](const shape& s) {
-    key.sizes.push_back(static_cast<index_t>(s.size()));
-    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
-  };
-  auto add_hooks = [&](fnv1a& h, const std::vector<hook<T>>& hs) {
-    for (const auto& hk : hs) {
-      if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
-        col.all = false;
-        h.mix(hk.id);
-      } else {
-        h.mix(hk.retains_grad ? 0x52ULL : 0x48ULL);
-      }
-    }
-  };
-  // NodeCall 0: the root, with one edge per backward root.
-  fnv1a h;
-  h.mix(sizeof(T));
-  key.offsets.push_back(0);
-  for (const auto& r : roots) {
-    const auto e = fusegrad::detail::gradient_edge(r);
-    add_shape(r.shape());
-    std::uint64_t target = ~0ULL;
-    if (e.fn) {
-      auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
-      if (fresh) order.push_back(e.fn.get());
-      target = static_cast<std::uint64_t>(idx);
-    }
-    h.mix(target);
-  }
-  key.structure.push_back(h.value());
-  key.names.emplace_back("GraphRoot");
-  key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
-  for (std::size_t q = 0; q < order.size(); ++q) {
-    node<T>* n = order[q];
-    const std::string_view name = n->name();
-    key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
-    col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
-    h = fnv1a(name_hash(name));
-    for (const auto& e : n->next_edges()) {
-      std::uint64_t target = ~0ULL;
-      if (e.fn) {
-        auto [idx, fresh] = call.find_or_add(e.fn.get(), static_cast<int>(order.size()) + 1);
-        if (fresh) order.push_back(e.fn.get());
-        target = static_cast<std::uint64_t>(idx) << 8 | e.input_nr;
-      }
-      h.mix(target);
-    }
-    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
-      add_hooks(h.mix(0x4F5554ULL), n->pre_hooks(i));
-      add_shape(n->output_shape(i));
-    }
-    std::uint64_t params = 0;
-    const std::size_t first = col.tensors.size();
-    const bool accumulates = n->accumulates();
-    if (n->applies_hooks() || !n->collect(params, col.tensors)) {
-      col.all = false;
-      col.tensors.resize(first);
-      h.mix(0xC0FFEEULL);
-    } else {
-      h.mix(params);
-      // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
-      // captured graph did not; see `run_plan`.)
-      for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
-        if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
-        else key.sizes.push_back(-1);
-      }
-    }
-    if (accumulates)  // only accumulate_grad says so
-      if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable(); leaf.defined())
-        add_hooks(h.mix(0x4C454146ULL), leaf.raw_impl()->leaf_hooks);
-    key.structure.push_back(h.value());
-    key.names.push_back(name);
-    key.bytes.push_back(
-        static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
-  }
-  key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
-  col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
+  key_walk<T> walk{key, call, collected_of<T>()};
+  walk.start();
+  walk.add_root(roots);
+  for (std::size_t q = 0; q < walk.col.order.size(); ++q) walk.add_node(walk.col.order[q]);  // (the walk queues more)
+  walk.finish();
   return key;
+}
+
+/// Whether cached key `c` stands for the tape `key` stands for, their hashes being equal:
+/// every word the hashes mixed, and every node's name, compared (a collision is no hit).
+inline bool same_nodes(const cached_key& c, const walk_key& key) {
+  return c.words == key.words && std::equal(c.names.begin(), c.names.end(), key.names.begin(), key.names.end(),
+                                            [](const std::string& a, std::string_view b) { return a == b; });
+}
+
+/// How many NodeCalls `c` and `key` share from the root.
+inline std::size_t common_prefix(const cached_key& c, const walk_key& key) {
+  std::size_t p = 0;
+  const std::size_t m = std::min(key.size(), c.structure.size());
+  while (p < m && c.structure[p] == key.structure[p]) ++p;
+  return p;
+}
+
+/// A key of the same nodes whose sizes differ: each static size that changed is marked
+/// dynamic (and logged); true when none did (a hit).
+inline bool same_static_sizes(cached_key& c, const walk_key& key) {
+  bool same = true;
+  for (std::size_t j = 0; j < key.sizes.size(); ++j)
+    if (c.sizes[j] != key.sizes[j] && !c.dynamic[j]) {
+      same = false;
+      c.dynamic[j] = 1;
+      const auto node =
+          static_cast<std::size_t>(std::upper_bound(c.offsets.begin(), c.offsets.end(), j) - c.offsets.begin()) - 1;
+      logs::emit(logs::compiled_autograd_verbose, "Cache miss due to changed shapes: marking size idx " +
+                                                      std::to_string(j - c.offsets[node]) + " of " + c.names[node] +
+                                                      " (NodeCall " + std::to_string(node) + ") as dynamic");
+    }
+  return same;
+}
+
+/// Logs a miss's first new node: where `key` leaves `best_key`, the cached key sharing the
+/// longest prefix (`best` NodeCalls), with the key sizes the cached keys have there.
+inline void log_new_node(const state& st, const walk_key& key, std::size_t best, const cached_key* best_key) {
+  std::string prev = "[";
+  for (const auto& c : st.keys)
+    if (best < c.structure.size() && (!best_key || best_key == &c || best == 0))
+      prev += (prev.size() > 1 ? ", " : "") + std::to_string(c.bytes[best]);
+  prev += "]";
+  if (best < key.size())
+    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + std::string(key.names[best]) +
+                                                    " (NodeCall " + std::to_string(best) + ") with key size " +
+                                                    std::to_string(key.bytes[best]) + ", previous key sizes=" + prev);
+}
+
+/// Stores `key` (a miss), its names owned and none of its sizes dynamic yet.
+inline cached_key& add_key(state& st, const walk_key& key) {
+  cached_key c;
+  c.structure = key.structure;
+  c.words = key.words;
+  c.names.assign(key.names.begin(), key.names.end());
+  c.bytes = key.bytes;
+  c.offsets = key.offsets;
+  c.sizes = key.sizes;
+  c.dynamic.assign(key.sizes.size(), 0);
+  st.keys.push_back(std::move(c));
+  return st.keys.back();
 }
 
 /// Looks `key` up (true: a hit); on a miss, records it and logs why. `found`, when given, gets
@@ -275,56 +403,28 @@ inline bool lookup(const walk_key& key, cached_key** found = nullptr) {
   std::size_t best = 0;
   cached_key* best_key = nullptr;
   for (auto& c : st.keys) {
-    std::size_t p = 0;
-    const std::size_t m = std::min(key.size(), c.structure.size());
     if (c.structure.size() == key.size() && c.sizes == key.sizes && c.offsets == key.offsets &&
-        std::equal(c.structure.begin(), c.structure.end(), key.structure.begin())) {
+        std::equal(c.structure.begin(), c.structure.end(), key.structure.begin()) && same_nodes(c, key)) {
       if (found) *found = &c;  // the common hit: everything equal (memcmp-speed compares)
       return true;
     }
-    while (p < m && c.structure[p] == key.structure[p]) ++p;
-    if (p == key.size() && p == c.structure.size()) {
-      // Same structure: a hit unless a static size changed.
-      if (c.sizes.size() == key.sizes.size() && c.offsets == key.offsets) {
-        bool same = true;
-        for (std::size_t j = 0; j < key.sizes.size(); ++j)
-          if (c.sizes[j] != key.sizes[j] && !c.dynamic[j]) {
-            same = false;
-            c.dynamic[j] = 1;
-            const auto node =
-                static_cast<std::size_t>(std::upper_bound(c.offsets.begin(), c.offsets.end(), j) - c.offsets.begin()) -
-                1;
-            logs::emit(logs::compiled_autograd_verbose,
-                       "Cache miss due to changed shapes: marking size idx " + std::to_string(j - c.offsets[node]) +
-                           " of " + c.names[node] + " (NodeCall " + std::to_string(node) + ") as dynamic");
-          }
+    const std::size_t p = common_prefix(c, key);
+    // Same structure and ranks (other ranks: a new key).
+    if (p == key.size() && p == c.structure.size() && c.sizes.size() == key.sizes.size() && c.offsets == key.offsets) {
+      if (same_nodes(c, key)) {  // a hit unless a static size changed
         if (found) *found = &c;
-        if (same) return true;
+        if (same_static_sizes(c, key)) return true;
         c.sizes = key.sizes;
         return false;
       }
-      // Same structure, other ranks: a new key.
+      logs::emit(logs::compiled_autograd_verbose,
+                 "Cache miss due to a hash collision: a cached key has these hashes for other nodes");
     }
     if (p >= best) best = p, best_key = &c;
   }
-  std::string prev = "[";
-  for (const auto& c : st.keys)
-    if (best < c.structure.size() && (!best_key || best_key == &c || best == 0))
-      prev += (prev.size() > 1 ? ", " : "") + std::to_string(c.bytes[best]);
-  prev += "]";
-  if (best < key.size())
-    logs::emit(logs::compiled_autograd_verbose, "Cache miss due to new autograd node: " + std::string(key.names[best]) +
-                                                    " (NodeCall " + std::to_string(best) + ") with key size " +
-                                                    std::to_string(key.bytes[best]) + ", previous key sizes=" + prev);
-  cached_key c;
-  c.structure = key.structure;
-  c.names.assign(key.names.begin(), key.names.end());
-  c.bytes = key.bytes;
-  c.offsets = key.offsets;
-  c.sizes = key.sizes;
-  c.dynamic.assign(key.sizes.size(), 0);
-  st.keys.push_back(std::move(c));
-  if (found) *found = &st.keys.back();
+  log_new_node(st, key, best, best_key);
+  cached_key& c = add_key(st, key);
+  if (found) *found = &c;
   return false;
 }
 

@@ -6,6 +6,7 @@
 /// printed signature, and `run_plan`, which runs it.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,18 +113,16 @@ std::string signature(const plan<T>& p, const collected<T>& col) {
   return s;
 }
 
-/// The plan of a capture that ran as one compiled graph, or null where its graph cannot run
-/// from collected values alone (a graph break, an eager fallback, an input the walk did not
-/// collect, an output that is not a leaf's gradient, a hook traced into the graph).
+/// What a capture's trace records of its flushes (the graph a plan runs).
 template <Element T>
-std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::trace<T>::flush_record& rec,
-                                         const collected<T>& col, const std::vector<index_t>& key_sizes) {
-  if (!col.all || rec.flushes != 1 || !rec.compiled || !rec.e || rec.e->bwd || rec.e->eager) return nullptr;
-  auto p = std::make_shared<plan<T>>();
-  p->e = rec.e;
-  p->key_sizes = key_sizes;
-  if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
-  // Every collected tensor and root gradient by its impl (one source per impl).
+using flush_record = typename fusegrad::detail::jit::trace<T>::flush_record;
+
+/// Where each collected tensor, root gradient and lifted scalar comes from, by its impl (one
+/// source per impl, sorted by impl); `same` gets the sources that are one tensor with another
+/// (saved inputs are the tensors themselves): the first of them reads it.
+template <Element T>
+std::vector<std::pair<const void*, typename plan<T>::source>> sources_by_impl(
+    const collected<T>& col, std::vector<std::pair<typename plan<T>::source, typename plan<T>::source>>& same) {
   using from = typename plan<T>::from;
   std::vector<std::pair<const void*, typename plan<T>::source>> by_impl;
   for (std::size_t j = 0; j < col.owned.size(); ++j)
@@ -134,88 +133,119 @@ std::shared_ptr<const plan<T>> make_plan(const typename fusegrad::detail::jit::t
   for (std::size_t j = 0; j < col.scalar_tensors.size(); ++j)
     by_impl.push_back({col.scalar_tensors[j].raw_impl().get(), {from::scalar, col.scalar_node[j]}});
   std::stable_sort(by_impl.begin(), by_impl.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  {  // one tensor, several sources (saved inputs are the tensors themselves): the first reads it
-    std::size_t w = 0;
-    for (std::size_t j = 0; j < by_impl.size(); ++j) {
-      if (w > 0 && by_impl[j].first == by_impl[w - 1].first) {
-        p->same.emplace_back(by_impl[w - 1].second, by_impl[j].second);
-        continue;
-      }
-      by_impl[w++] = by_impl[j];
+  std::size_t w = 0;
+  for (std::size_t j = 0; j < by_impl.size(); ++j) {
+    if (w > 0 && by_impl[j].first == by_impl[w - 1].first) {
+      same.emplace_back(by_impl[w - 1].second, by_impl[j].second);
+      continue;
     }
-    by_impl.resize(w);
+    by_impl[w++] = by_impl[j];
   }
+  by_impl.resize(w);
+  return by_impl;
+}
+
+/// The source of each input of the captured graph; false where one was not collected (made by
+/// a rule: zeros, ...).
+template <Element T>
+bool find_inputs(plan<T>& p, const flush_record<T>& rec,
+                 const std::vector<std::pair<const void*, typename plan<T>::source>>& by_impl) {
   for (const auto& in : rec.inputs) {
     const void* k = in.raw_impl().get();
     auto it =
         std::lower_bound(by_impl.begin(), by_impl.end(), k, [](const auto& a, const void* b) { return a.first < b; });
-    if (it == by_impl.end() || it->first != k) return nullptr;  // made by a rule (zeros, ...): not collectable
-    p->inputs.push_back(it->second);
+    if (it == by_impl.end() || it->first != k) return false;
+    p.inputs.push_back(it->second);
   }
-  // Outputs: the leaves' gradients.
+  return true;
+}
+
+/// The AccumulateGrad each output of the captured graph goes to (its leaf's gradient), and
+/// whether the graph added the gradient the leaf had; false where an output is not a leaf's.
+template <Element T>
+bool find_outputs(plan<T>& p, const flush_record<T>& rec, const collected<T>& col) {
+  using from = typename plan<T>::from;
   for (const auto* t : rec.targets) {
     bool found = false;
     for (std::size_t q = 0; q < col.order.size() && !found; ++q)
       if (col.order[q]->accumulates())
         if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[q]))
           if (auto leaf = acc->variable(); leaf.defined() && leaf.raw_impl()->grad.raw_impl().get() == t) {
-            p->out_node.push_back(static_cast<std::uint32_t>(q));
+            p.out_node.push_back(static_cast<std::uint32_t>(q));
             const auto flat = col.offsets[q];  // the gradient it had: an input of the graph?
-            p->out_added.push_back(std::any_of(p->inputs.begin(), p->inputs.end(), [&](const auto& src) {
+            p.out_added.push_back(std::any_of(p.inputs.begin(), p.inputs.end(), [&](const auto& src) {
               return src.kind == from::saved && src.index == flat;
             }));
             found = true;
           }
-    if (!found) return nullptr;
+    if (!found) return false;
   }
-  // Call slots: matmul's and views' functions kept; hooks found on the tape by id.
-  p->fns = rec.calls;
+  return true;
+}
+
+/// The tape's hook with id `id` for call slot `slot`: an output's pre-hook, or (output -1) an
+/// AccumulateGrad's leaf hook; none where no node of the tape holds it.
+template <Element T>
+std::optional<typename plan<T>::hook_source> find_hook(const collected<T>& col, std::uint64_t id, std::size_t slot) {
+  using hook_source = typename plan<T>::hook_source;
+  const auto k = static_cast<std::uint32_t>(slot);
+  for (std::size_t q = 0; q < col.order.size(); ++q) {
+    node<T>* n = col.order[q];
+    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
+      const auto& hs = n->pre_hooks(i);
+      for (std::size_t j = 0; j < hs.size(); ++j)
+        if (hs[j].id == id)
+          return hook_source{k, static_cast<std::uint32_t>(q), static_cast<int>(i), static_cast<std::uint32_t>(j)};
+    }
+    if (n->accumulates())
+      if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(n))
+        if (auto leaf = acc->variable(); leaf.defined()) {
+          const auto& hs = leaf.raw_impl()->leaf_hooks;
+          for (std::size_t j = 0; j < hs.size(); ++j)
+            if (hs[j].id == id) return hook_source{k, static_cast<std::uint32_t>(q), -1, static_cast<std::uint32_t>(j)};
+        }
+  }
+  return std::nullopt;
+}
+
+/// The call slots: matmul's and views' functions kept; hooks found on the tape by id (their
+/// functions made on each hit); false where a hook is traced into the graph or not found.
+template <Element T>
+bool find_call_slots(plan<T>& p, const flush_record<T>& rec, const collected<T>& col) {
+  p.fns = rec.calls;
   for (std::size_t k = 0; k < rec.calls.size(); ++k) {
     const std::uint64_t id = rec.call_hook_ids[k];
     if (id == 0) continue;
-    if (id == ~std::uint64_t{0}) return nullptr;
-    bool found = false;
-    for (std::size_t q = 0; q < col.order.size() && !found; ++q) {
-      node<T>* n = col.order[q];
-      for (std::size_t i = 0; i < n->num_outputs() && !found; ++i) {
-        const auto& hs = n->pre_hooks(i);
-        for (std::size_t j = 0; j < hs.size() && !found; ++j)
-          if (hs[j].id == id) {
-            p->hooks.push_back({static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), static_cast<int>(i),
-                                static_cast<std::uint32_t>(j)});
-            found = true;
-          }
-      }
-      if (!found && n->accumulates())
-        if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(n))
-          if (auto leaf = acc->variable(); leaf.defined()) {
-            const auto& hs = leaf.raw_impl()->leaf_hooks;
-            for (std::size_t j = 0; j < hs.size() && !found; ++j)
-              if (hs[j].id == id) {
-                p->hooks.push_back(
-                    {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(q), -1, static_cast<std::uint32_t>(j)});
-                found = true;
-              }
-          }
-    }
-    if (!found) return nullptr;
-    p->fns[k] = nullptr;
+    if (id == ~std::uint64_t{0}) return false;
+    const auto h = find_hook(col, id, k);
+    if (!h) return false;
+    p.hooks.push_back(*h);
+    p.fns[k] = nullptr;
   }
+  return true;
+}
+
+/// The plan of a capture that ran as one compiled graph, or null where its graph cannot run
+/// from collected values alone (a graph break, an eager fallback, an input the walk did not
+/// collect, an output that is not a leaf's gradient, a hook traced into the graph).
+template <Element T>
+std::shared_ptr<const plan<T>> make_plan(const flush_record<T>& rec, const collected<T>& col,
+                                         const std::vector<index_t>& key_sizes) {
+  if (!col.all || rec.flushes != 1 || !rec.compiled || !rec.e || rec.e->bwd || rec.e->eager) return nullptr;
+  auto p = std::make_shared<plan<T>>();
+  p->e = rec.e;
+  p->key_sizes = key_sizes;
+  if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
+  const auto by_impl = sources_by_impl(col, p->same);
+  if (!find_inputs(*p, rec, by_impl) || !find_outputs(*p, rec, col) || !find_call_slots(*p, rec, col)) return nullptr;
   return p;
 }
 
-/// A cache hit: the captured graph run on the values the key walk collected, its outputs
-/// accumulated into the leaves (PyTorch's AccumulateGrad: a fresh buffer is taken over).
-/// False, having changed nothing, where the inputs do not fit the plan's program (the caller
-/// then captures again).
+/// The graph's inputs for a hit, in `inputs`: the collected tensors, root gradients and this
+/// tape's scalar inputs the plan names; false where one is missing or the sources that were
+/// one tensor at the capture are no longer.
 template <Element T>
-bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
-  const auto& e = *p.e;
-  thread_local std::vector<tensor<T>> inputs;
-  inputs.clear();
-  struct clear_inputs {
-    ~clear_inputs() { inputs.clear(); }
-  } clear_on_exit;
+bool gather_inputs(const plan<T>& p, const collected<T>& col, std::vector<tensor<T>>& inputs) {
   using from = typename plan<T>::from;
   auto tensor_of = [&](const typename plan<T>::source& src) {
     return src.kind == from::root ? &col.grads[src.index] : col.tensors[src.index];
@@ -235,34 +265,35 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
     if (!t || !t->defined()) return false;
     inputs.push_back(*t);
   }
-  if (!e.accepts(inputs, false, e.alias_of)) return false;
-  const std::vector<ir::call_fn<T>>* fns = &p.fns;
-  std::vector<ir::call_fn<T>> with_hooks;
-  if (!p.hooks.empty()) {
-    with_hooks = p.fns;
-    for (const auto& hs : p.hooks) {
-      node<T>* n = col.order[hs.node];
-      hook<T> h;
-      if (hs.output >= 0) {
-        h = n->pre_hooks(static_cast<std::size_t>(hs.output)).at(hs.index);
-      } else {
-        auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable();
-        if (!leaf.defined()) return false;
-        h = leaf.raw_impl()->leaf_hooks.at(hs.index);
-      }
-      with_hooks[hs.slot] = [h = std::move(h)](const tensor<T>& g, const tensor<T>&) {
-        return fusegrad::detail::apply_hook(h, g);
-      };
+  return true;
+}
+
+/// The plan's call slots with this tape's hooks in theirs, in `with_hooks`; false where a
+/// hooked leaf is gone.
+template <Element T>
+bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<ir::call_fn<T>>& with_hooks) {
+  with_hooks = p.fns;
+  for (const auto& hs : p.hooks) {
+    node<T>* n = col.order[hs.node];
+    hook<T> h;
+    if (hs.output >= 0) {
+      h = n->pre_hooks(static_cast<std::size_t>(hs.output)).at(hs.index);
+    } else {
+      auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable();
+      if (!leaf.defined()) return false;
+      h = leaf.raw_impl()->leaf_hooks.at(hs.index);
     }
-    fns = &with_hooks;
+    with_hooks[hs.slot] = [h = std::move(h)](const tensor<T>& g, const tensor<T>&) {
+      return fusegrad::detail::apply_hook(h, g);
+    };
   }
-  fusegrad::detail::bump(fusegrad::detail::counter_cells().cache_hits);
-  std::vector<tensor<T>> res;
-  {
-    no_grad off;
-    res = e.fwd->run(inputs, e.dynamic ? &p.shapes : nullptr, fns);
-  }
-  inputs.clear();
+  return true;
+}
+
+/// Each graph output into its leaf's gradient (added to the gradient so far where the graph
+/// did not add it, as eagerly; else taken over, copied unless owned alone).
+template <Element T>
+void accumulate_outputs(const plan<T>& p, const collected<T>& col, std::vector<tensor<T>>& res) {
   for (std::size_t o = 0; o < p.out_node.size(); ++o) {
     auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[p.out_node[o]])->variable();
     if (!leaf.defined()) continue;
@@ -277,6 +308,41 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
       fusegrad::detail::write_grad(impl, std::move(g));
     }
   }
+}
+
+/// Empties a thread's buffer of graph inputs on the way out, even where the run throws.
+template <Element T>
+struct clear_inputs {
+  std::vector<tensor<T>>& v;
+  ~clear_inputs() { v.clear(); }
+};
+
+/// A cache hit: the captured graph run on the values the key walk collected, its outputs
+/// accumulated into the leaves (PyTorch's AccumulateGrad: a fresh buffer is taken over).
+/// False, having changed nothing, where the inputs do not fit the plan's program (the caller
+/// then captures again).
+template <Element T>
+bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
+  const auto& e = *p.e;
+  thread_local std::vector<tensor<T>> inputs;
+  inputs.clear();
+  clear_inputs<T> clear_on_exit{inputs};
+  if (!gather_inputs(p, col, inputs)) return false;
+  if (!e.accepts(inputs, false, e.alias_of)) return false;
+  const std::vector<ir::call_fn<T>>* fns = &p.fns;
+  std::vector<ir::call_fn<T>> with_hooks;
+  if (!p.hooks.empty()) {
+    if (!bind_hooks(p, col, with_hooks)) return false;
+    fns = &with_hooks;
+  }
+  fusegrad::detail::bump(fusegrad::detail::counter_cells().cache_hits);
+  std::vector<tensor<T>> res;
+  {
+    no_grad off;
+    res = e.fwd->run(inputs, e.dynamic ? &p.shapes : nullptr, fns);
+  }
+  inputs.clear();
+  accumulate_outputs(p, col, res);
   if (!retain_graph)
     for (node<T>* n : col.order) n->release_saved();
   return true;
