@@ -408,6 +408,9 @@ struct pass_io {
 /// `put(std::integral_constant<int, q>, v)` takes the batch `v` of summed quantity `q` (into a
 /// tile buffer's slot, or registers).
 template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, class Put>
+// Above the complexity bound: one if-constexpr branch per pass kind (forward or backward, full or
+// partial batch), one inlined body in the element loop.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tuple_size_v<Slots>>& io, index_t pos,
                       index_t rem, const Put& put, const batch_of<Vs>* red_adj) {
   using Vb = batch_of<Vs>;

@@ -198,6 +198,8 @@ class row_step {
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
 
 template <Element T>
+// Above the complexity bound: the region's membership rules per node kind; not yet split.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std::vector<bool>& need) {
   const auto& ns = g.nodes();
   const std::size_t N = ns.size();
@@ -292,6 +294,8 @@ void row_step<T>::link_operands(const graph<T>& g, const shape& S, const std::ve
 }
 
 template <Element T>
+// Above the complexity bound: the pass rules per node kind; not yet split.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void row_step<T>::assign_passes(const std::vector<node<T>>& ns) {
   // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
   // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
@@ -342,6 +346,8 @@ void row_step<T>::place_values(const std::vector<node<T>>& ns) {
 }
 
 template <Element T>
+// Above the complexity bound: register reuse per pass and value kind; not yet split.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void row_step<T>::allocate_registers() {
   for (int p = 0; p < passes_; ++p) {
     std::vector<int> last_use(mem_.size(), -1), free_regs;
@@ -417,6 +423,8 @@ bool row_step<T>::fits(const graph<T>& g, const std::vector<shape>& sizes) const
 }
 
 template <Element T>
+// Above the complexity bound: the eager fallback and the row loop; not yet split.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
   auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g.nodes()[k].sizes; };
   const auto& ns = g.nodes();
@@ -506,6 +514,8 @@ std::string row_step<T>::to_string(const graph<T>& g) const {
 }
 
 template <Element T>
+// Above the complexity bound: one eligibility condition per node kind.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in) {
   const auto& n = g.nodes()[k];
   const form f = form_of(n.sizes, S);
@@ -633,6 +643,9 @@ inline void row_step<T>::start_tiles(const pass_work& P, const row_ctx& x) const
 }
 
 template <Element T>
+// Above the complexity bound: the row's tile loop with its partial tile, one body so that it stays
+// inlined.
+// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 inline void row_step<T>::walk_tiles(const pass_work& P, const row_ctx& x) const {
   const index_t C = x.C;
   for (index_t t0 = 0; t0 < C; t0 += tile_elems) {
