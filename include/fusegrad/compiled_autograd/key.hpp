@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,30 @@ namespace compiled_autograd {
 
 namespace detail {
 
+/// A growing array that the key walk appends to a few times per node: its append is inlined
+/// (std::vector's push_back is not, in the walk: its growth path is large). Reused across
+/// walks: `clear` keeps the storage.
+template <class V>
+class append_buffer {
+ public:
+  void clear() noexcept { n_ = 0; }
+  [[gnu::always_inline]] void push_back(const V& v) {
+    if (n_ == store_.size()) [[unlikely]]
+      grow();
+    store_[n_++] = v;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  V& operator[](std::size_t i) noexcept { return store_[i]; }
+  const V& operator[](std::size_t i) const noexcept { return store_[i]; }
+  [[nodiscard]] const V* begin() const noexcept { return store_.data(); }
+  [[nodiscard]] const V* end() const noexcept { return store_.data() + n_; }
+
+ private:
+  [[gnu::noinline]] void grow() { store_.resize(std::max<std::size_t>(64, 2 * store_.size())); }
+  std::vector<V> store_;
+  std::size_t n_ = 0;
+};
+
 /// The cache key of one backward, in NodeCall order (breadth-first from GraphRoot): per node
 /// a hash of its kind, edges and hook ids, its name, and its output sizes (ranks included),
 /// all nodes' sizes in one array; and what the hashes stand for, compared on a hit: a hash
@@ -35,10 +60,10 @@ struct walk_key {
   std::vector<std::uint64_t> structure;
   /// Per node, how many words its hash mixed after its name, then those words: what a hit
   /// compares, with the names.
-  std::vector<std::uint64_t> words;
-  std::vector<std::string_view> names;  ///< the nodes' own names (valid while the tape lives)
-  std::vector<std::uint32_t> bytes;     ///< the key's size for each node (for the verbose log)
-  std::vector<std::uint32_t> offsets;   ///< node i's sizes: [offsets[i], offsets[i + 1])
+  append_buffer<std::uint64_t> words;
+  append_buffer<std::string_view> names;  ///< the nodes' own names (valid while the tape lives)
+  std::vector<std::uint32_t> bytes;       ///< the key's size for each node (for the verbose log)
+  std::vector<std::uint32_t> offsets;     ///< node i's sizes: [offsets[i], offsets[i + 1])
   std::vector<index_t> sizes;
   [[nodiscard]] std::size_t size() const noexcept { return structure.size(); }
 };
@@ -170,7 +195,8 @@ inline std::uint64_t name_hash(std::string_view name) {
 }
 
 /// One key walk (`make_key`): the per-thread buffers it fills, and its phases, each NodeCall's
-/// hash `h` built as it goes.
+/// hash `h` built as it goes. The phases are inlined into the walk's loop: it runs on every
+/// backward, a few nanoseconds per node, and a call per word or per size would double it.
 template <Element T>
 struct key_walk {
   walk_key& key;
@@ -194,37 +220,37 @@ struct key_walk {
   }
 
   /// The NodeCall index of `fn`, queued for the walk when it is new.
-  std::uint64_t node_call(node<T>* fn) {
+  [[gnu::always_inline]] std::uint64_t node_call(node<T>* fn) {
     auto [idx, fresh] = call.find_or_add(fn, static_cast<int>(col.order.size()) + 1);
     if (fresh) col.order.push_back(fn);
     return static_cast<std::uint64_t>(idx);
   }
 
   /// Mixes `w` into the node's hash and keeps it, for a hit to compare.
-  void mix(std::uint64_t w) {
+  [[gnu::always_inline]] void mix(std::uint64_t w) {
     h.mix(w);
     key.words.push_back(w);
   }
 
   /// Starts a node's words with room for their count (the count makes equal words mean
   /// equal nodes, not only an equal concatenation).
-  std::size_t start_words() {
+  [[gnu::always_inline]] std::size_t start_words() {
     key.words.push_back(0);
     return key.words.size();
   }
   /// Ends a node: its hash, its name, its words' count.
-  void end_node(std::string_view name, std::size_t words_from) {
+  [[gnu::always_inline]] void end_node(std::string_view name, std::size_t words_from) {
     key.words[words_from - 1] = key.words.size() - words_from;
     key.structure.push_back(h.value());
     key.names.push_back(name);
   }
 
-  void add_shape(const shape& s) {
+  [[gnu::always_inline]] void add_shape(const shape& s) {
     key.sizes.push_back(static_cast<index_t>(s.size()));
     for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
   }
 
-  void add_hooks(const std::vector<hook<T>>& hs) {
+  [[gnu::always_inline]] void add_hooks(const std::vector<hook<T>>& hs) {
     for (const auto& hk : hs) {
       if (hk.traced) {  // traced into the graph, its constants baked in: keyed by id, never collected
         col.all = false;
@@ -251,7 +277,7 @@ struct key_walk {
   }
 
   /// NodeCall q + 1 (`n`): its name, edges, outputs, what its backward reads, its leaf's hooks.
-  void add_node(node<T>* n) {
+  [[gnu::always_inline]] void add_node(node<T>* n) {
     const std::string_view name = n->name();
     key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
     col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
@@ -268,12 +294,12 @@ struct key_walk {
   }
 
   /// Each edge by its target's NodeCall and input slot (none: ~0).
-  void add_edges(node<T>& n) {
+  [[gnu::always_inline]] void add_edges(node<T>& n) {
     for (const auto& e : n.next_edges()) mix(e.fn ? node_call(e.fn.get()) << 8 | e.input_nr : ~0ULL);
   }
 
   /// Each output's hooks (by kind) and shape.
-  void add_outputs(node<T>& n) {
+  [[gnu::always_inline]] void add_outputs(node<T>& n) {
     for (std::size_t i = 0; i < n.num_outputs(); ++i) {
       mix(0x4F5554ULL);
       add_hooks(n.pre_hooks(i));
@@ -284,7 +310,7 @@ struct key_walk {
   /// What the node's backward reads (`node::collect`): its rule's constants keyed, its saved
   /// tensors collected and their shapes keyed; a node that cannot say (or applies hooks
   /// itself) makes the walk partial.
-  void add_saved(node<T>& n, bool accumulates) {
+  [[gnu::always_inline]] void add_saved(node<T>& n, bool accumulates) {
     std::uint64_t params = 0;
     const std::size_t first = col.tensors.size();
     if (n.applies_hooks() || !n.collect(params, col.tensors)) {
@@ -303,7 +329,7 @@ struct key_walk {
   }
 
   /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive.
-  void add_leaf_hooks(node<T>& n) {
+  [[gnu::always_inline]] void add_leaf_hooks(node<T>& n) {
     if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable(); leaf.defined()) {
       mix(0x4C454146ULL);
       add_hooks(leaf.raw_impl()->leaf_hooks);
@@ -334,11 +360,31 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   return key;
 }
 
+/// `a == b` for the short texts of node names, inlined: eight bytes a step, not a call to
+/// memcmp per node.
+[[gnu::always_inline]] inline bool same_text(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  std::size_t i = 0;
+  for (; i + 8 <= a.size(); i += 8) {
+    std::uint64_t x = 0, y = 0;
+    std::memcpy(&x, a.data() + i, 8);
+    std::memcpy(&y, b.data() + i, 8);
+    if (x != y) return false;
+  }
+  for (; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 /// Whether cached key `c` stands for the tape `key` stands for, their hashes being equal:
 /// every word the hashes mixed, and every node's name, compared (a collision is no hit).
 inline bool same_nodes(const cached_key& c, const walk_key& key) {
-  return c.words == key.words && std::equal(c.names.begin(), c.names.end(), key.names.begin(), key.names.end(),
-                                            [](const std::string& a, std::string_view b) { return a == b; });
+  if (!std::equal(c.words.begin(), c.words.end(), key.words.begin(), key.words.end())) return false;
+  if (c.names.size() != key.names.size()) return false;
+  for (std::size_t i = 0; i < c.names.size(); ++i) {
+    if (!same_text(c.names[i], key.names[i])) return false;
+  }
+  return true;
 }
 
 /// How many NodeCalls `c` and `key` share from the root.
@@ -384,7 +430,7 @@ inline void log_new_node(const state& st, const walk_key& key, std::size_t best,
 inline cached_key& add_key(state& st, const walk_key& key) {
   cached_key c;
   c.structure = key.structure;
-  c.words = key.words;
+  c.words.assign(key.words.begin(), key.words.end());
   c.names.assign(key.names.begin(), key.names.end());
   c.bytes = key.bytes;
   c.offsets = key.offsets;
