@@ -1,9 +1,10 @@
 // The element-wise op CONTRIBUTING.md walks through ("Add an element-wise op"), written as its
 // header under include/fusegrad/ops/ would hold it, and run on every path: eager with the tape,
 // fg::compile, fg::jit and the functional transforms, each against the closed form and under
-// gradcheck. The library's op list (ops/list.hpp) and the test registry are the guide's other
-// two steps; this file cannot add to them, but it runs the check the op list runs on each of
-// its entries, and without them the op still runs everywhere, as a user's op does.
+// gradcheck. The op's entry in its header's list (which joins the op list, ops/list.hpp) and
+// its line in the test registry are what a file outside the library cannot add; it runs the
+// check the op list runs on each of its entries, and without the entry the op still runs
+// everywhere, as a user's op does.
 #include <cmath>
 #include <cstdio>
 

@@ -23,3 +23,6 @@ constexpr auto abs(const X& x) {
   return apply_op(ops::abs_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_ABS(X) X(U, plain, abs_op)

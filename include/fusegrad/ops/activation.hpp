@@ -76,3 +76,6 @@ constexpr auto gelu(const X& x) {
   return apply_op(ops::gelu_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_ACTIVATION(X) X(U, plain, softplus_op) X(U, plain, silu_op) X(U, plain, gelu_op)

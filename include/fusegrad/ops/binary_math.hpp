@@ -98,3 +98,10 @@ constexpr auto lerp(const A& a, const B& b, const W& w) {
   return where(lt(abs(w), 0.5), a + w * (b - a), b - (b - a) * (1.0 - w));
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+// clang-format off
+#define FUSEGRAD_OPS_IN_BINARY_MATH(X)                                    \
+  X(B, plain, hypot_op) X(B, plain, fmod_op) X(U, scalar, fmod_scalar_op) \
+  X(B, scalar, lerp_scalar_op)
+// clang-format on

@@ -55,3 +55,6 @@ constexpr auto clip(const X& x, L lo, H hi) {
   return clamp(x, lo, hi);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_CLAMP(X) X(U, scalar, clamp_min_op) X(U, scalar, clamp_max_op)

@@ -206,3 +206,12 @@ constexpr auto operator<=(S s, const A& a) {
   return ge(a, s);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+// clang-format off
+#define FUSEGRAD_OPS_IN_COMPARE(X)                                                               \
+  X(B, plain, gt_op) X(B, plain, ge_op) X(B, plain, lt_op) X(B, plain, le_op) X(B, plain, eq_op) \
+  X(B, plain, ne_op) X(U, scalar, gt_scalar_op) X(U, scalar, ge_scalar_op)                       \
+  X(U, scalar, lt_scalar_op) X(U, scalar, le_scalar_op) X(U, scalar, eq_scalar_op)               \
+  X(U, scalar, ne_scalar_op)
+// clang-format on

@@ -38,3 +38,6 @@ constexpr auto cos(const X& x) {
   return apply_op(ops::cos_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_COS(X) X(U, plain, cos_op)

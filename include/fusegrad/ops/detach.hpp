@@ -25,3 +25,6 @@ constexpr auto detach(const X& x) {
   return apply_op(ops::detach_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_DETACH(X) X(U, plain, detach_op)

@@ -59,3 +59,6 @@ constexpr auto operator/(S s, const A& a) {
   return apply_op(ops::rdiv_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_DIV(X) X(B, plain, div_op) X(U, scalar, div_scalar_op) X(U, scalar, rdiv_scalar_op)

@@ -73,3 +73,6 @@ constexpr auto exp2(const X& x) {
   return apply_op(ops::exp2_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_EXP_LOG(X) X(U, plain, log1p_op) X(U, plain, expm1_op) X(U, plain, log2_op) X(U, plain, exp2_op)

@@ -88,3 +88,10 @@ constexpr auto atanh(const X& x) {
   return apply_op(ops::atanh_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+// clang-format off
+#define FUSEGRAD_OPS_IN_HYPERBOLIC(X)                                                   \
+  X(U, plain, sinh_op) X(U, plain, cosh_op) X(U, plain, asinh_op) X(U, plain, acosh_op) \
+  X(U, plain, atanh_op)
+// clang-format on

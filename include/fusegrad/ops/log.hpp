@@ -23,3 +23,6 @@ constexpr auto log(const X& x) {
   return apply_op(ops::log_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_LOG(X) X(U, plain, log_op)

@@ -34,3 +34,6 @@ constexpr T maximum(T a, T b) {
   return apply_op(ops::maximum_op{}, a, b);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_MAXIMUM(X) X(B, plain, maximum_op)

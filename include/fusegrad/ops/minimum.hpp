@@ -30,3 +30,6 @@ constexpr T minimum(T a, T b) {
   return apply_op(ops::minimum_op{}, a, b);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_MINIMUM(X) X(B, plain, minimum_op)

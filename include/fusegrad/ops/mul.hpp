@@ -45,3 +45,6 @@ constexpr auto operator*(S s, const A& a) {
   return a * s;
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_MUL(X) X(B, plain, mul_op) X(U, scalar, mul_scalar_op)

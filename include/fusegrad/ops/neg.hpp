@@ -26,3 +26,6 @@ constexpr auto neg(const X& x) {
   return apply_op(ops::neg_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_NEG(X) X(U, plain, neg_op)

@@ -65,12 +65,6 @@ template <class Op>
 concept DeclaresCost = std::same_as<decltype(Op::cost), const double>;
 
 namespace detail {
-/// Whether `T` is a complete type here (an op of the op list whose header is included).
-template <class T>
-concept complete_type = requires {
-  sizeof(T);
-};
-
 template <class Op, class V>
 concept has_unary_derivative = requires(const Op& op, const V& v) {
   op.derivative(v, v, v);

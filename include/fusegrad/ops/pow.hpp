@@ -73,3 +73,6 @@ constexpr T pow(T x, T p) {
   return apply_op(ops::pow_scalar_op<T>{p}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_POW(X) X(B, plain, pow_op) X(U, scalar, pow_scalar_op)

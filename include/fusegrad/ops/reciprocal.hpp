@@ -54,3 +54,6 @@ constexpr auto rsqrt(const X& x) {
   return apply_op(ops::rsqrt_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_RECIPROCAL(X) X(U, plain, square_op) X(U, plain, reciprocal_op) X(U, plain, rsqrt_op)

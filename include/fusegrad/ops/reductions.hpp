@@ -119,3 +119,6 @@ constexpr auto norm(const X& x, double p = 2) {
   return max(abs(x));
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_REDUCTIONS(X) X(U, plain, norm_sqrt_op)

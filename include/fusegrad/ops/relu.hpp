@@ -23,3 +23,6 @@ constexpr auto relu(const X& x) {
   return apply_op(ops::relu_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_RELU(X) X(U, plain, relu_op)

@@ -70,3 +70,9 @@ constexpr auto trunc(const X& x) {
   return apply_op(ops::trunc_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+// clang-format off
+#define FUSEGRAD_OPS_IN_ROUNDING(X)                                                      \
+  X(U, plain, floor_op) X(U, plain, ceil_op) X(U, plain, round_op) X(U, plain, trunc_op)
+// clang-format on

@@ -54,3 +54,6 @@ constexpr auto sigmoid_backward(const G& g, const Y& y) {
   return apply_op(ops::sigmoid_backward_op{}, g, y);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_SIGMOID(X) X(U, plain, sigmoid_op) X(B, plain, sigmoid_backward_op)

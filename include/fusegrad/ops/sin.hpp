@@ -37,3 +37,6 @@ constexpr auto sin(const X& x) {
   return apply_op(ops::sin_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_SIN(X) X(U, plain, sin_op)

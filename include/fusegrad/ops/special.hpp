@@ -98,3 +98,10 @@ constexpr auto polygamma(int n, const X& x) {
   return apply_op(ops::polygamma_op<T>{static_cast<T>(n)}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+// clang-format off
+#define FUSEGRAD_OPS_IN_SPECIAL(X)                                                        \
+  X(U, plain, erf_op) X(U, plain, erfc_op) X(U, plain, lgamma_op) X(U, plain, digamma_op) \
+  X(U, scalar, polygamma_op)
+// clang-format on

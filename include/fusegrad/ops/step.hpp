@@ -33,3 +33,6 @@ constexpr auto sign(const X& x) {
   return apply_op(ops::sign_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_STEP(X) X(U, plain, step_op) X(U, plain, sign_op)

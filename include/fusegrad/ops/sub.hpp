@@ -59,3 +59,6 @@ constexpr auto operator-(S s, const A& a) {
   return apply_op(ops::rsub_scalar_op<element_of<A>>{static_cast<element_of<A>>(s)}, a);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_SUB(X) X(B, plain, sub_op) X(U, scalar, sub_scalar_op) X(U, scalar, rsub_scalar_op)

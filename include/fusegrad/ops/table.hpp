@@ -1,7 +1,7 @@
 #pragma once
 /// \file fusegrad/ops/table.hpp
-/// The built-in element-wise ops as a type list (declarations only), expanded from their one
-/// list in ops/list.hpp: the run-time IR names a node's op by its index here, eager ops tell a
+/// The built-in element-wise ops as a type list, expanded from their one list in
+/// ops/list.hpp (which includes their headers): the run-time IR names a node's op by its index here, eager ops tell a
 /// tracer which op they are by it, and the precompiled runtime (fusegrad/runtime.hpp)
 /// instantiates each.
 
@@ -18,18 +18,6 @@ using type_list_after_void = type_list<Ts...>;
 }  // namespace fusegrad::detail
 
 namespace fusegrad::ops {
-
-// The forward declarations, so that code which only names ops by index needs none of their
-// headers (ops/all.hpp includes them).
-#define FUSEGRAD_OP_DECLARE(arity, form, op) FUSEGRAD_OP_DECLARE_##form(op)
-#define FUSEGRAD_OP_DECLARE_plain(op) struct op;
-#define FUSEGRAD_OP_DECLARE_scalar(op) \
-  template <Element T>                 \
-  struct op;
-FUSEGRAD_OP_LIST(FUSEGRAD_OP_DECLARE)
-#undef FUSEGRAD_OP_DECLARE
-#undef FUSEGRAD_OP_DECLARE_plain
-#undef FUSEGRAD_OP_DECLARE_scalar
 
 /// Every built-in element-wise op, in one list (ops/list.hpp): a run-time IR node names its op
 /// by its index here, and the precompiled runtime instantiates each. Ops with state hold

@@ -52,3 +52,6 @@ constexpr auto tanh_backward(const G& g, const Y& y) {
   return apply_op(ops::tanh_backward_op{}, g, y);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_TANH(X) X(U, plain, tanh_op) X(B, plain, tanh_backward_op)

@@ -96,3 +96,10 @@ constexpr T atan2(T a, T b) {
   return apply_op(ops::atan2_op{}, a, b);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+// clang-format off
+#define FUSEGRAD_OPS_IN_TRIG(X)                                                      \
+  X(U, plain, tan_op) X(U, plain, asin_op) X(U, plain, acos_op) X(U, plain, atan_op) \
+  X(B, plain, atan2_op)
+// clang-format on

@@ -79,3 +79,6 @@ constexpr auto masked_fill(const X& x, const M& mask, S value) {
   return where(mask, value, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_WHERE(X) X(U, plain, logical_not_op) X(U, scalar, fill_op) X(B, scalar, select_op)

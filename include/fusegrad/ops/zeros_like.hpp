@@ -22,3 +22,6 @@ constexpr auto zeros_like(const X& x) {
   return apply_op(ops::zeros_like_op{}, x);
 }
 }  // namespace fusegrad
+
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_ZEROS_LIKE(X) X(U, plain, zeros_like_op)
