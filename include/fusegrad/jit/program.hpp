@@ -128,6 +128,21 @@ class program {
     const auto& n = g_.nodes()[k];
     return is_reduction(n.kind) || n.kind == node_kind::sum_to ? n.a : static_cast<int>(k);
   }
+  /// Node k's shape in a run: `sizes`'s when given (see `fits`), else the lowered one.
+  [[nodiscard]] const shape& size_of(const std::vector<shape>* sizes, std::size_t k) const {
+    return sizes ? (*sizes)[k] : g_.nodes()[k].sizes;
+  }
+
+  /// Checks each input the program reads against its shape and puts it in `vals` (made
+  /// contiguous where a loop or the row step reads it).
+  void take_inputs(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+                   std::vector<tensor<T>>& vals) const;
+  /// Runs eager step `st`: its node's eager kernel, or its `call_hook` or `call` function.
+  void run_eager(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
+                 const std::vector<call_fn<T>>* fns) const;
+  /// True when loop `st`'s nodes and operands still have its iteration shape (or, for a splat,
+  /// one element) under `sizes`.
+  [[nodiscard]] bool loop_fits(const step& st, const std::vector<shape>& sizes) const;
 
   /// The lowering's decisions, each phase's read by the later ones (`lower`).
   struct lowering {
@@ -152,9 +167,25 @@ class program {
   /// Gives each node a stage: a value is readable in its own stage when tiles compute it, in
   /// the next when it is a reduction's, an eager step's or the row step's.
   void assign_stages(lowering& lw) const;
+  /// The nodes outside the row step that read it, directly or not: staged after it.
+  [[nodiscard]] std::vector<bool> reads_row_step(const lowering& lw) const;
+  /// Stages the needed nodes outside the row step that read it (`after_rows`) or do not: each
+  /// at the stage its operands are readable in (`operands_ready`), and records in `avail` the
+  /// stage its own value is readable in.
+  void stage_nodes(lowering& lw, const std::vector<bool>& after_rows, bool reading_rows, std::vector<int>& avail) const;
+  /// The stage in which node k's operands are all readable.
+  [[nodiscard]] int operands_ready(const lowering& lw, const std::vector<int>& avail, std::size_t k) const;
+  /// The row step's stage: the latest in which a value it reads from outside is readable.
+  [[nodiscard]] int row_step_stage(const lowering& lw, const std::vector<int>& avail) const;
   /// Groups the nodes into steps: tiled nodes by stage and iteration shape (one loop each),
   /// the row step's nodes into one, every eager node alone.
   void group_into_steps(lowering& lw) const;
+  /// The row step's step, added for the first of its nodes.
+  [[nodiscard]] int row_step_of(lowering& lw) const;
+  /// The loop of tiled node k's stage and iteration shape (-1: none yet).
+  [[nodiscard]] int loop_of(const lowering& lw, std::size_t k) const;
+  /// Adds a step with key (`stage`, `space`) and returns it.
+  static int add_step(lowering& lw, int stage, int space);
   /// Orders the steps so that each runs after the steps it reads, earliest stage first.
   void order_steps(lowering& lw) const;
   /// Decides which values are stored: outputs, reductions, eager results and values another
@@ -169,6 +200,24 @@ class program {
   /// Builds loop `q`'s instructions from its `members`: operand sources (register, stream or
   /// splat) and tile registers, each reused after its last reader.
   void emit_loop(const lowering& lw, int q, std::vector<int>& members, step& st) const;
+  /// Per value, while a loop's instructions are built (`emit_loop`): the tile register and
+  /// splat slot it holds, and the member that reads it last; and the registers free again.
+  struct loop_registers {
+    std::vector<int> last_use, reg, slot;  ///< -1: none
+    std::vector<int> free;                 ///< registers whose values are read no more
+  };
+  /// The position of each value's last reader among loop `members` (-1: none reads it).
+  [[nodiscard]] std::vector<int> last_uses(const std::vector<int>& members) const;
+  /// Where instruction `in` of loop `q` (over `space` elements) reads each operand: the
+  /// operand's register if this loop computes it, a splat if it has one element, else a stream.
+  void choose_sources(const lowering& lw, int q, index_t space, const loop_registers& lr, instr& in) const;
+  /// Gives each splat of `in` its slot: splats of one value share one, except an averaging
+  /// expand's (its own value).
+  void give_splat_slots(loop_registers& lr, instr& in, step& st) const;
+  /// Gives `in`'s value a tile register (a free one if any) when nothing stores it.
+  static void take_register(const lowering& lw, loop_registers& lr, instr& in, step& st);
+  /// Frees the registers of the operands member `p` (`in`) of loop `q` reads last.
+  void free_operand_registers(const lowering& lw, int q, int p, const instr& in, loop_registers& lr) const;
   /// Counts the tensors loop `st` streams (reads from memory or stores), which sets its tiles.
   void count_streams(const lowering& lw, step& st) const;
   /// Moves each element-wise member of a loop whose sibling (sin and cos of one operand) is a
@@ -251,47 +300,22 @@ class program {
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
 
 template <Element T>
-// Above the complexity bound: the guards and one branch per step kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
                                        const std::vector<call_fn<T>>* fns) const {
   if (static_cast<int>(inputs.size()) != g_.num_inputs())
     fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
-  const auto& ns = g_.nodes();
-  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : ns[k].sizes; };
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
   // which eager steps never start, gets its own).
   struct program_values;
   fusegrad::detail::reused_vector<tensor<T>, program_values> buffer;
   std::vector<tensor<T>>& vals = *buffer;
-  vals.resize(ns.size());
-  for (std::size_t k = 0; k < ns.size(); ++k) {
-    const auto& n = ns[k];
-    if (n.kind != node_kind::input || !need_[k]) continue;
-    const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
-    if (x.shape() != size_of(k))
-      fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
-                             "; the program was compiled for ", fusegrad::to_string(size_of(k)));
-    vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
-  }
+  vals.resize(g_.nodes().size());
+  take_inputs(inputs, sizes, vals);
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
-    if (st.rows >= 0) {
-      rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
-    } else if (st.eager) {
-      const auto k = static_cast<std::size_t>(st.code[0].node);
-      const auto& n = ns[k];
-      fusegrad::no_grad ng;
-      const tensor<T> none;
-      // An expand's or sum_to's target is its own shape.
-      const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
-      const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-      tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(k))
-                                                                                : eval_eager(n, a, b, size_of(k));
-      vals[k] = r.is_contiguous() || !dense_[k] ? r : fusegrad::detail::contiguous_copy(r);
-    } else {
-      run_loop(st, vals, size_of(static_cast<std::size_t>(st.space_node)), sizes);
-    }
+    if (st.rows >= 0) rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
+    else if (st.eager) run_eager(st, vals, sizes, fns);
+    else run_loop(st, vals, size_of(sizes, static_cast<std::size_t>(st.space_node)), sizes);
     for (const int k : last_read_[l]) vals[static_cast<std::size_t>(k)] = tensor<T>{};
   }
   std::vector<tensor<T>> out;
@@ -301,25 +325,57 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
 }
 
 template <Element T>
-// Above the complexity bound: one size check per node kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
-bool program<T>::fits(const std::vector<shape>& sizes) const {
+void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+                             std::vector<tensor<T>>& vals) const {
   const auto& ns = g_.nodes();
+  for (std::size_t k = 0; k < ns.size(); ++k) {
+    const auto& n = ns[k];
+    if (n.kind != node_kind::input || !need_[k]) continue;
+    const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
+    if (x.shape() != size_of(sizes, k))
+      fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
+                             "; the program was compiled for ", fusegrad::to_string(size_of(sizes, k)));
+    vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
+  }
+}
+
+template <Element T>
+void program<T>::run_eager(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
+                           const std::vector<call_fn<T>>* fns) const {
+  const auto k = static_cast<std::size_t>(st.code[0].node);
+  const auto& n = g_.nodes()[k];
+  fusegrad::no_grad ng;
+  const tensor<T> none;
+  // An expand's or sum_to's target is its own shape.
+  const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
+  const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
+  tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(sizes, k))
+                                                                            : eval_eager(n, a, b, size_of(sizes, k));
+  vals[k] = r.is_contiguous() || !dense_[k] ? r : fusegrad::detail::contiguous_copy(r);
+}
+
+template <Element T>
+bool program<T>::fits(const std::vector<shape>& sizes) const {
   for (const auto& st : steps_) {
     if (st.rows >= 0 && !rows_[static_cast<std::size_t>(st.rows)].fits(g_, sizes)) return false;
-    if (st.eager || st.rows >= 0) continue;
-    const shape& space = sizes[static_cast<std::size_t>(st.space_node)];
-    for (const auto& in : st.code) {
-      const auto k = static_cast<std::size_t>(in.node);
-      if (sizes[static_cast<std::size_t>(space_node_of(k))] != space) return false;
-      for (int s = 0; s < 2; ++s) {
-        const int c = in.src[s].node;
-        if (c < 0) continue;
-        const shape& cs = sizes[static_cast<std::size_t>(c)];
-        if (in.src[s].splat ? numel(cs) != 1 : cs != space) return false;
-      }
-      if (ns[k].kind == node_kind::pointwise && sizes[k] != space) return false;
+    if (!st.eager && st.rows < 0 && !loop_fits(st, sizes)) return false;
+  }
+  return true;
+}
+
+template <Element T>
+bool program<T>::loop_fits(const step& st, const std::vector<shape>& sizes) const {
+  const auto& ns = g_.nodes();
+  const shape& space = sizes[static_cast<std::size_t>(st.space_node)];
+  for (const auto& in : st.code) {
+    const auto k = static_cast<std::size_t>(in.node);
+    if (sizes[static_cast<std::size_t>(space_node_of(k))] != space) return false;
+    for (const source_ref& sr : in.src) {
+      if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
+      const shape& cs = sizes[static_cast<std::size_t>(sr.node)];
+      if (sr.splat ? numel(cs) != 1 : cs != space) return false;
     }
+    if (ns[k].kind == node_kind::pointwise && sizes[k] != space) return false;
   }
   return true;
 }
@@ -406,76 +462,107 @@ void program<T>::classify_nodes(lowering& lw) const {
 }
 
 template <Element T>
-// Above the complexity bound: one case per node kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void program<T>::assign_stages(lowering& lw) const {
-  const auto& ns = g_.nodes();
-  const std::size_t N = ns.size();
-  const std::vector<bool>& in_rows = lw.region.in;
+  const std::size_t N = g_.nodes().size();
   // Stages: tiled element-wise nodes join their latest operand; reductions and eager steps
   // are readable one stage later. The row step is one unit: its stage follows every value
-  // it reads from outside (found first: they do not read it), and its values are readable
+  // it reads from outside (staged first: they do not read it), and its values are readable
   // one stage later.
   lw.stage.assign(N, 0);
   std::vector<int> avail(N, 0);
-  std::vector<bool> after_rows(N, false);  // reads the row step, directly or not
-  for (std::size_t k = 0; k < N; ++k)
+  const std::vector<bool> after_rows = reads_row_step(lw);
+  lw.rows_stage = 0;
+  stage_nodes(lw, after_rows, false, avail);
+  lw.rows_stage = row_step_stage(lw, avail);
+  stage_nodes(lw, after_rows, true, avail);
+}
+
+template <Element T>
+std::vector<bool> program<T>::reads_row_step(const lowering& lw) const {
+  const auto& ns = g_.nodes();
+  const std::vector<bool>& in_rows = lw.region.in;
+  std::vector<bool> after_rows(ns.size(), false);
+  for (std::size_t k = 0; k < ns.size(); ++k)
     for (int c : {ns[k].a, ns[k].b})
       if (c >= 0 && (in_rows[static_cast<std::size_t>(c)] || after_rows[static_cast<std::size_t>(c)]) && !in_rows[k])
         after_rows[k] = true;
-  lw.rows_stage = 0;
-  for (int round = 0; round < 2; ++round) {
-    if (round == 1)  // the row step's stage, now that the values it reads have theirs
-      for (std::size_t k = 0; k < N; ++k)
-        if (in_rows[k])
-          for (int c : {ns[k].a, ns[k].b})
-            if (c >= 0 && !in_rows[static_cast<std::size_t>(c)])
-              lw.rows_stage = std::max(lw.rows_stage, avail[static_cast<std::size_t>(c)]);
-    for (std::size_t k = 0; k < N; ++k) {
-      if (!need_[k] || ns[k].kind == node_kind::input || in_rows[k] || after_rows[k] != (round == 1)) continue;
-      int in = 0;
-      for (int c : {ns[k].a, ns[k].b})
-        if (c >= 0)
-          in = std::max(in,
-                        in_rows[static_cast<std::size_t>(c)] ? lw.rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
-      lw.stage[k] = in;
-      avail[k] = (lw.reduction[k] || !lw.tiled[k]) ? in + 1 : in;
-    }
+  return after_rows;
+}
+
+template <Element T>
+void program<T>::stage_nodes(lowering& lw, const std::vector<bool>& after_rows, bool reading_rows,
+                             std::vector<int>& avail) const {
+  const auto& ns = g_.nodes();
+  for (std::size_t k = 0; k < ns.size(); ++k) {
+    if (!need_[k] || ns[k].kind == node_kind::input || lw.region.in[k] || after_rows[k] != reading_rows) continue;
+    const int in = operands_ready(lw, avail, k);
+    lw.stage[k] = in;
+    avail[k] = (lw.reduction[k] || !lw.tiled[k]) ? in + 1 : in;
   }
 }
 
 template <Element T>
-// Above the complexity bound: the grouping rules per node kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
+int program<T>::operands_ready(const lowering& lw, const std::vector<int>& avail, std::size_t k) const {
+  const auto& n = g_.nodes()[k];
+  int in = 0;
+  for (int c : {n.a, n.b})
+    if (c >= 0)
+      in = std::max(in,
+                    lw.region.in[static_cast<std::size_t>(c)] ? lw.rows_stage + 1 : avail[static_cast<std::size_t>(c)]);
+  return in;
+}
+
+template <Element T>
+int program<T>::row_step_stage(const lowering& lw, const std::vector<int>& avail) const {
+  const auto& ns = g_.nodes();
+  const std::vector<bool>& in_rows = lw.region.in;
+  int stage = 0;
+  for (std::size_t k = 0; k < ns.size(); ++k)
+    if (in_rows[k])
+      for (int c : {ns[k].a, ns[k].b})
+        if (c >= 0 && !in_rows[static_cast<std::size_t>(c)])
+          stage = std::max(stage, avail[static_cast<std::size_t>(c)]);
+  return stage;
+}
+
+template <Element T>
 void program<T>::group_into_steps(lowering& lw) const {
   const auto& ns = g_.nodes();
   const std::size_t N = ns.size();
   // Steps: (stage, iteration shape) for tiled nodes; one step per eager node; one row step.
   lw.step_of.assign(N, -1);
-  auto& keys = lw.keys;
   for (std::size_t k = 0; k < N; ++k) {
     if (!need_[k] || ns[k].kind == node_kind::input) continue;
-    int found = -1;
-    if (lw.region.in[k]) {
-      for (std::size_t q = 0; q < keys.size(); ++q)
-        if (keys[q].second == rows_key) found = static_cast<int>(q);
-      if (found < 0) {
-        found = static_cast<int>(keys.size());
-        keys.emplace_back(lw.rows_stage, rows_key);
-      }
-    } else if (lw.tiled[k]) {
-      const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
-      for (std::size_t q = 0; q < keys.size(); ++q)
-        if (keys[q].first == lw.stage[k] && keys[q].second >= 0 &&
-            ns[static_cast<std::size_t>(keys[q].second)].sizes == sp)
-          found = static_cast<int>(q);
-    }
-    if (found < 0) {
-      found = static_cast<int>(keys.size());
-      keys.emplace_back(lw.stage[k], lw.tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
-    }
+    int found = lw.region.in[k] ? row_step_of(lw) : lw.tiled[k] ? loop_of(lw, k) : -1;
+    if (found < 0) found = add_step(lw, lw.stage[k], lw.tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
     lw.step_of[k] = found;
   }
+}
+
+template <Element T>
+int program<T>::row_step_of(lowering& lw) const {
+  int found = -1;
+  for (std::size_t q = 0; q < lw.keys.size(); ++q)
+    if (lw.keys[q].second == rows_key) found = static_cast<int>(q);
+  return found >= 0 ? found : add_step(lw, lw.rows_stage, rows_key);
+}
+
+template <Element T>
+int program<T>::loop_of(const lowering& lw, std::size_t k) const {
+  const auto& ns = g_.nodes();
+  const shape& sp = ns[static_cast<std::size_t>(space_node_of(k))].sizes;
+  int found = -1;
+  for (std::size_t q = 0; q < lw.keys.size(); ++q)
+    if (lw.keys[q].first == lw.stage[k] && lw.keys[q].second >= 0 &&
+        ns[static_cast<std::size_t>(lw.keys[q].second)].sizes == sp)
+      found = static_cast<int>(q);
+  return found;
+}
+
+template <Element T>
+int program<T>::add_step(lowering& lw, int stage, int space) {
+  lw.keys.emplace_back(stage, space);
+  return static_cast<int>(lw.keys.size()) - 1;
 }
 
 template <Element T>
@@ -586,62 +673,93 @@ void program<T>::emit_steps(const lowering& lw) {
 }
 
 template <Element T>
-// Above the complexity bound: one case per instruction kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void program<T>::emit_loop(const lowering& lw, int q, std::vector<int>& members, step& st) const {
   const auto& ns = g_.nodes();
   const std::size_t N = ns.size();
-  const auto& step_of = lw.step_of;
   const std::vector<bool> paired = pair_siblings(members);
   const index_t space = numel(ns[static_cast<std::size_t>(st.space_node)].sizes);
-  std::vector<int> last_use(N, -1), reg(N, -1), slot(N, -1), free_regs;
-  for (std::size_t p = 0; p < members.size(); ++p)
-    for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
-      if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
+  loop_registers lr;
+  lr.last_use = last_uses(members);
+  lr.reg.assign(N, -1);
+  lr.slot.assign(N, -1);
   for (std::size_t p = 0; p < members.size(); ++p) {
-    const auto k = static_cast<std::size_t>(members[p]);
     instr in;
     in.node = members[p];
-    const bool expand = ns[k].kind == node_kind::expand;
-    const int ops[2] = {ns[k].a, ns[k].b};
-    for (int s = 0; s < 2; ++s) {
-      const int c = ops[s];
-      if (c < 0) continue;
-      const auto u = static_cast<std::size_t>(c);
-      in.src[s].node = c;
-      // A value of this loop is read from its register or its tensor as the tiles pass: a
-      // splat is filled before the loop runs, so only values of earlier steps are splatted.
-      // (An expand whose one-element operand is in this loop has a one-element space, hence
-      // nothing reduced to average over.)
-      if (step_of[u] == q) in.src[s].reg = reg[u];
-      else if (expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
-    }
-    for (auto& sr : in.src)
-      if (sr.splat) {
-        // Splats of one value share a slot, except an averaging expand's (its own value).
-        const auto u = static_cast<std::size_t>(sr.node);
-        if (expand && ns[k].average) sr.slot = st.splats++;
-        else {
-          if (slot[u] < 0) slot[u] = st.splats++;
-          sr.slot = slot[u];
-        }
-      }
-    if (!lw.reduction[k] && !lw.store[k]) {
-      if (free_regs.empty()) free_regs.push_back(st.registers++);
-      in.reg = free_regs.back();
-      free_regs.pop_back();
-      reg[k] = in.reg;
-    }
-    for (int j = 0; j < 2; ++j) {
-      const int c = ops[j];
-      if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
-      if (c >= 0 && reg[static_cast<std::size_t>(c)] >= 0 && step_of[static_cast<std::size_t>(c)] == q &&
-          last_use[static_cast<std::size_t>(c)] == static_cast<int>(p))
-        free_regs.push_back(reg[static_cast<std::size_t>(c)]);
-    }
+    choose_sources(lw, q, space, lr, in);
+    give_splat_slots(lr, in, st);
+    take_register(lw, lr, in, st);
+    free_operand_registers(lw, q, static_cast<int>(p), in, lr);
     in.with_sibling = paired[p];
     in.by_sibling = p > 0 && paired[p - 1];
     st.code.push_back(in);
+  }
+}
+
+template <Element T>
+std::vector<int> program<T>::last_uses(const std::vector<int>& members) const {
+  const auto& ns = g_.nodes();
+  std::vector<int> last_use(ns.size(), -1);
+  for (std::size_t p = 0; p < members.size(); ++p)
+    for (int c : {ns[static_cast<std::size_t>(members[p])].a, ns[static_cast<std::size_t>(members[p])].b})
+      if (c >= 0) last_use[static_cast<std::size_t>(c)] = static_cast<int>(p);
+  return last_use;
+}
+
+template <Element T>
+void program<T>::choose_sources(const lowering& lw, int q, index_t space, const loop_registers& lr, instr& in) const {
+  const auto& ns = g_.nodes();
+  const auto& n = ns[static_cast<std::size_t>(in.node)];
+  const int ops[2] = {n.a, n.b};
+  for (int s = 0; s < 2; ++s) {
+    const int c = ops[s];
+    if (c < 0) continue;
+    const auto u = static_cast<std::size_t>(c);
+    in.src[s].node = c;
+    // A value of this loop is read from its register or its tensor as the tiles pass: a
+    // splat is filled before the loop runs, so only values of earlier steps are splatted.
+    // (An expand whose one-element operand is in this loop has a one-element space, hence
+    // nothing reduced to average over.)
+    if (lw.step_of[u] == q) in.src[s].reg = lr.reg[u];
+    else if (n.kind == node_kind::expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
+  }
+}
+
+template <Element T>
+void program<T>::give_splat_slots(loop_registers& lr, instr& in, step& st) const {
+  const auto& n = g_.nodes()[static_cast<std::size_t>(in.node)];
+  const bool own = n.kind == node_kind::expand && n.average;
+  for (auto& sr : in.src) {
+    if (!sr.splat) continue;
+    const auto u = static_cast<std::size_t>(sr.node);
+    if (own) {
+      sr.slot = st.splats++;
+      continue;
+    }
+    if (lr.slot[u] < 0) lr.slot[u] = st.splats++;
+    sr.slot = lr.slot[u];
+  }
+}
+
+template <Element T>
+void program<T>::take_register(const lowering& lw, loop_registers& lr, instr& in, step& st) {
+  const auto k = static_cast<std::size_t>(in.node);
+  if (lw.reduction[k] || lw.store[k]) return;
+  if (lr.free.empty()) lr.free.push_back(st.registers++);
+  in.reg = lr.free.back();
+  lr.free.pop_back();
+  lr.reg[k] = in.reg;
+}
+
+template <Element T>
+void program<T>::free_operand_registers(const lowering& lw, int q, int p, const instr& in, loop_registers& lr) const {
+  const auto& n = g_.nodes()[static_cast<std::size_t>(in.node)];
+  const int ops[2] = {n.a, n.b};
+  for (int j = 0; j < 2; ++j) {
+    const int c = ops[j];
+    if (j == 1 && c == ops[0]) break;  // x * x frees x's register once
+    if (c < 0) continue;
+    const auto u = static_cast<std::size_t>(c);
+    if (lr.reg[u] >= 0 && lw.step_of[u] == q && lr.last_use[u] == p) lr.free.push_back(lr.reg[u]);
   }
 }
 
@@ -771,7 +889,6 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
 template <Element T>
 void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
                                    index_t tile, index_t total, T* splats, ptrs* pv, reduction_state* red) const {
-  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
   const auto& ns = g_.nodes();
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     const instr& in = st.code[p];
@@ -781,7 +898,7 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
     P = ptrs{};
     const bool reduces = is_reduction(n.kind) || n.kind == node_kind::sum_to;
     if (!reduces && in.reg < 0) {
-      vals[k] = fusegrad::detail::empty<T>(size_of(k));
+      vals[k] = fusegrad::detail::empty<T>(size_of(sizes, k));
       P.dst = vals[k].data_ptr();
       P.dst_adv = true;
     } else if (!reduces) {
@@ -795,7 +912,8 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
       else if (sr.splat) {
         T v = vals[u].data_ptr()[0];
         if (n.kind == node_kind::expand && n.average)
-          v /= static_cast<T>(fusegrad::detail::reduced_count(size_of(k), dims_mask(n.dims, size_of(k).size())));
+          v /= static_cast<T>(
+              fusegrad::detail::reduced_count(size_of(sizes, k), dims_mask(n.dims, size_of(sizes, k).size())));
         T* sp = splats + sr.slot * tile;
         std::fill(sp, sp + std::min(tile, total), v);
         P.src[s] = sp;
@@ -843,7 +961,6 @@ void program<T>::merge_blocks(const step& st, index_t blocks, const reduction_st
 template <Element T>
 void program<T>::store_reductions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
                                   index_t total, index_t blocks, const reduction_state* red) const {
-  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g_.nodes()[k].sizes; };
   const auto& ns = g_.nodes();
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     const auto k = static_cast<std::size_t>(st.code[p].node);
@@ -852,7 +969,7 @@ void program<T>::store_reductions(const step& st, std::vector<tensor<T>>& vals, 
     if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
     T r = blocks > 1 ? red[p].merged : kind == node_kind::max ? red[p].max.total() : red[p].sum.total();
     if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
-    vals[k] = fusegrad::full<T>(size_of(k), r);
+    vals[k] = fusegrad::full<T>(size_of(sizes, k), r);
   }
 }
 
