@@ -128,9 +128,34 @@ class row_step {
   /// broadcast along the row.
   static bool row_only(const graph<T>& g, std::size_t k, const shape& S);
 
+  // `region`'s phases, in order.
+  /// The rows: the shape of the first needed node a tile loop cannot run but a row step can
+  /// (`space`: the node of that shape; none: no rows).
+  static shape choose_rows(const graph<T>& g, const std::vector<bool>& need, int& space);
+  /// Marks in `in`, in graph order, each needed node that can join a step over rows `S` without
+  /// breaking convexity (an operand that reads a member from outside keeps it out); true when a
+  /// member is one a tile loop cannot run (else the step is not worth it).
+  static bool grow_region(const graph<T>& g, const std::vector<bool>& need, const shape& S, std::vector<bool>& in);
+
+  /// Node k's shape: from `sizes` when given, else the graph's.
+  static const shape& size_of(const graph<T>& g, const std::vector<shape>* sizes, std::size_t k) {
+    return sizes ? (*sizes)[k] : g.nodes()[k].sizes;
+  }
+
   /// `run` where there is nothing to walk (no rows, or rows of no values): the eager ops, and
   /// their errors (the max of nothing).
   void run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+
+  // `run`'s phases, in order, when there are rows to walk.
+  /// The stored members' tensors, allocated at their sizes.
+  void allocate_stored(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+  /// Pointers to every operand tensor and stored member tensor, by node (the thread's buffer).
+  T* const* bind_data(const graph<T>& g, std::vector<tensor<T>>& vals) const;
+  /// By member: what an averaging expand divides by, the count its reduction reduced (else 1; the
+  /// thread's buffer).
+  const T* averaging_divisors(const graph<T>& g, const std::vector<shape>* sizes) const;
+  /// The R rows of C values, cut among threads, each thread with its own buffers.
+  void run_rows(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const;
 
   // The constructor's phases, in order.
   /// Adds a member per node of `members` (their forms, which are stored); returns each
@@ -142,12 +167,24 @@ class row_step {
   /// Gives each member its pass and the pass its value is ready in; finds the reductions
   /// another member already computes (`same`).
   void assign_passes(const std::vector<node<T>>& ns);
+  /// The first pass member `e` can run in: a full operand's own pass, another operand's ready pass.
+  [[nodiscard]] int first_pass(const member& e) const;
+  /// An earlier member (than `i`, a reduction) that reduces the same values the same way, or -1.
+  [[nodiscard]] int same_reduction(const std::vector<node<T>>& ns, std::size_t i) const;
   /// Decides where each value lives: a row buffer (a full value read in a later pass), its
   /// operand's splat (an expand), a row scalar's slot.
   void place_values(const std::vector<node<T>>& ns);
   /// Gives the other full values of each pass tile registers, each reused after its last
   /// reader in the pass.
   void allocate_registers();
+  /// The members of pass `p` that run as tile instructions (full values and reductions), in order.
+  [[nodiscard]] std::vector<int> tile_members(int p) const;
+  /// By member: the position in `order` of its last reader there (-1: none).
+  [[nodiscard]] std::vector<int> last_readers(const std::vector<int>& order) const;
+  /// Returns to `free_regs` the registers of member `e`'s operands in pass `p` whose last reader
+  /// it is (`q`: its position in the pass).
+  void release_registers(const member& e, int p, int q, const std::vector<int>& last_use,
+                         std::vector<int>& free_regs) const;
   /// Gives each broadcast operand of a full member a splat slot.
   void assign_splats();
   /// Lists what each pass runs (`at_`).
@@ -198,17 +235,22 @@ class row_step {
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
 
 template <Element T>
-// Above the complexity bound: the region's membership rules per node kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std::vector<bool>& need) {
-  const auto& ns = g.nodes();
-  const std::size_t N = ns.size();
   region_t out;
-  out.in.assign(N, false);
-  std::vector<bool>& in = out.in;
-  // The rows: the shape of the first node a tile loop cannot run but a row step can.
-  shape S;
-  for (std::size_t k = 0; k < N && S.empty(); ++k) {
+  out.in.assign(g.nodes().size(), false);
+  const shape S = choose_rows(g, need, out.space);
+  if (S.empty()) return out;
+  if (!grow_region(g, need, S, out.in)) {
+    std::fill(out.in.begin(), out.in.end(), false);
+    out.space = -1;
+  }
+  return out;
+}
+
+template <Element T>
+shape row_step<T>::choose_rows(const graph<T>& g, const std::vector<bool>& need, int& space) {
+  const auto& ns = g.nodes();
+  for (std::size_t k = 0; k < ns.size(); ++k) {
     if (!need[k]) continue;
     const auto& n = ns[k];
     int cand = -1;
@@ -218,12 +260,20 @@ typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std:
     const shape& cs = g.at(cand).sizes;
     if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back())
       continue;  // rows of one value, or one row: tile loops
-    if (eligible(g, k, cs, nullptr) && row_only(g, k, cs)) S = cs, out.space = cand;
+    if (eligible(g, k, cs, nullptr) && row_only(g, k, cs)) {
+      space = cand;
+      return cs;
+    }
   }
-  if (S.empty()) return out;
-  std::vector<bool> dep(N, false);  // reads a member, directly or not
+  return {};
+}
+
+template <Element T>
+bool row_step<T>::grow_region(const graph<T>& g, const std::vector<bool>& need, const shape& S, std::vector<bool>& in) {
+  const auto& ns = g.nodes();
+  std::vector<bool> dep(ns.size(), false);  // reads a member, directly or not
   bool seeded = false;
-  for (std::size_t k = 0; k < N; ++k) {
+  for (std::size_t k = 0; k < ns.size(); ++k) {
     if (!need[k] || ns[k].kind == node_kind::input) continue;
     const auto& n = ns[k];
     bool convex = true, reads = false;
@@ -239,11 +289,7 @@ typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std:
       dep[k] = reads;
     }
   }
-  if (!seeded) {
-    std::fill(in.begin(), in.end(), false);
-    out.space = -1;
-  }
-  return out;
+  return seeded;
 }
 
 template <Element T>
@@ -294,34 +340,43 @@ void row_step<T>::link_operands(const graph<T>& g, const shape& S, const std::ve
 }
 
 template <Element T>
-// Above the complexity bound: the pass rules per node kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void row_step<T>::assign_passes(const std::vector<node<T>>& ns) {
   // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
   // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
-  for (auto& e : mem_) {
-    int p = 0;
-    for (const operand& o : e.src)
-      if (o.member >= 0) {
-        const member& c = mem_[static_cast<std::size_t>(o.member)];
-        p = std::max(p, c.f == form::full ? c.pass : c.ready);
-      }
+  for (std::size_t i = 0; i < mem_.size(); ++i) {
+    member& e = mem_[i];
+    const int p = first_pass(e);
     e.pass = p;
     const auto k = ns[static_cast<std::size_t>(e.node)].kind;
     e.reduces = is_reduction(k) || k == node_kind::sum_to;
     e.ready = e.reduces ? p + 1 : p;
-    // The same reduction of the same values (logsumexp takes the max with and without
-    // keepdim): computed once.
-    if (e.reduces) {
-      const auto& n = ns[static_cast<std::size_t>(e.node)];
-      for (std::size_t j = 0; j < static_cast<std::size_t>(&e - mem_.data()) && e.same < 0; ++j) {
-        const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
-        if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims)
-          e.same = static_cast<int>(j);
-      }
-    }
+    if (e.reduces) e.same = same_reduction(ns, i);
     if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
   }
+}
+
+template <Element T>
+int row_step<T>::first_pass(const member& e) const {
+  int p = 0;
+  for (const operand& o : e.src)
+    if (o.member >= 0) {
+      const member& c = mem_[static_cast<std::size_t>(o.member)];
+      p = std::max(p, c.f == form::full ? c.pass : c.ready);
+    }
+  return p;
+}
+
+template <Element T>
+int row_step<T>::same_reduction(const std::vector<node<T>>& ns, std::size_t i) const {
+  // The same reduction of the same values (logsumexp takes the max with and without keepdim):
+  // computed once.
+  const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
+  for (std::size_t j = 0; j < i; ++j) {
+    const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
+    if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims)
+      return static_cast<int>(j);
+  }
+  return -1;
 }
 
 template <Element T>
@@ -346,17 +401,11 @@ void row_step<T>::place_values(const std::vector<node<T>>& ns) {
 }
 
 template <Element T>
-// Above the complexity bound: register reuse per pass and value kind; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void row_step<T>::allocate_registers() {
   for (int p = 0; p < passes_; ++p) {
-    std::vector<int> last_use(mem_.size(), -1), free_regs;
-    std::vector<int> order;
-    for (std::size_t i = 0; i < mem_.size(); ++i)
-      if (mem_[i].pass == p && (mem_[i].f == form::full || mem_[i].reduces)) order.push_back(static_cast<int>(i));
-    for (std::size_t q = 0; q < order.size(); ++q)
-      for (const operand& o : mem_[static_cast<std::size_t>(order[q])].src)
-        if (o.member >= 0) last_use[static_cast<std::size_t>(o.member)] = static_cast<int>(q);
+    const std::vector<int> order = tile_members(p);
+    const std::vector<int> last_use = last_readers(order);
+    std::vector<int> free_regs;
     for (std::size_t q = 0; q < order.size(); ++q) {
       member& e = mem_[static_cast<std::size_t>(order[q])];
       if (e.f == form::full && !e.store && e.rowbuf < 0 && !e.alias) {
@@ -364,15 +413,37 @@ void row_step<T>::allocate_registers() {
         e.reg = free_regs.back();
         free_regs.pop_back();
       }
-      for (int s = 0; s < 2; ++s) {
-        const operand& o = e.src[s];
-        if (s == 1 && o.node == e.src[0].node) break;
-        if (o.member >= 0 && mem_[static_cast<std::size_t>(o.member)].reg >= 0 &&
-            mem_[static_cast<std::size_t>(o.member)].pass == p &&
-            last_use[static_cast<std::size_t>(o.member)] == static_cast<int>(q))
-          free_regs.push_back(mem_[static_cast<std::size_t>(o.member)].reg);
-      }
+      release_registers(e, p, static_cast<int>(q), last_use, free_regs);
     }
+  }
+}
+
+template <Element T>
+std::vector<int> row_step<T>::tile_members(int p) const {
+  std::vector<int> order;
+  for (std::size_t i = 0; i < mem_.size(); ++i)
+    if (mem_[i].pass == p && (mem_[i].f == form::full || mem_[i].reduces)) order.push_back(static_cast<int>(i));
+  return order;
+}
+
+template <Element T>
+std::vector<int> row_step<T>::last_readers(const std::vector<int>& order) const {
+  std::vector<int> last_use(mem_.size(), -1);
+  for (std::size_t q = 0; q < order.size(); ++q)
+    for (const operand& o : mem_[static_cast<std::size_t>(order[q])].src)
+      if (o.member >= 0) last_use[static_cast<std::size_t>(o.member)] = static_cast<int>(q);
+  return last_use;
+}
+
+template <Element T>
+void row_step<T>::release_registers(const member& e, int p, int q, const std::vector<int>& last_use,
+                                    std::vector<int>& free_regs) const {
+  for (int s = 0; s < 2; ++s) {
+    const operand& o = e.src[s];
+    if (s == 1 && o.node == e.src[0].node) break;  // the same operand twice: released once
+    if (o.member < 0) continue;
+    const member& c = mem_[static_cast<std::size_t>(o.member)];
+    if (c.reg >= 0 && c.pass == p && last_use[static_cast<std::size_t>(o.member)] == q) free_regs.push_back(c.reg);
   }
 }
 
@@ -423,38 +494,55 @@ bool row_step<T>::fits(const graph<T>& g, const std::vector<shape>& sizes) const
 }
 
 template <Element T>
-// Above the complexity bound: the eager fallback and the row loop; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
-  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g.nodes()[k].sizes; };
-  const auto& ns = g.nodes();
-  const shape& S = size_of(static_cast<std::size_t>(space_));
+  const shape& S = size_of(g, sizes, static_cast<std::size_t>(space_));
   const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
   if (R == 0 || C == 0) return run_eagerly(g, vals, sizes);
+  allocate_stored(g, vals, sizes);
+  T* const* const dp = bind_data(g, vals);
+  const T* const dv = averaging_divisors(g, sizes);
+  run_rows(g.nodes(), dp, dv, R, C);
+}
+
+template <Element T>
+void row_step<T>::allocate_stored(const graph<T>& g, std::vector<tensor<T>>& vals,
+                                  const std::vector<shape>* sizes) const {
   for (const auto& e : mem_)
     if (e.store)
-      vals[static_cast<std::size_t>(e.node)] = fusegrad::detail::empty<T>(size_of(static_cast<std::size_t>(e.node)));
-  // Read-only pointers to every operand tensor and member tensor, by node.
+      vals[static_cast<std::size_t>(e.node)] =
+          fusegrad::detail::empty<T>(size_of(g, sizes, static_cast<std::size_t>(e.node)));
+}
+
+template <Element T>
+T* const* row_step<T>::bind_data(const graph<T>& g, std::vector<tensor<T>>& vals) const {
   thread_local std::vector<T*> data;
-  data.assign(ns.size(), nullptr);
+  data.assign(g.nodes().size(), nullptr);
   for (const auto& e : mem_) {
     if (e.store) data[static_cast<std::size_t>(e.node)] = vals[static_cast<std::size_t>(e.node)].data_ptr();
     for (const operand& o : e.src)
       if (o.node >= 0 && o.member < 0)
         data[static_cast<std::size_t>(o.node)] = vals[static_cast<std::size_t>(o.node)].data_ptr();
   }
-  // What an averaging expand divides by: the count its reduction reduced.
+  return data.data();
+}
+
+template <Element T>
+const T* row_step<T>::averaging_divisors(const graph<T>& g, const std::vector<shape>* sizes) const {
+  const auto& ns = g.nodes();
   thread_local std::vector<T> divisor;
   divisor.assign(mem_.size(), T(1));
   for (std::size_t i = 0; i < mem_.size(); ++i) {
     const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
     if (n.kind != node_kind::expand || !n.average) continue;
-    const shape& to = size_of(static_cast<std::size_t>(mem_[i].node));
+    const shape& to = size_of(g, sizes, static_cast<std::size_t>(mem_[i].node));
     divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, dims_mask(n.dims, to.size())));
   }
+  return divisor.data();
+}
+
+template <Element T>
+void row_step<T>::run_rows(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const {
   const index_t width = std::min(C, tile_elems);
-  T* const* const dp = data.data();
-  const T* const dv = divisor.data();
   auto rows = [&](index_t r0, index_t r1) {
     thread_local std::vector<T> buf;
     thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
@@ -480,14 +568,14 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
 
 template <Element T>
 void row_step<T>::run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
-  auto size_of = [&](std::size_t k) -> const shape& { return sizes ? (*sizes)[k] : g.nodes()[k].sizes; };
   const auto& ns = g.nodes();
   fusegrad::no_grad ng;
   const tensor<T> none;
   for (const auto& e : mem_) {
     const auto& n = ns[static_cast<std::size_t>(e.node)];
     const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-    tensor<T> r = eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(static_cast<std::size_t>(e.node)));
+    tensor<T> r =
+        eval_eager(n, vals[static_cast<std::size_t>(n.a)], b, size_of(g, sizes, static_cast<std::size_t>(e.node)));
     vals[static_cast<std::size_t>(e.node)] = r.is_contiguous() ? r : fusegrad::detail::contiguous_copy(r);
   }
 }

@@ -37,13 +37,119 @@ void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
   dst.lazy_node = -1;
 }
 
+/// A call's hooks on its backward: the graph's (`graph_hooks`, by slot), then those registered
+/// since on the outputs of `self`, in the order the engine's `run_hooks` runs them (a snapshot).
+template <Element T>
+std::vector<std::pair<int, hook<T>>> backward_hooks(const entry<T>& e,
+                                                    const std::vector<std::pair<int, hook<T>>>* graph_hooks,
+                                                    node<T>& self, std::size_t n_grads) {
+  std::vector<std::pair<int, hook<T>>> hs;
+  if (graph_hooks) hs = *graph_hooks;
+  for (std::size_t j = 0; j < n_grads; ++j)
+    for (const auto& h : self.pre_hooks(j)) hs.emplace_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])], h);
+  order_hooks(hs.begin(), hs.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
+  return hs;
+}
+
+/// The backward code of entry `e` for the gradients that came (`given`) and the hooked slots
+/// (`hooked`): the entry's own when they match, else `backward_for`'s; `bs` gets its node shapes
+/// on a dynamic entry (`jshapes`).
+template <Element T>
+std::shared_ptr<const backward_code<T>> backward_code_for(const entry<T>& e, const std::vector<char>& given,
+                                                          const std::vector<int>& hooked,
+                                                          const std::vector<shape>* jshapes, std::vector<shape>& bs) {
+  std::shared_ptr<const backward_code<T>> b = e.bwd;
+  if (given != b->given || hooked != b->hooks) {
+    std::vector<shape> fwd;
+    if (jshapes) fwd.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e.fwd_graph.size()));
+    b = backward_for(e, given, hooked, jshapes ? &fwd : nullptr, bs);
+  } else if (jshapes) {
+    bs = backward_shapes(*b, *jshapes);
+  }
+  return b;
+}
+
+/// The backward program's inputs, the saved values `s` then the gradients that came, and which
+/// of `grads` came (`given`).
+template <Element T>
+void gather_backward_inputs(const std::vector<tensor<T>>& s, const std::vector<tensor<T>>& grads,
+                            std::vector<tensor<T>>& bin, std::vector<char>& given) {
+  bin.assign(s.begin(), s.end());
+  given.resize(grads.size());
+  for (std::size_t j = 0; j < grads.size(); ++j) {
+    given[j] = grads[j].defined();
+    if (given[j]) bin.push_back(grads[j]);
+  }
+}
+
+/// The hooked slots of `hs` (`hooked`) and each hook as a call slot's function (`hook_fns`).
+template <Element T>
+void hook_calls(const std::vector<std::pair<int, hook<T>>>& hs, std::vector<int>& hooked,
+                std::vector<ir::call_fn<T>>& hook_fns) {
+  for (const auto& [k, h] : hs) {
+    hooked.push_back(k);
+    hook_fns.push_back([h = h](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
+  }
+}
+
+/// Runs backward code `b` on `bin` (`bs`: its node shapes, null for a static entry; `hook_fns`:
+/// its hooks' functions, null for none); a traced backward inlines it in the trace instead.
+template <Element T>
+std::vector<tensor<T>> run_backward_program(const backward_code<T>& b, const std::vector<tensor<T>>& bin,
+                                            const std::vector<shape>* bs, const std::vector<ir::call_fn<T>>* hook_fns) {
+  if (auto* rec = active_recorder<T>()) return rec->replay(b.prog->source(), b.prog->outputs(), bin, bs, hook_fns);
+  return b.prog->run(bin, bs, hook_fns);
+}
+
+/// The gradients by input (`n_in` of them) from the backward program's results `r`: undefined
+/// for an input the entry does not differentiate, or one whose gradient is structurally zero.
+template <Element T>
+std::vector<tensor<T>> grads_by_input(const entry<T>& e, const backward_code<T>& b, const std::vector<tensor<T>>& r,
+                                      std::size_t n_in) {
+  std::vector<tensor<T>> out(n_in);
+  for (std::size_t j = 0; j < e.wrt.size(); ++j) {
+    const int o = b.grad_of[j];
+    const auto i = static_cast<std::size_t>(e.wrt[j]);
+    out[i] = o >= 0 ? r[static_cast<std::size_t>(o)] : tensor<T>{};
+  }
+  return out;
+}
+
+/// The rule of the `CompiledFunctionBackward` node `self` that `run_entry` records for entry `e`
+/// (`s`: the saved values, `grads`: the outputs' gradients, undefined where none came): the
+/// backward program for the gradients that came and the hooks, its results by input.
+template <Element T>
+std::vector<tensor<T>> compiled_function_backward(const entry<T>& e, const std::vector<shape>* jshapes,
+                                                  std::size_t n_in,
+                                                  const std::vector<std::pair<int, hook<T>>>* graph_hooks,
+                                                  node<T>& self, const std::vector<tensor<T>>& s,
+                                                  std::vector<tensor<T>>& grads) {
+  // The program's inputs and which gradients came (the thread's buffers; a backward nested in
+  // this one, from a hook, gets its own).
+  struct backward_inputs;
+  struct given_grads;
+  reused_vector<tensor<T>, backward_inputs> bin_buffer;
+  reused_vector<char, given_grads> given_buffer;
+  std::vector<tensor<T>>& bin = *bin_buffer;
+  std::vector<char>& given = *given_buffer;
+  gather_backward_inputs(s, grads, bin, given);
+  const std::vector<std::pair<int, hook<T>>> hs = backward_hooks(e, graph_hooks, self, grads.size());
+  std::vector<int> hooked;
+  std::vector<ir::call_fn<T>> hook_fns;
+  hook_calls(hs, hooked, hook_fns);
+  std::vector<shape> bs;
+  const std::shared_ptr<const backward_code<T>> b = backward_code_for(e, given, hooked, jshapes, bs);
+  const std::vector<tensor<T>> r =
+      run_backward_program(*b, bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
+  return grads_by_input(e, *b, r, n_in);
+}
+
 /// Runs entry `e` on `inputs` (`jshapes`: a dynamic entry's node shapes for them, null for a
 /// static entry), with the call slots' functions `calls` and the call's tensor hooks `hooks`
 /// (node, hook): output `p` of the entry goes to `targets[p]`, and when the entry has a
 /// backward, one `CompiledFunctionBackward` node joins the targets to the inputs on the tape.
 /// Recording is paused by the caller (the programs' eager steps must compute, not trace).
 template <Element T>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): the call with its backward rule's lambda
 void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tensor<T>>& inputs,
                std::shared_ptr<const std::vector<shape>> jshapes, const std::vector<ir::call_fn<T>>& calls,
                const std::vector<std::pair<int, hook<T>>>& hooks,
@@ -71,56 +177,8 @@ void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tenso
     // backward of the outputs that received one runs instead (`backward_for`).
     const auto n = record<T>(
         "CompiledFunctionBackward", inputs, *out_ptrs, std::move(saved),
-        // NOLINTNEXTLINE(readability-function-cognitive-complexity): the backward rule; not yet split
         [e, jshapes, n_in, graph_hooks, self](const std::vector<tensor<T>>& s, std::vector<tensor<T>>& grads) {
-          // The program's inputs and which gradients came (the thread's buffers; a
-          // backward nested in this one, from a hook, gets its own).
-          struct backward_inputs;
-          struct given_grads;
-          reused_vector<tensor<T>, backward_inputs> bin_buffer;
-          reused_vector<char, given_grads> given_buffer;
-          std::vector<tensor<T>>& bin = *bin_buffer;
-          std::vector<char>& given = *given_buffer;
-          bin.assign(s.begin(), s.end());
-          given.resize(grads.size());
-          for (std::size_t j = 0; j < grads.size(); ++j) {
-            given[j] = grads[j].defined();
-            if (given[j]) bin.push_back(grads[j]);
-          }
-          std::vector<std::pair<int, hook<T>>> hs;  // snapshot, as the engine's `run_hooks`
-          if (graph_hooks) hs = *graph_hooks;
-          for (std::size_t j = 0; j < grads.size(); ++j)
-            for (const auto& h : (*self)->pre_hooks(j))
-              hs.emplace_back(e->outputs[static_cast<std::size_t>(e->grad_outputs[j])], h);
-          order_hooks(hs.begin(), hs.end(), [](const auto& hk) -> const hook<T>& { return hk.second; });
-          std::vector<int> hooked;
-          std::vector<ir::call_fn<T>> hook_fns;
-          for (const auto& [k, h] : hs) {
-            hooked.push_back(k);
-            hook_fns.push_back([h = h](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
-          }
-          std::vector<shape> bs;
-          std::shared_ptr<const backward_code<T>> b = e->bwd;
-          if (given != b->given || hooked != b->hooks) {
-            std::vector<shape> fwd;
-            if (jshapes)
-              fwd.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
-            b = backward_for(*e, given, hooked, jshapes ? &fwd : nullptr, bs);
-          } else if (jshapes) {
-            bs = backward_shapes(*b, *jshapes);
-          }
-          std::vector<tensor<T>> r;
-          if (auto* rec = active_recorder<T>())  // a traced backward: inline this one
-            r = rec->replay(b->prog->source(), b->prog->outputs(), bin, jshapes ? &bs : nullptr,
-                            hs.empty() ? nullptr : &hook_fns);
-          else r = b->prog->run(bin, jshapes ? &bs : nullptr, hs.empty() ? nullptr : &hook_fns);
-          std::vector<tensor<T>> out(n_in);
-          for (std::size_t j = 0; j < e->wrt.size(); ++j) {
-            const int o = b->grad_of[j];
-            const auto i = static_cast<std::size_t>(e->wrt[j]);
-            out[i] = o >= 0 ? r[static_cast<std::size_t>(o)] : tensor<T>{};
-          }
-          return out;
+          return compiled_function_backward(*e, jshapes.get(), n_in, graph_hooks.get(), **self, s, grads);
         });
     *self = n.get();
     n->set_materialize_grads(false);
