@@ -55,60 +55,86 @@ struct plan {
   std::vector<hook_source> hooks;
 };
 
-/// The signature of a plan's graph, as PyTorch's compiled autograd prints it.
+/// The name of size `d` of graph input `i` where it is dynamic: `s<i>_<d>`.
+inline std::string size_name(std::size_t i, std::size_t d) { return "s" + std::to_string(i) + "_" + std::to_string(d); }
+
+/// The node whose collected tensors hold flat index `flat` (`collected::tensors`), and which
+/// of them it is.
 template <Element T>
-// Above the complexity bound: one branch per line kind of PyTorch's printed graph; not yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
-std::string signature(const plan<T>& p, const collected<T>& col) {
-  auto node_of = [&](std::uint32_t flat) {
-    const auto q =
-        static_cast<std::size_t>(std::upper_bound(col.offsets.begin(), col.offsets.end(), flat) - col.offsets.begin()) -
-        1;
-    return std::pair<std::size_t, std::uint32_t>{q, flat - col.offsets[q]};
-  };
-  std::string s = "compiled autograd graph: forward(inputs, sizes, scalars, hooks)\n  inputs:";
-  for (std::size_t i = 0; i < p.inputs.size(); ++i) {
-    const auto& src = p.inputs[i];
-    s += "\n    inputs[" + std::to_string(i) + "] ";
-    if (src.kind == plan<T>::from::root) {
-      s += "GraphRoot (NodeCall 0) grad " + std::to_string(src.index);
-    } else if (src.kind == plan<T>::from::scalar) {
-      const auto q = src.index;
-      s += std::string(col.order[q]->name()) + " (NodeCall " + std::to_string(q + 1) + ") scalar";
-    } else {
-      const auto [q, k] = node_of(src.index);
-      const std::string_view name = col.order[q]->name();
-      s += std::string(name) + " (NodeCall " + std::to_string(q + 1) + ") " +
-           (name == "AccumulateGrad" ? "grad so far" : "saved " + std::to_string(k));
-    }
-    const auto& g = p.e->inputs[i];
-    s += std::string(": ") + (sizeof(T) == 4 ? "f32" : "f64") + "[";
-    for (std::size_t d = 0; d < g.sizes.size(); ++d)
-      s += (d ? ", " : "") +
-           ((g.dynamic >> d) & 1U ? "s" + std::to_string(i) + "_" + std::to_string(d) : std::to_string(g.sizes[d]));
-    s += "]";
+std::pair<std::size_t, std::uint32_t> node_of_flat(const collected<T>& col, std::uint32_t flat) {
+  const auto q =
+      static_cast<std::size_t>(std::upper_bound(col.offsets.begin(), col.offsets.end(), flat) - col.offsets.begin()) -
+      1;
+  return {q, flat - col.offsets[q]};
+}
+
+/// Where a graph input comes from, as the signature names it: the root gradient, a node's
+/// scalar, a node's saved tensor or an AccumulateGrad's gradient so far.
+template <Element T>
+std::string source_text(const typename plan<T>::source& src, const collected<T>& col) {
+  if (src.kind == plan<T>::from::root) return "GraphRoot (NodeCall 0) grad " + std::to_string(src.index);
+  if (src.kind == plan<T>::from::scalar) {
+    const auto q = src.index;
+    return std::string(col.order[q]->name()) + " (NodeCall " + std::to_string(q + 1) + ") scalar";
   }
-  s += "\n  sizes: ";
-  bool any = false;
+  const auto [q, k] = node_of_flat(col, src.index);
+  const std::string_view name = col.order[q]->name();
+  return std::string(name) + " (NodeCall " + std::to_string(q + 1) + ") " +
+         (name == "AccumulateGrad" ? "grad so far" : "saved " + std::to_string(k));
+}
+
+/// Graph input `i`'s type: its element type and sizes, a dynamic size by its name.
+template <Element T>
+std::string input_type_text(const fusegrad::detail::jit::input_guard& g, std::size_t i) {
+  std::string s = std::string(sizeof(T) == 4 ? "f32" : "f64") + "[";
+  for (std::size_t d = 0; d < g.sizes.size(); ++d)
+    s += (d ? ", " : "") + ((g.dynamic >> d) & 1U ? size_name(i, d) : std::to_string(g.sizes[d]));
+  return s + "]";
+}
+
+/// The `sizes` line: every dynamic size of the graph's inputs.
+template <Element T>
+std::string dynamic_sizes_text(const plan<T>& p) {
+  std::string s;
   for (std::size_t i = 0; i < p.e->inputs.size(); ++i)
     for (std::size_t d = 0; d < p.e->inputs[i].sizes.size(); ++d)
-      if ((p.e->inputs[i].dynamic >> d) & 1U)
-        s += std::string(any ? ", " : "") + "s" + std::to_string(i) + "_" + std::to_string(d), any = true;
-  if (!any) s += "(all static)";
-  s += "\n  scalars:";
-  any = false;
+      if ((p.e->inputs[i].dynamic >> d) & 1U) s += std::string(s.empty() ? "" : ", ") + size_name(i, d);
+  return s.empty() ? "(all static)" : s;
+}
+
+/// The `scalars` line: the inputs that are a node's lifted scalar.
+template <Element T>
+std::string scalars_text(const plan<T>& p) {
+  std::string s;
   for (std::size_t i = 0; i < p.inputs.size(); ++i)
-    if (p.inputs[i].kind == plan<T>::from::scalar) {
-      s += std::string(any ? ", " : " ") + "inputs[" + std::to_string(i) + "]";
-      any = true;
-    }
-  s += std::string(any ? " (" : " (none; ") + "other constants specialised, keyed on each node's constants)\n  hooks:";
+    if (p.inputs[i].kind == plan<T>::from::scalar)
+      s += std::string(s.empty() ? " " : ", ") + "inputs[" + std::to_string(i) + "]";
+  return s + (s.empty() ? " (none; " : " (") + "other constants specialised, keyed on each node's constants)";
+}
+
+/// The `hooks` lines: per hook slot, the node output or leaf whose hook it runs.
+template <Element T>
+std::string hooks_text(const plan<T>& p, const collected<T>& col) {
+  std::string s;
   for (const auto& h : p.hooks)
     s += "\n    hooks[" + std::to_string(h.slot) + "] " + std::string(col.order[h.node]->name()) + " (NodeCall " +
          std::to_string(h.node + 1) + ") " +
          (h.output < 0 ? std::string("leaf") : "output " + std::to_string(h.output)) + " hook " +
          std::to_string(h.index);
-  if (p.hooks.empty()) s += " (none)";
+  return p.hooks.empty() ? " (none)" : s;
+}
+
+/// The signature of a plan's graph, as PyTorch's compiled autograd prints it: a line per
+/// input, then the dynamic sizes, the lifted scalars, the hooks and the outputs.
+template <Element T>
+std::string signature(const plan<T>& p, const collected<T>& col) {
+  std::string s = "compiled autograd graph: forward(inputs, sizes, scalars, hooks)\n  inputs:";
+  for (std::size_t i = 0; i < p.inputs.size(); ++i)
+    s += "\n    inputs[" + std::to_string(i) + "] " + source_text(p.inputs[i], col) + ": " +
+         input_type_text<T>(p.e->inputs[i], i);
+  s += "\n  sizes: " + dynamic_sizes_text(p);
+  s += "\n  scalars:" + scalars_text(p);
+  s += "\n  hooks:" + hooks_text(p, col);
   s += "\n  outputs:";
   for (std::size_t o = 0; o < p.out_node.size(); ++o)
     s += " accumulate_grad(NodeCall " + std::to_string(p.out_node[o] + 1) + ")";
@@ -185,30 +211,42 @@ bool find_outputs(plan<T>& p, const flush_record<T>& rec, const collected<T>& co
   return true;
 }
 
+/// The pre-hook with id `id` of an output of node `n`: that output and the hook's index.
+template <Element T>
+std::optional<std::pair<int, std::uint32_t>> pre_hook_with_id(node<T>& n, std::uint64_t id) {
+  for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+    const auto& hs = n.pre_hooks(i);
+    for (std::size_t j = 0; j < hs.size(); ++j)
+      if (hs[j].id == id) return std::pair{static_cast<int>(i), static_cast<std::uint32_t>(j)};
+  }
+  return std::nullopt;
+}
+
+/// The index of the leaf hook with id `id` where node `n` is an AccumulateGrad whose leaf
+/// holds it.
+template <Element T>
+std::optional<std::uint32_t> leaf_hook_with_id(node<T>& n, std::uint64_t id) {
+  if (!n.accumulates()) return std::nullopt;
+  auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(&n);
+  auto leaf = acc->variable();
+  if (!leaf.defined()) return std::nullopt;
+  const auto& hs = leaf.raw_impl()->leaf_hooks;
+  for (std::size_t j = 0; j < hs.size(); ++j)
+    if (hs[j].id == id) return static_cast<std::uint32_t>(j);
+  return std::nullopt;
+}
+
 /// The tape's hook with id `id` for call slot `slot`: an output's pre-hook, or (output -1) an
 /// AccumulateGrad's leaf hook; none where no node of the tape holds it.
 template <Element T>
-// Above the complexity bound: searches the outputs' pre-hooks and the leaf hooks in one loop nest; not
-// yet split.
-// NOLINTNEXTLINE(readability-function-cognitive-complexity)
 std::optional<typename plan<T>::hook_source> find_hook(const collected<T>& col, std::uint64_t id, std::size_t slot) {
   using hook_source = typename plan<T>::hook_source;
   const auto k = static_cast<std::uint32_t>(slot);
   for (std::size_t q = 0; q < col.order.size(); ++q) {
-    node<T>* n = col.order[q];
-    for (std::size_t i = 0; i < n->num_outputs(); ++i) {
-      const auto& hs = n->pre_hooks(i);
-      for (std::size_t j = 0; j < hs.size(); ++j)
-        if (hs[j].id == id)
-          return hook_source{k, static_cast<std::uint32_t>(q), static_cast<int>(i), static_cast<std::uint32_t>(j)};
-    }
-    if (n->accumulates())
-      if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(n))
-        if (auto leaf = acc->variable(); leaf.defined()) {
-          const auto& hs = leaf.raw_impl()->leaf_hooks;
-          for (std::size_t j = 0; j < hs.size(); ++j)
-            if (hs[j].id == id) return hook_source{k, static_cast<std::uint32_t>(q), -1, static_cast<std::uint32_t>(j)};
-        }
+    node<T>& n = *col.order[q];
+    if (const auto at = pre_hook_with_id(n, id))
+      return hook_source{k, static_cast<std::uint32_t>(q), at->first, at->second};
+    if (const auto j = leaf_hook_with_id(n, id)) return hook_source{k, static_cast<std::uint32_t>(q), -1, *j};
   }
   return std::nullopt;
 }

@@ -103,49 +103,39 @@ split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, 
   return plan_split<max_joint_nodes>(J, n_inputs, fr, br);
 }
 
-/// The backward of entry `e`'s grad outputs whose flag in `given` is set, derived on forward
-/// graph `g` (the entry's, or the same with other sizes) with `call_hook` slot `s` on node
-/// `hooks[s]`, and lowered to a program whose inputs are the saved values `saved`, then the
-/// given gradients. `choose_saved`: `saved` is
-/// chosen here by the partitioner (the entry's first backward, all gradients given; null
-/// when the joint graph is too large to partition); otherwise it is the entry's set, which
-/// suffices for any subset of the gradients (their backward reads a subset of what the
-/// whole backward reads).
+/// The forward nodes of entry `e`'s grad outputs whose flag in `given` is set: where the
+/// backward starts.
 template <Element T>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its phases
-std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
-                                                  const std::vector<int>& hooks, std::vector<int>& saved,
-                                                  bool choose_saved) {
-  auto b = std::make_shared<backward_code<T>>();
-  b->given = std::move(given);
-  b->hooks = hooks;
-  b->joint = g;
+std::vector<int> given_output_nodes(const entry<T>& e, const std::vector<char>& given) {
   std::vector<int> gouts;
   for (std::size_t j = 0; j < e.grad_outputs.size(); ++j)
-    if (b->given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
-  const std::vector<int> grads = ir::backward(b->joint, gouts, e.wrt_nodes, hooks, tensor_rules<T>());
-  const ir::graph<T>& J = b->joint;
-  if (choose_saved) {
-    if (J.size() > max_joint_nodes) return nullptr;
-    split sp = plan_any(J, g.num_inputs(), e.outputs, grads);
-    saved = std::move(sp.saved);
-    b->plan_class = sp.cls;
-  }
-  // The backward graph: saved values and the given gradients become its inputs; it holds
-  // the nodes the input gradients need from them.
-  ir::graph<T> B;
-  std::vector<int> map(J.size(), -1);
+    if (given[j]) gouts.push_back(e.outputs[static_cast<std::size_t>(e.grad_outputs[j])]);
+  return gouts;
+}
+
+/// The backward graph `B`'s inputs: the saved values of joint graph `J`, then its given
+/// gradients (its inputs past the forward's `fwd_size` nodes, each an input even if unused).
+/// `map`: joint node -> node of `B`; `origin`: node of `B` -> joint node.
+template <Element T>
+void add_backward_inputs(const ir::graph<T>& J, std::size_t fwd_size, const std::vector<int>& saved, ir::graph<T>& B,
+                         std::vector<int>& map, std::vector<int>& origin) {
   for (int s : saved) {
     map[static_cast<std::size_t>(s)] = B.add_input(J.at(s).sizes);
-    b->origin.push_back(s);
+    origin.push_back(s);
   }
-  for (std::size_t k = g.size(); k < J.size(); ++k) {
+  for (std::size_t k = fwd_size; k < J.size(); ++k) {
     const auto& n = J.nodes()[k];
-    if (n.kind == ir::node_kind::input) {  // a given gradient (always an input, even if unused)
+    if (n.kind == ir::node_kind::input) {
       map[k] = B.add_input(n.sizes);
-      b->origin.push_back(static_cast<int>(k));
+      origin.push_back(static_cast<int>(k));
     }
   }
+}
+
+/// The joint nodes input gradients `grads` read, from them back to the backward's inputs
+/// (`map`); a forward input on the way is one the partition should have saved.
+template <Element T>
+std::vector<char> nodes_needed(const ir::graph<T>& J, const std::vector<int>& grads, const std::vector<int>& map) {
   std::vector<char> need(J.size(), 0);
   for (int gnode : grads)
     if (gnode >= 0) need[static_cast<std::size_t>(gnode)] = 1;
@@ -157,23 +147,72 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
     for (int c : {n.a, n.b})  // (a shape reference `ref` is kept only when present anyway)
       if (c >= 0) need[static_cast<std::size_t>(c)] = 1;
   }
+  return need;
+}
+
+/// Copies the needed joint nodes that are not inputs of `B` into it, in order, their
+/// operands renumbered by `map`.
+template <Element T>
+void copy_needed_nodes(const ir::graph<T>& J, const std::vector<char>& need, ir::graph<T>& B, std::vector<int>& map,
+                       std::vector<int>& origin) {
   for (std::size_t k = 0; k < J.size(); ++k) {
     if (map[k] >= 0 || !need[k]) continue;
     ir::node<T> n = J.nodes()[k];
     for (int* c : {&n.a, &n.b, &n.ref})
       if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
     map[k] = B.add_copy(std::move(n));
-    b->origin.push_back(static_cast<int>(k));
+    origin.push_back(static_cast<int>(k));
   }
+}
+
+/// The backward program's outputs: the nodes of the input gradients `grads` that are not
+/// zero; `grad_of` gets each gradient's output (-1: a zero gradient).
+inline std::vector<int> backward_outputs(const std::vector<int>& grads, const std::vector<int>& map,
+                                         std::vector<int>& grad_of) {
   std::vector<int> bouts;
   for (int gnode : grads) {
     if (gnode < 0) {
-      b->grad_of.push_back(-1);
+      grad_of.push_back(-1);
       continue;
     }
-    b->grad_of.push_back(static_cast<int>(bouts.size()));
+    grad_of.push_back(static_cast<int>(bouts.size()));
     bouts.push_back(map[static_cast<std::size_t>(gnode)]);
   }
+  return bouts;
+}
+
+/// The backward of entry `e`'s grad outputs whose flag in `given` is set, derived on forward
+/// graph `g` (the entry's, or the same with other sizes) with `call_hook` slot `s` on node
+/// `hooks[s]`, and lowered to a program whose inputs are the saved values `saved`, then the
+/// given gradients. `choose_saved`: `saved` is
+/// chosen here by the partitioner (the entry's first backward, all gradients given; null
+/// when the joint graph is too large to partition); otherwise it is the entry's set, which
+/// suffices for any subset of the gradients (their backward reads a subset of what the
+/// whole backward reads).
+template <Element T>
+std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::graph<T>& g, std::vector<char> given,
+                                                  const std::vector<int>& hooks, std::vector<int>& saved,
+                                                  bool choose_saved) {
+  auto b = std::make_shared<backward_code<T>>();
+  b->given = std::move(given);
+  b->hooks = hooks;
+  b->joint = g;
+  const std::vector<int> grads =
+      ir::backward(b->joint, given_output_nodes(e, b->given), e.wrt_nodes, hooks, tensor_rules<T>());
+  const ir::graph<T>& J = b->joint;
+  if (choose_saved) {
+    if (J.size() > max_joint_nodes) return nullptr;
+    split sp = plan_any(J, g.num_inputs(), e.outputs, grads);
+    saved = std::move(sp.saved);
+    b->plan_class = sp.cls;
+  }
+  // The backward graph: saved values and the given gradients become its inputs; it holds
+  // the nodes the input gradients need from them.
+  ir::graph<T> B;
+  std::vector<int> map(J.size(), -1);
+  add_backward_inputs(J, g.size(), saved, B, map, b->origin);
+  copy_needed_nodes(J, nodes_needed(J, grads, map), B, map, b->origin);
+  std::vector<int> bouts = backward_outputs(grads, map, b->grad_of);
   b->prog.emplace(std::move(B), std::move(bouts));
   return b;
 }

@@ -85,7 +85,6 @@ class trace final : public recorder<T>, public lazy_source {
     rg_.push_back(needs_grad(g_.at(id)));
     return make_lazy(id);
   }
-  // NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its phases
   std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
                                 const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
                                 const std::vector<ir::call_fn<T>>* fns) override {
@@ -93,37 +92,11 @@ class trace final : public recorder<T>, public lazy_source {
     const int aot = next_aot_++;  // the inlined nodes print as %aot<id>_<node of b>
     std::vector<int> map(b.size(), -1);
     for (std::size_t k = 0; k < b.size(); ++k) {
-      ir::node<T> n = b.nodes()[k];
-      if (n.kind == ir::node_kind::input) {
-        map[k] = node_of(inputs.at(static_cast<std::size_t>(n.index)));
-        continue;
-      }
-      for (int* c : {&n.a, &n.b})
-        if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
-      if (n.ref >= 0) n.ref = map[static_cast<std::size_t>(n.ref)];
-      const bool rg = needs_grad(n);
-      if (sizes) n.sizes = (*sizes)[k];
-      if (n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call) {  // its function joins this graph's
-        if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
-          fail("jit", "a replayed call node needs function ", n.index, " but ", fns ? fns->size() : 0,
-               " were given; expected one function per call slot");
-        calls_.push_back((*fns)[static_cast<std::size_t>(n.index)]);
-        call_names_.emplace_back(n.kind == ir::node_kind::call_hook ? "hook" : "call");
-        call_hook_ids_.resize(calls_.size());
-        call_hook_ids_.back() = ~std::uint64_t{0};  // a replayed graph's hook: not one of the tape's
-        n.index = static_cast<int>(calls_.size()) - 1;
-      }
-      map[k] = g_.add_copy(std::move(n));
-      rg_.push_back(rg);
-      aot_.push_back({map[k], aot, static_cast<int>(k)});
+      const ir::node<T>& n = b.nodes()[k];
+      map[k] = n.kind == ir::node_kind::input ? node_of(inputs.at(static_cast<std::size_t>(n.index)))
+                                              : add_replayed(n, k, map, sizes, fns, aot);
     }
-    std::vector<tensor<T>> out;
-    for (int o : outputs) {
-      const int id = map[static_cast<std::size_t>(o)];
-      if (g_.at(id).kind == ir::node_kind::input) out.push_back(inputs_[static_cast<std::size_t>(g_.at(id).index)]);
-      else out.push_back(make_lazy(id));
-    }
-    return out;
+    return replayed_outputs(outputs, map);
   }
   tensor<T> call(bool hook, std::string_view name, const shape& out, ir::call_fn<T> fn, const tensor<T>& a,
                  const tensor<T>* b, std::uint64_t hook_id) override {
@@ -237,6 +210,47 @@ class trace final : public recorder<T>, public lazy_source {
       flush("grad mode changed", false);
     }
     if (g_.empty()) grad_mode_ = gm;
+  }
+  // The phases of replay(), in the order it runs them.
+  /// Node `k` of a replayed graph, `n`, added to this graph: its operands renumbered by `map`,
+  /// its sizes this call's (`sizes`; null: its own), its call slot one of this graph's
+  /// (`fns`); it prints as node `k` of inlined graph `aot`.
+  int add_replayed(ir::node<T> n, std::size_t k, const std::vector<int>& map, const std::vector<shape>* sizes,
+                   const std::vector<ir::call_fn<T>>* fns, int aot) {
+    for (int* c : {&n.a, &n.b})
+      if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
+    if (n.ref >= 0) n.ref = map[static_cast<std::size_t>(n.ref)];
+    const bool rg = needs_grad(n);
+    if (sizes) n.sizes = (*sizes)[k];
+    if (n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call)  // its function joins this graph's
+      n.index = add_replayed_call(n.kind == ir::node_kind::call_hook, n.index, fns);
+    const int id = g_.add_copy(std::move(n));
+    rg_.push_back(rg);
+    aot_.push_back({id, aot, static_cast<int>(k)});
+    return id;
+  }
+  /// The function of a replayed graph's call slot `index` (of `fns`) as a new call slot of
+  /// this graph, a call or (`hook`) a hook that is not one of the tape's; its slot here.
+  int add_replayed_call(bool hook, int index, const std::vector<ir::call_fn<T>>* fns) {
+    if (!fns || index < 0 || static_cast<std::size_t>(index) >= fns->size())
+      fail("jit", "a replayed call node needs function ", index, " but ", fns ? fns->size() : 0,
+           " were given; expected one function per call slot");
+    calls_.push_back((*fns)[static_cast<std::size_t>(index)]);
+    call_names_.emplace_back(hook ? "hook" : "call");
+    call_hook_ids_.resize(calls_.size());
+    call_hook_ids_.back() = ~std::uint64_t{0};  // a replayed graph's hook: not one of the tape's
+    return static_cast<int>(calls_.size()) - 1;
+  }
+  /// The tensors of a replayed graph's `outputs` (`map`: its nodes here): an input of this
+  /// graph is its tensor, any other node a lazy tensor.
+  std::vector<tensor<T>> replayed_outputs(const std::vector<int>& outputs, const std::vector<int>& map) {
+    std::vector<tensor<T>> out;
+    for (int o : outputs) {
+      const int id = map[static_cast<std::size_t>(o)];
+      if (g_.at(id).kind == ir::node_kind::input) out.push_back(inputs_[static_cast<std::size_t>(g_.at(id).index)]);
+      else out.push_back(make_lazy(id));
+    }
+    return out;
   }
   /// Whether this trace is a `trace_once` call's: what a replay could not redo is refused.
   bool traces_once() const noexcept { return st_ && st_->opts.trace_once; }
