@@ -147,7 +147,7 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
 
 /// The length of argument `i`'s range (0: not a range).
 template <class Slots>
-[[gnu::always_inline]] inline index_t range_length(const Slots& slots, int i) {
+inline index_t range_length(const Slots& slots, int i) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     index_t r = 0;
     ((I == static_cast<std::size_t>(i) ? (r =
@@ -166,8 +166,8 @@ template <class Slots>
 /// Zeroes the gradients of the range arguments in `Spans` that the passes add up (`add`),
 /// unless the caller's `accumulate` adds them to what they hold.
 template <std::uint64_t Spans, class Vs, class Slots>
-[[gnu::always_inline]] inline void zero_added_gradients(const Slots& slots, const bool* add, bool accumulate,
-                                                        typename kind<Vs>::elem* const* gout) {
+inline void zero_added_gradients(const Slots& slots, const bool* add, bool accumulate,
+                                 typename kind<Vs>::elem* const* gout) {
   using T = typename kind<Vs>::elem;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
   for (int i = 0; i < NA; ++i) {
@@ -181,8 +181,8 @@ template <std::uint64_t Spans, class Vs, class Slots>
 /// The statistics of ranges in `e`, per mark into `rst`: each range's sums by its kernel, once,
 /// before everything that reads them (their parameters read no reduction).
 template <class Vs, class E, class Slots>
-[[gnu::always_inline]] inline void compute_range_stats(const E& e, const Slots& slots, const upper_ctx<Vs, Slots>& uc,
-                                                       range_stat_rec<typename kind<Vs>::elem>* rst) {
+inline void compute_range_stats(const E& e, const Slots& slots, const upper_ctx<Vs, Slots>& uc,
+                                range_stat_rec<typename kind<Vs>::elem>* rst) {
   using T = typename kind<Vs>::elem;
   if constexpr (range_stats<E>() > 0 && !plain_num_v<Vs>) {
     static_assert(plain_num_v<Vs>,
@@ -213,9 +213,8 @@ inline constexpr std::uint64_t upper_args = (slot_mask<Slots, is_scalar_slot>() 
 /// With `Back`: the hoisted subexpressions' summed adjoints `hadj` pushed through their rules
 /// once, to the scalars in `Mask` (added to `sadj`) and the ranges that `rg` writes.
 template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
-[[gnu::always_inline]] inline void push_hoisted_adjoints(const E& e, const upper_ctx<Vs, Slots>& uc,
-                                                         const range_out<typename kind<Vs>::elem, Slots>& rg,
-                                                         const Vs* hadj, Vs* sadj) {
+inline void push_hoisted_adjoints(const E& e, const upper_ctx<Vs, Slots>& uc,
+                                  const range_out<typename kind<Vs>::elem, Slots>& rg, const Vs* hadj, Vs* sadj) {
   if constexpr (Back) {
     constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
     constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
@@ -235,9 +234,8 @@ template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
 /// `Back`, the reductions' adjoints from `seed` (into `red_adj`), and the adjoints of the
 /// arguments in `M` that it reads (scalars in `Mask`: added to `sadj`; ranges: `rg`).
 template <bool Back, std::uint64_t Mask, std::uint64_t M, class Vs, class E, class Slots>
-[[gnu::always_inline]] inline Vs upper_part(const E& e, const upper_ctx<Vs, Slots>& uc,
-                                            const range_out<typename kind<Vs>::elem, Slots>& rg, const Vs& seed,
-                                            Vs* red_adj, Vs* sadj) {
+inline Vs upper_part(const E& e, const upper_ctx<Vs, Slots>& uc, const range_out<typename kind<Vs>::elem, Slots>& rg,
+                     const Vs& seed, Vs* red_adj, Vs* sadj) {
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), NR = marks<E>();
   constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
   using Rg = range_out<typename kind<Vs>::elem, Slots>;
@@ -256,8 +254,8 @@ template <bool Back, std::uint64_t Mask, std::uint64_t M, class Vs, class E, cla
 /// The passes over the element-wise parts: one over all of them (`n0` elements), or one per
 /// reduction (`len[b]` elements) when their lengths differ.
 template <bool B, std::uint64_t M, class Vs, class E, class Slots>
-[[gnu::always_inline]] inline void element_passes(const E& e, const Slots& slots, bool one_pass, index_t n0,
-                                                  const index_t* len, const pass_io<Vs, std::tuple_size_v<Slots>>& io) {
+inline void element_passes(const E& e, const Slots& slots, bool one_pass, index_t n0, const index_t* len,
+                           const pass_io<Vs, std::tuple_size_v<Slots>>& io) {
   if (one_pass) return element_pass<B, M, Vs>(e, slots, n0, io);
   pass_io<Vs, std::tuple_size_v<Slots>> one = io;
   each_reduction<0>(e, [&](auto b, const auto&) { one.only = b, element_pass<B, M, Vs>(e, slots, len[b], one); });
@@ -268,7 +266,8 @@ template <bool B, std::uint64_t M, class Vs, class E, class Slots>
 /// arguments in `Mask`: ranges' into `gout` (`n_comp` pointers per argument; with
 /// `accumulate`, added to what they hold: one part of a `concat` after another), scalars'
 /// added to `sadj`. An element-wise output's value goes to `yout`.
-/// Its phases are inlined: the run is one body, as short calls want.
+/// Its phases are left to the inliner, not forced inline: forced, they made the run too large
+/// to be inlined into its caller, and a range statistic's kernel stayed a call.
 template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
 Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed, typename kind<Vs>::elem* const* gout,
             Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar,
