@@ -235,73 +235,96 @@ constexpr std::uint64_t mix_operands(std::uint64_t key, const std::array<int, 3>
   return key;
 }
 
+/// The buckets of `canonicalize`'s open-addressing table: more than twice the positions.
+template <std::size_t N>
+inline constexpr std::size_t consing_buckets = std::bit_ceil(2 * N + 1);
+/// The canonical ids of mergeable nodes by (key, canonical operands); -1: an empty bucket.
+template <std::size_t N>
+using consing_table = std::array<int, consing_buckets<N>>;
+
+/// Linear probing for the canonical node of `key` on canonical operands `ch`: its id, or -1
+/// with `h` left at the empty bucket that ended the probe (where such a node goes).
+template <std::size_t N>
+constexpr int find_canonical(const std::array<raw_entry, N>& raw, const canonical_graph<N>& g,
+                             const consing_table<N>& table, std::uint64_t key, const std::array<int, 3>& ch,
+                             std::size_t& h) {
+  constexpr std::size_t mask = consing_buckets<N> - 1;
+  for (h = mix_operands(key, ch) & mask; table[h] >= 0; h = (h + 1) & mask) {
+    const auto c = static_cast<std::size_t>(table[h]);
+    if (raw[static_cast<std::size_t>(g.rep[c])].key == key && g.children[c] == ch) return static_cast<int>(c);
+  }
+  return -1;
+}
+
+/// The canonical node of tree position `t`, a computed node (no fwd_ref or adj_ref): an earlier
+/// mergeable node with its key and canonical operands, else a new node of `g`.
+template <std::size_t N>
+constexpr int intern(const std::array<raw_entry, N>& raw, std::size_t t, canonical_graph<N>& g,
+                     consing_table<N>& table) {
+  const raw_entry& r = raw[t];
+  std::array<int, 3> ch{-1, -1, -1};
+  for (std::size_t k = 0; k < 3; ++k) ch[k] = r.children[k] < 0 ? -1 : g.canon[static_cast<std::size_t>(r.children[k])];
+  // Open addressing on (key, canonical operands): linear in the tree's size (the tree of a
+  // graph with shared subexpressions is much larger than the graph: 677 positions for the
+  // 155 nodes of the 40-node test function).
+  if (r.mergeable) {
+    std::size_t h = 0;
+    const int found = find_canonical(raw, g, table, r.key, ch, h);
+    if (found >= 0) return found;
+    table[h] = static_cast<int>(g.count);
+  }
+  const std::size_t id = g.count++;
+  g.rep[id] = static_cast<int>(t);
+  g.kind[id] = r.kind;
+  g.children[id] = ch;
+  g.cost[id] = r.cost;
+  return static_cast<int>(id);
+}
+
+/// The canonical node of adj_ref<K> at tree position `t`: that of the root holding K's adjoint,
+/// which must come before `t`.
+template <std::size_t N, std::size_t MF>
+constexpr int adjoint_node(const canonical_graph<N>& g, const std::array<int, MF>& adj_root, int k, std::size_t t) {
+  const int root = adj_root[static_cast<std::size_t>(k)];
+  if (root < 0 || static_cast<std::size_t>(root) >= t) throw "fusegrad: adjoint referenced before it is defined";
+  return g.canon[static_cast<std::size_t>(root)];
+}
+
+/// Siblings: per canonical node with a sibling op, the node of the sibling's key on the same
+/// operands, if the graph has it.
+template <std::size_t N>
+constexpr void link_siblings(const std::array<raw_entry, N>& raw, canonical_graph<N>& g,
+                             const consing_table<N>& table) {
+  g.sibling.fill(-1);
+  for (std::size_t c = 0; c < g.count; ++c) {
+    const raw_entry& r = raw[static_cast<std::size_t>(g.rep[c])];
+    if (r.sibling_key == 0 || !r.mergeable) continue;
+    std::size_t h = 0;
+    const int d = find_canonical(raw, g, table, r.sibling_key, g.children[c], h);
+    if (d >= 0) {
+      g.sibling[c] = d;
+      g.sibling_cost[c] = r.sibling_cost;
+    }
+  }
+}
+
 /// Hash-consing over post-order positions: a node is a new canonical node unless an earlier
 /// mergeable node has the same key and the same canonical operands. `adj_root[K]` is the tree
 /// position of the root holding the adjoint of forward node K (roots come in an order where
 /// every adj_ref points back to an earlier root).
 template <std::size_t N, std::size_t MF = 1>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): hash-consing, then siblings; not yet split
 constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
                                           const std::array<int, MF>& adj_root = {}) {
   canonical_graph<N> g;
-  constexpr std::size_t buckets = std::bit_ceil(2 * N + 1);
-  std::array<int, buckets> table{};  // canonical ids of mergeable nodes; -1: empty
+  consing_table<N> table{};
   table.fill(-1);
   for (std::size_t t = 0; t < N; ++t) {
     const raw_entry& r = raw[t];
-    if (r.alias >= 0) {  // forward nodes keep their ids: the forward roots come first
-      g.canon[t] = r.alias;
-      continue;
-    }
-    if (r.adj >= 0) {
-      const int root = adj_root[static_cast<std::size_t>(r.adj)];
-      if (root < 0 || static_cast<std::size_t>(root) >= t) throw "fusegrad: adjoint referenced before it is defined";
-      g.canon[t] = g.canon[static_cast<std::size_t>(root)];
-      continue;
-    }
-    std::array<int, 3> ch{-1, -1, -1};
-    for (std::size_t k = 0; k < 3; ++k)
-      ch[k] = r.children[k] < 0 ? -1 : g.canon[static_cast<std::size_t>(r.children[k])];
-    // Open addressing on (key, canonical operands): linear in the tree's size (the tree of a
-    // graph with shared subexpressions is much larger than the graph: 677 positions for the
-    // 155 nodes of the 40-node test function).
-    std::size_t h = mix_operands(r.key, ch) & (buckets - 1);
-    int found = -1;
-    if (r.mergeable)
-      for (; table[h] >= 0; h = (h + 1) & (buckets - 1)) {
-        const auto c = static_cast<std::size_t>(table[h]);
-        if (raw[static_cast<std::size_t>(g.rep[c])].key == r.key && g.children[c] == ch) {
-          found = static_cast<int>(c);
-          break;
-        }
-      }
-    if (found >= 0) {
-      g.canon[t] = found;
-      continue;
-    }
-    if (r.mergeable) table[h] = static_cast<int>(g.count);
-    const std::size_t id = g.count++;
-    g.canon[t] = static_cast<int>(id);
-    g.rep[id] = static_cast<int>(t);
-    g.kind[id] = r.kind;
-    g.children[id] = ch;
-    g.cost[id] = r.cost;
+    if (r.alias >= 0) g.canon[t] = r.alias;  // forward nodes keep their ids: the forward roots come first
+    else if (r.adj >= 0) g.canon[t] = adjoint_node(g, adj_root, r.adj, t);
+    else g.canon[t] = intern(raw, t, g, table);
   }
-  // Siblings: the node of the sibling's key on the same operands, if the graph has it.
-  g.sibling.fill(-1);
-  for (std::size_t c = 0; c < g.count; ++c) {
-    const raw_entry& r = raw[static_cast<std::size_t>(g.rep[c])];
-    if (r.sibling_key == 0 || !r.mergeable) continue;
-    const auto& ch = g.children[c];
-    for (std::size_t h = mix_operands(r.sibling_key, ch) & (buckets - 1); table[h] >= 0; h = (h + 1) & (buckets - 1)) {
-      const auto d = static_cast<std::size_t>(table[h]);
-      if (raw[static_cast<std::size_t>(g.rep[d])].key == r.sibling_key && g.children[d] == ch) {
-        g.sibling[c] = static_cast<int>(d);
-        g.sibling_cost[c] = r.sibling_cost;
-        break;
-      }
-    }
-  }
+  link_siblings(raw, g, table);
   return g;
 }
 

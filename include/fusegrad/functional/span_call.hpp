@@ -145,64 +145,45 @@ index_t lengths(std::string_view op, const E& e, const Slots& slots, index_t* le
   return first < 0 ? 0 : first;
 }
 
-/// Runs `e` on the span engine: returns its value (a scalar output), and with `Back` the
-/// adjoints, seeded with `seed` (or `ybar`, an element-wise output's cotangent), of the
-/// arguments in `Mask`: ranges' into `gout` (`n_comp` pointers per argument; with
-/// `accumulate`, added to what they hold: one part of a `concat` after another), scalars'
-/// added to `sadj`. An element-wise output's value goes to `yout`.
-template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity,readability-function-size): not yet split
-Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed, typename kind<Vs>::elem* const* gout,
-            Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar,
-            bool accumulate = false) {
+/// The length of argument `i`'s range (0: not a range).
+template <class Slots>
+inline index_t range_length(const Slots& slots, int i) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    index_t r = 0;
+    ((I == static_cast<std::size_t>(i) ? (r =
+                                              [&] {
+                                                if constexpr (is_span_slot_v<std::tuple_element_t<I, Slots>>)
+                                                  return std::get<I>(slots).size;
+                                                else return index_t{0};
+                                              }())
+                                       : 0),
+     ...);
+    return r;
+  }
+  (std::make_index_sequence<std::tuple_size_v<Slots>>{});
+}
+
+/// Zeroes the gradients of the range arguments in `Spans` that the passes add up (`add`),
+/// unless the caller's `accumulate` adds them to what they hold.
+template <std::uint64_t Spans, class Vs, class Slots>
+inline void zero_added_gradients(const Slots& slots, const bool* add, bool accumulate,
+                                 typename kind<Vs>::elem* const* gout) {
   using T = typename kind<Vs>::elem;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), nc = n_comp<Vs>;
-  constexpr int NR = marks<E>();  // reductions and hoisted subexpressions, by mark
-  constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
-  bool add[NA > 0 ? NA : 1], one_pass = true;
-  index_t len[NR > 0 ? NR : 1] = {};
-  const index_t n0 = lengths(op, e, slots, len, add, one_pass);
-  if (accumulate)
-    for (int i = 0; i < NA; ++i) add[i] = true;
-  // one pass over all element-wise parts, or one per reduction when their lengths differ
-  // (`io` by reference: a copy per call was built with 8-byte stores and read back as 16-byte
-  // blocks, store-forwarding stalls that weighed on a short call)
-  auto pass = [&]<bool B, std::uint64_t M>(std::bool_constant<B>, std::integral_constant<std::uint64_t, M>,
-                                           const pass_io<Vs, NA>& io) {
-    if (one_pass) return element_pass<B, M, Vs>(e, slots, n0, io);
-    pass_io<Vs, NA> one = io;
-    each_reduction<0>(e, [&](auto b, const auto&) { one.only = b, element_pass<B, M, Vs>(e, slots, len[b], one); });
-  };
-  if constexpr (Back) {
-    for (int i = 0; i < NA; ++i) {
-      if (!((spans >> i) & 1) || !add[i] || accumulate) continue;
-      const index_t size = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        index_t r = 0;
-        ((I == static_cast<std::size_t>(i) ? (r =
-                                                  [&] {
-                                                    if constexpr (is_span_slot_v<std::tuple_element_t<I, Slots>>)
-                                                      return std::get<I>(slots).size;
-                                                    else return index_t{0};
-                                                  }())
-                                           : 0),
-         ...);
-        return r;
-      }
-      (std::make_index_sequence<static_cast<std::size_t>(NA)>{});
-      for (int k = 0; k < nc; ++k)
-        if (gout[i * nc + k]) std::fill_n(gout[i * nc + k], size, T(0));
-    }
+  for (int i = 0; i < NA; ++i) {
+    if (!((Spans >> i) & 1) || !add[i] || accumulate) continue;
+    const index_t size = range_length(slots, i);
+    for (int k = 0; k < nc; ++k)
+      if (gout[i * nc + k]) std::fill_n(gout[i * nc + k], size, T(0));
   }
-  pass_io<Vs, NA> io;
-  io.out = gout, io.add = add, io.arg_adj = sadj, io.y = yout, io.ybar = ybar;
-  // hoisted subexpressions: their values once, splat; afterwards their summed adjoints pushed
-  // through their rules once
-  Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{}, hadj[NR > 0 ? NR : 1]{};
-  batch_of<Vs> hval[NR > 0 ? NR : 1]{};
-  upper_ctx<Vs, Slots> uc{slots, red};
-  // statistics of ranges: each range's sums by its kernel, once, before everything that reads
-  // them (their parameters read no reduction)
-  range_stat_rec<T> rst[NR > 0 ? NR : 1]{};
+}
+
+/// The statistics of ranges in `e`, per mark into `rst`: each range's sums by its kernel, once,
+/// before everything that reads them (their parameters read no reduction).
+template <class Vs, class E, class Slots>
+inline void compute_range_stats(const E& e, const Slots& slots, const upper_ctx<Vs, Slots>& uc,
+                                range_stat_rec<typename kind<Vs>::elem>* rst) {
+  using T = typename kind<Vs>::elem;
   if constexpr (range_stats<E>() > 0 && !plain_num_v<Vs>) {
     static_assert(plain_num_v<Vs>,
                   "fusegrad: fg::normal_lpdf of a range runs under fg::grad, fg::value_and_grad and "
@@ -220,59 +201,130 @@ Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed,
       rst[decltype(b)::value] = {st[0], st[1], r.x.count};
     });
   }
-  uc.rst = rst;
-  constexpr std::uint64_t stat_args = range_stat_args<E>() & spans;
-  constexpr std::uint64_t elem_args = element_args<E>() & spans;  // read by element (`x[i]`)
-  using Rg = range_out<T, Slots>;
-  const Rg rg{gout, &slots};
-  each_hoist<0, false>(e, [&](auto b, const auto& h) { hval[b] = splat(fwd<b>(uc, h).y); });
-  io.hoisted = hval, io.hoisted_adj = hadj;
+}
+
+/// The arguments in `Mask` whose adjoints the upper part and the hoisted subexpressions' rules
+/// add: the scalars, and the ranges read by a statistic or by element (`x[i]`).
+template <std::uint64_t Mask, class E, class Slots>
+inline constexpr std::uint64_t upper_args = (slot_mask<Slots, is_scalar_slot>() & Mask) |
+                                            (range_stat_args<E>() & slot_mask<Slots, is_span_slot>() & Mask) |
+                                            (element_args<E>() & slot_mask<Slots, is_span_slot>() & Mask);
+
+/// With `Back`: the hoisted subexpressions' summed adjoints `hadj` pushed through their rules
+/// once, to the scalars in `Mask` (added to `sadj`) and the ranges that `rg` writes.
+template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
+inline void push_hoisted_adjoints(const E& e, const upper_ctx<Vs, Slots>& uc,
+                                  const range_out<typename kind<Vs>::elem, Slots>& rg, const Vs* hadj, Vs* sadj) {
+  if constexpr (Back) {
+    constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
+    constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
+    using St = upper_state<Vs, marks<E>(), NA>;
+    using Rg = range_out<typename kind<Vs>::elem, Slots>;
+    St st{};
+    each_hoist<0, false>(e, [&](auto b, const auto& h) {
+      if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
+        back<b>(upper_sink<upper_args<Mask, E, Slots>, St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
+    });
+    for (int i = 0; i < NA; ++i)
+      if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
+  }
+}
+
+/// The upper part, outside the passes: the output's value from the reductions' (`uc`); with
+/// `Back`, the reductions' adjoints from `seed` (into `red_adj`), and the adjoints of the
+/// arguments in `M` that it reads (scalars in `Mask`: added to `sadj`; ranges: `rg`).
+template <bool Back, std::uint64_t Mask, std::uint64_t M, class Vs, class E, class Slots>
+inline Vs upper_part(const E& e, const upper_ctx<Vs, Slots>& uc, const range_out<typename kind<Vs>::elem, Slots>& rg,
+                     const Vs& seed, Vs* red_adj, Vs* sadj) {
+  constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>), NR = marks<E>();
   constexpr std::uint64_t scal = slot_mask<Slots, is_scalar_slot>() & Mask;
-  auto push_hoists = [&] {
-    if constexpr (Back) {
-      using St = upper_state<Vs, NR, NA>;
-      St st{};
-      each_hoist<0, false>(e, [&](auto b, const auto& h) {
-        if constexpr ((info<std::remove_cvref_t<decltype(h)>>::args & Mask) != 0)
-          back<b>(upper_sink<Mask&(scal | stat_args | elem_args), St, Rg>{&st, rg}, h, fwd<b>(uc, h), hadj[b]);
-      });
+  using Rg = range_out<typename kind<Vs>::elem, Slots>;
+  upper_state<Vs, NR, NA> st{};
+  const auto v = fwd<0>(uc, e);
+  if constexpr (Back) {
+    back<0>(upper_sink<M, decltype(st), Rg>{&st, rg}, e, v, seed);
+    for (int r = 0; r < NR; ++r) red_adj[r] = st.red[r];
+    if constexpr (M != 0)
       for (int i = 0; i < NA; ++i)
         if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
-    }
-  };
+  }
+  return v.y;
+}
+
+/// The passes over the element-wise parts: one over all of them (`n0` elements), or one per
+/// reduction (`len[b]` elements) when their lengths differ.
+template <bool B, std::uint64_t M, class Vs, class E, class Slots>
+inline void element_passes(const E& e, const Slots& slots, bool one_pass, index_t n0, const index_t* len,
+                           const pass_io<Vs, std::tuple_size_v<Slots>>& io) {
+  if (one_pass) return element_pass<B, M, Vs>(e, slots, n0, io);
+  pass_io<Vs, std::tuple_size_v<Slots>> one = io;
+  each_reduction<0>(e, [&](auto b, const auto&) { one.only = b, element_pass<B, M, Vs>(e, slots, len[b], one); });
+}
+
+/// Runs `e` on the span engine: returns its value (a scalar output), and with `Back` the
+/// adjoints, seeded with `seed` (or `ybar`, an element-wise output's cotangent), of the
+/// arguments in `Mask`: ranges' into `gout` (`n_comp` pointers per argument; with
+/// `accumulate`, added to what they hold: one part of a `concat` after another), scalars'
+/// added to `sadj`. An element-wise output's value goes to `yout`.
+/// Its phases are left to the inliner, not forced inline: forced, they made the run too large
+/// to be inlined into its caller, and a range statistic's kernel stayed a call.
+template <bool Back, std::uint64_t Mask, class Vs, class E, class Slots>
+Vs span_run(std::string_view op, const E& e, const Slots& slots, const Vs& seed, typename kind<Vs>::elem* const* gout,
+            Vs* sadj, typename kind<Vs>::elem* const* yout, const typename kind<Vs>::elem* const* ybar,
+            bool accumulate = false) {
+  using T = typename kind<Vs>::elem;
+  constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
+  constexpr int NR = marks<E>();  // reductions and hoisted subexpressions, by mark
+  constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
+  bool add[NA > 0 ? NA : 1], one_pass = true;
+  index_t len[NR > 0 ? NR : 1] = {};
+  const index_t n0 = lengths(op, e, slots, len, add, one_pass);
+  if (accumulate)
+    for (int i = 0; i < NA; ++i) add[i] = true;
+  if constexpr (Back) zero_added_gradients<spans, Vs>(slots, add, accumulate, gout);
+  pass_io<Vs, NA> io;
+  io.out = gout, io.add = add, io.arg_adj = sadj, io.y = yout, io.ybar = ybar;
+  // hoisted subexpressions: their values once, splat; afterwards their summed adjoints pushed
+  // through their rules once
+  Vs red[NR > 0 ? NR : 1]{}, red_adj[NR > 0 ? NR : 1]{}, hadj[NR > 0 ? NR : 1]{};
+  batch_of<Vs> hval[NR > 0 ? NR : 1]{};
+  upper_ctx<Vs, Slots> uc{slots, red};
+  range_stat_rec<T> rst[NR > 0 ? NR : 1]{};
+  compute_range_stats<Vs>(e, slots, uc, rst);
+  uc.rst = rst;
+  const range_out<T, Slots> rg{gout, &slots};
+  each_hoist<0, false>(e, [&](auto b, const auto& h) { hval[b] = splat(fwd<b>(uc, h).y); });
+  io.hoisted = hval, io.hoisted_adj = hadj;
   if constexpr (info<E>::elementwise) {
     element_pass<Back, Mask, Vs>(e, slots, n0, io);
-    push_hoists();
+    push_hoisted_adjoints<Back, Mask>(e, uc, rg, hadj, sadj);
     return Vs{};
   } else {
     io.red_val = red, io.red_adj = red_adj;
+    constexpr std::uint64_t upper_back = upper_args<Mask, E, Slots>;
+    // (`io` by reference: a copy per call was built with 8-byte stores and read back as 16-byte
+    // blocks, store-forwarding stalls that weighed on a short call)
+    auto pass = [&]<bool B, std::uint64_t M>(std::bool_constant<B>, std::integral_constant<std::uint64_t, M>) {
+      element_passes<B, M, Vs>(e, slots, one_pass, n0, len, io);
+    };
     auto upper = [&]<std::uint64_t M>(std::integral_constant<std::uint64_t, M>) {
-      upper_state<Vs, NR, NA> st{};
-      const auto v = fwd<0>(uc, e);
-      if constexpr (Back) {
-        back<0>(upper_sink<M, decltype(st), Rg>{&st, rg}, e, v, seed);
-        for (int r = 0; r < NR; ++r) red_adj[r] = st.red[r];
-        if constexpr (M != 0)
-          for (int i = 0; i < NA; ++i)
-            if ((scal >> i) & 1) sadj[i] = sadj[i] + st.arg[i];
-      }
-      return v.y;
+      return upper_part<Back, Mask, M>(e, uc, rg, seed, red_adj, sadj);
     };
     if constexpr (!Back) {
-      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
+      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{});
       return upper(std::integral_constant<std::uint64_t, 0>{});
     } else if constexpr (adjoints_free<E>()) {
       upper(std::integral_constant<std::uint64_t, 0>{});  // the reductions' adjoints (their values unused)
-      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
-      push_hoists();
-      return upper(std::integral_constant<std::uint64_t, scal | stat_args | elem_args>{});
+      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{});
+      push_hoisted_adjoints<Back, Mask>(e, uc, rg, hadj, sadj);
+      return upper(std::integral_constant<std::uint64_t, upper_back>{});
     } else {
-      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{}, io);
-      const Vs y = upper(std::integral_constant<std::uint64_t, scal | stat_args | elem_args>{});
+      pass(std::false_type{}, std::integral_constant<std::uint64_t, 0>{});
+      const Vs y = upper(std::integral_constant<std::uint64_t, upper_back>{});
       Vs keep[NR > 0 ? NR : 1];
       io.red_val = keep;
-      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{}, io);
-      push_hoists();
+      pass(std::true_type{}, std::integral_constant<std::uint64_t, Mask>{});
+      push_hoisted_adjoints<Back, Mask>(e, uc, rg, hadj, sadj);
       return y;
     }
   }

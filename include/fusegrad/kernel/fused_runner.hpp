@@ -861,31 +861,48 @@ class fused_runner {
   /// The space the rows walk, the operands' strides rewritten to it: one 1-D row when every
   /// operand covers the whole space (or a reduction covers none of it), else `it` without its
   /// dims of size 1 (they play no part: rows run along the innermost dim of size > 1, which
-  /// decides the form of a sum, core/accumulate.hpp, as it does in eager mode).
-  // NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split
+  /// decides the form of a sum, core/accumulate.hpp, as it does in eager mode). Its phases
+  /// are inlined into one body.
   shape walked_space(const pass_state& p, const shape& it, const row_block* block) const {
-    auto& st = p.sc.st;
+    if (!block && covers_whole_space(p, it)) return walk_one_row(p, it);
+    if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) return walk_without_unit_dims(p, it);
+    return it;
+  }
+  /// Whether every stride of `x` is 0.
+  [[gnu::always_inline]] static bool all_zero(const strides& x) {
+    return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; });
+  }
+  /// Whether every operand covers the whole space `it` (contiguous strides), or is a reduction
+  /// that covers none of it (all strides 0).
+  [[gnu::always_inline]] static bool covers_whole_space(const pass_state& p, const shape& it) {
+    const auto& st = p.sc.st;
     const std::size_t operands_n = p.span.operand_count(), first_reduction = p.span.reduction_operand(0);
     const strides full = contiguous_strides(it);
-    auto is_zero = [](const strides& x) { return std::all_of(x.begin(), x.end(), [](index_t v) { return v == 0; }); };
     bool flat = true;
     for (std::size_t q = 0; q < operands_n && flat; ++q)
-      flat = st[q] == full || (q >= first_reduction && is_zero(st[q]));
-    shape space = it;
-    if (flat && !block) {
-      space = shape{numel(it)};
-      for (std::size_t q = 0; q < operands_n; ++q)
-        st[q] = strides{is_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
-    } else if (std::find(it.begin(), it.end(), index_t{1}) != it.end()) {
-      space.clear();
+      flat = st[q] == full || (q >= first_reduction && all_zero(st[q]));
+    return flat;
+  }
+  /// `it` as one 1-D row, each operand's strides rewritten to it (0 for a reduction to one value).
+  [[gnu::always_inline]] static shape walk_one_row(const pass_state& p, const shape& it) {
+    auto& st = p.sc.st;
+    const std::size_t operands_n = p.span.operand_count();
+    for (std::size_t q = 0; q < operands_n; ++q)
+      st[q] = strides{all_zero(st[q]) && numel(it) != 1 ? 0 : (numel(it) == 1 ? 0 : 1)};
+    return shape{numel(it)};
+  }
+  /// `it` without its dims of size 1, and each operand's strides without theirs.
+  [[gnu::always_inline]] static shape walk_without_unit_dims(const pass_state& p, const shape& it) {
+    auto& st = p.sc.st;
+    const std::size_t operands_n = p.span.operand_count();
+    shape space;
+    for (std::size_t k = 0; k < it.size(); ++k)
+      if (it[k] != 1) space.push_back(it[k]);
+    for (std::size_t q = 0; q < operands_n; ++q) {
+      strides t;
       for (std::size_t k = 0; k < it.size(); ++k)
-        if (it[k] != 1) space.push_back(it[k]);
-      for (std::size_t q = 0; q < operands_n; ++q) {
-        strides t;
-        for (std::size_t k = 0; k < it.size(); ++k)
-          if (it[k] != 1) t.push_back(st[q][k]);
-        st[q] = std::move(t);
-      }
+        if (it[k] != 1) t.push_back(st[q][k]);
+      st[q] = std::move(t);
     }
     return space;
   }

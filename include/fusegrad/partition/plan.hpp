@@ -186,16 +186,14 @@ struct regions {
   bool needed[N] = {};
 };
 
+/// Reachability from the forward roots (into `r.forward`) and from the backward roots (into
+/// `from_backward`): children have smaller indices, so one descending sweep propagates both.
 template <std::size_t N>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): not yet split into its sweeps
-constexpr regions<N> find_regions(const joint_graph<N>& g) {
-  regions<N> r;
-  bool from_backward[N] = {};
+constexpr void sweep_reachable(const joint_graph<N>& g, regions<N>& r, bool (&from_backward)[N]) {
   for (std::size_t i = 0; i < N; ++i) {
     r.forward[i] = g.nodes[i].forward_root;
     from_backward[i] = g.nodes[i].backward_root;
   }
-  // Children have smaller indices: one descending sweep propagates reachability.
   for (std::size_t i = N; i-- > 0;) {
     if (r.forward[i]) {
       if (g.nodes[i].kind == node_kind::grad_input)
@@ -209,10 +207,20 @@ constexpr regions<N> find_regions(const joint_graph<N>& g) {
       for (int c : g.nodes[i].children)
         if (c >= 0) from_backward[c] = true;
   }
+}
+
+/// F (with the inputs only the backward reaches) and B, from the reachability sets.
+template <std::size_t N>
+constexpr void split_forward_backward(const joint_graph<N>& g, regions<N>& r, const bool (&from_backward)[N]) {
   for (std::size_t i = 0; i < N; ++i) {
     if (from_backward[i] && g.nodes[i].kind == node_kind::input) r.forward[i] = true;
     r.backward[i] = from_backward[i] && !r.forward[i];
   }
+}
+
+/// The needed set: non-`constant` F nodes read by a B node, or returned as a backward root.
+template <std::size_t N>
+constexpr void mark_needed(const joint_graph<N>& g, regions<N>& r) {
   for (std::size_t i = 0; i < N; ++i) {
     if (r.backward[i]) {
       for (int c : g.nodes[i].children)
@@ -221,6 +229,15 @@ constexpr regions<N> find_regions(const joint_graph<N>& g) {
       r.needed[i] = true;
     }
   }
+}
+
+template <std::size_t N>
+constexpr regions<N> find_regions(const joint_graph<N>& g) {
+  regions<N> r;
+  bool from_backward[N] = {};
+  sweep_reachable(g, r, from_backward);
+  split_forward_backward(g, r, from_backward);
+  mark_needed(g, r);
   return r;
 }
 
