@@ -230,7 +230,7 @@ void BM_coscos_fwd_ir(benchmark::State& state) {
   inputs in(n);
   fg::ir::graph<float> g;
   const fg::ir::value<float> x{&g, g.add_input({n})}, y{&g, g.add_input({n})};
-  const fg::ir::program<float> prog(g, {coscos(x, y).id});
+  const fg::detail::jit::program<float> prog(g, {coscos(x, y).id});
   const std::vector<fg::tensor<float>> args{in.x, in.y};
   for (auto _ : state) {
     auto out = prog.run(args);

@@ -8,8 +8,8 @@
 string(REPLACE "|" ";" objects "${OBJECTS}")
 set(runtime_classes
   "fusegrad::ir::graph<(float|double)>::"
-  "fusegrad::ir::program<(float|double)>::"
-  "fusegrad::ir::row_step<(float|double)>::"
+  "fusegrad::detail::jit::program<(float|double)>::"
+  "fusegrad::detail::jit::row_step<(float|double)>::"
   "fusegrad::detail::jit::(trace|entry|cache|replayer|once_recording)<(float|double)>::"
   "fusegrad::detail::jit::entry_info<(float|double)>"
   "fusegrad::detail::jit::tracing_scope<void>::"

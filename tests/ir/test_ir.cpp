@@ -56,7 +56,7 @@ void same_as_eager(F fn, const X&... xs) {
     REQUIRE(gi >= 0);
     outputs.push_back(gi);
   }
-  const fg::ir::program<double> prog(g, outputs);
+  const fg::detail::jit::program<double> prog(g, outputs);
   std::vector<fg::tensor<double>> args = in;
   args.push_back(w);  // the output's gradient is the graph's last input
   const auto r = prog.run(args);
@@ -125,7 +125,7 @@ TEST_CASE("IR programs: loops, registers and errors") {
   const fg::ir::value<float> a{&g, g.add_input({4096})};
   const auto m = fg::mean(fg::cos(a));
   const auto y = fg::sin(a) * m + 1.0;
-  const fg::ir::program<float> p(g, {y.id});
+  const fg::detail::jit::program<float> p(g, {y.id});
   CHECK(p.num_loops() == 2);  // the mean, then the pointwise pass that reads it
   const auto x = fg::randn<float>({4096}, 9);
   const auto r = p.run({x})[0];
@@ -137,7 +137,7 @@ TEST_CASE("IR programs: loops, registers and errors") {
   fg::ir::graph<double> h;
   const fg::ir::value<double> b{&h, h.add_input({3, 4})}, c{&h, h.add_input({4})};
   const auto bc = fg::exp(b * c);  // a broadcast a tile cannot express: an eager step, then a loop
-  const fg::ir::program<double> q(h, {bc.id});
+  const fg::detail::jit::program<double> q(h, {bc.id});
   CHECK(q.num_steps() == 2);
   CHECK(q.num_loops() == 1);
   const auto xb = fg::randn<double>({3, 4}, 10), xc = fg::randn<double>({4}, 11);
@@ -196,7 +196,7 @@ TEST_CASE(
   // (as long as the tile registers fit in tile_bytes) where the loop streams more than the
   // last-level cache holds; else 256. The long tiles are run over three whole tiles (or more)
   // and a partial one, with a splatted scalar; the same loop in cache, in short tiles.
-  const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
+  const fg::index_t n = 3 * fg::detail::jit::program<float>::max_tile + 123;
   fg::ir::graph<float> g;
   std::vector<fg::ir::value<float>> in;
   for (int i = 0; i < 12; ++i) in.emplace_back(&g, g.add_input({n}));
@@ -207,13 +207,13 @@ TEST_CASE(
     h = fg::tanh(h * in[static_cast<std::size_t>(i)]) * s;
     outs.push_back((h * 0.5f).id);  // 11 stored values + 12 inputs: 23 streams
   }
-  const fg::ir::program<float> many(g, outs);
+  const fg::detail::jit::program<float> many(g, outs);
   const std::string code = many.to_string();
   const auto at = code.find("where it streams from memory");
   REQUIRE(at != std::string::npos);
   const long tile = std::stol(code.substr(code.rfind("(of ", at) + 4));
   CHECK(tile > 256);
-  CHECK(tile <= fg::ir::program<float>::max_tile);
+  CHECK(tile <= fg::detail::jit::program<float>::max_tile);
   CHECK(n > 3 * tile);
   std::vector<fg::tensor<float>> args;
   for (int i = 0; i < 12; ++i) args.push_back(fg::randn<float>({n}, 40 + static_cast<std::uint64_t>(i)));
@@ -233,7 +233,7 @@ TEST_CASE(
     CHECK((e * 0.5f).to_vector() == got[static_cast<std::size_t>(i - 1)].to_vector());
     CHECK(in_cache[static_cast<std::size_t>(i - 1)].to_vector() == got[static_cast<std::size_t>(i - 1)].to_vector());
   }
-  const fg::ir::program<float> few(g, {outs.front()});
+  const fg::detail::jit::program<float> few(g, {outs.front()});
   CHECK(few.to_string().find("in tiles of 256") != std::string::npos);
   CHECK(few.run(args)[0].to_vector() == got.front().to_vector());
 }
@@ -248,25 +248,26 @@ TEST_CASE("IR programs drop a value once the last step that reads it has run") {
   const int a = g.add_call(x, -1, 0, {1000});
   const int b = g.add_call(a, -1, 1, {1000});
   const int c = g.add_call(b, -1, 2, {1000});
-  const fg::ir::program<float> p(g, {c});
+  const fg::detail::jit::program<float> p(g, {c});
   std::weak_ptr<fg::detail::tensor_impl<float>> first, second;
   bool first_alive = true, second_alive = false;
   using tf = fg::tensor<float>;
-  const std::vector<fg::ir::call_fn<float>> fns{[&](const tf& v, const tf&) {
-                                                  tf r = v * 2.0f;
-                                                  first = r.raw_impl();
-                                                  return r;
-                                                },
-                                                [&](const tf& v, const tf&) {
-                                                  tf r = v + 1.0f;
-                                                  second = r.raw_impl();
-                                                  return r;
-                                                },
-                                                [&](const tf& v, const tf&) {
-                                                  first_alive = !first.expired();
-                                                  second_alive = !second.expired();  // the operand of this very step
-                                                  return v * v;
-                                                }};
+  const std::vector<fg::detail::jit::call_fn<float>> fns{[&](const tf& v, const tf&) {
+                                                           tf r = v * 2.0f;
+                                                           first = r.raw_impl();
+                                                           return r;
+                                                         },
+                                                         [&](const tf& v, const tf&) {
+                                                           tf r = v + 1.0f;
+                                                           second = r.raw_impl();
+                                                           return r;
+                                                         },
+                                                         [&](const tf& v, const tf&) {
+                                                           first_alive = !first.expired();
+                                                           second_alive =
+                                                               !second.expired();  // the operand of this very step
+                                                           return v * v;
+                                                         }};
   const tf in = fg::randn<float>({1000}, 5);
   const tf r = p.run({in}, nullptr, &fns)[0];
   CHECK_FALSE(first_alive);

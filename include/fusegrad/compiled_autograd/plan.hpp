@@ -43,9 +43,9 @@ struct plan {
   /// Sources that were one tensor at the capture (a tensor two nodes saved: the graph reads it
   /// once, from the first): a hit runs the plan only where they are one tensor again.
   std::vector<std::pair<source, source>> same;
-  std::vector<std::uint32_t> out_node;  ///< per graph output: its AccumulateGrad (NodeCall - 1)
-  std::vector<char> out_added;          ///< per graph output: the graph adds the leaf's gradient so far
-  std::vector<ir::call_fn<T>> fns;      ///< per call slot (a hook's is made on each hit)
+  std::vector<std::uint32_t> out_node;                 ///< per graph output: its AccumulateGrad (NodeCall - 1)
+  std::vector<char> out_added;                         ///< per graph output: the graph adds the leaf's gradient so far
+  std::vector<fusegrad::detail::jit::call_fn<T>> fns;  ///< per call slot (a hook's is made on each hit)
   /// A hook slot: the hook at `index` of output `output` of node `node` (-1: the leaf's hooks).
   struct hook_source {
     std::uint32_t slot, node;
@@ -314,7 +314,7 @@ bool gather_inputs(const plan<T>& p, const collected<T>& col, std::vector<tensor
 /// The plan's call slots with this tape's hooks in theirs, in `with_hooks`; false where a
 /// hooked leaf is gone.
 template <Element T>
-bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<ir::call_fn<T>>& with_hooks) {
+bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<fusegrad::detail::jit::call_fn<T>>& with_hooks) {
   with_hooks = p.fns;
   for (const auto& hs : p.hooks) {
     node<T>* n = col.order[hs.node];
@@ -372,8 +372,8 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   clear_inputs<T> clear_on_exit{inputs};
   if (!gather_inputs(p, col, inputs)) return false;
   if (!e.accepts(inputs, false, e.alias_of)) return false;
-  const std::vector<ir::call_fn<T>>* fns = &p.fns;
-  std::vector<ir::call_fn<T>> with_hooks;
+  const std::vector<fusegrad::detail::jit::call_fn<T>>* fns = &p.fns;
+  std::vector<fusegrad::detail::jit::call_fn<T>> with_hooks;
   if (!p.hooks.empty()) {
     if (!bind_hooks(p, col, with_hooks)) return false;
     fns = &with_hooks;

@@ -59,7 +59,7 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
     }
     const auto& n = J.nodes()[k];
     pn.kind = partition::kind_of(n.kind, n.index >= n_inputs);
-    if (n.kind == ir::node_kind::pointwise) pn.cost = ir::detail::cost_of<T>(n.op);
+    if (n.kind == ir::node_kind::pointwise) pn.cost = jit::cost_of<T>(n.op);
     if (n.kind == ir::node_kind::expand) pn.cost = fusegrad::detail::op_cost_units<void>();
     pn.children[0] = n.a;
     pn.children[1] = n.b;
@@ -74,11 +74,11 @@ split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fw
   for (std::size_t k = 0; k < J.size(); ++k) {
     const auto& n = J.nodes()[k];
     if (n.kind != ir::node_kind::pointwise || n.b >= 0) continue;
-    const int sib = ir::detail::sibling_of<T>(n.op).op;
+    const int sib = jit::sibling_of<T>(n.op).op;
     if (sib < 0) continue;
     if (const auto it = unary.find({sib, n.a}); it != unary.end()) {
       jg->nodes[k].sibling = it->second;
-      jg->nodes[k].sibling_cost = ir::detail::sibling_cost_of<T>(n.op);
+      jg->nodes[k].sibling_cost = jit::sibling_cost_of<T>(n.op);
     }
   }
   for (int r : fwd_roots) jg->nodes[static_cast<std::size_t>(r)].forward_root = true;

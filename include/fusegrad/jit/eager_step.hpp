@@ -13,7 +13,7 @@
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ir/graph.hpp"
 
-namespace fusegrad::ir {
+namespace fusegrad::detail::jit {
 
 /// The function behind a `call_hook` or `call` node, given to each run of a graph (its
 /// second argument is undefined for one-operand calls).
@@ -23,14 +23,14 @@ using call_fn = std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>;
 /// The value of `call_hook` or `call` node `n` (of shape `out`): its function, from the run's
 /// `fns`, on `a`, `b`.
 template <Element T>
-tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const std::vector<call_fn<T>>* fns,
+tensor<T> run_call(const ir::node<T>& n, const tensor<T>& a, const tensor<T>& b, const std::vector<call_fn<T>>* fns,
                    const shape& out) {
   if (!fns || n.index < 0 || static_cast<std::size_t>(n.index) >= fns->size())
-    fusegrad::detail::fail("ir::program", "a call node needs function ", n.index, " but the run was given ",
+    fusegrad::detail::fail("jit program", "a call node needs function ", n.index, " but the run was given ",
                            fns ? fns->size() : 0, "; expected one function per call slot");
   tensor<T> r = (*fns)[static_cast<std::size_t>(n.index)](a, b);
   if (!r.defined() || r.shape() != out)
-    fusegrad::detail::fail("ir::program", "function ", n.index, " of a call node returned shape ",
+    fusegrad::detail::fail("jit program", "function ", n.index, " of a call node returned shape ",
                            r.defined() ? fusegrad::to_string(r.shape()) : std::string("<undefined>"), "; expected ",
                            fusegrad::to_string(out));
   return r;
@@ -41,7 +41,7 @@ tensor<T> run_call(const node<T>& n, const tensor<T>& a, const tensor<T>& b, con
 /// kernel cache falls back to eager mode.
 template <Element T>
 // NOLINTNEXTLINE(readability-function-cognitive-complexity): one case per node kind
-tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, const shape& ref) {
+tensor<T> eval_eager(const ir::node<T>& n, const tensor<T>& a, const tensor<T>& b, const shape& ref) {
   auto dims_of = [&](std::size_t rank) {
     std::vector<index_t> d;
     for (std::size_t i = 0; i < rank; ++i)
@@ -49,7 +49,7 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
     return d;
   };
   switch (n.kind) {
-    case node_kind::pointwise:
+    case ir::node_kind::pointwise:
       if (n.op >= ops::table_size<T>)
         return ops::user_op_at<T>(n.op, "jit").eager(n.scalar, a, n.b >= 0 ? &b : nullptr);
       return visit_op(n, [&](const auto& op) -> tensor<T> {
@@ -57,31 +57,31 @@ tensor<T> eval_eager(const node<T>& n, const tensor<T>& a, const tensor<T>& b, c
         if constexpr (BinaryOp<Op, T>) return apply_op(op, a, b);
         else return apply_op(op, a);
       });
-    case node_kind::sum:
-    case node_kind::mean:
-    case node_kind::max: {
+    case ir::node_kind::sum:
+    case ir::node_kind::mean:
+    case ir::node_kind::max: {
       const auto d = dims_of(a.dim());
       if (a.dim() > 0 && d.empty()) return a;  // reduces nothing
-      if (n.kind == node_kind::sum) return fusegrad::sum(a, d, n.keepdim);
-      if (n.kind == node_kind::mean) return fusegrad::mean(a, d, n.keepdim);
+      if (n.kind == ir::node_kind::sum) return fusegrad::sum(a, d, n.keepdim);
+      if (n.kind == ir::node_kind::mean) return fusegrad::mean(a, d, n.keepdim);
       return fusegrad::max(a, d, n.keepdim);
     }
-    case node_kind::expand: {
-      const auto mask = dims_mask(n.dims, ref.size());
+    case ir::node_kind::expand: {
+      const auto mask = ir::dims_mask(n.dims, ref.size());
       tensor<T> r = a.reshape(fusegrad::detail::reduced_shape(ref, mask, true)).expand(ref);
       if (n.average) r = r / static_cast<T>(fusegrad::detail::reduced_count(ref, mask));
       return r;
     }
-    case node_kind::sum_to: return fusegrad::detail::sum_to(a, ref);
-    case node_kind::input:
-    case node_kind::call_hook:
-    case node_kind::call:
-    case node_kind::custom: break;
+    case ir::node_kind::sum_to: return fusegrad::detail::sum_to(a, ref);
+    case ir::node_kind::input:
+    case ir::node_kind::call_hook:
+    case ir::node_kind::call:
+    case ir::node_kind::custom: break;
   }
-  fusegrad::detail::fail("ir::eval_eager", n.kind == node_kind::input ? "an input node has no value to compute"
-                                           : n.kind == node_kind::custom
+  fusegrad::detail::fail("jit eager step", n.kind == ir::node_kind::input ? "an input node has no value to compute"
+                                           : n.kind == ir::node_kind::custom
                                                ? "a custom node needs its inputs (run_custom)"
-                                               : "a call node needs the run's functions (ir::run_call)");
+                                               : "a call node needs the run's functions (run_call)");
 }
 
-}  // namespace fusegrad::ir
+}  // namespace fusegrad::detail::jit

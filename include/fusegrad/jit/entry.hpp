@@ -37,12 +37,12 @@ struct input_guard {
 /// (eager mode never visits such a node either).
 template <Element T>
 struct backward_code {
-  std::vector<char> given;             ///< per grad output (`entry::grad_outputs`): its gradient is an input
-  std::vector<int> hooks;              ///< per `call_hook` slot: the forward node whose gradient it hooks
-  ir::graph<T> joint;                  ///< forward + backward of the given outputs (shapes of dynamic entries)
-  std::optional<ir::program<T>> prog;  ///< inputs: the entry's saved values, then the given gradients
-  std::vector<int> origin;             ///< backward node -> joint node
-  std::vector<int> grad_of;            ///< per wrt input: its output in `prog` (-1: zero gradient)
+  std::vector<char> given;              ///< per grad output (`entry::grad_outputs`): its gradient is an input
+  std::vector<int> hooks;               ///< per `call_hook` slot: the forward node whose gradient it hooks
+  ir::graph<T> joint;                   ///< forward + backward of the given outputs (shapes of dynamic entries)
+  std::optional<jit::program<T>> prog;  ///< inputs: the entry's saved values, then the given gradients
+  std::vector<int> origin;              ///< backward node -> joint node
+  std::vector<int> grad_of;             ///< per wrt input: its output in `prog` (-1: zero gradient)
   /// The size class whose cost-based plan chose the saved values (the entry's first backward).
   partition::size_class plan_class = partition::size_class::cached;
 };
@@ -60,8 +60,8 @@ struct entry {
   bool dynamic = false;
   std::vector<std::string> names;
   // Code.
-  bool eager = false;                 ///< run node by node on the eager tape (graph too large to partition)
-  std::optional<ir::program<T>> fwd;  ///< outputs: the graph's outputs, then the saved values
+  bool eager = false;                  ///< run node by node on the eager tape (graph too large to partition)
+  std::optional<jit::program<T>> fwd;  ///< outputs: the graph's outputs, then the saved values
   // Backward.
   std::vector<int> grad_outputs;                ///< positions in `outputs` that take gradients
   std::vector<int> wrt;                         ///< input indices that receive gradients

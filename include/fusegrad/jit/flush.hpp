@@ -330,8 +330,8 @@ std::vector<tensor<T>> trace<T>::eval_nodes_eagerly() {
     const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
     const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
     vals[k] = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call
-                  ? ir::run_call(n, a, b, &calls_, n.sizes)
-                  : ir::eval_eager(n, a, b, n.sizes);
+                  ? jit::run_call(n, a, b, &calls_, n.sizes)
+                  : jit::eval_eager(n, a, b, n.sizes);
   }
   return vals;
 }

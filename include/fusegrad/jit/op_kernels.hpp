@@ -14,10 +14,7 @@
 #include "fusegrad/ops/table.hpp"
 #include "fusegrad/ops/user_ops.hpp"
 
-namespace fusegrad::ir {
-
-namespace detail {
-using fusegrad::detail::type_list;
+namespace fusegrad::detail::jit {
 
 /// Runs op `Op` (its constant `s`) over `n` elements with the tile kernel the compile-time
 /// fused backend uses.
@@ -96,6 +93,4 @@ int sibling_cost_of(int op) {
   if (op >= 0 && op < ops::table_size<T>) return costs[static_cast<std::size_t>(op)];
   return cost_of<T>(op);
 }
-}  // namespace detail
-
-}  // namespace fusegrad::ir
+}  // namespace fusegrad::detail::jit

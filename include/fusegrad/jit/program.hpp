@@ -36,7 +36,7 @@
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/loops/tile_reductions.hpp"
 
-namespace fusegrad::ir {
+namespace fusegrad::detail::jit {
 
 /// A graph lowered to loops of tile instructions and eager steps; run it on input tensors.
 template <Element T>
@@ -64,7 +64,7 @@ class program {
   }
 
   /// Compiles the nodes `outputs` of `g` need.
-  program(graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) { lower(); }
+  program(ir::graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) { lower(); }
 
   /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
   /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
@@ -83,7 +83,7 @@ class program {
         std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
   }
   [[nodiscard]] std::size_t num_steps() const noexcept { return steps_.size(); }
-  [[nodiscard]] const graph<T>& source() const noexcept { return g_; }
+  [[nodiscard]] const ir::graph<T>& source() const noexcept { return g_; }
   [[nodiscard]] const std::vector<int>& outputs() const noexcept { return outputs_; }
 
  private:
@@ -117,16 +117,16 @@ class program {
     return bytes > last_cache_bytes() ? st.tile : min_tile;
   }
 
-  [[nodiscard]] static bool reduces_all(const node<T>& n, const graph<T>& g) {
-    if (n.kind == node_kind::sum_to) return numel(n.sizes) == 1;
+  [[nodiscard]] static bool reduces_all(const ir::node<T>& n, const ir::graph<T>& g) {
+    if (n.kind == ir::node_kind::sum_to) return numel(n.sizes) == 1;
     if (!is_reduction(n.kind)) return false;
     const std::size_t r = g.at(n.a).sizes.size();
-    return r == 0 || n.dims == graph<T>::rank_bits(r);
+    return r == 0 || n.dims == ir::graph<T>::rank_bits(r);
   }
   /// The node whose shape is the iteration space of node k in a loop.
   [[nodiscard]] int space_node_of(std::size_t k) const {
     const auto& n = g_.nodes()[k];
-    return is_reduction(n.kind) || n.kind == node_kind::sum_to ? n.a : static_cast<int>(k);
+    return is_reduction(n.kind) || n.kind == ir::node_kind::sum_to ? n.a : static_cast<int>(k);
   }
   /// Node k's shape in a run: `sizes`'s when given (see `fits`), else the lowered one.
   [[nodiscard]] const shape& size_of(const std::vector<shape>* sizes, std::size_t k) const {
@@ -255,10 +255,10 @@ class program {
     const T* b;
     T* d;
     index_t am, bm, dm;
-    detail::kernel_fn<T> fn;
+    kernel_fn<T> fn;
     T scalar;
-    node_kind kind;
-    detail::sibling_kernel_fn<T> both;  ///< with its sibling: the kernel of both, into `d` and `d2`
+    ir::node_kind kind;
+    sibling_kernel_fn<T> both;  ///< with its sibling: the kernel of both, into `d` and `d2`
     T* d2;
     index_t dm2;
     bool skip;  ///< the sibling's value: the instruction before computed it
@@ -285,7 +285,7 @@ class program {
   void store_reductions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes, index_t total,
                         index_t blocks, const reduction_state* red) const;
 
-  graph<T> g_;
+  ir::graph<T> g_;
   std::vector<int> outputs_;
   std::vector<bool> need_;
   std::vector<bool> dense_;  ///< read by a loop or the row step, or an output: made contiguous
@@ -303,7 +303,7 @@ template <Element T>
 std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
                                        const std::vector<call_fn<T>>* fns) const {
   if (static_cast<int>(inputs.size()) != g_.num_inputs())
-    fusegrad::detail::fail("ir::program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
+    fusegrad::detail::fail("jit program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
   // which eager steps never start, gets its own).
   struct program_values;
@@ -330,10 +330,10 @@ void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, const std::ve
   const auto& ns = g_.nodes();
   for (std::size_t k = 0; k < ns.size(); ++k) {
     const auto& n = ns[k];
-    if (n.kind != node_kind::input || !need_[k]) continue;
+    if (n.kind != ir::node_kind::input || !need_[k]) continue;
     const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
     if (x.shape() != size_of(sizes, k))
-      fusegrad::detail::fail("ir::program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
+      fusegrad::detail::fail("jit program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
                              "; the program was compiled for ", fusegrad::to_string(size_of(sizes, k)));
     vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
   }
@@ -349,8 +349,9 @@ void program<T>::run_eager(const step& st, std::vector<tensor<T>>& vals, const s
   // An expand's or sum_to's target is its own shape.
   const tensor<T>& a = vals[static_cast<std::size_t>(n.a)];
   const tensor<T>& b = n.b >= 0 ? vals[static_cast<std::size_t>(n.b)] : none;
-  tensor<T> r = n.kind == node_kind::call_hook || n.kind == node_kind::call ? run_call(n, a, b, fns, size_of(sizes, k))
-                                                                            : eval_eager(n, a, b, size_of(sizes, k));
+  tensor<T> r = n.kind == ir::node_kind::call_hook || n.kind == ir::node_kind::call
+                    ? run_call(n, a, b, fns, size_of(sizes, k))
+                    : eval_eager(n, a, b, size_of(sizes, k));
   vals[k] = r.is_contiguous() || !dense_[k] ? r : fusegrad::detail::contiguous_copy(r);
 }
 
@@ -375,7 +376,7 @@ bool program<T>::loop_fits(const step& st, const std::vector<shape>& sizes) cons
       const shape& cs = sizes[static_cast<std::size_t>(sr.node)];
       if (sr.splat ? numel(cs) != 1 : cs != space) return false;
     }
-    if (ns[k].kind == node_kind::pointwise && sizes[k] != space) return false;
+    if (ns[k].kind == ir::node_kind::pointwise && sizes[k] != space) return false;
   }
   return true;
 }
@@ -448,14 +449,14 @@ void program<T>::classify_nodes(lowering& lw) const {
   lw.reduction.assign(N, false);
   for (std::size_t k = 0; k < N; ++k) {
     const auto& n = ns[k];
-    if (!need_[k] || n.kind == node_kind::input || in_rows[k]) continue;
+    if (!need_[k] || n.kind == ir::node_kind::input || in_rows[k]) continue;
     auto ok = [&](int c) {
       return c < 0 || ns[static_cast<std::size_t>(c)].sizes == n.sizes ||
              numel(ns[static_cast<std::size_t>(c)].sizes) == 1;
     };
     switch (n.kind) {
-      case node_kind::pointwise: lw.tiled[k] = ok(n.a) && ok(n.b); break;
-      case node_kind::expand: lw.tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
+      case ir::node_kind::pointwise: lw.tiled[k] = ok(n.a) && ok(n.b); break;
+      case ir::node_kind::expand: lw.tiled[k] = numel(ns[static_cast<std::size_t>(n.a)].sizes) == 1; break;
       default: lw.tiled[k] = lw.reduction[k] = reduces_all(n, g_); break;
     }
   }
@@ -494,7 +495,7 @@ void program<T>::stage_nodes(lowering& lw, const std::vector<bool>& after_rows, 
                              std::vector<int>& avail) const {
   const auto& ns = g_.nodes();
   for (std::size_t k = 0; k < ns.size(); ++k) {
-    if (!need_[k] || ns[k].kind == node_kind::input || lw.region.in[k] || after_rows[k] != reading_rows) continue;
+    if (!need_[k] || ns[k].kind == ir::node_kind::input || lw.region.in[k] || after_rows[k] != reading_rows) continue;
     const int in = operands_ready(lw, avail, k);
     lw.stage[k] = in;
     avail[k] = (lw.reduction[k] || !lw.tiled[k]) ? in + 1 : in;
@@ -532,7 +533,7 @@ void program<T>::group_into_steps(lowering& lw) const {
   // Steps: (stage, iteration shape) for tiled nodes; one step per eager node; one row step.
   lw.step_of.assign(N, -1);
   for (std::size_t k = 0; k < N; ++k) {
-    if (!need_[k] || ns[k].kind == node_kind::input) continue;
+    if (!need_[k] || ns[k].kind == ir::node_kind::input) continue;
     int found = lw.region.in[k] ? row_step_of(lw) : lw.tiled[k] ? loop_of(lw, k) : -1;
     if (found < 0) found = add_step(lw, lw.stage[k], lw.tiled[k] ? space_node_of(k) : -1 - static_cast<int>(k));
     lw.step_of[k] = found;
@@ -602,10 +603,10 @@ void program<T>::choose_stored(lowering& lw) const {
   lw.store.assign(N, false);
   for (int o : outputs_) lw.store[static_cast<std::size_t>(o)] = true;
   for (std::size_t k = 0; k < N; ++k) {
-    if (!need_[k] || ns[k].kind == node_kind::input) continue;
+    if (!need_[k] || ns[k].kind == ir::node_kind::input) continue;
     if (lw.reduction[k] || (!lw.tiled[k] && !lw.region.in[k])) lw.store[k] = true;
     for (int c : {ns[k].a, ns[k].b})
-      if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != node_kind::input &&
+      if (c >= 0 && ns[static_cast<std::size_t>(c)].kind != ir::node_kind::input &&
           lw.step_of[static_cast<std::size_t>(c)] != lw.step_of[k])
         lw.store[static_cast<std::size_t>(c)] = true;
   }
@@ -720,14 +721,14 @@ void program<T>::choose_sources(const lowering& lw, int q, index_t space, const 
     // (An expand whose one-element operand is in this loop has a one-element space, hence
     // nothing reduced to average over.)
     if (lw.step_of[u] == q) in.src[s].reg = lr.reg[u];
-    else if (n.kind == node_kind::expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
+    else if (n.kind == ir::node_kind::expand || (numel(ns[u].sizes) == 1 && space != 1)) in.src[s].splat = true;
   }
 }
 
 template <Element T>
 void program<T>::give_splat_slots(loop_registers& lr, instr& in, step& st) const {
   const auto& n = g_.nodes()[static_cast<std::size_t>(in.node)];
-  const bool own = n.kind == node_kind::expand && n.average;
+  const bool own = n.kind == ir::node_kind::expand && n.average;
   for (auto& sr : in.src) {
     if (!sr.splat) continue;
     const auto u = static_cast<std::size_t>(sr.node);
@@ -785,12 +786,12 @@ std::vector<bool> program<T>::pair_siblings(std::vector<int>& members) const {
   std::vector<bool> paired(members.size(), false);
   for (std::size_t p = 0; p + 1 < members.size(); ++p) {
     const auto& n = ns[static_cast<std::size_t>(members[p])];
-    if (n.kind != node_kind::pointwise || n.b >= 0 || (p > 0 && paired[p - 1])) continue;
-    const int sib = detail::sibling_of<T>(n.op).op;
+    if (n.kind != ir::node_kind::pointwise || n.b >= 0 || (p > 0 && paired[p - 1])) continue;
+    const int sib = sibling_of<T>(n.op).op;
     if (sib < 0) continue;
     for (std::size_t q = p + 1; q < members.size(); ++q) {
       const auto& m = ns[static_cast<std::size_t>(members[q])];
-      if (m.kind != node_kind::pointwise || m.op != sib || m.a != n.a || m.b >= 0) continue;
+      if (m.kind != ir::node_kind::pointwise || m.op != sib || m.a != n.a || m.b >= 0) continue;
       // (members between p and q read neither: q's only operand is before p)
       std::rotate(members.begin() + static_cast<std::ptrdiff_t>(p) + 1,
                   members.begin() + static_cast<std::ptrdiff_t>(q),
@@ -821,13 +822,13 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
     r.a = at(P.src_reg[0], P.src[0], P.adv[0], r.am);
     r.b = at(P.src_reg[1], P.src[1], P.adv[1], r.bm);
     r.d = const_cast<T*>(at(P.dst_reg, P.dst, P.dst_adv, r.dm));
-    r.fn = nd.kind == node_kind::pointwise ? detail::kernel_of<T>(nd.op) : nullptr;
+    r.fn = nd.kind == ir::node_kind::pointwise ? kernel_of<T>(nd.op) : nullptr;
     r.scalar = nd.scalar;
     r.kind = nd.kind;
     r.both = nullptr, r.d2 = nullptr, r.dm2 = 0;
     r.skip = st.code[p].by_sibling;
     if (st.code[p].with_sibling) {
-      r.both = detail::sibling_of<T>(nd.op).kernel;
+      r.both = sibling_of<T>(nd.op).kernel;
       const ptrs& Q = pv[p + 1];
       r.d2 = const_cast<T*>(at(Q.dst_reg, Q.dst, Q.dst_adv, r.dm2));
     }
@@ -841,8 +842,8 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
     if (r.fn) [[likely]]
       return r.fn(r.scalar, a, r.b + (t0 & r.bm), r.d + (t0 & r.dm), n);
     switch (r.kind) {
-      case node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
-      case node_kind::max: red[p].max.add(a, n); break;
+      case ir::node_kind::expand: std::copy(a, a + n, r.d + (t0 & r.dm)); break;
+      case ir::node_kind::max: red[p].max.add(a, n); break;
       default: red[p].sum.add(a, n); break;  // sum, mean, sum_to
     }
   };
@@ -896,7 +897,7 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
     const auto& n = ns[k];
     ptrs& P = pv[p];
     P = ptrs{};
-    const bool reduces = is_reduction(n.kind) || n.kind == node_kind::sum_to;
+    const bool reduces = is_reduction(n.kind) || n.kind == ir::node_kind::sum_to;
     if (!reduces && in.reg < 0) {
       vals[k] = fusegrad::detail::empty<T>(size_of(sizes, k));
       P.dst = vals[k].data_ptr();
@@ -911,9 +912,9 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
       if (sr.reg >= 0) P.src_reg[s] = sr.reg;
       else if (sr.splat) {
         T v = vals[u].data_ptr()[0];
-        if (n.kind == node_kind::expand && n.average)
+        if (n.kind == ir::node_kind::expand && n.average)
           v /= static_cast<T>(
-              fusegrad::detail::reduced_count(size_of(sizes, k), dims_mask(n.dims, size_of(sizes, k).size())));
+              fusegrad::detail::reduced_count(size_of(sizes, k), ir::dims_mask(n.dims, size_of(sizes, k).size())));
         T* sp = splats + sr.slot * tile;
         std::fill(sp, sp + std::min(tile, total), v);
         P.src[s] = sp;
@@ -949,10 +950,10 @@ void program<T>::merge_blocks(const step& st, index_t blocks, const reduction_st
   for (std::size_t p = 0; p < NP; ++p) {
     const auto kind = ns[static_cast<std::size_t>(st.code[p].node)].kind;
     auto block = [&](index_t b) -> const reduction_state& { return part[static_cast<std::size_t>(b) * NP + p]; };
-    if (kind == node_kind::max)
+    if (kind == ir::node_kind::max)
       red[p].merged = fusegrad::detail::max_of_blocks<T>(
           blocks, [&](index_t b) -> auto& { return block(b).max; });
-    else if (is_reduction(kind) || kind == node_kind::sum_to)
+    else if (is_reduction(kind) || kind == ir::node_kind::sum_to)
       red[p].merged = fusegrad::detail::sum_of_block_sums<T>(
           blocks, [&](index_t b) -> auto& { return block(b).sum; }, totals.data());
   }
@@ -965,12 +966,12 @@ void program<T>::store_reductions(const step& st, std::vector<tensor<T>>& vals, 
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     const auto k = static_cast<std::size_t>(st.code[p].node);
     const auto kind = ns[k].kind;
-    if (!is_reduction(kind) && kind != node_kind::sum_to) continue;
-    if (kind == node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
-    T r = blocks > 1 ? red[p].merged : kind == node_kind::max ? red[p].max.total() : red[p].sum.total();
-    if (kind == node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
+    if (!is_reduction(kind) && kind != ir::node_kind::sum_to) continue;
+    if (kind == ir::node_kind::max && total == 0) fusegrad::detail::fail("max", "max of an empty tensor has no value");
+    T r = blocks > 1 ? red[p].merged : kind == ir::node_kind::max ? red[p].max.total() : red[p].sum.total();
+    if (kind == ir::node_kind::mean) r = total == 0 ? std::numeric_limits<T>::quiet_NaN() : r / static_cast<T>(total);
     vals[k] = fusegrad::full<T>(size_of(sizes, k), r);
   }
 }
 
-}  // namespace fusegrad::ir
+}  // namespace fusegrad::detail::jit

@@ -261,7 +261,7 @@ std::vector<tensor<T>> replayer<T>::replay(const traced_call<T>& c, const std::v
     for (int a : c.input_arg) ins.push_back(args[static_cast<std::size_t>(a)]);
     targets.reserve(c.e->outputs.size());
     for (std::size_t p = 0; p < c.e->outputs.size(); ++p) targets.push_back(make_pooled<tensor_impl<T>>());
-    static const std::vector<ir::call_fn<T>> no_calls;
+    static const std::vector<jit::call_fn<T>> no_calls;
     static const std::vector<std::pair<int, hook<T>>> no_hooks;
     run_entry(c.e, ins, c.shapes, no_calls, no_hooks, targets);
   }

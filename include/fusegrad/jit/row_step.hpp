@@ -37,7 +37,7 @@
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/loops/tile_reductions.hpp"
 
-namespace fusegrad::ir {
+namespace fusegrad::detail::jit {
 
 template <Element T>
 class row_step {
@@ -54,18 +54,18 @@ class row_step {
   /// The nodes of `g` (those `need` marks) that one row step should run (none when there is no
   /// reduction over the last dim, nor a row scalar broadcast along it). The set is convex: no
   /// node outside it both reads from it and feeds it.
-  [[nodiscard]] static region_t region(const graph<T>& g, const std::vector<bool>& need);
+  [[nodiscard]] static region_t region(const ir::graph<T>& g, const std::vector<bool>& need);
 
   /// The step of `members` (in graph order; `region`'s), writing the nodes `store` marks.
-  row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store);
+  row_step(const ir::graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store);
 
   /// True when the step still holds for the node shapes `sizes`.
-  [[nodiscard]] bool fits(const graph<T>& g, const std::vector<shape>& sizes) const;
+  [[nodiscard]] bool fits(const ir::graph<T>& g, const std::vector<shape>& sizes) const;
 
   /// Runs the step: `vals` holds every node's value (members' are written here).
-  void run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+  void run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
 
-  [[nodiscard]] std::string to_string(const graph<T>& g) const;
+  [[nodiscard]] std::string to_string(const ir::graph<T>& g) const;
 
  private:
   struct operand {
@@ -123,57 +123,57 @@ class row_step {
 
   /// Can node k join a step over rows of shape S (`in`: the members so far; null: every
   /// node-operand is taken as an outside value)?
-  static bool eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in);
+  static bool eligible(const ir::graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in);
   /// True for a node a tile loop cannot run: a reduction over the last dim, a row scalar
   /// broadcast along the row.
-  static bool row_only(const graph<T>& g, std::size_t k, const shape& S);
+  static bool row_only(const ir::graph<T>& g, std::size_t k, const shape& S);
 
   // `region`'s phases, in order.
   /// The rows: the shape of the first needed node a tile loop cannot run but a row step can
   /// (`space`: the node of that shape; none: no rows).
-  static shape choose_rows(const graph<T>& g, const std::vector<bool>& need, int& space);
+  static shape choose_rows(const ir::graph<T>& g, const std::vector<bool>& need, int& space);
   /// Marks in `in`, in graph order, each needed node that can join a step over rows `S` without
   /// breaking convexity (an operand that reads a member from outside keeps it out); true when a
   /// member is one a tile loop cannot run (else the step is not worth it).
-  static bool grow_region(const graph<T>& g, const std::vector<bool>& need, const shape& S, std::vector<bool>& in);
+  static bool grow_region(const ir::graph<T>& g, const std::vector<bool>& need, const shape& S, std::vector<bool>& in);
 
   /// Node k's shape: from `sizes` when given, else the graph's.
-  static const shape& size_of(const graph<T>& g, const std::vector<shape>* sizes, std::size_t k) {
+  static const shape& size_of(const ir::graph<T>& g, const std::vector<shape>* sizes, std::size_t k) {
     return sizes ? (*sizes)[k] : g.nodes()[k].sizes;
   }
 
   /// `run` where there is nothing to walk (no rows, or rows of no values): the eager ops, and
   /// their errors (the max of nothing).
-  void run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+  void run_eagerly(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
 
   // `run`'s phases, in order, when there are rows to walk.
   /// The stored members' tensors, allocated at their sizes.
-  void allocate_stored(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+  void allocate_stored(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
   /// Pointers to every operand tensor and stored member tensor, by node (the thread's buffer).
-  T* const* bind_data(const graph<T>& g, std::vector<tensor<T>>& vals) const;
+  T* const* bind_data(const ir::graph<T>& g, std::vector<tensor<T>>& vals) const;
   /// By member: what an averaging expand divides by, the count its reduction reduced (else 1; the
   /// thread's buffer).
-  const T* averaging_divisors(const graph<T>& g, const std::vector<shape>* sizes) const;
+  const T* averaging_divisors(const ir::graph<T>& g, const std::vector<shape>* sizes) const;
   /// The R rows of C values, cut among threads, each thread with its own buffers.
-  void run_rows(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const;
+  void run_rows(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const;
 
   // The constructor's phases, in order.
   /// Adds a member per node of `members` (their forms, which are stored); returns each
   /// node's index in `mem_` (-1: not a member).
-  std::vector<int> add_members(const std::vector<node<T>>& ns, const shape& S, const std::vector<int>& members,
+  std::vector<int> add_members(const std::vector<ir::node<T>>& ns, const shape& S, const std::vector<int>& members,
                                const std::vector<bool>& store);
   /// Links each member's operands: members by index (`slot`), other nodes by their form.
-  void link_operands(const graph<T>& g, const shape& S, const std::vector<int>& slot);
+  void link_operands(const ir::graph<T>& g, const shape& S, const std::vector<int>& slot);
   /// Gives each member its pass and the pass its value is ready in; finds the reductions
   /// another member already computes (`same`).
-  void assign_passes(const std::vector<node<T>>& ns);
+  void assign_passes(const std::vector<ir::node<T>>& ns);
   /// The first pass member `e` can run in: a full operand's own pass, another operand's ready pass.
   [[nodiscard]] int first_pass(const member& e) const;
   /// An earlier member (than `i`, a reduction) that reduces the same values the same way, or -1.
-  [[nodiscard]] int same_reduction(const std::vector<node<T>>& ns, std::size_t i) const;
+  [[nodiscard]] int same_reduction(const std::vector<ir::node<T>>& ns, std::size_t i) const;
   /// Decides where each value lives: a row buffer (a full value read in a later pass), its
   /// operand's splat (an expand), a row scalar's slot.
-  void place_values(const std::vector<node<T>>& ns);
+  void place_values(const std::vector<ir::node<T>>& ns);
   /// Gives the other full values of each pass tile registers, each reused after its last
   /// reader in the pass.
   void allocate_registers();
@@ -191,12 +191,12 @@ class row_step {
   void plan_passes();
 
   /// One row: its passes, each with the row scalars waiting for it first.
-  void run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width,
+  void run_row(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width,
                T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
                fusegrad::detail::running_max<T>* maxes, iptr* ip) const;
   /// One row's place and this thread's buffers for it (`run_row`'s phases read it).
   struct row_ctx {
-    const std::vector<node<T>>& ns;
+    const std::vector<ir::node<T>>& ns;
     T* const* dp;  ///< by node: an operand's data, a stored member's
     const T* dv;   ///< by member: what an averaging expand divides by
     index_t r, C, width, off;
@@ -235,7 +235,7 @@ class row_step {
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
 
 template <Element T>
-typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std::vector<bool>& need) {
+typename row_step<T>::region_t row_step<T>::region(const ir::graph<T>& g, const std::vector<bool>& need) {
   region_t out;
   out.in.assign(g.nodes().size(), false);
   const shape S = choose_rows(g, need, out.space);
@@ -248,14 +248,14 @@ typename row_step<T>::region_t row_step<T>::region(const graph<T>& g, const std:
 }
 
 template <Element T>
-shape row_step<T>::choose_rows(const graph<T>& g, const std::vector<bool>& need, int& space) {
+shape row_step<T>::choose_rows(const ir::graph<T>& g, const std::vector<bool>& need, int& space) {
   const auto& ns = g.nodes();
   for (std::size_t k = 0; k < ns.size(); ++k) {
     if (!need[k]) continue;
     const auto& n = ns[k];
     int cand = -1;
-    if ((is_reduction(n.kind) || n.kind == node_kind::sum_to) && n.a >= 0) cand = n.a;
-    else if (n.kind == node_kind::expand || n.kind == node_kind::pointwise) cand = static_cast<int>(k);
+    if ((is_reduction(n.kind) || n.kind == ir::node_kind::sum_to) && n.a >= 0) cand = n.a;
+    else if (n.kind == ir::node_kind::expand || n.kind == ir::node_kind::pointwise) cand = static_cast<int>(k);
     if (cand < 0) continue;
     const shape& cs = g.at(cand).sizes;
     if (cs.size() < 2 || cs.back() < 2 || numel(cs) == cs.back())
@@ -269,12 +269,13 @@ shape row_step<T>::choose_rows(const graph<T>& g, const std::vector<bool>& need,
 }
 
 template <Element T>
-bool row_step<T>::grow_region(const graph<T>& g, const std::vector<bool>& need, const shape& S, std::vector<bool>& in) {
+bool row_step<T>::grow_region(const ir::graph<T>& g, const std::vector<bool>& need, const shape& S,
+                              std::vector<bool>& in) {
   const auto& ns = g.nodes();
   std::vector<bool> dep(ns.size(), false);  // reads a member, directly or not
   bool seeded = false;
   for (std::size_t k = 0; k < ns.size(); ++k) {
-    if (!need[k] || ns[k].kind == node_kind::input) continue;
+    if (!need[k] || ns[k].kind == ir::node_kind::input) continue;
     const auto& n = ns[k];
     bool convex = true, reads = false;
     for (int c : {n.a, n.b})
@@ -293,7 +294,7 @@ bool row_step<T>::grow_region(const graph<T>& g, const std::vector<bool>& need, 
 }
 
 template <Element T>
-row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store)
+row_step<T>::row_step(const ir::graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store)
     : space_(space) {
   const auto& ns = g.nodes();
   const shape& S = g.at(space_).sizes;
@@ -307,7 +308,7 @@ row_step<T>::row_step(const graph<T>& g, int space, const std::vector<int>& memb
 }
 
 template <Element T>
-std::vector<int> row_step<T>::add_members(const std::vector<node<T>>& ns, const shape& S,
+std::vector<int> row_step<T>::add_members(const std::vector<ir::node<T>>& ns, const shape& S,
                                           const std::vector<int>& members, const std::vector<bool>& store) {
   std::vector<int> slot(ns.size(), -1);  // member -> index in mem_
   for (int m : members) {
@@ -322,7 +323,7 @@ std::vector<int> row_step<T>::add_members(const std::vector<node<T>>& ns, const 
 }
 
 template <Element T>
-void row_step<T>::link_operands(const graph<T>& g, const shape& S, const std::vector<int>& slot) {
+void row_step<T>::link_operands(const ir::graph<T>& g, const shape& S, const std::vector<int>& slot) {
   const auto& ns = g.nodes();
   // Operands: members by index, other nodes by their form.
   for (auto& e : mem_) {
@@ -340,7 +341,7 @@ void row_step<T>::link_operands(const graph<T>& g, const shape& S, const std::ve
 }
 
 template <Element T>
-void row_step<T>::assign_passes(const std::vector<node<T>>& ns) {
+void row_step<T>::assign_passes(const std::vector<ir::node<T>>& ns) {
   // Passes: a full value runs in the pass after its operands' reductions; a reduction in its
   // operand's pass, ready one pass later; a row-scalar op as soon as its operands are ready.
   for (std::size_t i = 0; i < mem_.size(); ++i) {
@@ -348,7 +349,7 @@ void row_step<T>::assign_passes(const std::vector<node<T>>& ns) {
     const int p = first_pass(e);
     e.pass = p;
     const auto k = ns[static_cast<std::size_t>(e.node)].kind;
-    e.reduces = is_reduction(k) || k == node_kind::sum_to;
+    e.reduces = is_reduction(k) || k == ir::node_kind::sum_to;
     e.ready = e.reduces ? p + 1 : p;
     if (e.reduces) e.same = same_reduction(ns, i);
     if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
@@ -367,7 +368,7 @@ int row_step<T>::first_pass(const member& e) const {
 }
 
 template <Element T>
-int row_step<T>::same_reduction(const std::vector<node<T>>& ns, std::size_t i) const {
+int row_step<T>::same_reduction(const std::vector<ir::node<T>>& ns, std::size_t i) const {
   // The same reduction of the same values (logsumexp takes the max with and without keepdim):
   // computed once.
   const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
@@ -380,7 +381,7 @@ int row_step<T>::same_reduction(const std::vector<node<T>>& ns, std::size_t i) c
 }
 
 template <Element T>
-void row_step<T>::place_values(const std::vector<node<T>>& ns) {
+void row_step<T>::place_values(const std::vector<ir::node<T>>& ns) {
   // Where full values live: their tensor (stored), a row buffer (read in a later pass), or a
   // tile register (freed after its last reader in its pass: `allocate_registers`).
   std::vector<int> last_pass(mem_.size(), -1);
@@ -393,7 +394,7 @@ void row_step<T>::place_values(const std::vector<node<T>>& ns) {
     if (e.f == form::full) {
       if (!e.store && last_pass[i] > e.pass) e.rowbuf = rowbufs_++;
       // An expand read only in its own pass is its operand's splat: no copy.
-      e.alias = ns[static_cast<std::size_t>(e.node)].kind == node_kind::expand && !e.store && e.rowbuf < 0;
+      e.alias = ns[static_cast<std::size_t>(e.node)].kind == ir::node_kind::expand && !e.store && e.rowbuf < 0;
     } else {
       e.scalar = scalars_++;  // a row scalar: one value per row
     }
@@ -483,7 +484,7 @@ void row_step<T>::plan_passes() {
 }
 
 template <Element T>
-bool row_step<T>::fits(const graph<T>& g, const std::vector<shape>& sizes) const {
+bool row_step<T>::fits(const ir::graph<T>& g, const std::vector<shape>& sizes) const {
   const shape& S = sizes[static_cast<std::size_t>(space_)];
   if (S.size() != g.at(space_).sizes.size() || S.empty()) return false;
   for (const auto& e : mem_)
@@ -494,7 +495,7 @@ bool row_step<T>::fits(const graph<T>& g, const std::vector<shape>& sizes) const
 }
 
 template <Element T>
-void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
+void row_step<T>::run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
   const shape& S = size_of(g, sizes, static_cast<std::size_t>(space_));
   const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
   if (R == 0 || C == 0) return run_eagerly(g, vals, sizes);
@@ -505,7 +506,7 @@ void row_step<T>::run(const graph<T>& g, std::vector<tensor<T>>& vals, const std
 }
 
 template <Element T>
-void row_step<T>::allocate_stored(const graph<T>& g, std::vector<tensor<T>>& vals,
+void row_step<T>::allocate_stored(const ir::graph<T>& g, std::vector<tensor<T>>& vals,
                                   const std::vector<shape>* sizes) const {
   for (const auto& e : mem_)
     if (e.store)
@@ -514,7 +515,7 @@ void row_step<T>::allocate_stored(const graph<T>& g, std::vector<tensor<T>>& val
 }
 
 template <Element T>
-T* const* row_step<T>::bind_data(const graph<T>& g, std::vector<tensor<T>>& vals) const {
+T* const* row_step<T>::bind_data(const ir::graph<T>& g, std::vector<tensor<T>>& vals) const {
   thread_local std::vector<T*> data;
   data.assign(g.nodes().size(), nullptr);
   for (const auto& e : mem_) {
@@ -527,21 +528,21 @@ T* const* row_step<T>::bind_data(const graph<T>& g, std::vector<tensor<T>>& vals
 }
 
 template <Element T>
-const T* row_step<T>::averaging_divisors(const graph<T>& g, const std::vector<shape>* sizes) const {
+const T* row_step<T>::averaging_divisors(const ir::graph<T>& g, const std::vector<shape>* sizes) const {
   const auto& ns = g.nodes();
   thread_local std::vector<T> divisor;
   divisor.assign(mem_.size(), T(1));
   for (std::size_t i = 0; i < mem_.size(); ++i) {
     const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
-    if (n.kind != node_kind::expand || !n.average) continue;
+    if (n.kind != ir::node_kind::expand || !n.average) continue;
     const shape& to = size_of(g, sizes, static_cast<std::size_t>(mem_[i].node));
-    divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, dims_mask(n.dims, to.size())));
+    divisor[i] = static_cast<T>(fusegrad::detail::reduced_count(to, ir::dims_mask(n.dims, to.size())));
   }
   return divisor.data();
 }
 
 template <Element T>
-void row_step<T>::run_rows(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const {
+void row_step<T>::run_rows(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const {
   const index_t width = std::min(C, tile_elems);
   auto rows = [&](index_t r0, index_t r1) {
     thread_local std::vector<T> buf;
@@ -567,7 +568,8 @@ void row_step<T>::run_rows(const std::vector<node<T>>& ns, T* const* dp, const T
 }
 
 template <Element T>
-void row_step<T>::run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
+void row_step<T>::run_eagerly(const ir::graph<T>& g, std::vector<tensor<T>>& vals,
+                              const std::vector<shape>* sizes) const {
   const auto& ns = g.nodes();
   fusegrad::no_grad ng;
   const tensor<T> none;
@@ -581,7 +583,7 @@ void row_step<T>::run_eagerly(const graph<T>& g, std::vector<tensor<T>>& vals, c
 }
 
 template <Element T>
-std::string row_step<T>::to_string(const graph<T>& g) const {
+std::string row_step<T>::to_string(const ir::graph<T>& g) const {
   std::string s = "rows of " + fusegrad::to_string(g.at(space_).sizes) + " in " + std::to_string(passes_) +
                   " passes (" + std::to_string(registers_) + " registers, " + std::to_string(rowbufs_) +
                   " row buffers):";
@@ -604,7 +606,7 @@ std::string row_step<T>::to_string(const graph<T>& g) const {
 template <Element T>
 // Above the complexity bound: one eligibility condition per node kind.
 // NOLINTNEXTLINE(readability-function-cognitive-complexity)
-bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in) {
+bool row_step<T>::eligible(const ir::graph<T>& g, std::size_t k, const shape& S, const std::vector<bool>* in) {
   const auto& n = g.nodes()[k];
   const form f = form_of(n.sizes, S);
   auto fo = [&](int c) -> form {
@@ -614,7 +616,7 @@ bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, con
     return outside_form(cs, S);
   };
   switch (n.kind) {
-    case node_kind::pointwise: {
+    case ir::node_kind::pointwise: {
       if (f == form::none || f == form::one) return false;
       for (int c : {n.a, n.b}) {
         if (c < 0) continue;
@@ -625,12 +627,12 @@ bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, con
       }
       return true;
     }
-    case node_kind::sum:
-    case node_kind::mean:
-    case node_kind::max:
+    case ir::node_kind::sum:
+    case ir::node_kind::mean:
+    case ir::node_kind::max:
       return n.dims == last_bit(S) && fo(n.a) == form::full && (n.keepdim ? f == form::keep : f == form::drop);
-    case node_kind::sum_to: return f == form::keep && fo(n.a) == form::full;
-    case node_kind::expand: {
+    case ir::node_kind::sum_to: return f == form::keep && fo(n.a) == form::full;
+    case ir::node_kind::expand: {
       if (f != form::full) return false;
       const form af = fo(n.a);
       return af == form::one || ((af == form::keep || af == form::drop) && n.dims == last_bit(S));
@@ -640,18 +642,18 @@ bool row_step<T>::eligible(const graph<T>& g, std::size_t k, const shape& S, con
 }
 
 template <Element T>
-bool row_step<T>::row_only(const graph<T>& g, std::size_t k, const shape& S) {
+bool row_step<T>::row_only(const ir::graph<T>& g, std::size_t k, const shape& S) {
   const auto& n = g.nodes()[k];
-  if (is_reduction(n.kind) || n.kind == node_kind::sum_to) return numel(n.sizes) != 1;  // (not a full reduction)
-  if (n.kind == node_kind::expand) return numel(g.at(n.a).sizes) != 1;
-  if (n.kind == node_kind::pointwise && n.sizes == S)
+  if (is_reduction(n.kind) || n.kind == ir::node_kind::sum_to) return numel(n.sizes) != 1;  // (not a full reduction)
+  if (n.kind == ir::node_kind::expand) return numel(g.at(n.a).sizes) != 1;
+  if (n.kind == ir::node_kind::pointwise && n.sizes == S)
     for (int c : {n.a, n.b})
       if (c >= 0 && g.at(c).sizes != S && numel(g.at(c).sizes) != 1) return true;
   return false;
 }
 
 template <Element T>
-void row_step<T>::run_row(const std::vector<node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C,
+void row_step<T>::run_row(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C,
                           index_t width, T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
                           fusegrad::detail::running_max<T>* maxes, iptr* ip) const {
   const row_ctx x{ns, dp, dv, r, C, width, r * C, rowbuf, regs, splat, scal, sums, maxes, ip};
@@ -692,7 +694,7 @@ inline void row_step<T>::run_scalars(const pass_work& P, const row_ctx& x) const
     const member& e = mem_[static_cast<std::size_t>(m)];
     const auto& n = x.ns[static_cast<std::size_t>(e.node)];
     T a = scalar_of(e.src[0], x), b = e.src[1].node >= 0 ? scalar_of(e.src[1], x) : T(0), d;
-    detail::kernel_of<T>(n.op)(n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
+    kernel_of<T>(n.op)(n.scalar, &a, e.src[1].node >= 0 ? &b : nullptr, &d, 1);
     x.scal[e.scalar] = d;
     if (e.store) x.dp[e.node][x.r] = d;
   }
@@ -705,7 +707,7 @@ inline void row_step<T>::fill_splats(const pass_work& P, const row_ctx& x) const
     const auto& n = x.ns[static_cast<std::size_t>(e.node)];
     const operand& o = e.src[s];
     T v = scalar_of(o, x);
-    if (n.kind == node_kind::expand && n.average) v /= x.dv[m];
+    if (n.kind == ir::node_kind::expand && n.average) v /= x.dv[m];
     std::fill_n(x.splat + o.splat * tile_elems, x.width, v);
   }
 }
@@ -721,7 +723,7 @@ inline void row_step<T>::start_tiles(const pass_work& P, const row_ctx& x) const
     y.d = nullptr;
     y.adv_d = false;
     if (e.reduces) {
-      if (x.ns[static_cast<std::size_t>(e.node)].kind == node_kind::max) x.maxes[m].reset();
+      if (x.ns[static_cast<std::size_t>(e.node)].kind == ir::node_kind::max) x.maxes[m].reset();
       else x.sums[m].reset();
     } else {
       y.adv_d = e.reg < 0;
@@ -745,13 +747,13 @@ inline void row_step<T>::walk_tiles(const pass_work& P, const row_ctx& x) const 
       const iptr& y = x.ip[q];
       const T* a = y.a + (y.adv_a ? t0 : 0);
       if (e.reduces) {
-        if (nd.kind == node_kind::max) x.maxes[m].add(a, n);
+        if (nd.kind == ir::node_kind::max) x.maxes[m].add(a, n);
         else x.sums[m].add(a, n);
         continue;
       }
       T* d = y.d + (y.adv_d ? t0 : 0);
-      if (nd.kind == node_kind::expand) std::copy(a, a + n, d);
-      else detail::kernel_of<T>(nd.op)(nd.scalar, a, y.b ? y.b + (y.adv_b ? t0 : 0) : nullptr, d, n);
+      if (nd.kind == ir::node_kind::expand) std::copy(a, a + n, d);
+      else kernel_of<T>(nd.op)(nd.scalar, a, y.b ? y.b + (y.adv_b ? t0 : 0) : nullptr, d, n);
     }
   }
 }
@@ -764,14 +766,14 @@ inline void row_step<T>::finish_reductions(const pass_work& P, const row_ctx& x)
     const auto& nd = x.ns[static_cast<std::size_t>(e.node)];
     T v;
     if (e.same >= 0) v = x.scal[mem_[static_cast<std::size_t>(e.same)].scalar];
-    else if (nd.kind == node_kind::max) v = x.maxes[m].total();
+    else if (nd.kind == ir::node_kind::max) v = x.maxes[m].total();
     else {
       v = x.sums[m].total();
-      if (nd.kind == node_kind::mean) v = v / static_cast<T>(x.C);
+      if (nd.kind == ir::node_kind::mean) v = v / static_cast<T>(x.C);
     }
     x.scal[e.scalar] = v;
     if (e.store) x.dp[e.node][x.r] = v;
   }
 }
 
-}  // namespace fusegrad::ir
+}  // namespace fusegrad::detail::jit

@@ -85,7 +85,7 @@ void gather_backward_inputs(const std::vector<tensor<T>>& s, const std::vector<t
 /// The hooked slots of `hs` (`hooked`) and each hook as a call slot's function (`hook_fns`).
 template <Element T>
 void hook_calls(const std::vector<std::pair<int, hook<T>>>& hs, std::vector<int>& hooked,
-                std::vector<ir::call_fn<T>>& hook_fns) {
+                std::vector<jit::call_fn<T>>& hook_fns) {
   for (const auto& [k, h] : hs) {
     hooked.push_back(k);
     hook_fns.push_back([h = h](const tensor<T>& g, const tensor<T>&) { return apply_hook(h, g); });
@@ -96,7 +96,8 @@ void hook_calls(const std::vector<std::pair<int, hook<T>>>& hs, std::vector<int>
 /// its hooks' functions, null for none); a traced backward inlines it in the trace instead.
 template <Element T>
 std::vector<tensor<T>> run_backward_program(const backward_code<T>& b, const std::vector<tensor<T>>& bin,
-                                            const std::vector<shape>* bs, const std::vector<ir::call_fn<T>>* hook_fns) {
+                                            const std::vector<shape>* bs,
+                                            const std::vector<jit::call_fn<T>>* hook_fns) {
   if (auto* rec = active_recorder<T>()) return rec->replay(b.prog->source(), b.prog->outputs(), bin, bs, hook_fns);
   return b.prog->run(bin, bs, hook_fns);
 }
@@ -135,7 +136,7 @@ std::vector<tensor<T>> compiled_function_backward(const entry<T>& e, const std::
   gather_backward_inputs(s, grads, bin, given);
   const std::vector<std::pair<int, hook<T>>> hs = backward_hooks(e, graph_hooks, self, grads.size());
   std::vector<int> hooked;
-  std::vector<ir::call_fn<T>> hook_fns;
+  std::vector<jit::call_fn<T>> hook_fns;
   hook_calls(hs, hooked, hook_fns);
   std::vector<shape> bs;
   const std::shared_ptr<const backward_code<T>> b = backward_code_for(e, given, hooked, jshapes, bs);
@@ -151,7 +152,7 @@ std::vector<tensor<T>> compiled_function_backward(const entry<T>& e, const std::
 /// Recording is paused by the caller (the programs' eager steps must compute, not trace).
 template <Element T>
 void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tensor<T>>& inputs,
-               std::shared_ptr<const std::vector<shape>> jshapes, const std::vector<ir::call_fn<T>>& calls,
+               std::shared_ptr<const std::vector<shape>> jshapes, const std::vector<jit::call_fn<T>>& calls,
                const std::vector<std::pair<int, hook<T>>>& hooks,
                const std::vector<std::shared_ptr<tensor_impl<T>>>& targets) {
   std::vector<shape> fwd_shapes;

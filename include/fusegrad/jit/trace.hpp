@@ -87,7 +87,7 @@ class trace final : public recorder<T>, public lazy_source {
   }
   std::vector<tensor<T>> replay(const ir::graph<T>& b, const std::vector<int>& outputs,
                                 const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
-                                const std::vector<ir::call_fn<T>>* fns) override {
+                                const std::vector<jit::call_fn<T>>* fns) override {
     split_on_grad_mode();
     const int aot = next_aot_++;  // the inlined nodes print as %aot<id>_<node of b>
     std::vector<int> map(b.size(), -1);
@@ -98,7 +98,7 @@ class trace final : public recorder<T>, public lazy_source {
     }
     return replayed_outputs(outputs, map);
   }
-  tensor<T> call(bool hook, std::string_view name, const shape& out, ir::call_fn<T> fn, const tensor<T>& a,
+  tensor<T> call(bool hook, std::string_view name, const shape& out, jit::call_fn<T> fn, const tensor<T>& a,
                  const tensor<T>* b, std::uint64_t hook_id) override {
     split_on_grad_mode();
     const int ia = node_of(a), ib = b ? node_of(*b) : -1;
@@ -177,7 +177,7 @@ class trace final : public recorder<T>, public lazy_source {
     std::shared_ptr<const entry<T>> e;
     std::vector<tensor<T>> inputs;
     std::vector<const tensor_impl<T>*> targets;
-    std::vector<ir::call_fn<T>> calls;
+    std::vector<jit::call_fn<T>> calls;
     std::vector<std::uint64_t> call_hook_ids;
   };
   flush_record* recording = nullptr;
@@ -216,7 +216,7 @@ class trace final : public recorder<T>, public lazy_source {
   /// its sizes this call's (`sizes`; null: its own), its call slot one of this graph's
   /// (`fns`); it prints as node `k` of inlined graph `aot`.
   int add_replayed(ir::node<T> n, std::size_t k, const std::vector<int>& map, const std::vector<shape>* sizes,
-                   const std::vector<ir::call_fn<T>>* fns, int aot) {
+                   const std::vector<jit::call_fn<T>>* fns, int aot) {
     for (int* c : {&n.a, &n.b})
       if (*c >= 0) *c = map[static_cast<std::size_t>(*c)];
     if (n.ref >= 0) n.ref = map[static_cast<std::size_t>(n.ref)];
@@ -231,7 +231,7 @@ class trace final : public recorder<T>, public lazy_source {
   }
   /// The function of a replayed graph's call slot `index` (of `fns`) as a new call slot of
   /// this graph, a call or (`hook`) a hook that is not one of the tape's; its slot here.
-  int add_replayed_call(bool hook, int index, const std::vector<ir::call_fn<T>>* fns) {
+  int add_replayed_call(bool hook, int index, const std::vector<jit::call_fn<T>>* fns) {
     if (!fns || index < 0 || static_cast<std::size_t>(index) >= fns->size())
       fail("jit", "a replayed call node needs function ", index, " but ", fns ? fns->size() : 0,
            " were given; expected one function per call slot");
@@ -376,7 +376,7 @@ class trace final : public recorder<T>, public lazy_source {
   bool grad_mode_ = true;
   std::vector<std::pair<int, std::weak_ptr<tensor_impl<T>>>> lazies_;
   std::vector<arg_name> names_;
-  std::vector<ir::call_fn<T>> calls_;         ///< the functions of the graph's call nodes, by slot
+  std::vector<jit::call_fn<T>> calls_;        ///< the functions of the graph's call nodes, by slot
   std::vector<std::string> call_names_;       ///< their names, for the printed graph
   std::vector<std::uint64_t> call_hook_ids_;  ///< per slot: the tape hook's id (0: a call; ~0: a replayed graph's)
   // For the printed graph: inlined backwards (node, aot id, node in its backward graph) and

@@ -16,8 +16,8 @@
 /// The jit runtime for element type `T`.
 #define FUSEGRAD_RUNTIME_JIT(T)                                     \
   FUSEGRAD_RT_EXTERN template class ir::graph<T>;                   \
-  FUSEGRAD_RT_EXTERN template class ir::row_step<T>;                \
-  FUSEGRAD_RT_EXTERN template class ir::program<T>;                 \
+  FUSEGRAD_RT_EXTERN template class detail::jit::row_step<T>;       \
+  FUSEGRAD_RT_EXTERN template class detail::jit::program<T>;        \
   FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>;          \
   FUSEGRAD_RT_EXTERN template struct detail::jit::replayer<T>;      \
   FUSEGRAD_RT_EXTERN template class detail::jit::once_recording<T>; \

@@ -354,7 +354,7 @@ TEST_CASE("long tiles: a captured chain over three long tiles and a partial one 
     ~restore() { fg::set_last_cache_bytes(0); }
   } restore_last_cache;
   fg::compiled_autograd::reset();
-  const fg::index_t n = 3 * fg::ir::program<float>::max_tile + 123;
+  const fg::index_t n = 3 * fg::detail::jit::program<float>::max_tile + 123;
   const auto x = fg::randn<float>({n}, 21).requires_grad(true);
   std::vector<fg::tensor<float>> w;
   for (int i = 0; i < 8; ++i)
