@@ -247,7 +247,7 @@ struct batch_sink {
     return *this;
   }
   template <std::size_t I, class T, class G>
-  batch_sink leaf(const span_arg<I, T>& a, const G& g) const {
+  [[gnu::always_inline]] batch_sink leaf(const span_arg<I, T>& a, const G& g) const {
     if (!st->has[I]) st->pend[I] = g, st->off[I] = a.offset, st->has[I] = true;
     else if (st->off[I] == a.offset) st->pend[I] = st->pend[I] + g;
     else st->write(static_cast<int>(I), a.offset, g, true);
