@@ -4,6 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
@@ -225,6 +229,45 @@ TEST_CASE("fused float results agree with eager within 1e-5") {
     CHECK(u[i] == doctest::Approx(v[i]).epsilon(1e-5));
     CHECK(std::abs(gu[i] - gv[i]) <= 1e-5f * gmax);
   }
+}
+
+TEST_CASE("regression: the exp family of doubles at NaN, infinities and huge values: C's values, eager's bits") {
+  // xsimd builds exp's 2^k from k = round(x / ln 2) converted to int64 lane by lane (no AVX2
+  // instruction does it), undefined for NaN and |k| >= 2^63; sinh, cosh, tanh, sigmoid,
+  // softplus and silu go through exp or expm1. 11 elements: two full batches and a tail.
+  auto f = [](auto x) {
+    return std::tuple{fg::exp(x),  fg::expm1(x),   fg::exp2(x),     fg::sinh(x), fg::cosh(x),
+                      fg::tanh(x), fg::sigmoid(x), fg::softplus(x), fg::silu(x)};
+  };
+  constexpr double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> v = {nan, inf, -inf, 1e300, -1e300, 1e19, -1e19, 5e3, -5e3, -nan, 0.5};
+  // C's values there (PyTorch's), from the ops' formulas on scalars.
+  const std::vector<double (*)(double)> ref = {[](double x) { return std::exp(x); },
+                                               [](double x) { return std::expm1(x); },
+                                               [](double x) { return std::exp2(x); },
+                                               [](double x) { return std::sinh(x); },
+                                               [](double x) { return std::cosh(x); },
+                                               [](double x) { return std::tanh(x); },
+                                               [](double x) { return 1 / (1 + std::exp(-x)); },
+                                               [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); },
+                                               [](double x) { return x / (1 + std::exp(-x)); }};
+  auto same = [](double a, double b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; };
+  const auto x = fg::from_vector<double>(v, {static_cast<fg::index_t>(v.size())});
+  const auto eager = f(x);
+  const auto fused = fg::compile<fg::backend::fused>(f)(x);
+  auto check = [&](int op, const fg::tensor<double>& e, const fg::tensor<double>& c) {
+    CAPTURE(op);
+    const auto ev = e.to_vector(), cv = c.to_vector();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      CAPTURE(v[i]);
+      CHECK(same(cv[i], ev[i]));
+      if (i + 1 < v.size()) CHECK(same(cv[i], ref[static_cast<std::size_t>(op)](v[i])));  // 0.5: xsimd's rounding
+    }
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (check(static_cast<int>(I), fg::tensor<double>(std::get<I>(eager)), fg::tensor<double>(std::get<I>(fused))), ...);
+  }
+  (std::make_index_sequence<9>{});
 }
 
 TEST_CASE("the cost-based plan of each size class equals eager; a call picks its class by size") {

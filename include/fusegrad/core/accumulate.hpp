@@ -308,7 +308,8 @@ class column_sums {
   void finish() {
     for (index_t r = 0; r < rows_; ++r) {
       const std::uint64_t n = seen_[static_cast<std::size_t>(r)];
-      sum_tree<T>::total(level_.data() + r * m_, rows_ * m_, n / sum_run, n % sum_run != 0, out_ + r * ld_, m_);
+      const T* const level = level_.empty() ? nullptr : level_.data() + r * m_;  // no chunks: no levels to offset
+      sum_tree<T>::total(level, rows_ * m_, n / sum_run, n % sum_run != 0, out_ + r * ld_, m_);
     }
   }
 

@@ -237,6 +237,68 @@ V pow(const V& a, const V& b) {
   return per_lane(a, b, [](auto x, auto y) { return std::pow(x, y); });
 }
 
+namespace detail_exp {
+/// Past ±4096 xsimd's exp, exp2, expm1, sinh and cosh have overflowed to ±inf or reached 0 or
+/// -1, and its tanh is ±1: any argument beyond gives the bits it gives there.
+inline constexpr double saturated = 4096;
+/// `f`, one of xsimd's exp, exp2, expm1, sinh, cosh and tanh (which go through the first
+/// three), of a batch, defined in every lane. xsimd 8 builds their 2^k from k = round(x / ln 2)
+/// (x's own for exp2) converted to int64, which no instruction does below AVX-512: a C++
+/// conversion lane by lane, undefined for NaN and for |k| >= 2^63 (|x| past about 6e18). So a
+/// double lane is clamped to ±4096, where the function is saturated (no result changes), and a
+/// NaN lane is evaluated at -4096 and given back as its NaN. Floats convert to int32 by an
+/// instruction, defined in every lane: no change.
+template <class V, class F>
+inline V exp_family(const V& x, F f) {
+  if constexpr (std::is_same_v<typename V::value_type, double>) {
+    const V lim(saturated);
+    const auto nan = xsimd::isnan(x);
+    const V r = f(xsimd::select(nan, -lim, xsimd::min(xsimd::max(x, -lim), lim)));
+    return xsimd::select(nan, x + x, r);
+  } else {
+    return f(x);
+  }
+}
+}  // namespace detail_exp
+
+/// `exp`, on scalars (`std::exp`) and batches (xsimd's, defined for every lane: see
+/// `detail_exp::exp_family`). The ops' values call these, not xsimd's functions themselves.
+template <class V>
+constexpr V exp(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::exp(x);
+  else return detail_exp::exp_family(x, [](const V& v) { return xsimd::exp(v); });
+}
+/// `exp2`, as `exp`.
+template <class V>
+constexpr V exp2(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::exp2(x);
+  else return detail_exp::exp_family(x, [](const V& v) { return xsimd::exp2(v); });
+}
+/// `expm1`, as `exp`.
+template <class V>
+constexpr V expm1(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::expm1(x);
+  else return detail_exp::exp_family(x, [](const V& v) { return xsimd::expm1(v); });
+}
+/// `sinh`, as `exp`.
+template <class V>
+constexpr V sinh(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::sinh(x);
+  else return detail_exp::exp_family(x, [](const V& v) { return xsimd::sinh(v); });
+}
+/// `cosh`, as `exp`, of |x|: xsimd's works on |x|, and so gives a NaN without its sign.
+template <class V>
+constexpr V cosh(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::cosh(x);
+  else return detail_exp::exp_family(xsimd::abs(x), [](const V& v) { return xsimd::cosh(v); });
+}
+/// `tanh`, as `exp`.
+template <class V>
+constexpr V tanh(const V& x) {
+  if constexpr (detail::is_scalar_v<V>) return std::tanh(x);
+  else return detail_exp::exp_family(x, [](const V& v) { return xsimd::tanh(v); });
+}
+
 namespace detail_trig {
 /// xsimd's sin/cos reduce their argument by one method per batch, picked by the batch's
 /// largest |x|: up to 20π three Cody-Waite steps (and cheaper forms for |x| <= π/2, which

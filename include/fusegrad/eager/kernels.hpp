@@ -19,14 +19,15 @@
 
 namespace fusegrad::detail {
 
-/// Strides of `t` seen through the broadcast shape `to` (0 on broadcast dims).
+/// Strides of `t` seen through the broadcast shape `to` (0 on broadcast dims). Dims of `t`
+/// before `to`'s first (a fused loop's [1] value over a 0-d loop) are 1s, which step nowhere.
 template <Element T>
 strides broadcast_strides(const tensor<T>& t, const shape& to) {
   const auto& s = t.shape();
   const auto& st = t.strides();
   strides r(to.size(), 0);
-  const std::size_t lead = to.size() - s.size();
-  for (std::size_t i = 0; i < s.size(); ++i) r[lead + i] = s[i] == 1 ? 0 : st[i];
+  const std::size_t n = std::min(s.size(), to.size()), skip = s.size() - n, lead = to.size() - n;
+  for (std::size_t i = 0; i < n; ++i) r[lead + i] = s[skip + i] == 1 ? 0 : st[skip + i];
   return r;
 }
 

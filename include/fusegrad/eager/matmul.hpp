@@ -3,6 +3,7 @@
 /// Matrix products: `mm` (2-D), `bmm` (3-D batches), `matmul` (NumPy semantics: 1-D
 /// vectors, broadcast batch dims) and `linear(x, w, b) = x wᵀ + b`. These are "extern"
 /// nodes for the fused paths: fusion groups stop at them.
+#include <algorithm>
 #include <cmath>
 
 #include "fusegrad/eager/pointwise.hpp"
@@ -148,6 +149,10 @@ tensor<T> bmm_values(const tensor<T>& a, const tensor<T>& b) {
   const tensor<T> bc = b.is_contiguous() ? b : detail::contiguous_copy(b);
   tensor<T> c = empty<T>({B, n, m}, "matmul");
   if (c.numel() == 0) return c;
+  if (k == 0) {  // sums of nothing, +0 as `gemm_rows` gives; a and b may hold no storage to offset
+    std::fill_n(c.data_ptr(), c.numel(), T(0));
+    return c;
+  }
   const T* pa = a.data_ptr();
   const T* pb = bc.data_ptr();
   T* pc = c.data_ptr();

@@ -139,12 +139,14 @@ class tensor {
     if (!fusegrad::is_contiguous(i.sizes, i.st))
       detail::fail("data", "tensor of shape ", to_string(i.sizes),
                    " is a non-contiguous view; expected a contiguous tensor (call .contiguous())");
-    return i.store->data() + i.offset;
+    T* const p = i.store->data();
+    return p ? p + i.offset : nullptr;  // as `data_ptr`
   }
   /// Pointer to element [0,...,0] of any tensor, strided or not (no contiguity check).
   [[nodiscard]] T* data_ptr() const {
     const auto& i = synced("data_ptr");
-    return i.store ? i.store->data() + i.offset : nullptr;
+    T* const p = i.store ? i.store->data() : nullptr;
+    return p ? p + i.offset : nullptr;  // an empty storage has no address (a view of no elements into it)
   }
   /// The value of a one-element tensor.
   [[nodiscard]] T item() const {

@@ -24,8 +24,8 @@ struct softplus_op {
   static constexpr double threshold = 20;
   template <class V>
   static V value(const V& x) {
-    using std::exp, std::log1p;
-    return lanes::select_gt(x, V(threshold), x, log1p(exp(x)));
+    using std::log1p;
+    return lanes::select_gt(x, V(threshold), x, log1p(lanes::exp(x)));
   }
   static auto derivative(const auto& x, const auto&, const auto& g) {
     return g * where(gt(x, threshold), 1.0, sigmoid(x));
@@ -37,8 +37,7 @@ struct silu_op {
   static constexpr bool uses_input = true, uses_output = false;
   template <class V>
   static V value(const V& x) {
-    using std::exp;
-    return x / (V(1) + exp(-x));
+    return x / (V(1) + lanes::exp(-x));
   }
   static auto derivative(const auto& x, const auto&, const auto& g) {
     const auto s = sigmoid(x);

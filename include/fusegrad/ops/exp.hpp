@@ -11,8 +11,7 @@ struct exp_op {
   static constexpr double cost = 1.75;  ///< in streamed loads (bench/bench_op_costs.cpp)
   template <class V>
   static constexpr V value(const V& x) {
-    using std::exp;
-    return exp(x);
+    return lanes::exp(x);
   }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return g * y; }
 };

@@ -27,8 +27,7 @@ struct expm1_op {
   static constexpr bool uses_input = false, uses_output = true;
   template <class V>
   static V value(const V& x) {
-    using std::expm1;
-    return lanes::select_nonzero(x, expm1(x), x);  // expm1(-0) = -0 (xsimd's is +0)
+    return lanes::select_nonzero(x, lanes::expm1(x), x);  // expm1(-0) = -0 (xsimd's is +0)
   }
   static auto derivative(const auto&, const auto& y, const auto& g) { return g * (y + 1.0); }
 };
@@ -49,8 +48,7 @@ struct exp2_op {
   static constexpr bool uses_input = false, uses_output = true;
   template <class V>
   static V value(const V& x) {
-    using std::exp2;
-    return exp2(x);
+    return lanes::exp2(x);
   }
   static auto derivative(const auto&, const auto& y, const auto& g) { return g * y * std::numbers::ln2; }
 };

@@ -16,8 +16,7 @@ struct sinh_op {
   static constexpr bool uses_input = true, uses_output = false;
   template <class V>
   static V value(const V& x) {
-    using std::sinh;
-    return sinh(x);
+    return lanes::sinh(x);
   }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * cosh(x); }
 };
@@ -27,8 +26,7 @@ struct cosh_op {
   static constexpr bool uses_input = true, uses_output = false;
   template <class V>
   static V value(const V& x) {
-    using std::cosh;
-    return cosh(x);
+    return lanes::cosh(x);
   }
   static auto derivative(const auto& x, const auto&, const auto& g) { return g * sinh(x); }
 };

@@ -37,8 +37,7 @@ struct sigmoid_op {
   static constexpr double cost = 2.35;  ///< in streamed loads (bench/bench_op_costs.cpp)
   template <class V>
   static constexpr V value(const V& x) {
-    using std::exp;
-    return V(1) / (V(1) + exp(-x));
+    return V(1) / (V(1) + lanes::exp(-x));
   }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return sigmoid_backward(g, y); }
 };

@@ -35,8 +35,7 @@ struct tanh_op {
   static constexpr double cost = 4.2;  ///< in streamed loads (bench/bench_op_costs.cpp)
   template <class V>
   static constexpr V value(const V& x) {
-    using std::tanh;
-    return tanh(x);
+    return lanes::tanh(x);
   }
   static constexpr auto derivative(const auto&, const auto& y, const auto& g) { return tanh_backward(g, y); }
 };
