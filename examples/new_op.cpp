@@ -29,8 +29,12 @@ constexpr auto cube(const X& x) {
   return apply_op(ops::cube_op{}, x);
 }
 // [new_op]
-// What ops/all.hpp checks of every entry of the op list: defined, and declares its cost.
-FUSEGRAD_OP_CHECK(U, plain, cube_op)
+// [op_list_entry]
+/// This header's ops in the op list (ops/list.hpp): a new op of the header adds its entry here.
+#define FUSEGRAD_OPS_IN_CUBE(X) X(U, plain, cube_op)
+// [op_list_entry]
+// What ops/all.hpp checks of every entry of the op list: that it declares its cost.
+FUSEGRAD_OPS_IN_CUBE(FUSEGRAD_OP_CHECK)
 }  // namespace fusegrad
 
 namespace fg = fusegrad;
