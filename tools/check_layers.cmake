@@ -1,7 +1,7 @@
 # Fails when a header of include/fusegrad includes a layer above its own.
 #
 # The layers, bottom to top (docs/architecture.md):
-#   core -> ops -> loops -> eager | expr | ir | value -> partition, compile, kernel, jit, functional
+#   core -> ops | native -> loops -> eager | expr | ir | value -> partition, compile, kernel, jit, functional
 #        -> compiled_autograd -> nn -> the umbrella and component headers (fusegrad.hpp,
 #        eager.hpp, compile.hpp, jit.hpp, ...), runtime.hpp and runtime/
 #        -> distributed (optional, needs MPI; not in the umbrella headers)
@@ -18,6 +18,7 @@ get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 set(rank_core 0)
 set(rank_ops 1)
+set(rank_native 1)  # the native code cache: C++ source to a loaded function (core/, the standard library, POSIX)
 set(rank_loops 2)
 set(rank_eager 3)
 set(rank_expr 3)
