@@ -15,6 +15,7 @@
 #include "fusegrad/ir/backward.hpp"
 #include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/entry.hpp"
+#include "fusegrad/jit/native_request.hpp"
 #include "fusegrad/jit/user_rule.hpp"
 #include "fusegrad/ops/table.hpp"
 #include "fusegrad/partition/costs.hpp"
@@ -214,6 +215,7 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
   copy_needed_nodes(J, nodes_needed(J, grads, map), B, map, b->origin);
   std::vector<int> bouts = backward_outputs(grads, map, b->grad_of);
   b->prog.emplace(std::move(B), std::move(bouts));
+  request_native(*b->prog);
   return b;
 }
 
@@ -261,6 +263,7 @@ std::shared_ptr<entry<T>> compile_entry(const ir::graph<T>& g, const std::vector
     fwd_outs.insert(fwd_outs.end(), e->saved.begin(), e->saved.end());
   }
   e->fwd.emplace(g.lowered(), std::move(fwd_outs));
+  request_native(*e->fwd);
   return e;
 }
 

@@ -31,8 +31,10 @@
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ir/graph.hpp"
 #include "fusegrad/jit/eager_step.hpp"
+#include "fusegrad/jit/native_abi.hpp"
 #include "fusegrad/jit/op_kernels.hpp"
 #include "fusegrad/jit/row_step.hpp"
+#include "fusegrad/native/options.hpp"
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/loops/tile_reductions.hpp"
 
@@ -63,30 +65,8 @@ class program {
     return t;
   }
 
-  /// Compiles the nodes `outputs` of `g` need.
-  program(ir::graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) { lower(); }
-
-  /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
-  /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
-  /// `fns` are the functions of the graph's `call_hook` and `call` nodes, by slot.
-  std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr,
-                             const std::vector<call_fn<T>>* fns = nullptr) const;
-
-  /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
-  /// iteration shape, and its operands still have that shape or one element).
-  [[nodiscard]] bool fits(const std::vector<shape>& sizes) const;
-
-  /// The steps and their instructions, readable (what `FUSEGRAD_LOGS=output_code` prints).
-  [[nodiscard]] std::string to_string() const;
-  [[nodiscard]] std::size_t num_loops() const noexcept {
-    return static_cast<std::size_t>(
-        std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
-  }
-  [[nodiscard]] std::size_t num_steps() const noexcept { return steps_.size(); }
-  [[nodiscard]] const ir::graph<T>& source() const noexcept { return g_; }
-  [[nodiscard]] const std::vector<int>& outputs() const noexcept { return outputs_; }
-
- private:
+  /// The lowered form, which the interpreter runs and the native emitter (jit/native_emitter.hpp)
+  /// reads: an operand's source, an instruction, a step.
   struct source_ref {
     int node = -1;
     int reg = -1;        ///< in-loop value held in a tile register
@@ -111,6 +91,36 @@ class program {
     index_t tile = min_tile;  ///< `tile_for(streams, registers + splats)`: its tiles when it streams from memory
     int streams = 0;          ///< the tensors it reads from memory or stores
   };
+  /// Compiles the nodes `outputs` of `g` need.
+  program(ir::graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) {
+    lower();
+    native_ = std::make_shared<native_code<T>>(steps_.size());
+  }
+
+  /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
+  /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
+  /// `fns` are the functions of the graph's `call_hook` and `call` nodes, by slot.
+  std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr,
+                             const std::vector<call_fn<T>>* fns = nullptr) const;
+
+  /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
+  /// iteration shape, and its operands still have that shape or one element).
+  [[nodiscard]] bool fits(const std::vector<shape>& sizes) const;
+
+  /// The steps and their instructions, readable (what `FUSEGRAD_LOGS=output_code` prints).
+  [[nodiscard]] std::string to_string() const;
+  [[nodiscard]] std::size_t num_loops() const noexcept {
+    return static_cast<std::size_t>(
+        std::count_if(steps_.begin(), steps_.end(), [](const step& s) { return !s.eager; }));
+  }
+  [[nodiscard]] std::size_t num_steps() const noexcept { return steps_.size(); }
+  [[nodiscard]] const ir::graph<T>& source() const noexcept { return g_; }
+  [[nodiscard]] const std::vector<int>& outputs() const noexcept { return outputs_; }
+  [[nodiscard]] const std::vector<step>& steps() const noexcept { return steps_; }
+  /// The program's native code: the loops' generated functions once installed (null: interpreted).
+  [[nodiscard]] const std::shared_ptr<native_code<T>>& native() const noexcept { return native_; }
+
+ private:
   /// The tiles a run of loop `st` over `total` elements walks (see `min_tile`).
   [[nodiscard]] static index_t tile_of(const step& st, index_t total) noexcept {
     const auto bytes = static_cast<std::size_t>(total) * sizeof(T) * static_cast<std::size_t>(st.streams);
@@ -225,26 +235,8 @@ class program {
   /// are now followed by their sibling.
   std::vector<bool> pair_siblings(std::vector<int>& members) const;
 
-  /// Where an instruction reads and writes: a fixed pointer, one that moves with the tile, or
-  /// a tile register (an index: each thread running a block has its own registers).
-  struct ptrs {
-    const T* src[2] = {nullptr, nullptr};
-    bool adv[2] = {false, false};
-    int src_reg[2] = {-1, -1};
-    T* dst = nullptr;
-    bool dst_adv = false;
-    int dst_reg = -1;
-  };
-  /// A full reduction's state over the tiles one thread runs.
-  struct reduction_state {
-    fusegrad::detail::running_max<T> max;  ///< a max (loops/tile_reductions.hpp)
-    fusegrad::detail::running_sum<T> sum;  ///< a sum (core/accumulate.hpp: eager mode's bits)
-    T merged = T(0);                       ///< run in blocks: the blocks' value combined (`merge_blocks`)
-    void reset() {
-      max.reset();
-      sum.reset();
-    }
-  };
+  using ptrs = loop_ptrs<T>;
+  using reduction_state = jit::reduction_state<T>;
 
   /// An instruction resolved for a run of tiles (`run_tiles`): where each operand is (a tile
   /// register, this thread's; or a pointer that moves with the tile, or stays: a splat, null
@@ -268,15 +260,18 @@ class program {
                  reduction_state* red) const;
 
   /// Runs loop `st` over `space`: the phases below, in order.
-  void run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space,
-                const std::vector<shape>* sizes) const;
+  void run_loop(std::size_t l, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const;
+  /// The tiles [lo, hi) of loop `l`: by its generated function once one is installed
+  /// (`native_`), else by the interpreter (`run_tiles`); the same effects and bits.
+  void run_tiles_of(std::size_t l, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
+                    reduction_state* red) const;
   /// Each instruction's pointers for this run (`pv`): its output made (or its tile register),
   /// its operands found (a register, a stream, or a splat filled here), its reduction reset.
   void bind_instructions(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes, index_t tile,
                          index_t total, T* splats, ptrs* pv, reduction_state* red) const;
   /// The loop's tiles in `split`'s blocks on all threads, each block with its own tile
   /// registers and reductions, merged into `red` (`merge_blocks`).
-  void run_blocks(const step& st, index_t tile, fusegrad::detail::block_split split, index_t total, const ptrs* pv,
+  void run_blocks(std::size_t l, index_t tile, fusegrad::detail::block_split split, index_t total, const ptrs* pv,
                   reduction_state* red) const;
   /// The blocks' reductions (`part`, block by block) combined as one thread's would be
   /// (`max_of_blocks`, `sum_of_block_sums`): each reduction's value in `merged`.
@@ -295,6 +290,7 @@ class program {
   /// long graph keeps only what is still to be read, as the eager engine frees a gradient
   /// once used: a freed buffer goes back to the buffer cache, warm, for the next step).
   std::vector<std::vector<int>> last_read_;
+  std::shared_ptr<native_code<T>> native_;
 };
 
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
@@ -311,11 +307,12 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
   std::vector<tensor<T>>& vals = *buffer;
   vals.resize(g_.nodes().size());
   take_inputs(inputs, sizes, vals);
+  if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
     if (st.rows >= 0) rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
     else if (st.eager) run_eager(st, vals, sizes, fns);
-    else run_loop(st, vals, size_of(sizes, static_cast<std::size_t>(st.space_node)), sizes);
+    else run_loop(l, vals, size_of(sizes, static_cast<std::size_t>(st.space_node)), sizes);
     for (const int k : last_read_[l]) vals[static_cast<std::size_t>(k)] = tensor<T>{};
   }
   std::vector<tensor<T>> out;
@@ -864,8 +861,22 @@ void program<T>::run_tiles(const step& st, const index_t tile, const ptrs* pv, i
 }
 
 template <Element T>
-void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const shape& space,
+void program<T>::run_tiles_of(std::size_t l, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
+                              reduction_state* red) const {
+  if (const native_loop_fn<T> fn = native_->at(l)) {
+    thread_local std::vector<T> buf;  // grows only; a block of a parallel loop: its thread's
+    const auto need = static_cast<std::size_t>(native_->buffers[l] * tile);
+    if (buf.size() < need) buf.resize(need);
+    fn(pv, native_->scalars[l].data(), tile, lo, hi, buf.data(), red);
+  } else {
+    run_tiles(steps_[l], tile, pv, lo, hi, regs, red);
+  }
+}
+
+template <Element T>
+void program<T>::run_loop(std::size_t l, std::vector<tensor<T>>& vals, const shape& space,
                           const std::vector<shape>* sizes) const {
+  const step& st = steps_[l];
   const index_t total = numel(space);
   const index_t tile = tile_of(st, total);
   thread_local std::vector<T> regbuf;  // grows only: no allocation per run
@@ -882,8 +893,8 @@ void program<T>::run_loop(const step& st, std::vector<tensor<T>>& vals, const sh
   // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
   const auto split =
       fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
-  if (split.count <= 1) run_tiles(st, tile, pv.data(), 0, total, regs, red.data());
-  else run_blocks(st, tile, split, total, pv.data(), red.data());
+  if (split.count <= 1) run_tiles_of(l, tile, pv.data(), 0, total, regs, red.data());
+  else run_blocks(l, tile, split, total, pv.data(), red.data());
   store_reductions(st, vals, sizes, total, split.count, red.data());
 }
 
@@ -928,16 +939,17 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
 }
 
 template <Element T>
-void program<T>::run_blocks(const step& st, index_t tile, fusegrad::detail::block_split split, index_t total,
+void program<T>::run_blocks(std::size_t l, index_t tile, fusegrad::detail::block_split split, index_t total,
                             const ptrs* pv, reduction_state* red) const {
+  const step& st = steps_[l];
   const std::size_t NP = st.code.size();
   std::vector<reduction_state> part(static_cast<std::size_t>(split.count) * NP);  // each starts afresh
   fusegrad::detail::parallel_blocks(split.count, [&](index_t b) {
     thread_local std::vector<T> block_regs;  // this thread's tile registers
     const auto nr = static_cast<std::size_t>(st.registers * tile);
     if (block_regs.size() < nr) block_regs.resize(nr);
-    run_tiles(st, tile, pv, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
-              part.data() + static_cast<std::size_t>(b) * NP);
+    run_tiles_of(l, tile, pv, b * split.size, std::min(total, (b + 1) * split.size), block_regs.data(),
+                 part.data() + static_cast<std::size_t>(b) * NP);
   });
   merge_blocks(st, split.count, part.data(), red);
 }

@@ -51,6 +51,7 @@
 #include "fusegrad/core/hash.hpp"
 #include "fusegrad/native/cache_dir.hpp"
 #include "fusegrad/native/compiler.hpp"
+#include "fusegrad/native/flags.hpp"
 #include "fusegrad/native/options.hpp"
 
 /// Part of every key: raise it when what a kernel library must contain changes (the calling
@@ -111,7 +112,7 @@ class code_cache {
   }
 
   /// `FUSEGRAD_CACHE_DIR` (or the XDG default), `$CXX` (else `c++`), `FUSEGRAD_NATIVE_FLAGS`
-  /// (split at spaces; else `-std=c++20 -O2`), `FUSEGRAD_NATIVE_TIMEOUT` (seconds; else 60).
+  /// (split at spaces; else `library_flags()`, this library's own), `FUSEGRAD_NATIVE_TIMEOUT` (seconds; else 60).
   static options options_from_environment() {
     options o;
     o.dir = default_cache_dir();
@@ -172,7 +173,7 @@ class code_cache {
   };
 
   static std::vector<std::string> split_flags(const char* text) {
-    if (text == nullptr) return {"-std=c++20", "-O2"};
+    if (text == nullptr) return library_flags();
     std::vector<std::string> flags;
     std::string cur;
     for (const char* p = text;; ++p) {

@@ -1,0 +1,266 @@
+#pragma once
+/// \file fusegrad/jit/native_emitter.hpp
+/// Native code for a program's loops (the counterpart of Inductor's C++ code generation).
+///
+/// Each loop of a program (jit/program.hpp) becomes one C++ function: it walks its tiles as the
+/// interpreter does, but runs all of a tile's element-wise instructions batch by batch in SIMD
+/// registers — an instruction's value goes to memory only where a later step, an output or a
+/// reduction reads it — where the interpreter runs each instruction over the whole tile in
+/// turn. The values are the op structs' own `value` on `fg::simd<T>`, the last partial batch
+/// read and written with the same masked loads and stores, and reductions are fed the same
+/// tiles in the same order, so every bit is the interpreter's (a lane's value never depends on
+/// the lanes beside it). Row steps, eager steps and loops holding a user's op stay with the
+/// interpreter.
+///
+/// The code cache (native/code_cache.hpp, asked by jit/native_request.hpp) compiles a program's functions into one
+/// shared object, with the flags this library was built with, and the program swaps them in loop by loop once loaded
+/// (`native_code`).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fusegrad/core/hash.hpp"
+#include "fusegrad/jit/native_abi.hpp"
+#include "fusegrad/jit/op_kernels.hpp"
+#include "fusegrad/jit/program.hpp"
+#include "fusegrad/ops/list.hpp"
+#include "fusegrad/ops/table.hpp"
+
+namespace fusegrad::detail::jit {
+
+/// The C++ name of op number `op` of the table for element type `T` (empty: a user's op).
+template <Element T>
+std::string native_op_name(int op) {
+#define FUSEGRAD_NATIVE_OP_ENTRY(arity, form, name) {#name, FUSEGRAD_NATIVE_OP_HAS_STATE_##form},
+#define FUSEGRAD_NATIVE_OP_HAS_STATE_plain false
+#define FUSEGRAD_NATIVE_OP_HAS_STATE_scalar true
+  struct entry {
+    std::string_view name;
+    bool templated;
+  };
+  static constexpr entry names[] = {FUSEGRAD_OP_LIST(FUSEGRAD_NATIVE_OP_ENTRY)};
+#undef FUSEGRAD_NATIVE_OP_ENTRY
+#undef FUSEGRAD_NATIVE_OP_HAS_STATE_plain
+#undef FUSEGRAD_NATIVE_OP_HAS_STATE_scalar
+  static_assert(std::size(names) == static_cast<std::size_t>(ops::table_size<T>),
+                "fusegrad: the native emitter names every op of the op table");
+  if (op < 0 || op >= ops::table_size<T>) return {};
+  const entry& e = names[static_cast<std::size_t>(op)];
+  std::string s = "fusegrad::ops::" + std::string(e.name);
+  if (e.templated) s += std::is_same_v<T, float> ? "<float>" : "<double>";
+  return s;
+}
+
+/// Writes a program's loops as C++ (see this header's comment).
+template <Element T>
+class native_emitter {
+ public:
+  explicit native_emitter(const program<T>& p) : prog_(p), ns_(p.source().nodes()) {}
+
+  /// The translation unit (after the prelude's `#include`): one function per loop it can
+  /// generate and the entry point `fusegrad_program`; nothing when no loop is generated.
+  [[nodiscard]] std::optional<std::string> source();
+  /// Per step: its instructions' constants (`native_code::scalars`).
+  [[nodiscard]] std::vector<std::vector<T>> scalars() const;
+  /// Per step: the tile buffers its function takes (`native_code::buffers`; after `source`).
+  [[nodiscard]] std::vector<int> buffers() const;
+
+ private:
+  using step = typename program<T>::step;
+  using instr = typename program<T>::instr;
+
+  /// True when every instruction of loop `st` has a generated form (a user's op has none).
+  [[nodiscard]] bool can_generate(const step& st) const;
+  /// Loop `l`'s function.
+  void emit_loop(std::size_t l, const step& st);
+  /// The batch body: each element-wise instruction's value, kept in a register, stored where read.
+  void emit_batch(const step& st);
+  /// Instruction `p`'s value (`v<node>`), from its operands' (`operand`).
+  void emit_value(const step& st, std::size_t p);
+  /// Where instruction `p`'s value goes besides its register: its tensor, or its tile register
+  /// when a reduction of the loop reads it from there.
+  void emit_stores(const step& st, std::size_t p);
+  /// Operand `s` of instruction `p`: a register of this batch, a splat, or a stream.
+  [[nodiscard]] std::string operand(const step& st, std::size_t p, int s) const;
+  /// The tile's reductions, fed the tile as the interpreter feeds them.
+  void emit_reductions(const step& st);
+  [[nodiscard]] bool element_wise(ir::node_kind k) const {
+    return k == ir::node_kind::pointwise || k == ir::node_kind::expand;
+  }
+  [[nodiscard]] const ir::node<T>& node_of(const instr& in) const { return ns_[static_cast<std::size_t>(in.node)]; }
+
+  const program<T>& prog_;
+  const std::vector<ir::node<T>>& ns_;
+  std::string out_;
+  std::vector<bool> defined_;   ///< per node: a register of the batch being written holds it
+  std::vector<int> buffer_of_;  ///< per node: the tile buffer a reduction reads it from (-1: none)
+  std::vector<int> buffers_;    ///< per step: its tile buffers
+};
+
+template <Element T>
+std::optional<std::string> native_emitter<T>::source() {
+  const auto& steps = prog_.steps();
+  std::vector<std::size_t> loops;
+  out_ = "using T = " + std::string(std::is_same_v<T, float> ? "float" : "double") +
+         ";\nusing V = fusegrad::simd<T>;\nusing fusegrad::index_t;\n"
+         "using namespace fusegrad::detail::jit;\nusing namespace fusegrad::detail::jit::native_kernel;\n"
+         "static_assert(V::size == " +
+         std::to_string(simd<T>::size) +
+         ", \"fusegrad: generated code must be built for the instruction set of the library that runs it\");\n"
+         "namespace {\n";
+  for (std::size_t l = 0; l < steps.size(); ++l) {
+    const step& st = steps[l];
+    if (st.eager || st.rows >= 0 || !can_generate(st)) {
+      buffers_.push_back(0);
+      continue;
+    }
+    emit_loop(l, st);
+    loops.push_back(l);
+  }
+  if (loops.empty()) return std::nullopt;
+  out_ += "}  // namespace\n\nextern \"C\" void fusegrad_program(native_loop_fn<T>* fns) {\n";
+  for (const std::size_t l : loops) out_ += "  fns[" + std::to_string(l) + "] = &loop_" + std::to_string(l) + ";\n";
+  out_ += "}\n";
+  return std::move(out_);
+}
+
+template <Element T>
+std::vector<std::vector<T>> native_emitter<T>::scalars() const {
+  std::vector<std::vector<T>> s;
+  for (const step& st : prog_.steps()) {
+    std::vector<T> v;
+    for (const instr& in : st.code) v.push_back(node_of(in).scalar);
+    s.push_back(std::move(v));
+  }
+  return s;
+}
+
+template <Element T>
+std::vector<int> native_emitter<T>::buffers() const {
+  return buffers_;
+}
+
+template <Element T>
+bool native_emitter<T>::can_generate(const step& st) const {
+  for (const instr& in : st.code) {
+    const auto& n = node_of(in);
+    if (n.kind == ir::node_kind::pointwise && native_op_name<T>(n.op).empty()) return false;
+    if (!element_wise(n.kind) && !is_reduction(n.kind) && n.kind != ir::node_kind::sum_to) return false;
+  }
+  return true;
+}
+
+template <Element T>
+void native_emitter<T>::emit_loop(std::size_t l, const step& st) {
+  const std::string L = std::to_string(l);
+  out_ += "\n// loop " + L + ":";
+  for (const instr& in : st.code) out_ += (in.by_sibling ? "+%" : " %") + std::to_string(in.node);
+  out_ += "\nvoid loop_" + L +
+          "(const loop_ptrs<T>* pv, const T* sc, index_t tile, index_t lo, index_t hi, T* buf, "
+          "reduction_state<T>* red) {\n";
+  out_ += "  (void)sc; (void)buf; (void)red; (void)pv;\n";
+  for (std::size_t p = 0; p < st.code.size(); ++p) {
+    const auto& n = node_of(st.code[p]);
+    if (n.kind != ir::node_kind::pointwise || st.code[p].by_sibling) continue;
+    out_ += "  const auto op" + std::to_string(p) + " = make_op<" + native_op_name<T>(n.op) + ">(sc[" +
+            std::to_string(p) + "]);\n";
+  }
+  out_ +=
+      "  auto batch = [&]<bool Tail>(index_t t, index_t i, index_t m) __attribute__((always_inline)) {\n"
+      "    (void)t; (void)i; (void)m;\n";
+  emit_batch(st);
+  out_ +=
+      "  };\n"
+      "  for (index_t t0 = lo; t0 < hi; t0 += tile) {\n"
+      "    const index_t n = std::min(tile, hi - t0);\n"
+      "    index_t i = 0;\n"
+      "    for (; i + index_t(V::size) <= n; i += index_t(V::size)) batch.template operator()<false>(t0 + i, i, "
+      "index_t(V::size));\n"
+      "    if (i < n) batch.template operator()<true>(t0 + i, i, n - i);\n";
+  emit_reductions(st);
+  out_ += "  }\n}\n";
+}
+
+template <Element T>
+void native_emitter<T>::emit_batch(const step& st) {
+  defined_.assign(ns_.size(), false);
+  // A value a reduction of this loop reads from a tile register gets a tile buffer of its own:
+  // the reductions run after the tile's batches, when the interpreter's register may hold a
+  // later value.
+  buffer_of_.assign(ns_.size(), -1);
+  int buffers = 0;
+  for (const instr& in : st.code)
+    if (!element_wise(node_of(in).kind) && in.src[0].reg >= 0 &&
+        buffer_of_[static_cast<std::size_t>(in.src[0].node)] < 0)
+      buffer_of_[static_cast<std::size_t>(in.src[0].node)] = buffers++;
+  buffers_.push_back(buffers);
+  for (std::size_t p = 0; p < st.code.size(); ++p) {
+    if (!element_wise(node_of(st.code[p]).kind)) continue;
+    emit_value(st, p);
+    emit_stores(st, p);
+  }
+}
+
+template <Element T>
+void native_emitter<T>::emit_value(const step& st, std::size_t p) {
+  const instr& in = st.code[p];
+  const auto& n = node_of(in);
+  const std::string v = "v" + std::to_string(in.node);
+  if (in.by_sibling) return;  // the instruction before computed it
+  if (in.with_sibling) {
+    const std::string w = "v" + std::to_string(st.code[p + 1].node);
+    out_ += "    const auto [" + v + ", " + w + "] = op" + std::to_string(p) + ".with_sibling(" + operand(st, p, 0) +
+            ");\n";
+    defined_[static_cast<std::size_t>(in.node)] = true;
+    defined_[static_cast<std::size_t>(st.code[p + 1].node)] = true;
+    return;
+  }
+  if (n.kind == ir::node_kind::expand) out_ += "    const V " + v + " = " + operand(st, p, 0) + ";\n";
+  else if (n.b >= 0)
+    out_ += "    const V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ", " +
+            operand(st, p, 1) + ");\n";
+  else out_ += "    const V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ");\n";
+  defined_[static_cast<std::size_t>(in.node)] = true;
+}
+
+template <Element T>
+void native_emitter<T>::emit_stores(const step& st, std::size_t p) {
+  for (std::size_t q = p; q < p + (st.code[p].with_sibling ? 2 : 1); ++q) {
+    const instr& in = st.code[q];
+    const std::string v = "v" + std::to_string(in.node);
+    if (in.reg < 0) out_ += "    store<Tail>(pv[" + std::to_string(q) + "].dst + t, " + v + ", m);\n";
+    else if (const int b = buffer_of_[static_cast<std::size_t>(in.node)]; b >= 0)
+      out_ += "    store<Tail>(buf + " + std::to_string(b) + " * tile + i, " + v + ", m);\n";
+  }
+}
+
+template <Element T>
+std::string native_emitter<T>::operand(const step& st, std::size_t p, int s) const {
+  const auto& src = st.code[p].src[s];
+  const std::string at = "pv[" + std::to_string(p) + "].src[" + std::to_string(s) + "]";
+  if (defined_[static_cast<std::size_t>(src.node)]) return "v" + std::to_string(src.node);
+  if (src.splat) return "V(" + at + "[0])";
+  return "load<Tail>(" + at + " + t, m)";
+}
+
+template <Element T>
+void native_emitter<T>::emit_reductions(const step& st) {
+  for (std::size_t p = 0; p < st.code.size(); ++p) {
+    const instr& in = st.code[p];
+    const auto kind = node_of(in).kind;
+    if (element_wise(kind)) continue;
+    const auto& src = in.src[0];
+    const std::string P = std::to_string(p);
+    // the operand's values over the tile, where the interpreter reads them
+    const std::string from = src.reg >= 0
+                                 ? "buf + " + std::to_string(buffer_of_[static_cast<std::size_t>(src.node)]) + " * tile"
+                             : src.splat ? "pv[" + P + "].src[0]"
+                                         : "pv[" + P + "].src[0] + t0";
+    out_ += "    red[" + P + "]." + (kind == ir::node_kind::max ? "max" : "sum") + ".add(" + from + ", n);\n";
+  }
+}
+
+}  // namespace fusegrad::detail::jit

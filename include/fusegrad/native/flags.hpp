@@ -1,0 +1,83 @@
+#pragma once
+/// \file fusegrad/native/flags.hpp
+/// The flags generated code is compiled with by default: those of the library that runs it.
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fusegrad::detail::native {
+
+/// The directory holding fusegrad's headers, which generated code includes: `FUSEGRAD_INCLUDE_DIR`
+/// when set, else the one this header was found in.
+inline std::string include_dir() {
+  if (const char* e = std::getenv("FUSEGRAD_INCLUDE_DIR"); e && *e) return e;
+  std::string_view here = __FILE__;
+  constexpr std::string_view tail = "fusegrad/native/flags.hpp";
+  if (here.size() >= tail.size() && here.substr(here.size() - tail.size()) == tail) here.remove_suffix(tail.size());
+  // A relative path (the library was built with a relative -I) is taken from the working
+  // directory, which then must be the build's.
+  const std::string dir = here.empty() ? std::string(".") : std::string(here);
+  char abs[PATH_MAX];
+  return ::realpath(dir.c_str(), abs) != nullptr ? std::string(abs) : dir;
+}
+
+/// The flags generated code is compiled with: this translation unit's language mode, its
+/// instruction set (the macros the compiler defines for it) and its assertions, so that the
+/// generated code's batches are the interpreter's. `FUSEGRAD_INCLUDE_DIR` aside, the compiler
+/// must find what the library found (xsimd on its default include path).
+inline std::vector<std::string> library_flags() {
+  std::vector<std::string> f;
+#if defined(__STRICT_ANSI__)
+  f.emplace_back("-std=c++20");
+#else
+  f.emplace_back("-std=gnu++20");
+#endif
+  f.emplace_back("-O2");
+#if !defined(__clang__)
+  // No multiply and add contracted across ops: the interpreter rounds each op's result. (GCC's
+  // ISO mode contracts nothing, its GNU mode everything; clang's default contracts within one
+  // expression only, so across no op.)
+  f.emplace_back("-ffp-contract=off");
+#endif
+#if defined(NDEBUG)
+  f.emplace_back("-DNDEBUG");
+#endif
+  // Each flag of the instruction sets xsimd can choose, where this TU has it.
+#ifdef __SSE4_2__
+  f.emplace_back("-msse4.2");
+#endif
+#ifdef __AVX__
+  f.emplace_back("-mavx");
+#endif
+#ifdef __AVX2__
+  f.emplace_back("-mavx2");
+#endif
+#ifdef __FMA__
+  f.emplace_back("-mfma");
+#endif
+#ifdef __F16C__
+  f.emplace_back("-mf16c");
+#endif
+#ifdef __AVX512F__
+  f.emplace_back("-mavx512f");
+#endif
+#ifdef __AVX512CD__
+  f.emplace_back("-mavx512cd");
+#endif
+#ifdef __AVX512DQ__
+  f.emplace_back("-mavx512dq");
+#endif
+#ifdef __AVX512BW__
+  f.emplace_back("-mavx512bw");
+#endif
+#ifdef __AVX512VL__
+  f.emplace_back("-mavx512vl");
+#endif
+  f.emplace_back("-I" + include_dir());
+  return f;
+}
+
+}  // namespace fusegrad::detail::native
