@@ -289,8 +289,10 @@ inline constexpr double saturated = 4096;
 /// (x's own for exp2) converted to int64, which no instruction does below AVX-512: a C++
 /// conversion lane by lane, undefined for NaN and for |k| >= 2^63 (|x| past about 6e18). So a
 /// double lane is clamped to ±4096, where the function is saturated (no result changes), and a
-/// NaN lane is evaluated at -4096 and given back as its NaN. Floats convert to int32 by an
-/// instruction, defined in every lane: no change.
+/// NaN lane is evaluated at -4096 and given back as its NaN. (AVX-512DQ converts by an
+/// instruction, defined for every lane; the clamp, which changes no result, is kept there too:
+/// one form at every width.) Floats convert to int32 by an instruction, defined in every lane:
+/// no change.
 template <class V, class F>
 inline V exp_family(const V& x, F f) {
   if constexpr (std::is_same_v<typename V::value_type, double>) {
