@@ -107,9 +107,44 @@ __attribute__((noinline)) float hand_ccy_lanes(const float* __restrict x, const 
   return s;
 }
 
+/// The masked load (masked lanes read as 0) or store of a float batch `V`'s first `n` lanes at
+/// its width: AVX-512 (16 floats) or AVX2 (8); element by element through a buffer at another
+/// width. Written here, not taken from fusegrad, so that the reference loops do not change with
+/// the library they are compared with. (Templates: the branch of the other width is discarded.)
+template <class V>
+[[gnu::always_inline]] inline V masked_load(const float* p, long n) {
+  constexpr long W = static_cast<long>(V::size);
+#if defined(__AVX512F__)
+  if constexpr (W == 16) return V(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p));
+#endif
+#if defined(__AVX2__)
+  if constexpr (W == 8)
+    return V(_mm256_maskload_ps(
+        p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+#endif
+  alignas(64) float t[W] = {};
+  for (long l = 0; l < n; ++l) t[l] = p[l];
+  return V::load_aligned(t);
+}
+template <class V>
+[[gnu::always_inline]] inline void masked_store(float* p, const V& v, long n) {
+  constexpr long W = static_cast<long>(V::size);
+#if defined(__AVX512F__)
+  if constexpr (W == 16) return _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);
+#endif
+#if defined(__AVX2__)
+  if constexpr (W == 8)
+    return _mm256_maskstore_ps(
+        p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+#endif
+  alignas(64) float t[W];
+  v.store_aligned(t);
+  for (long l = 0; l < n; ++l) p[l] = t[l];
+}
+
 /// The loop of the masked hand loops below: `body(x, y, dx)` (returning dy) on every full
-/// batch, then on the last, partial batch through AVX2 masked loads and stores (masked lanes
-/// load as 0: y = 0 there adds 0 to the sum).
+/// batch, then on the last, partial batch through masked loads and stores (masked lanes load
+/// as 0: y = 0 there adds 0 to the sum).
 template <class Body>
 [[gnu::always_inline]] inline void masked_loop(const float* __restrict x, const float* __restrict y,
                                                float* __restrict gx, float* __restrict gy, long n, Body& body) {
@@ -121,18 +156,14 @@ template <class Body>
     dy.store_unaligned(gy + i);
   }
   if (i < n) {
-#if defined(__AVX2__)
-    const __m256i m =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     BF dx;
-    const BF dy = body(BF(_mm256_maskload_ps(x + i, m)), BF(_mm256_maskload_ps(y + i, m)), dx);
-    _mm256_maskstore_ps(gx + i, m, dx);
-    _mm256_maskstore_ps(gy + i, m, dy);
-#endif
+    const BF dy = body(masked_load<BF>(x + i, n - i), masked_load<BF>(y + i, n - i), dx);
+    masked_store(gx + i, dx, n - i);
+    masked_store(gy + i, dy, n - i);
   }
 }
 
-/// The same with the last, partial batch through AVX2 masked loads and stores (element by
+/// The same with the last, partial batch through masked loads and stores (element by
 /// element copies into a batch stall store forwarding): the fastest hand loop at N = 10.
 __attribute__((noinline)) float hand_ccy_lanes_masked(const float* __restrict x, const float* __restrict y,
                                                       float* __restrict gx, float* __restrict gy, long n) {
@@ -150,7 +181,7 @@ __attribute__((noinline)) float hand_ccy_lanes_masked(const float* __restrict x,
 
 /// The best hand loop for this work: the sine and the cosine of each argument from one
 /// reduction (`sincos`: two reductions per element instead of four), the last partial batch
-/// through AVX2 masked loads and stores. `Lanes`: fusegrad's `lanes::sincos` (xsimd's bits,
+/// through masked loads and stores (`masked_loop`). `Lanes`: fusegrad's `lanes::sincos` (xsimd's bits,
 /// its reduction inline) instead of `xsimd::sincos`.
 template <bool Lanes>
 __attribute__((noinline)) float hand_ccy_sincos(const float* __restrict x, const float* __restrict y,

@@ -40,7 +40,8 @@ namespace fusegrad::detail {
 
 /// Sequential additions per accumulator in a chunk (the values of a column-form chunk).
 inline constexpr index_t sum_run = 16;
-/// Accumulators of a row-form chunk: 128 bytes (4 AVX2 registers, 2 AVX-512 ones).
+/// Accumulators of a row-form chunk: 128 bytes (4 AVX2 registers, 2 AVX-512 ones: the same
+/// chunks, and so the same sums, at either width).
 template <Element T>
 inline constexpr index_t sum_lanes = static_cast<index_t>(128 / sizeof(T));
 /// Values of a row-form chunk.
@@ -169,20 +170,47 @@ class running_sum {
     for (index_t u = 0; u < U; ++u) r[u] = acc[u];
     for (index_t h = U / 2; h >= 1; h /= 2)
       for (index_t u = 0; u < h; ++u) r[u] = r[u] + r[u + h];
+#if defined(__AVX512F__)
+    if constexpr ((std::is_same_v<T, double> && W == 8) || (std::is_same_v<T, float> && W == 16)) return fold_zmm(r[0]);
+#endif
 #if defined(__AVX__)
-    if constexpr (std::is_same_v<T, double> && W == 4) {  // (a0 + a2) + (a1 + a3), in registers
-      const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(r[0]), _mm256_extractf128_pd(r[0], 1));
-      return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-    } else if constexpr (std::is_same_v<T, float> && W == 8) {  // halves, quarters, then the pair
-      __m128 h = _mm_add_ps(_mm256_castps256_ps128(r[0]), _mm256_extractf128_ps(r[0], 1));
-      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-      return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
-    }
+    if constexpr ((std::is_same_v<T, double> && W == 4) || (std::is_same_v<T, float> && W == 8)) return fold_ymm(r[0]);
 #endif
     alignas(64) T a[W];
     r[0].store_aligned(a);
     return fold<W>(a);
   }
+#if defined(__AVX512F__)
+  /// The pairwise fold of one 512-bit register's lanes, in it: the upper half, quarter, ...
+  /// brought down by a shuffle and added. (The shuffles' masked forms with every lane set, the
+  /// same instruction: GCC 12 warns of the unmasked ones' undefined source register.)
+  static double fold_zmm(__m512d v) noexcept {
+    constexpr __mmask8 all = 0xFF;
+    v = _mm512_add_pd(v, _mm512_mask_shuffle_f64x2(v, all, v, v, 0xEE));  // lanes 0-3: a[i] + a[i + 4]
+    v = _mm512_add_pd(v, _mm512_mask_shuffle_f64x2(v, all, v, v, 0x01));  // lanes 0-1: + 2 apart
+    return _mm512_cvtsd_f64(_mm512_add_pd(v, _mm512_mask_permute_pd(v, all, v, 0x01)));
+  }
+  static float fold_zmm(__m512 v) noexcept {
+    constexpr __mmask16 all = 0xFFFF;
+    v = _mm512_add_ps(v, _mm512_mask_shuffle_f32x4(v, all, v, v, 0xEE));  // lanes 0-7: a[i] + a[i + 8]
+    v = _mm512_add_ps(v, _mm512_mask_shuffle_f32x4(v, all, v, v, 0x01));  // lanes 0-3: + 4 apart
+    v = _mm512_add_ps(v, _mm512_mask_permute_ps(v, all, v, 0x0E));        // lanes 0-1: + 2 apart
+    return _mm512_cvtss_f32(_mm512_add_ps(v, _mm512_mask_permute_ps(v, all, v, 0x01)));
+  }
+#endif
+#if defined(__AVX__)
+  /// The pairwise fold of one 256-bit register's lanes, in registers: (a0 + a2) + (a1 + a3) for
+  /// doubles; for floats the halves, the quarters, then the pair.
+  static double fold_ymm(__m256d v) noexcept {
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  }
+  static float fold_ymm(__m256 v) noexcept {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+  }
+#endif
   /// Adds the sum of a whole chunk the caller summed itself (value j of the chunk into
   /// accumulator j % lanes, in order, each from -0; folded by `fold_registers` or
   /// `fold_lanes`): the same bits as `add` of its values. Only where a chunk starts (after

@@ -17,8 +17,9 @@
 
 namespace fusegrad {
 
-/// The SIMD register type fusegrad kernels use for `T` (xsimd's default architecture:
-/// AVX2 when built with `-mavx2 -mfma` or `-march=native`, SSE2 otherwise).
+/// The SIMD register type fusegrad kernels use for `T` (xsimd's default architecture, the
+/// widest the flags allow: AVX2 with `-mavx2 -mfma`, 8 floats or 4 doubles; AVX-512 with
+/// `-march=native` on a machine that has it, 16 floats or 8 doubles; SSE2 otherwise).
 template <Element T>
 using simd = xsimd::batch<T>;
 
@@ -48,6 +49,32 @@ using lane_type_t = typename lane_type<V>::type;
 /// header, which does not include core/shape.hpp.)
 inline constexpr std::int64_t tile_elems = 256;
 
+#if defined(__AVX512F__)
+/// The AVX-512 lane mask of a batch's first `n` lanes (0 < n <= 16; the shift is of a 32-bit
+/// one, so n = 16, all lanes, is defined), for a `float` (16 lanes) or, cut to its low 8 bits,
+/// a `double` (8 lanes) batch.
+inline __mmask16 head_bits(std::int64_t n) noexcept { return static_cast<__mmask16>((1u << n) - 1u); }
+/// Whether `T`'s batch is an AVX-512 register that the masked loads and stores serve.
+template <class T>
+inline constexpr bool avx512_batch = (std::is_same_v<T, float> && simd<T>::size == 16) ||
+                                     (std::is_same_v<T, double> && simd<T>::size == 8);
+
+/// `load_head` of an AVX-512 batch: one masked load, the padding zeroed (`maskz`) or taken
+/// from a broadcast of `p[0]`.
+template <bool PadFirst, class T>
+inline simd<T> load_head_avx512(const T* p, std::int64_t n) noexcept {
+  const __mmask16 m = head_bits(n);
+  if constexpr (std::is_same_v<T, float>) {
+    if constexpr (PadFirst) return simd<T>(_mm512_mask_loadu_ps(_mm512_set1_ps(*p), m, p));
+    else return simd<T>(_mm512_maskz_loadu_ps(m, p));
+  } else {
+    const auto m8 = static_cast<__mmask8>(m);
+    if constexpr (PadFirst) return simd<T>(_mm512_mask_loadu_pd(_mm512_set1_pd(*p), m8, p));
+    else return simd<T>(_mm512_maskz_loadu_pd(m8, p));
+  }
+}
+#endif
+
 #if defined(__AVX2__)
 /// The AVX2 lane mask of a batch's first `n` lanes (all bits set in those lanes), for a
 /// `float` (8 lanes) or `double` (4 lanes) batch.
@@ -61,28 +88,37 @@ inline __m256i head_mask(std::int64_t n) noexcept {
 template <class T>
 inline constexpr bool avx2_batch = (std::is_same_v<T, float> && simd<T>::size == 8) ||
                                    (std::is_same_v<T, double> && simd<T>::size == 4);
+
+/// `load_head` of an AVX2 batch: one masked load (masked lanes read as zero), blended with a
+/// broadcast of `p[0]` for `PadFirst`.
+template <bool PadFirst, class T>
+inline simd<T> load_head_avx2(const T* p, std::int64_t n) noexcept {
+  const __m256i m = head_mask<T>(n);
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 v = _mm256_maskload_ps(p, m);
+    if constexpr (!PadFirst) return simd<T>(v);
+    else return simd<T>(_mm256_blendv_ps(_mm256_broadcast_ss(p), v, _mm256_castsi256_ps(m)));
+  } else {
+    const __m256d v = _mm256_maskload_pd(p, m);
+    if constexpr (!PadFirst) return simd<T>(v);
+    else return simd<T>(_mm256_blendv_pd(_mm256_broadcast_sd(p), v, _mm256_castsi256_pd(m)));
+  }
+}
 #endif
 
 /// The first `n` elements of `p` (0 < n <= the batch's size) in the first lanes of a batch,
 /// the other lanes `p[0]` (`PadFirst`: a value of the data, no spurious inf or NaN in the
-/// padding) or zero. With AVX2 one masked load, which does not touch the masked elements: a
-/// batch read back from element-by-element stores fails store-to-load forwarding (about 12
-/// cycles per such load; a short call has several).
+/// padding) or zero. With AVX-512 or AVX2 batches one masked load, which does not touch the
+/// masked elements (nor fault on them): a batch read back from element-by-element stores
+/// fails store-to-load forwarding (about 12 cycles per such load; a short call has several).
+/// Other batches (SSE2, or a width neither serves) go through such a buffer.
 template <bool PadFirst, Element T>
 inline simd<T> load_head(const T* p, std::int64_t n) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (avx512_batch<T>) return load_head_avx512<PadFirst>(p, n);
+#endif
 #if defined(__AVX2__)
-  if constexpr (avx2_batch<T>) {
-    const __m256i m = head_mask<T>(n);
-    if constexpr (std::is_same_v<T, float>) {
-      const __m256 v = _mm256_maskload_ps(p, m);
-      if constexpr (!PadFirst) return simd<T>(v);
-      else return simd<T>(_mm256_blendv_ps(_mm256_broadcast_ss(p), v, _mm256_castsi256_ps(m)));
-    } else {
-      const __m256d v = _mm256_maskload_pd(p, m);
-      if constexpr (!PadFirst) return simd<T>(v);
-      else return simd<T>(_mm256_blendv_pd(_mm256_broadcast_sd(p), v, _mm256_castsi256_pd(m)));
-    }
-  }
+  if constexpr (avx2_batch<T>) return load_head_avx2<PadFirst>(p, n);
 #endif
   constexpr auto W = static_cast<std::int64_t>(simd<T>::size);
   alignas(64) T tmp[W];
@@ -91,9 +127,16 @@ inline simd<T> load_head(const T* p, std::int64_t n) noexcept {
 }
 
 /// Stores the first `n` lanes of `v` at `p` (0 < n <= the batch's size), and nothing past
-/// them (an AVX2 masked store).
+/// them (an AVX-512 or AVX2 masked store; element by element from a buffer otherwise).
 template <Element T>
 inline void store_head(T* p, const simd<T>& v, std::int64_t n) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (avx512_batch<T>) {
+    if constexpr (std::is_same_v<T, float>) _mm512_mask_storeu_ps(p, head_bits(n), v);
+    else _mm512_mask_storeu_pd(p, static_cast<__mmask8>(head_bits(n)), v);
+    return;
+  }
+#endif
 #if defined(__AVX2__)
   if constexpr (avx2_batch<T>) {
     if constexpr (std::is_same_v<T, float>) _mm256_maskstore_ps(p, head_mask<T>(n), v);
@@ -246,8 +289,10 @@ inline constexpr double saturated = 4096;
 /// (x's own for exp2) converted to int64, which no instruction does below AVX-512: a C++
 /// conversion lane by lane, undefined for NaN and for |k| >= 2^63 (|x| past about 6e18). So a
 /// double lane is clamped to ±4096, where the function is saturated (no result changes), and a
-/// NaN lane is evaluated at -4096 and given back as its NaN. Floats convert to int32 by an
-/// instruction, defined in every lane: no change.
+/// NaN lane is evaluated at -4096 and given back as its NaN. (AVX-512DQ converts by an
+/// instruction, defined for every lane; the clamp, which changes no result, is kept there too:
+/// one form at every width.) Floats convert to int32 by an instruction, defined in every lane:
+/// no change.
 template <class V, class F>
 inline V exp_family(const V& x, F f) {
   if constexpr (std::is_same_v<typename V::value_type, double>) {
