@@ -16,6 +16,7 @@
 /// shared object, with the flags this library was built with, and the program swaps them in loop by loop once loaded
 /// (`native_code`).
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,8 +77,26 @@ class native_emitter {
   [[nodiscard]] bool can_generate(const step& st) const;
   /// Loop `l`'s function.
   void emit_loop(std::size_t l, const step& st);
-  /// The batch body: each element-wise instruction's value, kept in a register, stored where read.
-  void emit_batch(const step& st);
+  /// Instructions [begin, end) of a loop, run together batch by batch over a tile (their
+  /// element-wise ones; reductions run after the tile's segments).
+  struct segment {
+    std::size_t begin, end;
+  };
+  /// At most this many tensors read or written by one segment: a batch touching many more
+  /// streams at once outruns the hardware's prefetchers, where a few at a time keep up (the
+  /// interpreter streams one instruction's at a time).
+  static constexpr std::size_t max_streams = 8;
+  /// Cuts loop `st` into segments of at most `max_streams` streams, in order.
+  [[nodiscard]] std::vector<segment> plan_segments(const step& st);
+  /// The streams instruction `p` (and its sibling) adds to segment `seg`, which has `have`.
+  [[nodiscard]] std::vector<int> streams_of(const step& st, std::size_t p, int seg, const std::vector<int>& have) const;
+  /// The tile buffers: values reductions read from registers, and registers a later segment reads.
+  void give_buffers(const step& st);
+  /// Segment `k`'s batch body: each element-wise instruction's value, kept in a register, stored
+  /// where read.
+  void emit_segment(const step& st, const segment& sg, std::size_t k);
+  /// True when the loop's instruction computing `node` writes it to its tensor.
+  [[nodiscard]] bool stored(const step& st, int node) const;
   /// Instruction `p`'s value (`v<node>`), from its operands' (`operand`).
   void emit_value(const step& st, std::size_t p);
   /// Where instruction `p`'s value goes besides its register: its tensor, or its tile register
@@ -98,6 +117,8 @@ class native_emitter {
   std::vector<bool> defined_;   ///< per node: a register of the batch being written holds it
   std::vector<int> buffer_of_;  ///< per node: the tile buffer a reduction reads it from (-1: none)
   std::vector<int> buffers_;    ///< per step: its tile buffers
+  std::vector<int> seg_of_;     ///< per node: the segment of the loop computing it (-1: none)
+  std::vector<int> def_of_;     ///< per node: the loop instruction computing it (-1: none)
 };
 
 template <Element T>
@@ -121,7 +142,9 @@ std::optional<std::string> native_emitter<T>::source() {
     loops.push_back(l);
   }
   if (loops.empty()) return std::nullopt;
-  out_ += "}  // namespace\n\nextern \"C\" void fusegrad_program(native_loop_fn<T>* fns) {\n";
+  out_ +=
+      "}  // namespace\n\nextern \"C\" __attribute__((visibility(\"default\"))) void "
+      "fusegrad_program(native_loop_fn<T>* fns) {\n";
   for (const std::size_t l : loops) out_ += "  fns[" + std::to_string(l) + "] = &loop_" + std::to_string(l) + ";\n";
   out_ += "}\n";
   return std::move(out_);
@@ -168,40 +191,111 @@ void native_emitter<T>::emit_loop(std::size_t l, const step& st) {
     out_ += "  const auto op" + std::to_string(p) + " = make_op<" + native_op_name<T>(n.op) + ">(sc[" +
             std::to_string(p) + "]);\n";
   }
+  const std::vector<segment> segs = plan_segments(st);
+  give_buffers(st);
+  for (std::size_t k = 0; k < segs.size(); ++k) emit_segment(st, segs[k], k);
   out_ +=
-      "  auto batch = [&]<bool Tail>(index_t t, index_t i, index_t m) __attribute__((always_inline)) {\n"
-      "    (void)t; (void)i; (void)m;\n";
-  emit_batch(st);
-  out_ +=
-      "  };\n"
       "  for (index_t t0 = lo; t0 < hi; t0 += tile) {\n"
-      "    const index_t n = std::min(tile, hi - t0);\n"
-      "    index_t i = 0;\n"
-      "    for (; i + index_t(V::size) <= n; i += index_t(V::size)) batch.template operator()<false>(t0 + i, i, "
-      "index_t(V::size));\n"
-      "    if (i < n) batch.template operator()<true>(t0 + i, i, n - i);\n";
+      "    const index_t n = std::min(tile, hi - t0);\n";
+  for (std::size_t k = 0; k < segs.size(); ++k) {
+    const std::string b = "batch" + std::to_string(k) + ".template operator()";
+    out_ += "    {\n      index_t i = 0;\n      for (; i + index_t(V::size) <= n; i += index_t(V::size)) " + b +
+            "<false>(t0 + i, i, index_t(V::size));\n      if (i < n) " + b + "<true>(t0 + i, i, n - i);\n    }\n";
+  }
   emit_reductions(st);
   out_ += "  }\n}\n";
 }
 
 template <Element T>
-void native_emitter<T>::emit_batch(const step& st) {
-  defined_.assign(ns_.size(), false);
-  // A value a reduction of this loop reads from a tile register gets a tile buffer of its own:
-  // the reductions run after the tile's batches, when the interpreter's register may hold a
-  // later value.
+std::vector<typename native_emitter<T>::segment> native_emitter<T>::plan_segments(const step& st) {
+  seg_of_.assign(ns_.size(), -1);
+  def_of_.assign(ns_.size(), -1);
+  for (std::size_t p = 0; p < st.code.size(); ++p)
+    def_of_[static_cast<std::size_t>(st.code[p].node)] = static_cast<int>(p);
+  std::vector<segment> segs;
+  std::vector<int> streams;  // the tensors the open segment reads or writes
+  std::size_t begin = 0;
+  bool open = false;
+  for (std::size_t p = 0; p < st.code.size(); ++p) {
+    if (!element_wise(node_of(st.code[p]).kind) || st.code[p].by_sibling) continue;
+    std::vector<int> more = streams_of(st, p, static_cast<int>(segs.size()), streams);
+    if (open && streams.size() + more.size() > max_streams) {
+      segs.push_back({begin, p});
+      begin = p;
+      streams.clear();
+      more = streams_of(st, p, static_cast<int>(segs.size()), streams);
+    }
+    streams.insert(streams.end(), more.begin(), more.end());
+    open = true;
+    const std::size_t width = st.code[p].with_sibling ? 2 : 1;
+    for (std::size_t q = p; q < p + width; ++q)
+      seg_of_[static_cast<std::size_t>(st.code[q].node)] = static_cast<int>(segs.size());
+  }
+  segs.push_back({begin, st.code.size()});
+  return segs;
+}
+
+template <Element T>
+std::vector<int> native_emitter<T>::streams_of(const step& st, std::size_t p, int seg,
+                                               const std::vector<int>& have) const {
+  std::vector<int> more;
+  auto touch = [&](int node) {
+    if (std::find(have.begin(), have.end(), node) == have.end() &&
+        std::find(more.begin(), more.end(), node) == more.end())
+      more.push_back(node);
+  };
+  const std::size_t width = st.code[p].with_sibling ? 2 : 1;
+  for (std::size_t q = p; q < p + width; ++q) {
+    const instr& in = st.code[q];
+    for (const auto& src : in.src) {
+      if ((src.node) < 0 || src.splat) continue;  // parenthesised: `src.node <` reads as fusegrad::node<
+      const int from = seg_of_[static_cast<std::size_t>(src.node)];
+      if (from == seg) continue;  // a register of this segment
+      // a value of an earlier segment is read back from its tensor, or from a tile buffer (in cache)
+      if (from < 0 || stored(st, src.node)) touch(src.node);
+    }
+    if (in.reg < 0) touch(in.node);
+  }
+  return more;
+}
+
+template <Element T>
+void native_emitter<T>::give_buffers(const step& st) {
+  // A value a reduction reads from a tile register, or a later segment reads, gets a tile
+  // buffer of its own: the reductions run after the tile's segments, and a segment after the
+  // one that computed the value, when the interpreter's register may hold a later value.
   buffer_of_.assign(ns_.size(), -1);
   int buffers = 0;
-  for (const instr& in : st.code)
-    if (!element_wise(node_of(in).kind) && in.src[0].reg >= 0 &&
-        buffer_of_[static_cast<std::size_t>(in.src[0].node)] < 0)
-      buffer_of_[static_cast<std::size_t>(in.src[0].node)] = buffers++;
+  for (const instr& in : st.code) {
+    const bool reduces = !element_wise(node_of(in).kind);
+    for (const auto& src : in.src) {
+      if ((src.node) < 0 || src.splat) continue;  // parenthesised: `src.node <` reads as fusegrad::node<
+      const auto u = static_cast<std::size_t>(src.node);
+      if (def_of_[u] < 0 || stored(st, src.node) || buffer_of_[u] >= 0) continue;
+      if (reduces || seg_of_[u] != seg_of_[static_cast<std::size_t>(in.node)]) buffer_of_[u] = buffers++;
+    }
+  }
   buffers_.push_back(buffers);
-  for (std::size_t p = 0; p < st.code.size(); ++p) {
-    if (!element_wise(node_of(st.code[p]).kind)) continue;
+}
+
+template <Element T>
+void native_emitter<T>::emit_segment(const step& st, const segment& sg, std::size_t k) {
+  out_ += "  auto batch" + std::to_string(k) +
+          " = [&]<bool Tail>(index_t t, index_t i, index_t m) __attribute__((always_inline, flatten)) {\n"
+          "    (void)t; (void)i; (void)m;\n";
+  defined_.assign(ns_.size(), false);
+  for (std::size_t p = sg.begin; p < sg.end; ++p) {
+    if (!element_wise(node_of(st.code[p]).kind) || st.code[p].by_sibling) continue;
     emit_value(st, p);
     emit_stores(st, p);
   }
+  out_ += "  };\n";
+}
+
+template <Element T>
+bool native_emitter<T>::stored(const step& st, int node) const {
+  const int p = def_of_[static_cast<std::size_t>(node)];
+  return p >= 0 && st.code[static_cast<std::size_t>(p)].reg < 0;
 }
 
 template <Element T>
@@ -241,8 +335,12 @@ template <Element T>
 std::string native_emitter<T>::operand(const step& st, std::size_t p, int s) const {
   const auto& src = st.code[p].src[s];
   const std::string at = "pv[" + std::to_string(p) + "].src[" + std::to_string(s) + "]";
-  if (defined_[static_cast<std::size_t>(src.node)]) return "v" + std::to_string(src.node);
+  const auto u = static_cast<std::size_t>(src.node);
+  if (defined_[u]) return "v" + std::to_string(src.node);
   if (src.splat) return "V(" + at + "[0])";
+  if (def_of_[u] >= 0 && stored(st, src.node))  // an earlier segment stored it
+    return "load<Tail>(pv[" + std::to_string(def_of_[u]) + "].dst + t, m)";
+  if (def_of_[u] >= 0) return "load<Tail>(buf + " + std::to_string(buffer_of_[u]) + " * tile + i, m)";
   return "load<Tail>(" + at + " + t, m)";
 }
 

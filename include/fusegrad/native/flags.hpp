@@ -36,6 +36,11 @@ inline std::vector<std::string> library_flags() {
   f.emplace_back("-std=gnu++20");
 #endif
   f.emplace_back("-O2");
+  // A shared object's functions bind to themselves, so that the compiler inlines across them
+  // (the op structs' values) and calls nothing through the PLT; the entry point a caller looks
+  // up is marked visible in its source.
+  f.emplace_back("-fvisibility=hidden");
+  f.emplace_back("-fno-semantic-interposition");
 #if !defined(__clang__)
   // No multiply and add contracted across ops: the interpreter rounds each op's result. (GCC's
   // ISO mode contracts nothing, its GNU mode everything; clang's default contracts within one
