@@ -86,15 +86,23 @@ class native_emitter {
   /// streams at once outruns the hardware's prefetchers, where a few at a time keep up (the
   /// interpreter streams one instruction's at a time).
   static constexpr std::size_t max_streams = 8;
-  /// Cuts loop `st` into segments of at most `max_streams` streams, in order.
+  /// An op as costly as a transcendental: a segment holds at most one, whose constants then
+  /// stay in registers (two such ops in one batch body spill them, which separate loops over a
+  /// tile in L1 do not).
+  [[nodiscard]] bool expensive(const instr& in) const {
+    const auto& n = node_of(in);
+    return n.kind == ir::node_kind::pointwise && cost_of<T>(n.op) >= 3 * cost_units_per_load / 2;
+  }
+  /// Cuts loop `st` into segments, in order: at most `max_streams` streams and one `expensive`
+  /// op each.
   [[nodiscard]] std::vector<segment> plan_segments(const step& st);
   /// The streams instruction `p` (and its sibling) adds to segment `seg`, which has `have`.
   [[nodiscard]] std::vector<int> streams_of(const step& st, std::size_t p, int seg, const std::vector<int>& have) const;
   /// The tile buffers: values reductions read from registers, and registers a later segment reads.
   void give_buffers(const step& st);
-  /// Segment `k`'s batch body: each element-wise instruction's value, kept in a register, stored
-  /// where read.
-  void emit_segment(const step& st, const segment& sg, std::size_t k);
+  /// Segment `name`'s function: over a tile's batches, each element-wise instruction's value,
+  /// kept in a register, stored where read.
+  void emit_segment(const step& st, const segment& sg, const std::string& name);
   /// True when the loop's instruction computing `node` writes it to its tensor.
   [[nodiscard]] bool stored(const step& st, int node) const;
   /// Instruction `p`'s value (`v<node>`), from its operands' (`operand`).
@@ -179,29 +187,20 @@ bool native_emitter<T>::can_generate(const step& st) const {
 template <Element T>
 void native_emitter<T>::emit_loop(std::size_t l, const step& st) {
   const std::string L = std::to_string(l);
-  out_ += "\n// loop " + L + ":";
-  for (const instr& in : st.code) out_ += (in.by_sibling ? "+%" : " %") + std::to_string(in.node);
-  out_ += "\nvoid loop_" + L +
-          "(const loop_ptrs<T>* pv, const T* sc, index_t tile, index_t lo, index_t hi, T* buf, "
-          "reduction_state<T>* red) {\n";
-  out_ += "  (void)sc; (void)buf; (void)red; (void)pv;\n";
-  for (std::size_t p = 0; p < st.code.size(); ++p) {
-    const auto& n = node_of(st.code[p]);
-    if (n.kind != ir::node_kind::pointwise || st.code[p].by_sibling) continue;
-    out_ += "  const auto op" + std::to_string(p) + " = make_op<" + native_op_name<T>(n.op) + ">(sc[" +
-            std::to_string(p) + "]);\n";
-  }
   const std::vector<segment> segs = plan_segments(st);
   give_buffers(st);
-  for (std::size_t k = 0; k < segs.size(); ++k) emit_segment(st, segs[k], k);
-  out_ +=
-      "  for (index_t t0 = lo; t0 < hi; t0 += tile) {\n"
-      "    const index_t n = std::min(tile, hi - t0);\n";
-  for (std::size_t k = 0; k < segs.size(); ++k) {
-    const std::string b = "batch" + std::to_string(k) + ".template operator()";
-    out_ += "    {\n      index_t i = 0;\n      for (; i + index_t(V::size) <= n; i += index_t(V::size)) " + b +
-            "<false>(t0 + i, i, index_t(V::size));\n      if (i < n) " + b + "<true>(t0 + i, i, n - i);\n    }\n";
-  }
+  out_ += "\n// loop " + L + ":";
+  for (const instr& in : st.code) out_ += (in.by_sibling ? "+%" : " %") + std::to_string(in.node);
+  out_ += "\n";
+  for (std::size_t k = 0; k < segs.size(); ++k) emit_segment(st, segs[k], L + "_" + std::to_string(k));
+  out_ += "void loop_" + L +
+          "(const loop_ptrs<T>* pv, const T* sc, index_t tile, index_t lo, index_t hi, T* buf, "
+          "reduction_state<T>* red) {\n"
+          "  (void)red;\n"
+          "  for (index_t t0 = lo; t0 < hi; t0 += tile) {\n"
+          "    const index_t n = std::min(tile, hi - t0);\n";
+  for (std::size_t k = 0; k < segs.size(); ++k)
+    out_ += "    segment_" + L + "_" + std::to_string(k) + "(pv, sc, tile, t0, n, buf);\n";
   emit_reductions(st);
   out_ += "  }\n}\n";
 }
@@ -215,17 +214,20 @@ std::vector<typename native_emitter<T>::segment> native_emitter<T>::plan_segment
   std::vector<segment> segs;
   std::vector<int> streams;  // the tensors the open segment reads or writes
   std::size_t begin = 0;
-  bool open = false;
+  bool open = false, costly_in_segment = false;
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     if (!element_wise(node_of(st.code[p]).kind) || st.code[p].by_sibling) continue;
     std::vector<int> more = streams_of(st, p, static_cast<int>(segs.size()), streams);
-    if (open && streams.size() + more.size() > max_streams) {
+    const bool costly = expensive(st.code[p]);
+    if (open && (streams.size() + more.size() > max_streams || (costly && costly_in_segment))) {
       segs.push_back({begin, p});
       begin = p;
       streams.clear();
+      costly_in_segment = false;
       more = streams_of(st, p, static_cast<int>(segs.size()), streams);
     }
     streams.insert(streams.end(), more.begin(), more.end());
+    costly_in_segment = costly_in_segment || costly;
     open = true;
     const std::size_t width = st.code[p].with_sibling ? 2 : 1;
     for (std::size_t q = p; q < p + width; ++q)
@@ -279,17 +281,32 @@ void native_emitter<T>::give_buffers(const step& st) {
 }
 
 template <Element T>
-void native_emitter<T>::emit_segment(const step& st, const segment& sg, std::size_t k) {
-  out_ += "  auto batch" + std::to_string(k) +
-          " = [&]<bool Tail>(index_t t, index_t i, index_t m) __attribute__((always_inline, flatten)) {\n"
-          "    (void)t; (void)i; (void)m;\n";
+void native_emitter<T>::emit_segment(const step& st, const segment& sg, const std::string& name) {
+  // One function per segment, flattened: the op structs' values and xsimd's functions inlined
+  // into its loop over the tile's batches, whatever the optimisation level decides elsewhere.
+  out_ += "[[gnu::flatten]] void segment_" + name +
+          "(const loop_ptrs<T>* pv, const T* sc, index_t tile, index_t t0, index_t n, T* buf) {\n"
+          "  (void)pv; (void)sc; (void)tile; (void)buf;\n";
+  for (std::size_t p = sg.begin; p < sg.end; ++p) {
+    const auto& nd = node_of(st.code[p]);
+    if (nd.kind != ir::node_kind::pointwise || st.code[p].by_sibling) continue;
+    out_ += "  const auto op" + std::to_string(p) + " = make_op<" + native_op_name<T>(nd.op) + ">(sc[" +
+            std::to_string(p) + "]);\n";
+  }
+  out_ += "  auto batch = [&]<bool Tail>(index_t t, index_t i, index_t m) {\n    (void)t; (void)i; (void)m;\n";
   defined_.assign(ns_.size(), false);
   for (std::size_t p = sg.begin; p < sg.end; ++p) {
     if (!element_wise(node_of(st.code[p]).kind) || st.code[p].by_sibling) continue;
     emit_value(st, p);
     emit_stores(st, p);
   }
-  out_ += "  };\n";
+  out_ +=
+      "  };\n"
+      "  index_t i = 0;\n"
+      "  for (; i + index_t(V::size) <= n; i += index_t(V::size)) batch.template operator()<false>(t0 + i, i, "
+      "index_t(V::size));\n"
+      "  if (i < n) batch.template operator()<true>(t0 + i, i, n - i);\n"
+      "}\n";
 }
 
 template <Element T>
