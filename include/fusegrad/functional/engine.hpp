@@ -329,7 +329,8 @@ constexpr void each_hoist(const E& e, Fn&& fn) {
 /// element-wise parts a pass runs (`only`: one reduction's, or all) that reaches an argument
 /// in `Mask`.
 template <std::uint64_t Mask, class E, class Fn>
-void each_pass_hoist(const E& e, int only, Fn&& fn) {
+// Always inlined: `run_batch` calls it per batch, and once `run_batch` is, GCC left it out of line.
+[[gnu::always_inline]] inline void each_pass_hoist(const E& e, int only, Fn&& fn) {
   auto wanted_only = [&](auto h, const auto& x) {
     if constexpr ((info<std::remove_cvref_t<decltype(x)>>::args & Mask) != 0) fn(h, x);
   };
@@ -410,9 +411,11 @@ struct pass_io {
 template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, class Put>
 // Above the complexity bound: one if-constexpr branch per pass kind (forward or backward, full or
 // partial batch), one inlined body in the element loop.
+// Always inlined: at -O2 GCC left it out of line in `sum_register_chunks`, a call per batch.
 // NOLINTNEXTLINE(readability-function-cognitive-complexity)
-inline void run_batch(const E& e, const Slots& slots, const pass_io<Vs, std::tuple_size_v<Slots>>& io, index_t pos,
-                      index_t rem, const Put& put, const batch_of<Vs>* red_adj) {
+[[gnu::always_inline]] inline void run_batch(const E& e, const Slots& slots,
+                                             const pass_io<Vs, std::tuple_size_v<Slots>>& io, index_t pos, index_t rem,
+                                             const Put& put, const batch_of<Vs>* red_adj) {
   using Vb = batch_of<Vs>;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
   constexpr std::uint64_t scalars = summed_scalars<Mask, E, Slots>;
