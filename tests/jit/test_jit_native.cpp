@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fusegrad/fusegrad.hpp>
+#include <fusegrad/native/code_cache.hpp>  // wait_idle: a TU that links the runtime does not parse it otherwise
 #include <string>
 #include <vector>
 

@@ -5,6 +5,16 @@
 /// background (the interpreter runs every loop until the code is installed) or before the
 /// program's first run.
 
+#include "fusegrad/jit/program.hpp"
+
+// A TU that links the precompiled runtime parses neither the emitter nor the code cache (a
+// thread, a process spawner, the loader): only the runtime's own sources run `request_native`.
+#if defined(FUSEGRAD_PRECOMPILED) && !defined(FUSEGRAD_BUILDING_RUNTIME)
+namespace fusegrad::detail::jit {
+template <Element T>
+void request_native(const program<T>& p);
+}  // namespace fusegrad::detail::jit
+#else
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,7 +23,6 @@
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/jit/native_abi.hpp"
 #include "fusegrad/jit/native_emitter.hpp"
-#include "fusegrad/jit/program.hpp"
 #include "fusegrad/native/code_cache.hpp"
 #include "fusegrad/native/options.hpp"
 
@@ -31,14 +40,15 @@ void request_native(const program<T>& p) {
   std::optional<std::string> body = em.source();
   if (!body) return;
   if (fusegrad::logs::enabled(fusegrad::logs::output_code)) fusegrad::native::set_log_sources(true);
-  const std::shared_ptr<native_code<T>>& code = p.native();
+  const std::shared_ptr<native_code<T> >& code = p.native();
   code->scalars = em.scalars();
   code->buffers = em.buffers();
   code->requested.store(true, std::memory_order_release);
   const native::kernel_source src{"#include \"fusegrad/jit/native_prelude.hpp\"\n", std::move(*body),
                                   "fusegrad_program"};
-  auto install = [code](void* entry) { code->install(reinterpret_cast<native_program_fn<T>>(entry)); };
+  auto install = [code](void* entry) { code->install(reinterpret_cast<native_program_fn<T> >(entry)); };
   if (void* entry = native::code_cache::global().get(src, mode, install)) install(entry);
 }
 
 }  // namespace fusegrad::detail::jit
+#endif

@@ -9,18 +9,20 @@
 #include <vector>
 
 #include "fusegrad/jit/jit.hpp"
+#include "fusegrad/jit/native_request.hpp"
 #include "fusegrad/jit/program.hpp"
 #include "fusegrad/jit/tracing_scope.hpp"
 #include "fusegrad/runtime/eager.hpp"
 
 /// The jit runtime for element type `T`.
-#define FUSEGRAD_RUNTIME_JIT(T)                                     \
-  FUSEGRAD_RT_EXTERN template class ir::graph<T>;                   \
-  FUSEGRAD_RT_EXTERN template class detail::jit::row_step<T>;       \
-  FUSEGRAD_RT_EXTERN template class detail::jit::program<T>;        \
-  FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>;          \
-  FUSEGRAD_RT_EXTERN template struct detail::jit::replayer<T>;      \
-  FUSEGRAD_RT_EXTERN template class detail::jit::once_recording<T>; \
+#define FUSEGRAD_RUNTIME_JIT(T)                                                                    \
+  FUSEGRAD_RT_EXTERN template class ir::graph<T>;                                                  \
+  FUSEGRAD_RT_EXTERN template class detail::jit::row_step<T>;                                      \
+  FUSEGRAD_RT_EXTERN template class detail::jit::program<T>;                                       \
+  FUSEGRAD_RT_EXTERN template void detail::jit::request_native<T>(const detail::jit::program<T>&); \
+  FUSEGRAD_RT_EXTERN template class detail::jit::trace<T>;                                         \
+  FUSEGRAD_RT_EXTERN template struct detail::jit::replayer<T>;                                     \
+  FUSEGRAD_RT_EXTERN template class detail::jit::once_recording<T>;                                \
   FUSEGRAD_RT_EXTERN template jit_entry_info detail::jit::entry_info<T>(const detail::jit::entry<T>&);
 
 /// What the float and double runtimes share: the tracers a jitted call or a compiled-autograd
