@@ -320,20 +320,23 @@ void native_emitter<T>::emit_value(const step& st, std::size_t p) {
   const instr& in = st.code[p];
   const auto& n = node_of(in);
   const std::string v = "v" + std::to_string(in.node);
-  if (in.by_sibling) return;  // the instruction before computed it
+  // Each op's value ends at an `op_boundary`: no multiply of one op is contracted with an add of
+  // the next, so each op rounds as the interpreter's one-op loops round it.
   if (in.with_sibling) {
     const std::string w = "v" + std::to_string(st.code[p + 1].node);
-    out_ += "    const auto [" + v + ", " + w + "] = op" + std::to_string(p) + ".with_sibling(" + operand(st, p, 0) +
-            ");\n";
+    out_ += "    auto [" + v + ", " + w + "] = op" + std::to_string(p) + ".with_sibling(" + operand(st, p, 0) +
+            ");\n    op_boundary(" + v + ");\n    op_boundary(" + w + ");\n";
     defined_[static_cast<std::size_t>(in.node)] = true;
     defined_[static_cast<std::size_t>(st.code[p + 1].node)] = true;
     return;
   }
   if (n.kind == ir::node_kind::expand) out_ += "    const V " + v + " = " + operand(st, p, 0) + ";\n";
   else if (n.b >= 0)
-    out_ += "    const V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ", " +
-            operand(st, p, 1) + ");\n";
-  else out_ += "    const V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ");\n";
+    out_ += "    V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ", " + operand(st, p, 1) +
+            ");\n    op_boundary(" + v + ");\n";
+  else
+    out_ += "    V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ");\n    op_boundary(" + v +
+            ");\n";
   defined_[static_cast<std::size_t>(in.node)] = true;
 }
 

@@ -33,6 +33,8 @@ template <bool Tail, Element T>
   else return simd<T>::load_unaligned(p);
 }
 
+using fusegrad::detail::op_boundary;
+
 /// Stores a batch at `p`: whole, or its first `m` lanes.
 template <bool Tail, Element T>
 [[gnu::always_inline]] inline void store(T* p, const simd<T>& v, index_t m) noexcept {

@@ -24,6 +24,19 @@ inline std::string include_dir() {
   return ::realpath(dir.c_str(), abs) != nullptr ? std::string(abs) : dir;
 }
 
+/// `a * b + c`, compiled as this library is: with one rounding where the compiler contracts the
+/// multiply and the add into a fused multiply-add (GCC does from -O2 unless told
+/// -ffp-contract=off; clang within one expression), two where it does not.
+[[gnu::noinline]] inline double contraction_probe(double a, double b, double c) noexcept { return a * b + c; }
+
+/// True when this library's code contracts multiplies and adds: (1 + 2^-30)(1 - 2^-30) - 1 is
+/// -2^-60 with one rounding and 0 with two. Read at run time, from code built with the very
+/// flags of the interpreter's kernels, since no macro tells an -O1 build from an -O2 one.
+inline bool library_contracts() noexcept {
+  volatile double a = 1 + 0x1p-30, b = 1 - 0x1p-30, c = -1;
+  return contraction_probe(a, b, c) != 0;
+}
+
 /// The flags generated code is compiled with: this translation unit's language mode, its
 /// instruction set (the macros the compiler defines for it) and its assertions, so that the
 /// generated code's batches are the interpreter's. `FUSEGRAD_INCLUDE_DIR` aside, the compiler
@@ -41,12 +54,9 @@ inline std::vector<std::string> library_flags() {
   // up is marked visible in its source.
   f.emplace_back("-fvisibility=hidden");
   f.emplace_back("-fno-semantic-interposition");
-#if !defined(__clang__)
-  // No multiply and add contracted across ops: the interpreter rounds each op's result. (GCC's
-  // ISO mode contracts nothing, its GNU mode everything; clang's default contracts within one
-  // expression only, so across no op.)
-  f.emplace_back("-ffp-contract=off");
-#endif
+  // Within an op's value, multiplies and adds contract where the library's own kernels contract
+  // them (`library_contracts`); across ops never (the generated code's `op_boundary`).
+  if (!library_contracts()) f.emplace_back("-ffp-contract=off");
 #if defined(NDEBUG)
   f.emplace_back("-DNDEBUG");
 #endif
