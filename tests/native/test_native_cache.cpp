@@ -486,3 +486,22 @@ TEST_CASE("native: options from the environment; bad options are errors") {
   CHECK(native::current_mode() == native::mode::sync);
   native::set_mode(before);
 }
+
+TEST_CASE("native: the headers' fingerprint changes with any header's text, so an upgrade loads nothing stale") {
+  temp_dir a, b;
+  for (const temp_dir* t : {&a, &b}) {
+    std::filesystem::create_directories(t->path + "/fusegrad/ops");
+    std::ofstream(t->path + "/fusegrad/ops/x.hpp") << "struct x_op {};\n";
+    std::ofstream(t->path + "/fusegrad/y.hpp") << "// y\n";
+  }
+  const std::string fa = fusegrad::detail::native::headers_fingerprint(a.path);
+  CHECK(fa.size() == 16);
+  CHECK(fa == fusegrad::detail::native::headers_fingerprint(b.path));  // same text, another place
+  std::ofstream(b.path + "/fusegrad/ops/x.hpp") << "struct x_op { int changed; };\n";
+  CHECK(fa != fusegrad::detail::native::headers_fingerprint(b.path));
+  // the flags carry it, and the flags are part of every key and of the prelude's name
+  bool carried = false;
+  for (const std::string& f : fusegrad::detail::native::library_flags())
+    carried = carried || f.rfind("-DFUSEGRAD_NATIVE_HEADERS=", 0) == 0;
+  CHECK(carried);
+}

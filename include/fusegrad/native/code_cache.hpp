@@ -69,14 +69,6 @@ struct kernel_source {
   std::string symbol;   ///< the extern "C" function to look up
 };
 
-/// `v` as 16 hexadecimal digits (a file name).
-inline std::string hex64(std::uint64_t v) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = digits[v & 15];
-  return s;
-}
-
 /// Mixes `s` with its length first, so that the strings of a key cannot run into each other.
 inline fnv1a& mix_field(fnv1a& h, std::string_view s) { return h.mix(s.size()).mix(s); }
 

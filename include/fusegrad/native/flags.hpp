@@ -2,11 +2,19 @@
 /// \file fusegrad/native/flags.hpp
 /// The flags generated code is compiled with by default: those of the library that runs it.
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
+
+#include "fusegrad/core/hash.hpp"
 
 namespace fusegrad::detail::native {
 
@@ -22,6 +30,25 @@ inline std::string include_dir() {
   const std::string dir = here.empty() ? std::string(".") : std::string(here);
   char abs[PATH_MAX];
   return ::realpath(dir.c_str(), abs) != nullptr ? std::string(abs) : dir;
+}
+
+/// A hash of the text of every header under `dir`/fusegrad, in path order: generated code, a
+/// cached library and a precompiled prelude are valid only for the headers they were built
+/// from, and an upgrade of fusegrad that keeps their file names must not load them.
+inline std::string headers_fingerprint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(fs::path(dir) / "fusegrad", ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec) && it->path().extension() == ".hpp") files.push_back(it->path());
+  std::sort(files.begin(), files.end());
+  fnv1a h;
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    h.mix(f.lexically_relative(dir).string()).mix(text.size()).mix(text);
+  }
+  return hex64(h.value());
 }
 
 /// `a * b + c`, compiled as this library is: with one rounding where the compiler contracts the
@@ -91,7 +118,10 @@ inline std::vector<std::string> library_flags() {
 #ifdef __AVX512VL__
   f.emplace_back("-mavx512vl");
 #endif
-  f.emplace_back("-I" + include_dir());
+  const std::string dir = include_dir();
+  f.emplace_back("-I" + dir);
+  // Part of every key and of the prelude's name (the flags are in both): see `headers_fingerprint`.
+  f.emplace_back("-DFUSEGRAD_NATIVE_HEADERS=" + headers_fingerprint(dir));
   return f;
 }
 
