@@ -90,5 +90,11 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(o.seed), st.graphs, st.invalid, t - t_compile,
       t > t_compile ? static_cast<double>(st.graphs) / (t - t_compile) : 0.0, st.executions, st.fd_checks,
       st.compile_graphs, st.compile_executions, t_compile, masked, masks, st.mismatches);
+  if (fusegrad::native::current_mode() != fusegrad::native::mode::off) {
+    const auto c = fusegrad::native::counters();
+    std::printf("native code: %llu kernels compiled, %llu memory hits, %llu disk hits, %llu failures\n",
+                static_cast<unsigned long long>(c.compiles), static_cast<unsigned long long>(c.memory_hits),
+                static_cast<unsigned long long>(c.disk_hits), static_cast<unsigned long long>(c.failures));
+  }
   return ok ? 0 : 1;
 }

@@ -9,6 +9,8 @@
 #include <limits>
 #include <optional>
 
+#include <fusegrad/native/code_cache.hpp>
+
 #include "program.hpp"
 
 namespace fuzz {
@@ -483,10 +485,38 @@ program shrink(const program& p0, checker& ck, const plan& pl, const std::string
 
 }  // namespace
 
+/// Graphs whose native code is built together before they are checked (FUSEGRAD_NATIVE=sync).
+constexpr long native_block = 24;
+
+/// Runs graphs [first, end) through every path with native code in the background, then waits
+/// for the code cache: their kernels are compiled in a few compiler runs (the cache batches
+/// what is queued), where compiling each on first use would start the compiler once a kernel.
+/// The checks that follow, in mode sync, find every kernel in memory. What this pass sees is
+/// not compared; the pass that follows compares everything.
+void prebuild_native_code(const options& o, long first, long end) {
+  fg::native::set_mode(fg::native::mode::async);
+  stats scratch;
+  for (long g = first; g < end; ++g) {
+    if (g % 8 == 7) fg::compiled_autograd::reset();
+    const program p = generate(o.seed, static_cast<std::uint64_t>(g));
+    const std::vector<shape_set> sets = make_shape_sets(p);
+    checker ck{sets, &scratch.executions, &scratch.masked};
+    const std::vector<outcome> refs = ck.references(p);
+    int call = -1;
+    for (const plan& pl : plans()) (void)ck.check(p, pl, refs, &call);
+  }
+  fg::detail::native::code_cache::global().wait_idle();
+  fg::native::set_mode(fg::native::mode::sync);
+  fg::compiled_autograd::reset();  // the checks start from an empty key cache, as without this pass
+}
+
 bool run_runtime_fuzz(const options& o, stats& st, double deadline_s) {
   bool ok = true;
+  const bool prebuild = fg::native::current_mode() == fg::native::mode::sync;
   for (long g = o.first; o.graphs <= 0 || g < o.first + o.graphs; ++g) {
     if (deadline_s > 0 && elapsed_s() > deadline_s) break;
+    if (prebuild && (g - o.first) % native_block == 0)
+      prebuild_native_code(o, g, o.graphs <= 0 ? g + native_block : std::min(g + native_block, o.first + o.graphs));
     // Bound the key cache of a long run well below compiled autograd's recompile limit (64
     // keys; a graph adds up to ~6), so that no graph falls back to the eager engine.
     if (g % 8 == 7) fg::compiled_autograd::reset();

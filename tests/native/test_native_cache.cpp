@@ -1,5 +1,6 @@
 // fusegrad/native: the native code cache. Real kernels compiled with g++ into a fresh directory
-// per test: sync and async requests, memory and disk hits, every way native code fails (no
+// per test: sync and async requests, memory and disk hits, batches of queued kernels built in
+// one compiler run, every way native code fails (no
 // compiler, a failing one, one past its time limit, a corrupt library), the ownership and
 // symlink checks, two processes racing on one key, and a process that exits mid-compile.
 #include <doctest/doctest.h>
@@ -230,6 +231,98 @@ TEST_CASE("native: async returns at once; on_ready fires on the worker for every
   CHECK(call(ready[0]) == 42);
   CHECK(native::counters().compiles == 1);
   CHECK(c.get(answer_kernel(), native::mode::async) == ready[0]);
+}
+
+/// A kernel answering `n`: the same symbol as every other, a text of its own.
+kernel_source numbered_kernel(int n, const std::string& expr = "") {
+  return {"#include <cstdint>\n",
+          "extern \"C\" int fg_answer() { return " + (expr.empty() ? std::to_string(n) : expr) + "; }\n", "fg_answer"};
+}
+
+/// A compiler that appends its command line to `log_path`, then runs g++.
+std::string counting_compiler(const std::string& dir, const std::string& log_path) {
+  return write_script(dir, "counting-cxx", "echo \"$*\" >> " + log_path + "\nexec g++ \"$@\"");
+}
+
+/// The lines of `path` that contain `part`.
+std::size_t lines_with(const std::string& path, const std::string& part) {
+  std::ifstream in(path);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(part) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+TEST_CASE("native: the worker builds the kernels queued while it compiles in one compiler run") {
+  REQUIRE_GXX();
+  temp_dir t;
+  native::reset_counters();
+  const std::string runs = t.path + "/runs.txt";
+  code_cache c(options_for(t.path + "/cache", counting_compiler(t.path, runs)));
+  std::mutex m;
+  std::vector<void*> ready(5, nullptr);
+  for (int n = 0; n < 5; ++n)  // the first starts the worker; the others queue while it compiles
+    CHECK(c.get(numbered_kernel(n), native::mode::async, [&, n](void* fn) {
+      const std::lock_guard<std::mutex> lock(m);
+      ready[static_cast<std::size_t>(n)] = fn;
+    }) == nullptr);
+  c.wait_idle();
+  for (int n = 0; n < 5; ++n) {
+    CAPTURE(n);
+    REQUIRE(ready[static_cast<std::size_t>(n)] != nullptr);
+    CHECK(call(ready[static_cast<std::size_t>(n)]) == n);
+  }
+  CHECK(native::counters().compiles == 5);
+  // One run for all five, or the first alone (the worker took it before the others were
+  // queued) and the other four in one.
+  const std::size_t kernel_runs = lines_with(runs, "-shared");
+  CHECK(kernel_runs >= 1);
+  CHECK(kernel_runs <= 2);
+  // A batch's kernels share one library, linked under each key; no batch's file is left.
+  std::vector<struct stat> libraries;
+  for (const auto& f : fs::directory_iterator(t.path + "/cache")) {
+    const std::string name = f.path().filename().string();
+    CHECK(name.find("batch") == std::string::npos);
+    struct stat st {};
+    if (name.ends_with(".so") && ::stat(f.path().c_str(), &st) == 0) libraries.push_back(st);
+  }
+  REQUIRE(libraries.size() == 5);
+  std::size_t batched = 0;
+  for (const struct stat& st : libraries) batched += st.st_nlink >= 4 ? 1 : 0;
+  CHECK(batched >= 4);
+  // A new cache on the directory loads every kernel from disk, batched or not.
+  native::reset_counters();
+  code_cache again(options_for(t.path + "/cache"));
+  for (int n = 0; n < 5; ++n) {
+    void* fn = again.get(numbered_kernel(n), native::mode::sync);
+    REQUIRE(fn != nullptr);
+    CHECK(call(fn) == n);
+  }
+  CHECK(native::counters().disk_hits == 5);
+  CHECK(native::counters().compiles == 0);
+}
+
+TEST_CASE("native: a kernel that does not compile fails alone; the rest of its batch loads") {
+  REQUIRE_GXX();
+  temp_dir t;
+  captured_log log;
+  native::reset_counters();
+  code_cache c(options_for(t.path));
+  CHECK(c.get(numbered_kernel(0), native::mode::async) == nullptr);
+  CHECK(c.get(numbered_kernel(1), native::mode::async) == nullptr);
+  CHECK(c.get(numbered_kernel(2, "no_such_name"), native::mode::async) == nullptr);
+  CHECK(c.get(numbered_kernel(3), native::mode::async) == nullptr);
+  c.wait_idle();
+  for (int n : {0, 1, 3}) {
+    CAPTURE(n);
+    void* fn = c.get(numbered_kernel(n), native::mode::async);
+    REQUIRE(fn != nullptr);
+    CHECK(call(fn) == n);
+  }
+  CHECK(c.get(numbered_kernel(2, "no_such_name"), native::mode::sync) == nullptr);
+  CHECK(native::counters().compiles == 3);
+  CHECK(native::counters().failures == 1);
+  CHECK(log.count("kernel fg_answer failed") == 1);
+  CHECK(log.count("no_such_name") == 1);
 }
 
 TEST_CASE("native: mode off compiles nothing; log_sources logs the source and its file") {

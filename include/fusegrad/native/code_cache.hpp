@@ -12,10 +12,19 @@
 /// its time limit, a library that does not load) is logged once, and the kernel is not tried
 /// again in this process.
 ///
+/// The background thread builds every kernel queued while it was busy in one compiler run (a
+/// batch, up to `max_batch`): the compiler's start, the precompiled header's load and the
+/// instantiation of the templates the kernels share are paid once, which is most of a small
+/// kernel's compile. Each kernel is compiled in a namespace of its own, with its symbol renamed
+/// after its text (`<symbol>_<hash>`), so that kernels never clash in one library; a body must
+/// therefore include nothing (its includes belong in the prelude). A batch that fails to compile
+/// is built again kernel by kernel, so that one bad kernel fails alone.
+///
 /// On disk, in the cache directory (native/cache_dir.hpp says which, and what it must be):
 ///   `<key>.cpp`, `<key>.so`   a kernel's source as compiled, and its library; `<key>` is a
 ///                             64-bit hash of the prelude, the text, the compiler's identity,
-///                             the flags and `FUSEGRAD_NATIVE_ABI_VERSION`;
+///                             the flags and `FUSEGRAD_NATIVE_ABI_VERSION`. The kernels of a
+///                             batch share one library: each `<key>.so` is a hard link to it;
 ///   `<key>.lock`              the lock one process holds while it compiles the key (`flock`):
 ///                             two processes compile a key once;
 ///   `prelude-<h>.hpp(.gch)`   the prelude and its precompiled header, one per prelude, compiler
@@ -26,6 +35,7 @@
 /// those checks turns the cache off for the process. Libraries are never unloaded: callers keep
 /// the function pointers.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -34,7 +44,9 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -57,7 +69,7 @@
 /// Part of every key: raise it when what a kernel library must contain changes (the calling
 /// convention of generated kernels, the prelude's layout), so that no older library is loaded.
 #ifndef FUSEGRAD_NATIVE_ABI_VERSION
-#define FUSEGRAD_NATIVE_ABI_VERSION "fusegrad-native-1"
+#define FUSEGRAD_NATIVE_ABI_VERSION "fusegrad-native-2"
 #endif
 
 namespace fusegrad::detail::native {
@@ -65,8 +77,8 @@ namespace fusegrad::detail::native {
 /// One kernel to compile and load.
 struct kernel_source {
   std::string prelude;  ///< text of a header every kernel includes (precompiled once per prelude)
-  std::string body;     ///< the kernel's translation unit, after the prelude's #include (which the cache adds)
-  std::string symbol;   ///< the extern "C" function to look up
+  std::string body;     ///< the kernel's code, after the prelude's #include (which the cache adds); includes nothing
+  std::string symbol;  ///< the extern "C" function the body defines (the library exports it renamed: `exported_symbol`)
 };
 
 /// Mixes `s` with its length first, so that the strings of a key cannot run into each other.
@@ -78,8 +90,12 @@ class code_cache {
     std::string dir;                 ///< the cache directory (created, mode 0700)
     std::string compiler;            ///< the compiler driver, run without a shell (PATH searched)
     std::vector<std::string> flags;  ///< before `-fPIC -shared -o ...`: standard, optimisation, ISA, -I
-    double time_limit_s = 60;        ///< a compile past it is killed (its whole process group)
+    double time_limit_s = 60;        ///< a kernel's compile past it is killed (its whole process group)
   };
+
+  /// The most kernels one compiler run builds: a batch's compile grows with it, and its first
+  /// kernel waits for its last.
+  static constexpr std::size_t max_batch = 32;
 
   explicit code_cache(options o) : opts_(std::move(o)) {
     if (!(opts_.time_limit_s > 0) || !std::isfinite(opts_.time_limit_s))
@@ -265,21 +281,38 @@ class code_cache {
     }
   }
 
+  /// Takes the queue's front and the queued kernels with the same prelude, up to `max_batch`,
+  /// into `batch`; returns how many.
+  std::size_t take_batch_locked(std::array<entry*, max_batch>& batch) {
+    std::size_t n = 0;
+    batch[n++] = queue_.front();
+    queue_.pop_front();
+    for (auto it = queue_.begin(); it != queue_.end() && n < max_batch;) {
+      if ((*it)->src.prelude != batch[0]->src.prelude) {
+        ++it;
+        continue;
+      }
+      batch[n++] = *it;
+      it = queue_.erase(it);
+    }
+    return n;
+  }
+
   void work() {
     for (;;) {
       std::unique_lock<std::mutex> lock(m_);
       work_.wait(lock, [&] { return stop_.load() || !queue_.empty(); });
       if (stop_.load()) return;
-      entry* e = queue_.front();
-      queue_.pop_front();
+      std::array<entry*, max_batch> batch{};
+      const std::size_t n = take_batch_locked(batch);
       busy_ = true;
       lock.unlock();
-      void* fn = nullptr;
+      std::array<void*, max_batch> fns{};
       try {
-        fn = build(e->src);
-      } catch (...) {  // no memory for a path or a log line: the kernel fails
+        build_all(std::span<entry* const>(batch.data(), n), std::span<void*>(fns.data(), n));
+      } catch (...) {  // no memory for a path or a log line: the kernels not built fail
       }
-      run_waiters(finish(e, fn), fn);
+      for (std::size_t i = 0; i < n; ++i) run_waiters(finish(batch[i], fns[i]), fns[i]);
       lock.lock();
       busy_ = false;
       idle_.notify_all();
@@ -329,12 +362,29 @@ class code_cache {
     return "prelude-" + hex64(h.value()) + ".hpp";
   }
 
-  /// The text compiled as `<key>.cpp`: a comment naming what the key covers besides the text
-  /// (so that the byte-for-byte check covers it too), the prelude's #include, the body.
-  std::string translation_unit(const kernel_source& src) const {
-    return "// fusegrad native kernel; " FUSEGRAD_NATIVE_ABI_VERSION "; compiler: " + identity_ +
-           "; flags: " + flags_text() + "\n#include \"" + prelude_name(src) + "\"\n" + src.body;
+  /// A comment naming what a key covers besides the text (so that the byte-for-byte check
+  /// covers it too), and the prelude's #include: the head of every translation unit.
+  std::string unit_head(const kernel_source& src, std::string_view what) const {
+    return "// fusegrad native " + std::string(what) + "; " FUSEGRAD_NATIVE_ABI_VERSION "; compiler: " + identity_ +
+           "; flags: " + flags_text() + "\n#include \"" + prelude_name(src) + "\"\n";
   }
+
+  /// The hash of a kernel's text that names its namespace and its exported symbol.
+  static std::string kernel_tag(const kernel_source& src) { return hex64(memory_key(src)); }
+
+  /// The name under which a kernel's library exports its function.
+  static std::string exported_symbol(const kernel_source& src) { return src.symbol + "_" + kernel_tag(src); }
+
+  /// A kernel's body in its own namespace, its symbol renamed: one translation unit may hold
+  /// several kernels (a batch), and a kernel compiles to the same code alone or in a batch.
+  static std::string kernel_block(const kernel_source& src) {
+    const std::string tag = kernel_tag(src);
+    return "namespace fusegrad_kernel_" + tag + " {\n#define " + src.symbol + " " + exported_symbol(src) + "\n" +
+           src.body + "\n#undef " + src.symbol + "\n}  // namespace fusegrad_kernel_" + tag + "\n";
+  }
+
+  /// The text compiled as `<key>.cpp`: the head and the kernel's block.
+  std::string translation_unit(const kernel_source& src) const { return unit_head(src, "kernel") + kernel_block(src); }
 
   std::string disk_key(const std::string& unit, const kernel_source& src) const {
     fnv1a h;
@@ -342,34 +392,159 @@ class code_cache {
     return hex64(h.value());
   }
 
+  /// One kernel: from the disk cache, else compiled alone (waiting for another process that
+  /// compiles it).
   void* build(const kernel_source& src) {
     if (!set_up()) return nullptr;
     if (!compiler_problem_.empty()) return fail_kernel(src, compiler_problem_);
     const std::string unit = translation_unit(src);
     const std::string base = opts_.dir + "/" + disk_key(unit, src);
     std::string why;
-    if (void* fn = load_existing(base, unit, src.symbol, why); fn != nullptr || !why.empty())
+    if (void* fn = load_existing(base, unit, src, why); fn != nullptr || !why.empty())
       return fn != nullptr ? fn : fail_kernel(src, why);
     file_lock lock;
     why = lock.open(base + ".lock");
     if (why.empty()) why = wait_for(lock, base + ".lock");
     if (!why.empty()) return fail_kernel(src, why);
     // Another process may have compiled it while this one waited for the lock.
-    if (void* fn = load_existing(base, unit, src.symbol, why); fn != nullptr || !why.empty())
+    if (void* fn = load_existing(base, unit, src, why); fn != nullptr || !why.empty())
       return fn != nullptr ? fn : fail_kernel(src, why);
     why = compile(src, unit, base);
-    if (!why.empty()) return fail_kernel(src, why);
-    void* fn = load(base, unit, src.symbol, why);
+    return why.empty() ? load_compiled(src, unit, base) : fail_kernel(src, why);
+  }
+
+  /// The function of a kernel this process has just compiled into `<base>.so`.
+  void* load_compiled(const kernel_source& src, const std::string& unit, const std::string& base) {
+    std::string why;
+    void* fn = load(base, unit, exported_symbol(src), why);
     if (fn == nullptr) return fail_kernel(src, why);
     bump(counters().compiles);
     return fn;
   }
 
+  /// A kernel of a batch on its way to the compiler.
+  struct pending {
+    std::size_t index = 0;  ///< in the batch
+    std::string unit;       ///< its translation unit alone, as stored in `<base>.cpp`
+    std::string base;       ///< the cache's path of its files, without the extension
+    std::unique_ptr<file_lock> lock = std::make_unique<file_lock>();  ///< held until it is built
+  };
+
+  /// What became of a kernel of a batch before the compiler: loaded (or failed) from the disk
+  /// cache, left to build alone (another process holds its lock), or to compile in the batch.
+  enum class next_step { done, alone, compile };
+
+  next_step look_up(const kernel_source& src, pending& k, void*& fn) {
+    if (!compiler_problem_.empty()) {
+      fn = fail_kernel(src, compiler_problem_);
+      return next_step::done;
+    }
+    k.unit = translation_unit(src);
+    k.base = opts_.dir + "/" + disk_key(k.unit, src);
+    std::string why;
+    fn = load_existing(k.base, k.unit, src, why);
+    if (fn == nullptr && why.empty()) why = k.lock->open(k.base + ".lock");
+    if (fn == nullptr && why.empty() && !k.lock->try_lock()) return next_step::alone;
+    // Another process may have compiled it between the first look and the lock.
+    if (fn == nullptr && why.empty()) fn = load_existing(k.base, k.unit, src, why);
+    if (fn == nullptr && why.empty()) return next_step::compile;
+    if (fn == nullptr) fn = fail_kernel(src, why);
+    return next_step::done;
+  }
+
+  /// The kernels of `batch` into `fns`: those in the disk cache loaded, the others compiled in
+  /// one compiler run; a kernel another process is compiling is waited for, alone.
+  void build_all(std::span<entry* const> batch, std::span<void*> fns) {
+    if (batch.size() == 1) {
+      fns[0] = build(batch[0]->src);
+      return;
+    }
+    if (!set_up()) return;
+    std::vector<pending> todo;
+    std::vector<std::size_t> alone;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      pending k;
+      k.index = i;
+      const next_step o = look_up(batch[i]->src, k, fns[i]);
+      if (o == next_step::alone) alone.push_back(i);
+      if (o == next_step::compile) todo.push_back(std::move(k));
+    }
+    compile_together(batch, todo, fns);
+    todo.clear();  // releases the locks before waiting for other processes' kernels
+    for (const std::size_t i : alone) fns[i] = build(batch[i]->src);
+  }
+
+  /// Compiles the kernels of `todo` (their locks held) in one run; where that fails with a
+  /// compile error, each alone, so that one bad kernel fails by itself.
+  void compile_together(std::span<entry* const> batch, const std::vector<pending>& todo, std::span<void*> fns) {
+    bool retry_alone = true;
+    const std::string why = todo.size() > 1 ? compile_batch(batch, todo, retry_alone) : std::string();
+    const bool together = todo.size() > 1 && why.empty();
+    for (const pending& k : todo) {
+      const kernel_source& src = batch[k.index]->src;
+      if (stop_.load()) return;
+      if (!together && !retry_alone) {
+        fns[k.index] = fail_kernel(src, why);
+        continue;
+      }
+      const std::string why_alone = together ? std::string() : compile(src, k.unit, k.base);
+      fns[k.index] = why_alone.empty() ? load_compiled(src, k.unit, k.base) : fail_kernel(src, why_alone);
+    }
+  }
+
+  /// Compiles the kernels of `todo` as one translation unit and links each `<key>.so` to the
+  /// library it gives (each `<key>.cpp` holds its kernel alone); why it could not, or empty.
+  /// The run's time limit is the kernels' together. `retry_alone` is false where building the
+  /// kernels one by one cannot do better (the compiler did not start, or ran out of time).
+  std::string compile_batch(std::span<entry* const> batch, const std::vector<pending>& todo, bool& retry_alone) {
+    const kernel_source& first = batch[todo.front().index]->src;
+    ensure_prelude(first);
+    std::string text = unit_head(first, "kernels");
+    for (const pending& k : todo) {
+      if (std::string why = write_file_atomically(k.base + ".cpp", k.unit); !why.empty()) return why;
+      text += kernel_block(batch[k.index]->src);
+    }
+    const std::string stem =
+        opts_.dir + "/batch-" + std::to_string(::getpid()) + "-" + std::to_string(tmp_counter_.fetch_add(1));
+    if (std::string why = write_file_atomically(stem + ".cpp", text); !why.empty()) return why;
+    const process_result r =
+        run_process(compile_command({"-I" + opts_.dir, "-fPIC", "-shared", "-o", stem + ".so", stem + ".cpp"}),
+                    opts_.time_limit_s * static_cast<double>(todo.size()), &stop_);
+    ::unlink((stem + ".cpp").c_str());
+    std::string why;
+    if (!r.ok()) {
+      retry_alone = r.spawn_error.empty() && !r.timed_out && !r.stopped;
+      why = "compiling " + std::to_string(todo.size()) + " kernels together " +
+            r.describe(opts_.time_limit_s * static_cast<double>(todo.size())) +
+            (r.output.empty() ? std::string() : ": " + r.output.substr(0, 400));
+    }
+    if (why.empty() && ::chmod((stem + ".so").c_str(), 0700) != 0)
+      why = "cannot chmod " + stem + ".so: " + errno_text(errno);
+    for (std::size_t i = 0; i < todo.size() && why.empty(); ++i) why = link_library(stem + ".so", todo[i].base);
+    ::unlink((stem + ".so").c_str());
+    if (why.empty() && fusegrad::native::log_sources())
+      for (const pending& k : todo)
+        log("compiled " + k.base + ".cpp (one of " + std::to_string(todo.size()) + " kernels in one compiler run):\n" +
+            k.unit);
+    return why;
+  }
+
+  /// Makes `<base>.so` a hard link to the library `so`, in place at once (a link under a
+  /// temporary name, renamed); why it could not, or empty.
+  std::string link_library(const std::string& so, const std::string& base) const {
+    const std::string tmp = temporary_name(base + ".so");
+    if (::link(so.c_str(), tmp.c_str()) != 0) return "cannot link " + so + " to " + tmp + ": " + errno_text(errno);
+    if (::rename(tmp.c_str(), (base + ".so").c_str()) == 0) return {};
+    const std::string why = "cannot rename " + tmp + " to " + base + ".so: " + errno_text(errno);
+    ::unlink(tmp.c_str());
+    return why;
+  }
+
   /// The function from `<base>.so` where that library exists (a disk hit), else nullptr with
   /// `why` empty; nullptr with `why` set where it exists but is refused or does not load.
-  void* load_existing(const std::string& base, const std::string& unit, const std::string& symbol, std::string& why) {
+  void* load_existing(const std::string& base, const std::string& unit, const kernel_source& src, std::string& why) {
     if (!file_exists(base + ".so")) return nullptr;
-    void* fn = load(base, unit, symbol, why);
+    void* fn = load(base, unit, exported_symbol(src), why);
     if (fn != nullptr) bump(counters().disk_hits);
     return fn;
   }
