@@ -171,7 +171,7 @@ void once_vs_xyz(benchmark::State& state, variant v) {
 
 const bool once_vs_registered = [] {
   for (int round = 0; round < 3; ++round)
-    for (long n : {10L, 1L << 10, 1L << 16, 1L << 20})
+    for (long n : {10L, 1L << 10, 1L << 16, 1L << 20, 1L << 24})
       for (variant v : {variant::eager, variant::jit, variant::once}) {
         const std::string tail = std::string("/") + variant_name[static_cast<int>(v)];
         const std::string r = "/round:" + std::to_string(round);
@@ -186,7 +186,7 @@ const bool once_vs_registered = [] {
 }();
 
 void sizes(benchmark::internal::Benchmark* b) {
-  for (int e : {10, 16, 20}) b->Arg(1L << e);
+  for (int e : {10, 16, 20, 24}) b->Arg(1L << e);
   b->Unit(benchmark::kMicrosecond);
 }
 
