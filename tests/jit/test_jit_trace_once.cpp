@@ -326,3 +326,66 @@ TEST_CASE("trace_once: two threads calling at once") {
   CHECK(wrong == 0);
   CHECK(*fn.calls <= 1 + 2);  // the eager reference, then one trace per thread at most
 }
+
+TEST_CASE("trace_once: a hit reuses the thread's buffers, never a result, and checks every part of the signature") {
+  // A replay's signature, inputs and results live in buffers the thread keeps between calls:
+  // results of earlier replays keep their values, and each part of the signature still tells
+  // calls apart (its parts are one array: sizes that would run together into another split).
+  int calls = 0;
+  auto body = [&](const std::vector<fg::tensor<float>>& v, const fg::tensor<float>& z) {
+    ++calls;
+    fg::tensor<float> r = z * 2.0f;
+    for (const auto& t : v) r = r + fg::sum(t);
+    return r;
+  };
+  auto f = fg::jit(body, {.recompile_limit = 64, .trace_once = true});  // every signature compiled
+  const auto z = fg::randn<float>({3}, 1);
+  const auto a23 = fg::randn<float>({2, 3}, 2), a32 = fg::randn<float>({3, 2}, 3), a6 = fg::randn<float>({6}, 4);
+  auto check = [&](const std::vector<fg::tensor<float>>& v, const fg::tensor<float>& zz, int traced) {
+    const int before = calls;
+    const fg::tensor<float> r = f(v, zz);
+    CHECK(calls - before == traced);
+    const int after = calls;
+    CHECK(same_bits(r, body(v, zz)));
+    calls = after;
+    return r;
+  };
+  check({a23}, z, 1);
+  check({a23}, z, 0);
+  check({a32}, z, 1);  // the sizes of a rank's dims, swapped
+  check({a6}, z, 1);   // the same elements in another rank
+  check({a6, a6}, z, 1);
+  check({a6, a6.detach()}, z, 1);  // the same tensor, then another of one storage
+  check({a6, fg::randn<float>({6}, 5)}, z, 1);
+  check({a6}, z.detach().requires_grad(true), 1);
+  {
+    fg::no_grad ng;
+    check({a6}, z.detach().requires_grad(true), 1);
+  }
+  check({fg::randn<float>({1, 6}, 6)}, z, 1);  // a dim of size 1 added
+  // Results of earlier replays keep their values while later replays run.
+  const fg::tensor<float> r1 = check({a23}, z, 0);
+  const fg::tensor<float> r2 = check({fg::randn<float>({2, 3}, 7)}, fg::randn<float>({3}, 8), 0);
+  CHECK(same_bits(r1, body({a23}, z)));
+  CHECK(r1.data_ptr() != r2.data_ptr());
+
+  // x * y + z replayed in a loop (the benchmark's case), each result against eager's, the
+  // earlier ones kept alive.
+  auto xyz = fg::jit(
+      [](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& w) { return x * y + w; },
+      {.trace_once = true});
+  std::vector<fg::tensor<float>> outs, ins;
+  for (int i = 0; i < 6; ++i) {
+    ins.push_back(fg::randn<float>({1024}, 10 + i));
+    outs.push_back(xyz(ins[static_cast<std::size_t>(i)], ins[0], ins[static_cast<std::size_t>(i / 2)]));
+  }
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(same_bits(outs[i], ins[i] * ins[0] + ins[i / 2]));
+  }
+  // A replay called from a default-mode jitted function, twice in one graph.
+  auto outer = fg::jit([&](const fg::tensor<float>& x) { return xyz(x, x, x) + xyz(x * 2.0f, x, x); });
+  const auto x = fg::randn<float>({1024}, 30);
+  CHECK(same_bits(outer(x), (x * x + x) + ((x * 2.0f) * x + x)));
+  CHECK(same_bits(outer(x), (x * x + x) + ((x * 2.0f) * x + x)));
+}

@@ -25,6 +25,8 @@ class reused_vector {
 
   std::vector<X>& operator*() noexcept { return v_; }
   std::vector<X>* operator->() noexcept { return &v_; }
+  const std::vector<X>& operator*() const noexcept { return v_; }
+  const std::vector<X>* operator->() const noexcept { return &v_; }
 
  private:
   static std::vector<X>& spare() noexcept {

@@ -205,10 +205,12 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     (J::add_arg(key, args), ...);
     J::replayer<E>::seal(key);
     if (const auto c = J::replayer<E>::find(*st_, key)) {
-      const std::vector<tensor<E>> ts = J::replayer<E>::replay(*c, key.tensors);
+      struct replay_results;
+      detail::reused_vector<tensor<E>, replay_results> ts;
+      J::replayer<E>::replay(*c, *key.tensors, *ts);
       if constexpr (!std::is_void_v<R>) {
         std::size_t t = 0, n = 0, k = 0;
-        return J::rebuild<E, R>(ts, *c, t, n, k);
+        return J::rebuild<E, R>(*ts, *c, t, n, k);
       } else {
         return;
       }
@@ -223,12 +225,12 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     if constexpr (std::is_void_v<R>) {
       std::invoke(fn_, std::forward<Args>(args)...);
       fr.finish();
-      rec.save(*st_, std::move(key), results, std::move(counts), std::move(keys));
+      rec.save(*st_, key, results, std::move(counts), std::move(keys));
     } else {
       R r = std::invoke(fn_, std::forward<Args>(args)...);
       fr.finish();
       J::take_apart<E>(r, results, counts, keys);
-      rec.save(*st_, std::move(key), results, std::move(counts), std::move(keys));
+      rec.save(*st_, key, results, std::move(counts), std::move(keys));
       return r;
     }
   }

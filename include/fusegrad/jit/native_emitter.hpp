@@ -111,7 +111,10 @@ class native_emitter {
   /// when a reduction of the loop reads it from there.
   void emit_stores(const step& st, std::size_t p);
   /// Operand `s` of instruction `p`: a register of this batch, a splat, or a stream.
-  [[nodiscard]] std::string operand(const step& st, std::size_t p, int s) const;
+  [[nodiscard]] std::string operand(const step& st, std::size_t p, int s);
+  /// The segment's local copy of `pv[p].src[s]` (`s` = -1: `pv[p].dst`), declared at the
+  /// segment's top (`pointers_`).
+  std::string pointer(std::size_t p, int s);
   /// The tile's reductions, fed the tile as the interpreter feeds them.
   void emit_reductions(const step& st);
   [[nodiscard]] bool element_wise(ir::node_kind k) const {
@@ -123,6 +126,7 @@ class native_emitter {
   const std::vector<ir::node<T>>& ns_;
   std::string out_;
   std::vector<bool> defined_;   ///< per node: a register of the batch being written holds it
+  std::string pointers_;        ///< the declarations of the segment's pointer copies (`pointer`)
   std::vector<int> buffer_of_;  ///< per node: the tile buffer a reduction reads it from (-1: none)
   std::vector<int> buffers_;    ///< per step: its tile buffers
   std::vector<int> seg_of_;     ///< per node: the segment of the loop computing it (-1: none)
@@ -293,6 +297,10 @@ void native_emitter<T>::emit_segment(const step& st, const segment& sg, const st
     out_ += "  const auto op" + std::to_string(p) + " = make_op<" + native_op_name<T>(nd.op) + ">(sc[" +
             std::to_string(p) + "]);\n";
   }
+  // The batch reads its streams' pointers from locals: read from `pv` in the batch, each would
+  // be read again after every store (a vector store may alias anything), in every batch.
+  const std::size_t head = out_.size();
+  pointers_.clear();
   out_ += "  auto batch = [&]<bool Tail>(index_t t, index_t i, index_t m) {\n    (void)t; (void)i; (void)m;\n";
   defined_.assign(ns_.size(), false);
   for (std::size_t p = sg.begin; p < sg.end; ++p) {
@@ -300,6 +308,7 @@ void native_emitter<T>::emit_segment(const step& st, const segment& sg, const st
     emit_value(st, p);
     emit_stores(st, p);
   }
+  out_.insert(head, pointers_);
   out_ +=
       "  };\n"
       "  index_t i = 0;\n"
@@ -345,23 +354,32 @@ void native_emitter<T>::emit_stores(const step& st, std::size_t p) {
   for (std::size_t q = p; q < p + (st.code[p].with_sibling ? 2 : 1); ++q) {
     const instr& in = st.code[q];
     const std::string v = "v" + std::to_string(in.node);
-    if (in.reg < 0) out_ += "    store<Tail>(pv[" + std::to_string(q) + "].dst + t, " + v + ", m);\n";
+    if (in.reg < 0) out_ += "    store<Tail>(" + pointer(q, -1) + " + t, " + v + ", m);\n";
     else if (const int b = buffer_of_[static_cast<std::size_t>(in.node)]; b >= 0)
       out_ += "    store<Tail>(buf + " + std::to_string(b) + " * tile + i, " + v + ", m);\n";
   }
 }
 
 template <Element T>
-std::string native_emitter<T>::operand(const step& st, std::size_t p, int s) const {
+std::string native_emitter<T>::operand(const step& st, std::size_t p, int s) {
   const auto& src = st.code[p].src[s];
-  const std::string at = "pv[" + std::to_string(p) + "].src[" + std::to_string(s) + "]";
   const auto u = static_cast<std::size_t>(src.node);
   if (defined_[u]) return "v" + std::to_string(src.node);
-  if (src.splat) return "V(" + at + "[0])";
+  if (src.splat) return "V(" + pointer(p, s) + "[0])";
   if (def_of_[u] >= 0 && stored(st, src.node))  // an earlier segment stored it
-    return "load<Tail>(pv[" + std::to_string(def_of_[u]) + "].dst + t, m)";
+    return "load<Tail>(" + pointer(static_cast<std::size_t>(def_of_[u]), -1) + " + t, m)";
   if (def_of_[u] >= 0) return "load<Tail>(buf + " + std::to_string(buffer_of_[u]) + " * tile + i, m)";
-  return "load<Tail>(" + at + " + t, m)";
+  return "load<Tail>(" + pointer(p, s) + " + t, m)";
+}
+
+template <Element T>
+std::string native_emitter<T>::pointer(std::size_t p, int s) {
+  const std::string P = std::to_string(p);
+  const std::string name = s < 0 ? "d" + P : "s" + P + "_" + std::to_string(s);
+  if (pointers_.find(" " + name + " =") == std::string::npos)
+    pointers_ += s < 0 ? "  T* const " + name + " = pv[" + P + "].dst;\n"
+                       : "  const T* const " + name + " = pv[" + P + "].src[" + std::to_string(s) + "];\n";
+  return name;
 }
 
 template <Element T>

@@ -93,6 +93,8 @@ class program {
   };
   /// Compiles the nodes `outputs` of `g` need.
   program(ir::graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) {
+    for (auto o = outputs_.begin(); o != outputs_.end(); ++o)
+      last_output_.push_back(std::find(o + 1, outputs_.end(), *o) == outputs_.end());
     lower();
     native_ = std::make_shared<native_code<T>>(steps_.size());
   }
@@ -101,7 +103,15 @@ class program {
   /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
   /// `fns` are the functions of the graph's `call_hook` and `call` nodes, by slot.
   std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr,
-                             const std::vector<call_fn<T>>* fns = nullptr) const;
+                             const std::vector<call_fn<T>>* fns = nullptr) const {
+    std::vector<tensor<T>> out;
+    run_into(inputs, out, sizes, fns);
+    return out;
+  }
+  /// `run` into `out` (emptied first), so that a caller running the program call after call
+  /// reuses one list.
+  void run_into(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>& out,
+                const std::vector<shape>* sizes = nullptr, const std::vector<call_fn<T>>* fns = nullptr) const;
 
   /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
   /// iteration shape, and its operands still have that shape or one element).
@@ -282,6 +292,7 @@ class program {
 
   ir::graph<T> g_;
   std::vector<int> outputs_;
+  std::vector<char> last_output_;  ///< per output: no later output is the same node
   std::vector<bool> need_;
   std::vector<bool> dense_;  ///< read by a loop or the row step, or an output: made contiguous
   std::vector<step> steps_;
@@ -296,8 +307,8 @@ class program {
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
 
 template <Element T>
-std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
-                                       const std::vector<call_fn<T>>* fns) const {
+void program<T>::run_into(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>& out,
+                          const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const {
   if (static_cast<int>(inputs.size()) != g_.num_inputs())
     fusegrad::detail::fail("jit program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
@@ -315,10 +326,13 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
     else run_loop(l, vals, size_of(sizes, static_cast<std::size_t>(st.space_node)), sizes);
     for (const int k : last_read_[l]) vals[static_cast<std::size_t>(k)] = tensor<T>{};
   }
-  std::vector<tensor<T>> out;
+  out.clear();
   out.reserve(outputs_.size());
-  for (int o : outputs_) out.push_back(vals[static_cast<std::size_t>(o)]);
-  return out;
+  for (std::size_t p = 0; p < outputs_.size(); ++p) {  // (`vals` is cleared next: its last copy is moved out)
+    tensor<T>& v = vals[static_cast<std::size_t>(outputs_[p])];
+    if (last_output_[p]) out.push_back(std::move(v));
+    else out.push_back(v);
+  }
 }
 
 template <Element T>

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/jit/entry.hpp"
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/jit/run_entry.hpp"
@@ -34,30 +35,39 @@
 namespace fusegrad::detail::jit {
 
 /// The signature of one call (`tensors`: its argument tensors, in order, which it is not
-/// compared on).
+/// compared on). Its lists are the thread's buffers (`reused_vector`): a call that replays a
+/// record allocates nothing for its signature.
 template <Element T>
 struct call_key {
-  std::vector<tensor<T>> tensors;
-  std::vector<std::int64_t> layout;  ///< per argument: its kind, then its length or its value's bits
-  std::vector<std::string> keys;     ///< the keys of its `std::map` arguments, in order
-  std::vector<int> same_as;          ///< per tensor: the first earlier tensor that is the same one (-1: none)
-  std::vector<int> alias_of;         ///< per tensor: the first earlier one sharing its storage (-1: none)
-  bool grad_mode = true;
+  struct tensor_list;
+  struct layout_list;
+  struct key_list;
+  struct flat_list;
+  reused_vector<tensor<T>, tensor_list> tensors;
+  reused_vector<std::int64_t, layout_list> layout;  ///< per argument: its kind, then its length or its value's bits
+  reused_vector<std::string, key_list> keys;        ///< the keys of its `std::map` arguments, in order
+  /// The whole signature but `keys` as one array (`replayer::seal`), compared with a record's in
+  /// one pass: the grad mode; the layout; per tensor the first earlier tensor that is the same
+  /// one and the first earlier one sharing its storage (-1: none); per tensor whether it is
+  /// defined, then its requires_grad (under the grad mode), rank and sizes. Each list is
+  /// preceded by its length, so that two signatures are equal exactly when every part is.
+  reused_vector<std::int64_t, flat_list> flat;
 };
 
 /// A traced call's record: its signature and how to replay it.
 template <Element T>
 struct traced_call {
-  // The signature (with `call_key`'s layout, keys, same_as, alias_of and grad mode).
-  call_key<T> key;           ///< (its `tensors` left empty: a record holds no argument alive)
-  std::vector<shape> sizes;  ///< per argument tensor
-  std::vector<char> defined, requires_grad;
+  // The signature (`call_key::flat` and `call_key::keys`; a record holds no argument alive).
+  std::vector<std::int64_t> flat;
+  std::vector<std::string> keys;
   // The replay.
   std::shared_ptr<const entry<T>> e;                 ///< null: the call traced no op
   std::shared_ptr<const std::vector<shape>> shapes;  ///< a dynamic entry's node shapes for these sizes
   std::vector<int> input_arg;                        ///< per graph input: the argument tensor it is
+  bool inputs_are_args = false;                      ///< `input_arg` is 0, 1, ... over all argument tensors
   /// Per tensor of the result: output p (>= 0) of `e`, argument tensor j (-1 - j), or `undefined`.
   std::vector<int> result;
+  std::vector<char> last_use;  ///< per tensor of the result: no later one is the same output of `e`
   static constexpr int undefined = std::numeric_limits<int>::min();
   std::vector<std::size_t> result_counts;  ///< lengths of the result's `std::vector`s and maps
   std::vector<std::string> result_keys;    ///< keys of the result's maps
@@ -68,18 +78,18 @@ struct traced_call {
 /// the precompiled runtime holds them (runtime/jit.hpp).
 template <Element T>
 struct replayer {
-  /// Fills `k`'s grad mode and aliasing from its tensors.
+  /// Fills `k`'s flat signature from its layout and tensors, under the grad mode.
   static void seal(call_key<T>& k);
   /// The record whose signature `k` matches (made most recently used), or null.
   static std::shared_ptr<const traced_call<T>> find(function_state& st, const call_key<T>& k);
   /// After a traced call with signature `k`: checks that its trace (`rec`; `other_flushes`:
   /// graphs of the other element type) can stand for it, naming what cannot, and keeps its
   /// record. `results`: the result's tensors (null: undefined), its containers' lengths and keys.
-  static void save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec, int other_flushes,
-                   const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
-                   std::vector<std::string> keys);
-  /// The result's tensors of record `c` run on `args` (a call's argument tensors).
-  static std::vector<tensor<T>> replay(const traced_call<T>& c, const std::vector<tensor<T>>& args);
+  static void save(function_state& st, const call_key<T>& k, const typename trace<T>::flush_record& rec,
+                   int other_flushes, const std::vector<const tensor_impl<T>*>& results,
+                   std::vector<std::size_t> counts, std::vector<std::string> keys);
+  /// The result's tensors of record `c` run on `args` (a call's argument tensors), into `out`.
+  static void replay(const traced_call<T>& c, const std::vector<tensor<T>>& args, std::vector<tensor<T>>& out);
 
  private:
   static bool matches(const traced_call<T>& c, const call_key<T>& k);
@@ -97,7 +107,7 @@ class once_recording {
   once_recording(const once_recording&) = delete;
   once_recording& operator=(const once_recording&) = delete;
   /// `replayer<T>::save` with what the tracers reported.
-  void save(function_state& st, call_key<T>&& k, const std::vector<const tensor_impl<T>*>& results,
+  void save(function_state& st, const call_key<T>& k, const std::vector<const tensor_impl<T>*>& results,
             std::vector<std::size_t> counts, std::vector<std::string> keys);
 
  private:
@@ -119,9 +129,10 @@ once_recording<T>::~once_recording() {
   o_->recording = nullptr;
 }
 template <Element T>
-void once_recording<T>::save(function_state& st, call_key<T>&& k, const std::vector<const tensor_impl<T>*>& results,
-                             std::vector<std::size_t> counts, std::vector<std::string> keys) {
-  replayer<T>::save(st, std::move(k), rec_, other_rec_.flushes, results, std::move(counts), std::move(keys));
+void once_recording<T>::save(function_state& st, const call_key<T>& k,
+                             const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
+                             std::vector<std::string> keys) {
+  replayer<T>::save(st, k, rec_, other_rec_.flushes, results, std::move(counts), std::move(keys));
 }
 
 /// Records kept per function and element type: the signatures a caller cycles through are
@@ -130,36 +141,40 @@ inline constexpr std::size_t max_traced_calls = 64;
 
 template <Element T>
 void replayer<T>::seal(call_key<T>& k) {
-  k.grad_mode = is_grad_enabled();
-  const std::size_t n = k.tensors.size();
-  k.same_as.assign(n, -1);
-  k.alias_of.assign(n, -1);
+  std::vector<std::int64_t>& f = *k.flat;
+  const std::vector<tensor<T>>& ts = *k.tensors;
+  const bool grad_mode = is_grad_enabled();
+  const std::size_t n = ts.size();
+  f.clear();
+  f.push_back(grad_mode);
+  f.push_back(static_cast<std::int64_t>(k.layout->size()));
+  f.insert(f.end(), k.layout->begin(), k.layout->end());
+  f.push_back(static_cast<std::int64_t>(n));
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
-    const auto& a = k.tensors[i].raw_impl();
-    if (!a) continue;
-    for (std::size_t j = 0; j < i; ++j) {
-      const auto& b = k.tensors[j].raw_impl();
+    const auto& a = ts[i].raw_impl();
+    std::int64_t same_as = -1, alias_of = -1;
+    for (std::size_t j = 0; a && j < i; ++j) {
+      const auto& b = ts[j].raw_impl();
       if (!b) continue;
-      if (k.same_as[i] < 0 && a == b) k.same_as[i] = static_cast<int>(j);
-      if (k.alias_of[i] < 0 && a->store && a->store == b->store) k.alias_of[i] = static_cast<int>(j);
+      if (same_as < 0 && a == b) same_as = static_cast<std::int64_t>(j);
+      if (alias_of < 0 && a->store && a->store == b->store) alias_of = static_cast<std::int64_t>(j);
     }
+    f.push_back(same_as);
+    f.push_back(alias_of);
+  }
+  for (const tensor<T>& t : ts) {
+    f.push_back(t.defined());
+    if (!t.defined()) continue;
+    const shape& s = t.shape();
+    f.push_back(grad_mode && t.requires_grad());
+    f.push_back(static_cast<std::int64_t>(s.size()));
+    f.insert(f.end(), s.begin(), s.end());
   }
 }
 
 template <Element T>
 bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
-  const call_key<T>& s = c.key;
-  if (s.grad_mode != k.grad_mode || s.layout != k.layout || s.same_as != k.same_as || s.alias_of != k.alias_of ||
-      s.keys != k.keys)
-    return false;
-  for (std::size_t i = 0; i < k.tensors.size(); ++i) {
-    const tensor<T>& t = k.tensors[i];
-    if (c.defined[i] != static_cast<char>(t.defined())) return false;
-    if (!t.defined()) continue;
-    if (t.shape() != c.sizes[i] || c.requires_grad[i] != static_cast<char>(k.grad_mode && t.requires_grad()))
-      return false;
-  }
-  return true;
+  return c.flat == *k.flat && c.keys == *k.keys;
 }
 
 template <Element T>
@@ -178,7 +193,7 @@ std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, cons
 
 template <Element T>
 // NOLINTNEXTLINE(readability-function-cognitive-complexity): the checks of a trace_once replay, in order
-void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace<T>::flush_record& rec,
+void replayer<T>::save(function_state& st, const call_key<T>& k, const typename trace<T>::flush_record& rec,
                        int other_flushes, const std::vector<const tensor_impl<T>*>& results,
                        std::vector<std::size_t> counts, std::vector<std::string> keys) {
   const std::string& fn = st.opts.name;
@@ -204,15 +219,15 @@ void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace
       continue;
     }
     const auto a =
-        std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.raw_impl().get() == t; });
-    if (a == k.tensors.end())
+        std::find_if(k.tensors->begin(), k.tensors->end(), [&](const tensor<T>& x) { return x.raw_impl().get() == t; });
+    if (a == k.tensors->end())
       fail("jit", "tensor ", r, " of the result of '", fn, "' (jitted with trace_once=true), of shape ",
            fusegrad::to_string(t->sizes),
            ", was neither computed by the trace nor passed as an argument (a tensor "
            "captured from outside, or made inside the function by a factory, a random op or an op the tracer does "
            "not capture); a replay does not call the function, so it would keep its first value. Compute it from the "
            "arguments with traced ops, or call fg::jit without trace_once");
-    c->result.push_back(-1 - static_cast<int>(a - k.tensors.begin()));
+    c->result.push_back(-1 - static_cast<int>(a - k.tensors->begin()));
   }
   for (const tensor_impl<T>* t : rec.targets)
     if (std::find(results.begin(), results.end(), t) == results.end())
@@ -223,28 +238,27 @@ void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace
     c->e = rec.e;
     for (const tensor<T>& in : rec.inputs) {
       const auto a =
-          std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>& x) { return x.is_same(in); });
-      if (a == k.tensors.end())  // (the trace refused such an input already)
+          std::find_if(k.tensors->begin(), k.tensors->end(), [&](const tensor<T>& x) { return x.is_same(in); });
+      if (a == k.tensors->end())  // (the trace refused such an input already)
         fail("jit", "internal error: a graph input of '", fn, "' is not one of its arguments");
-      c->input_arg.push_back(static_cast<int>(a - k.tensors.begin()));
+      c->input_arg.push_back(static_cast<int>(a - k.tensors->begin()));
     }
+    c->inputs_are_args = c->input_arg.size() == k.tensors->size();
+    for (std::size_t i = 0; i < c->input_arg.size(); ++i)
+      c->inputs_are_args = c->inputs_are_args && c->input_arg[i] == static_cast<int>(i);
     if (c->e->dynamic) c->shapes = std::make_shared<const std::vector<shape>>(entry_shapes(*c->e, rec.inputs));
   }
+  for (std::size_t r = 0; r < c->result.size(); ++r)
+    c->last_use.push_back(std::find(c->result.begin() + static_cast<std::ptrdiff_t>(r) + 1, c->result.end(),
+                                    c->result[r]) == c->result.end());
   c->result_counts = std::move(counts);
   c->result_keys = std::move(keys);
-  for (const tensor<T>& t : k.tensors) {
-    c->defined.push_back(t.defined());
-    c->sizes.push_back(t.defined() ? t.shape() : shape{});
-    c->requires_grad.push_back(k.grad_mode && t.defined() && t.requires_grad());
-  }
-  k.tensors.clear();
-  c->key = std::move(k);
+  c->flat = *k.flat;
+  c->keys = *k.keys;
   std::lock_guard lock(st.mu);
   auto& v = st.cache_of<T>().traced;
   const auto same = [&](const std::shared_ptr<const traced_call<T>>& o) {  // another thread traced it meanwhile
-    return o->key.grad_mode == c->key.grad_mode && o->key.layout == c->key.layout && o->key.keys == c->key.keys &&
-           o->key.same_as == c->key.same_as && o->key.alias_of == c->key.alias_of && o->sizes == c->sizes &&
-           o->defined == c->defined && o->requires_grad == c->requires_grad;
+    return o->flat == c->flat && o->keys == c->keys;
   };
   if (std::any_of(v.begin(), v.end(), same)) return;
   v.insert(v.begin(), std::move(c));
@@ -252,27 +266,29 @@ void replayer<T>::save(function_state& st, call_key<T>&& k, const typename trace
 }
 
 template <Element T>
-std::vector<tensor<T>> replayer<T>::replay(const traced_call<T>& c, const std::vector<tensor<T>>& args) {
-  std::vector<std::shared_ptr<tensor_impl<T>>> targets;
+void replayer<T>::replay(const traced_call<T>& c, const std::vector<tensor<T>>& args, std::vector<tensor<T>>& out) {
+  // The graph's inputs and the outputs' tensors (the thread's buffers: no allocation per call).
+  struct replay_inputs;
+  struct replay_targets;
+  reused_vector<tensor<T>, replay_inputs> ins;
+  reused_vector<std::shared_ptr<tensor_impl<T>>, replay_targets> targets;
   if (c.e) {
     pause_recording paused;  // the programs' eager steps compute (an outer trace sees the results as inputs)
-    std::vector<tensor<T>> ins;
-    ins.reserve(c.input_arg.size());
-    for (int a : c.input_arg) ins.push_back(args[static_cast<std::size_t>(a)]);
-    targets.reserve(c.e->outputs.size());
-    for (std::size_t p = 0; p < c.e->outputs.size(); ++p) targets.push_back(make_pooled<tensor_impl<T>>());
+    if (!c.inputs_are_args)
+      for (int a : c.input_arg) ins->push_back(args[static_cast<std::size_t>(a)]);
+    targets->resize(c.e->outputs.size());  // (null: the outputs' own tensors where they can be, `output_tensor`)
     static const std::vector<jit::call_fn<T>> no_calls;
     static const std::vector<std::pair<int, hook<T>>> no_hooks;
-    run_entry(c.e, ins, c.shapes, no_calls, no_hooks, targets);
+    run_entry(c.e, c.inputs_are_args ? args : *ins, c.shapes, no_calls, no_hooks, *targets);
   }
-  std::vector<tensor<T>> out;
-  out.reserve(c.result.size());
-  for (int r : c.result) {
+  out.clear();
+  for (std::size_t q = 0; q < c.result.size(); ++q) {
+    const int r = c.result[q];
     if (r == traced_call<T>::undefined) out.emplace_back();
-    else if (r >= 0) out.emplace_back(targets[static_cast<std::size_t>(r)]);
-    else out.push_back(args[static_cast<std::size_t>(-1 - r)]);
+    else if (r < 0) out.push_back(args[static_cast<std::size_t>(-1 - r)]);
+    else if (auto& t = (*targets)[static_cast<std::size_t>(r)]; c.last_use[q]) out.emplace_back(std::move(t));
+    else out.emplace_back(t);
   }
-  return out;
 }
 
 // ---- The arguments and the result, as types: what a trace_once call takes and returns.
@@ -333,26 +349,26 @@ void add_arg(call_key<T>& k, const A& a) {
   enum : std::int64_t { tensor_arg = 1, map_arg, range_arg, integer_arg, real_arg };
   const auto add = [&](const tensor<T>& t) {
     if (t.is_lazy()) t.raw_impl()->lazy->realize("an argument of a trace_once call");
-    k.tensors.push_back(t);
+    k.tensors->push_back(t);
   };
   if constexpr (std::is_same_v<X, tensor<T>>) {
-    k.layout.push_back(tensor_arg);
+    k.layout->push_back(tensor_arg);
     add(a);
   } else if constexpr (std::is_floating_point_v<X>) {
-    k.layout.insert(k.layout.end(), {real_arg, std::bit_cast<std::int64_t>(static_cast<double>(a))});
+    k.layout->insert(k.layout->end(), {real_arg, std::bit_cast<std::int64_t>(static_cast<double>(a))});
   } else if constexpr (std::is_arithmetic_v<X> || std::is_enum_v<X>) {
-    k.layout.insert(k.layout.end(), {integer_arg, static_cast<std::int64_t>(a)});
+    k.layout->insert(k.layout->end(), {integer_arg, static_cast<std::int64_t>(a)});
   } else if constexpr (requires {
                          typename X::key_type;
                          typename X::mapped_type;
                        }) {
-    k.layout.insert(k.layout.end(), {map_arg, static_cast<std::int64_t>(a.size())});
+    k.layout->insert(k.layout->end(), {map_arg, static_cast<std::int64_t>(a.size())});
     for (const auto& [key, v] : a) {
-      k.keys.push_back(key);
+      k.keys->push_back(key);
       add(v);
     }
   } else {
-    k.layout.insert(k.layout.end(), {range_arg, static_cast<std::int64_t>(a.size())});
+    k.layout->insert(k.layout->end(), {range_arg, static_cast<std::int64_t>(a.size())});
     for (const auto& v : a) add(v);
   }
 }
@@ -395,12 +411,12 @@ void take_apart(const R& r, std::vector<const tensor_impl<T>*>& ts, std::vector<
   }
 }
 
-/// Reads a result of type `R` back from a replay's tensors `ts` and record `c`'s lengths and
-/// keys, from positions `t`, `n`, `k`.
+/// Reads a result of type `R` back from a replay's tensors `ts` (moved out: each is read once)
+/// and record `c`'s lengths and keys, from positions `t`, `n`, `k`.
 template <Element T, class R>
-R rebuild(const std::vector<tensor<T>>& ts, const traced_call<T>& c, std::size_t& t, std::size_t& n, std::size_t& k) {
+R rebuild(std::vector<tensor<T>>& ts, const traced_call<T>& c, std::size_t& t, std::size_t& n, std::size_t& k) {
   if constexpr (std::is_same_v<R, tensor<T>>) {
-    return ts[t++];
+    return std::move(ts[t++]);
   } else if constexpr (requires { typename R::key_type; }) {
     R r;
     const std::size_t count = c.result_counts[n++];

@@ -24,8 +24,9 @@ namespace fusegrad::detail::jit {
 /// the start, so a value computed as a view (node by node, eagerly) is copied to keep that promise.
 template <Element T>
 void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
-  const tensor<T> src = fusegrad::contiguous(computed);  // (a clone on the tape when it needs grad)
-  const auto& s = *src.impl();
+  // (a clone on the tape when it needs grad; none, and no reference taken, when contiguous already)
+  const tensor<T> copy = computed.is_contiguous() ? tensor<T>{} : fusegrad::contiguous(computed);
+  const auto& s = copy.defined() ? *copy.impl() : *computed.impl();
   dst.store = s.store;
   dst.offset = s.offset;
   dst.st = s.st;
@@ -35,6 +36,21 @@ void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
   dst.requires_grad = s.requires_grad;
   dst.lazy = nullptr;
   dst.lazy_node = -1;
+}
+
+/// The tensor an output of a replay (which has no lazy tensor to fill) gets for its value
+/// `computed`: `computed`'s own when no one else holds it and it is what `adopt` would make of a
+/// fresh tensor (contiguous, no history), else a fresh tensor adopting it. Either way a tensor
+/// no one else holds, with `computed`'s values.
+template <Element T>
+std::shared_ptr<tensor_impl<T>> output_tensor(tensor<T>& computed) {
+  std::shared_ptr<tensor_impl<T>> own = computed.raw_impl();
+  computed = tensor<T>{};
+  if (own.use_count() == 1 && !own->lazy && !own->grad_fn && !own->requires_grad && is_contiguous(own->sizes, own->st))
+    return own;
+  auto t = make_pooled<tensor_impl<T>>();
+  adopt(*t, tensor<T>(std::move(own)));
+  return t;
 }
 
 /// A call's hooks on its backward: the graph's (`graph_hooks`, by slot), then those registered
@@ -147,21 +163,29 @@ std::vector<tensor<T>> compiled_function_backward(const entry<T>& e, const std::
 
 /// Runs entry `e` on `inputs` (`jshapes`: a dynamic entry's node shapes for them, null for a
 /// static entry), with the call slots' functions `calls` and the call's tensor hooks `hooks`
-/// (node, hook): output `p` of the entry goes to `targets[p]`, and when the entry has a
-/// backward, one `CompiledFunctionBackward` node joins the targets to the inputs on the tape.
+/// (node, hook): output `p` of the entry goes to `targets[p]` (null: an `output_tensor` made for it), and when
+/// the entry has a backward, one `CompiledFunctionBackward` node joins the targets to the inputs on the tape.
 /// Recording is paused by the caller (the programs' eager steps must compute, not trace).
 template <Element T>
 void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tensor<T>>& inputs,
                std::shared_ptr<const std::vector<shape>> jshapes, const std::vector<jit::call_fn<T>>& calls,
                const std::vector<std::pair<int, hook<T>>>& hooks,
-               const std::vector<std::shared_ptr<tensor_impl<T>>>& targets) {
-  std::vector<shape> fwd_shapes;
-  if (jshapes) fwd_shapes.assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
-  std::vector<tensor<T>> res = e->fwd->run(inputs, jshapes ? &fwd_shapes : nullptr, &calls);
+               std::vector<std::shared_ptr<tensor_impl<T>>>& targets) {
+  // The forward's node shapes and its results (the thread's buffers: no allocation per call).
+  struct forward_shapes;
+  struct forward_results;
+  reused_vector<shape, forward_shapes> fwd_shapes;
+  reused_vector<tensor<T>, forward_results> res;
+  if (jshapes)
+    fwd_shapes->assign(jshapes->begin(), jshapes->begin() + static_cast<std::ptrdiff_t>(e->fwd_graph.size()));
+  e->fwd->run_into(inputs, *res, jshapes ? &*fwd_shapes : nullptr, &calls);
   const std::size_t n_out = e->outputs.size();
-  for (std::size_t p = 0; p < n_out; ++p) adopt(*targets[p], res[p]);
+  for (std::size_t p = 0; p < n_out; ++p) {
+    if (targets[p]) adopt(*targets[p], (*res)[p]);
+    else targets[p] = output_tensor((*res)[p]);
+  }
   if (e->bwd) {
-    std::vector<tensor<T>> saved(res.begin() + static_cast<std::ptrdiff_t>(n_out), res.end());
+    std::vector<tensor<T>> saved(res->begin() + static_cast<std::ptrdiff_t>(n_out), res->end());
     // The outputs the node is recorded on (the thread's buffers: no allocation per call).
     struct grad_out_list;
     struct grad_out_ptrs;
