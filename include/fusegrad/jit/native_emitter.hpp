@@ -112,9 +112,16 @@ class native_emitter {
   void emit_stores(const step& st, std::size_t p);
   /// Operand `s` of instruction `p`: a register of this batch, a splat, or a stream.
   [[nodiscard]] std::string operand(const step& st, std::size_t p, int s);
-  /// The segment's local copy of `pv[p].src[s]` (`s` = -1: `pv[p].dst`), declared at the
-  /// segment's top (`pointers_`).
-  std::string pointer(std::size_t p, int s);
+  /// A stream of the segment: a local pointer to its tile's first element (`what`), declared
+  /// at the segment's top (`streams_`), which the batch reads (`written` false) or writes at `+ i`.
+  std::string stream(const std::string& name, const std::string& what, bool written);
+  /// The segment's local copy of splat operand `pv[p].src[s][0]`.
+  std::string splat(std::size_t p, int s);
+  /// The loop over a tile's batches, with one call of the batch body (`[[gnu::flatten]]`
+  /// inlines each call: two would compile the body twice): the last, partial batch reads its
+  /// streams' first lanes into whole batches on the stack (masked, as the interpreter reads
+  /// them), runs the same body over those, and writes the first lanes back.
+  void emit_batch_loop();
   /// The tile's reductions, fed the tile as the interpreter feeds them.
   void emit_reductions(const step& st);
   [[nodiscard]] bool element_wise(ir::node_kind k) const {
@@ -125,8 +132,14 @@ class native_emitter {
   const program<T>& prog_;
   const std::vector<ir::node<T>>& ns_;
   std::string out_;
-  std::vector<bool> defined_;   ///< per node: a register of the batch being written holds it
-  std::string pointers_;        ///< the declarations of the segment's pointer copies (`pointer`)
+  std::vector<bool> defined_;  ///< per node: a register of the batch being written holds it
+  std::string pointers_;       ///< the declarations of the segment's splats, then its streams
+  /// A stream of the segment being written: its local pointer, and what the batch does with it.
+  struct stream_use {
+    std::string name, start;  ///< the pointer, and where the tile starts
+    bool read, written;
+  };
+  std::vector<stream_use> streams_;
   std::vector<int> buffer_of_;  ///< per node: the tile buffer a reduction reads it from (-1: none)
   std::vector<int> buffers_;    ///< per step: its tile buffers
   std::vector<int> seg_of_;     ///< per node: the segment of the loop computing it (-1: none)
@@ -301,21 +314,41 @@ void native_emitter<T>::emit_segment(const step& st, const segment& sg, const st
   // be read again after every store (a vector store may alias anything), in every batch.
   const std::size_t head = out_.size();
   pointers_.clear();
-  out_ += "  auto batch = [&]<bool Tail>(index_t t, index_t i, index_t m) {\n    (void)t; (void)i; (void)m;\n";
+  streams_.clear();
+  out_ += "  auto batch = [&](index_t i) {\n";
   defined_.assign(ns_.size(), false);
   for (std::size_t p = sg.begin; p < sg.end; ++p) {
     if (!element_wise(node_of(st.code[p]).kind) || st.code[p].by_sibling) continue;
     emit_value(st, p);
     emit_stores(st, p);
   }
+  for (const stream_use& u : streams_)
+    pointers_ += std::string(u.written ? "  T* " : "  const T* ") + u.name + " = " + u.start + ";\n";
   out_.insert(head, pointers_);
-  out_ +=
-      "  };\n"
-      "  index_t i = 0;\n"
-      "  for (; i + index_t(V::size) <= n; i += index_t(V::size)) batch.template operator()<false>(t0 + i, i, "
-      "index_t(V::size));\n"
-      "  if (i < n) batch.template operator()<true>(t0 + i, i, n - i);\n"
-      "}\n";
+  out_ += "  };\n";
+  emit_batch_loop();
+  out_ += "}\n";
+}
+
+template <Element T>
+void native_emitter<T>::emit_batch_loop() {
+  const std::string k = std::to_string(std::max<std::size_t>(streams_.size(), 1));  // no array of size 0
+  out_ += "  alignas(64) T tail[" + k + "][V::size];\n  T* tail_out[" + k + "] = {};\n";
+  out_ += "  for (index_t i = 0; i < n; i += index_t(V::size)) {\n    const index_t m = n - i;\n    index_t at = i;\n";
+  out_ += "    if (m < index_t(V::size)) {  // the last batch, partial\n";
+  for (std::size_t j = 0; j < streams_.size(); ++j) {
+    const stream_use& u = streams_[j];
+    const std::string J = std::to_string(j);
+    if (u.read) out_ += "      load<true>(" + u.name + " + i, m).store_aligned(tail[" + J + "]);\n";
+    if (u.written) out_ += "      tail_out[" + J + "] = " + u.name + " + i;\n";
+    out_ += "      " + u.name + " = tail[" + J + "];\n";
+  }
+  out_ += "      at = 0;\n    }\n    batch(at);\n    if (m < index_t(V::size)) {\n";
+  for (std::size_t j = 0; j < streams_.size(); ++j)
+    if (streams_[j].written)
+      out_ += "      store<true>(tail_out[" + std::to_string(j) + "], V::load_aligned(tail[" + std::to_string(j) +
+              "]), m);\n";
+  out_ += "    }\n  }\n";
 }
 
 template <Element T>
@@ -354,9 +387,12 @@ void native_emitter<T>::emit_stores(const step& st, std::size_t p) {
   for (std::size_t q = p; q < p + (st.code[p].with_sibling ? 2 : 1); ++q) {
     const instr& in = st.code[q];
     const std::string v = "v" + std::to_string(in.node);
-    if (in.reg < 0) out_ += "    store<Tail>(" + pointer(q, -1) + " + t, " + v + ", m);\n";
+    const std::string Q = std::to_string(q);
+    if (in.reg < 0)
+      out_ += "    " + v + ".store_unaligned(" + stream("d" + Q, "pv[" + Q + "].dst + t0", true) + " + i);\n";
     else if (const int b = buffer_of_[static_cast<std::size_t>(in.node)]; b >= 0)
-      out_ += "    store<Tail>(buf + " + std::to_string(b) + " * tile + i, " + v + ", m);\n";
+      out_ += "    " + v + ".store_unaligned(" +
+              stream("b" + std::to_string(b), "buf + " + std::to_string(b) + " * tile", true) + " + i);\n";
   }
 }
 
@@ -365,20 +401,38 @@ std::string native_emitter<T>::operand(const step& st, std::size_t p, int s) {
   const auto& src = st.code[p].src[s];
   const auto u = static_cast<std::size_t>(src.node);
   if (defined_[u]) return "v" + std::to_string(src.node);
-  if (src.splat) return "V(" + pointer(p, s) + "[0])";
-  if (def_of_[u] >= 0 && stored(st, src.node))  // an earlier segment stored it
-    return "load<Tail>(" + pointer(static_cast<std::size_t>(def_of_[u]), -1) + " + t, m)";
-  if (def_of_[u] >= 0) return "load<Tail>(buf + " + std::to_string(buffer_of_[u]) + " * tile + i, m)";
-  return "load<Tail>(" + pointer(p, s) + " + t, m)";
+  if (src.splat) return "V(" + splat(p, s) + ")";
+  std::string at;
+  if (def_of_[u] >= 0 && stored(st, src.node)) {  // an earlier segment stored it
+    const std::string D = std::to_string(def_of_[u]);
+    at = stream("d" + D, "pv[" + D + "].dst + t0", false);
+  } else if (def_of_[u] >= 0) {
+    const std::string B = std::to_string(buffer_of_[u]);
+    at = stream("b" + B, "buf + " + B + " * tile", false);
+  } else {
+    const std::string P = std::to_string(p), S = std::to_string(s);
+    at = stream("s" + P + "_" + S, "pv[" + P + "].src[" + S + "] + t0", false);
+  }
+  return "V::load_unaligned(" + at + " + i)";
 }
 
 template <Element T>
-std::string native_emitter<T>::pointer(std::size_t p, int s) {
-  const std::string P = std::to_string(p);
-  const std::string name = s < 0 ? "d" + P : "s" + P + "_" + std::to_string(s);
+std::string native_emitter<T>::stream(const std::string& name, const std::string& what, bool written) {
+  for (stream_use& u : streams_)
+    if (u.name == name) {
+      u.read = u.read || !written;
+      u.written = u.written || written;
+      return name;
+    }
+  streams_.push_back({name, what, !written, written});
+  return name;
+}
+
+template <Element T>
+std::string native_emitter<T>::splat(std::size_t p, int s) {
+  const std::string name = "k" + std::to_string(p) + "_" + std::to_string(s);
   if (pointers_.find(" " + name + " =") == std::string::npos)
-    pointers_ += s < 0 ? "  T* const " + name + " = pv[" + P + "].dst;\n"
-                       : "  const T* const " + name + " = pv[" + P + "].src[" + std::to_string(s) + "];\n";
+    pointers_ += "  const T " + name + " = pv[" + std::to_string(p) + "].src[" + std::to_string(s) + "][0];\n";
   return name;
 }
 
