@@ -158,10 +158,10 @@ TEST_CASE("native code contracts multiplies and adds exactly where the library's
   fg::native::set_mode(fg::native::mode::off);
 }
 
-TEST_CASE("native code keeps the interpreter's bits in long tiles: deep chains in one segment or several, reductions") {
+TEST_CASE("native code keeps the interpreter's bits in long tiles: deep chains cut into segments, reductions") {
   // Long tiles (every loop counted as streaming from memory) with a partial last tile and a
-  // partial last batch: a 10-layer chain's backward fits one segment (15 streams), a 20-layer
-  // one's is cut, its crossing values going through tile buffers, and sums read registers.
+  // partial last batch: the backward's long loop has more streams than a segment takes, so it
+  // is cut, its crossing values going through tile buffers, and sums read tile registers.
   (void)cache_dir();
   if (!have_compiler()) return;
   fg::set_last_cache_bytes(1);
