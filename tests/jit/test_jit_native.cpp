@@ -11,6 +11,7 @@
 #include <fusegrad/fusegrad.hpp>
 #include <fusegrad/native/code_cache.hpp>  // wait_idle: a TU that links the runtime does not parse it otherwise
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace fg = fusegrad;
@@ -154,5 +155,34 @@ TEST_CASE("native code contracts multiplies and adds exactly where the library's
   const auto after = fg::native::counters();
   CHECK(after.compiles + after.disk_hits + after.memory_hits > before.compiles + before.disk_hits + before.memory_hits);
   CHECK(same_bits(eager, native));
+  fg::native::set_mode(fg::native::mode::off);
+}
+
+TEST_CASE("native code keeps the interpreter's bits in long tiles: deep chains cut into segments, reductions") {
+  // Long tiles (every loop counted as streaming from memory) with a partial last tile and a
+  // partial last batch: the backward's long loop has more streams than a segment takes, so it
+  // is cut, its crossing values going through tile buffers, and sums read tile registers.
+  (void)cache_dir();
+  if (!have_compiler()) return;
+  fg::set_last_cache_bytes(1);
+  struct restore {
+    ~restore() { fg::set_last_cache_bytes(0); }
+  } restore_cache_bytes;
+  auto chain = [](int layers) {
+    return [layers](const auto& x, const auto& y) {
+      using tensor_t = std::decay_t<decltype(x)>;
+      tensor_t h = x, s = fg::sum(x * y);
+      for (int k = 0; k < layers; ++k) {
+        h = fg::tanh(h * y);
+        if (k == layers / 2) s = fg::sum(h * h);
+      }
+      return h * (s + 1.0) + fg::max(h);
+    };
+  };
+  for (const fg::index_t n : {fg::index_t{2 * 16384 + 1003}, fg::index_t{16384 + 5}}) {
+    check_same_as_interpreter<float>(chain(10), n, 41);
+    check_same_as_interpreter<float>(chain(20), n, 43);
+    check_same_as_interpreter<double>(chain(20), n, 45);
+  }
   fg::native::set_mode(fg::native::mode::off);
 }

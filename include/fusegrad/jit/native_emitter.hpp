@@ -83,9 +83,13 @@ class native_emitter {
     std::size_t begin, end;
   };
   /// At most this many tensors read or written by one segment: a batch touching many more
-  /// streams at once outruns the hardware's prefetchers, where a few at a time keep up (the
-  /// interpreter streams one instruction's at a time).
-  static constexpr std::size_t max_streams = 8;
+  /// streams at once outruns the hardware's prefetchers (the interpreter streams one
+  /// instruction's at a time), but each cut costs too: the segment after it walks the tile
+  /// again, its streams restart, and the values crossing it go through a tile buffer. 16 keeps
+  /// a 10-layer chain's backward (15 streams, as many as the one-pass hand loop reads) in one
+  /// segment, where 8 cut it in two; a 20-layer chain's backward (25 streams) ran slower in one
+  /// segment than in two (measured: docs/performance.md).
+  static constexpr std::size_t max_streams = 16;
   /// An op as costly as a transcendental: a segment holds at most one, whose constants then
   /// stay in registers (two such ops in one batch body spill them, which separate loops over a
   /// tile in L1 do not).
