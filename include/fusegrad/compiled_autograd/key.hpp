@@ -168,6 +168,10 @@ struct collected {
   std::vector<std::uint32_t> scalar_node;
   std::vector<tensor<T>> scalar_tensors;
   std::vector<std::uint32_t> offsets;
+  /// Per NodeCall q + 1: an AccumulateGrad's leaf, alive at the walk (the walk reads its hooks;
+  /// a hit writes its gradient and reads its hooks from here, locking no weak reference
+  /// again), undefined for other nodes. Kept until the backward ends.
+  std::vector<tensor<T>> leaves;
   std::vector<tensor<T>> grads;  ///< the root gradients (given or implicit ones)
   bool all = true;               ///< every node could say what it reads (a hit may skip the rules)
 };
@@ -213,6 +217,7 @@ struct key_walk {
     key.offsets.clear();
     key.sizes.clear();
     col.order.clear();
+    col.leaves.clear();
     col.tensors.clear();
     col.offsets.clear();
     col.all = true;
@@ -287,6 +292,7 @@ struct key_walk {
     add_outputs(*n);
     const bool accumulates = n->accumulates();
     add_saved(*n, accumulates);
+    col.leaves.emplace_back();
     if (accumulates) add_leaf_hooks(*n);  // only accumulate_grad says so
     end_node(name, words_from);
     key.bytes.push_back(
@@ -328,11 +334,13 @@ struct key_walk {
     }
   }
 
-  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive.
+  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive; the leaf kept
+  /// (`collected::leaves`).
   [[gnu::always_inline]] void add_leaf_hooks(node<T>& n) {
     if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable(); leaf.defined()) {
       mix(0x4C454146ULL);
       add_hooks(leaf.raw_impl()->leaf_hooks);
+      col.leaves.back() = std::move(leaf);
     }
   }
 

@@ -322,7 +322,7 @@ bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<fusegrad:
     if (hs.output >= 0) {
       h = n->pre_hooks(static_cast<std::size_t>(hs.output)).at(hs.index);
     } else {
-      auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable();
+      const tensor<T>& leaf = col.leaves[hs.node];  // (alive at the walk, kept since)
       if (!leaf.defined()) return false;
       h = leaf.raw_impl()->leaf_hooks.at(hs.index);
     }
@@ -338,7 +338,7 @@ bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<fusegrad:
 template <Element T>
 void accumulate_outputs(const plan<T>& p, const collected<T>& col, std::vector<tensor<T>>& res) {
   for (std::size_t o = 0; o < p.out_node.size(); ++o) {
-    auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[p.out_node[o]])->variable();
+    const tensor<T>& leaf = col.leaves[p.out_node[o]];  // (alive at the walk, kept since)
     if (!leaf.defined()) continue;
     const auto& impl = leaf.raw_impl();
     tensor<T> g = std::move(res[o]);
@@ -382,7 +382,7 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   std::vector<tensor<T>> res;
   {
     no_grad off;
-    res = e.fwd->run(inputs, e.dynamic ? &p.shapes : nullptr, fns);
+    res = e.fwd->run(std::move(inputs), e.dynamic ? &p.shapes : nullptr, fns);  // taken over, not copied
   }
   inputs.clear();
   accumulate_outputs(p, col, res);

@@ -95,12 +95,21 @@ class program {
   program(ir::graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) {
     lower();
     native_ = std::make_shared<native_code<T>>(steps_.size());
+    // An output's value is handed over where no later output is the same node (else copied).
+    for (std::size_t i = 0; i < outputs_.size(); ++i)
+      move_out_.push_back(std::find(outputs_.begin() + static_cast<std::ptrdiff_t>(i) + 1, outputs_.end(),
+                                    outputs_[i]) == outputs_.end());
   }
 
   /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
   /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
   /// `fns` are the functions of the graph's `call_hook` and `call` nodes, by slot.
   std::vector<tensor<T>> run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes = nullptr,
+                             const std::vector<call_fn<T>>* fns = nullptr) const;
+  /// The same, taking the inputs over: each is moved into the program's values rather than
+  /// copied (a reference count less to raise and drop per input); `inputs` is left with
+  /// moved-from entries.
+  std::vector<tensor<T>> run(std::vector<tensor<T>>&& inputs, const std::vector<shape>* sizes = nullptr,
                              const std::vector<call_fn<T>>* fns = nullptr) const;
 
   /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
@@ -143,9 +152,12 @@ class program {
     return sizes ? (*sizes)[k] : g_.nodes()[k].sizes;
   }
 
+  /// `run`: the inputs taken over (moved from) where `taken` is `&inputs`, else only read (null).
+  std::vector<tensor<T>> run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
+                                const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const;
   /// Checks each input the program reads against its shape and puts it in `vals` (made
-  /// contiguous where a loop or the row step reads it).
-  void take_inputs(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+  /// contiguous where a loop or the row step reads it), moved there from `taken` when given.
+  void take_inputs(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken, const std::vector<shape>* sizes,
                    std::vector<tensor<T>>& vals) const;
   /// Runs eager step `st`: its node's eager kernel, or its `call_hook` or `call` function.
   void run_eager(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
@@ -282,6 +294,7 @@ class program {
 
   ir::graph<T> g_;
   std::vector<int> outputs_;
+  std::vector<char> move_out_;  ///< per output: no later output is the same node (its value is moved out)
   std::vector<bool> need_;
   std::vector<bool> dense_;  ///< read by a loop or the row step, or an output: made contiguous
   std::vector<step> steps_;
@@ -298,6 +311,18 @@ class program {
 template <Element T>
 std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
                                        const std::vector<call_fn<T>>* fns) const {
+  return run_on(inputs, nullptr, sizes, fns);
+}
+
+template <Element T>
+std::vector<tensor<T>> program<T>::run(std::vector<tensor<T>>&& inputs, const std::vector<shape>* sizes,
+                                       const std::vector<call_fn<T>>* fns) const {
+  return run_on(inputs, &inputs, sizes, fns);
+}
+
+template <Element T>
+std::vector<tensor<T>> program<T>::run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
+                                          const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const {
   if (static_cast<int>(inputs.size()) != g_.num_inputs())
     fusegrad::detail::fail("jit program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
@@ -306,7 +331,7 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
   fusegrad::detail::reused_vector<tensor<T>, program_values> buffer;
   std::vector<tensor<T>>& vals = *buffer;
   vals.resize(g_.nodes().size());
-  take_inputs(inputs, sizes, vals);
+  take_inputs(inputs, taken, sizes, vals);
   if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
@@ -317,22 +342,28 @@ std::vector<tensor<T>> program<T>::run(const std::vector<tensor<T>>& inputs, con
   }
   std::vector<tensor<T>> out;
   out.reserve(outputs_.size());
-  for (int o : outputs_) out.push_back(vals[static_cast<std::size_t>(o)]);
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {  // (moved: `vals` drops them at the end anyway)
+    tensor<T>& v = vals[static_cast<std::size_t>(outputs_[i])];
+    out.push_back(move_out_[i] ? std::move(v) : v);
+  }
   return out;
 }
 
 template <Element T>
-void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
-                             std::vector<tensor<T>>& vals) const {
+void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
+                             const std::vector<shape>* sizes, std::vector<tensor<T>>& vals) const {
   const auto& ns = g_.nodes();
   for (std::size_t k = 0; k < ns.size(); ++k) {
     const auto& n = ns[k];
     if (n.kind != ir::node_kind::input || !need_[k]) continue;
-    const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
+    const auto i = static_cast<std::size_t>(n.index);  // (each input node has its own)
+    const tensor<T>& x = inputs[i];
     if (x.shape() != size_of(sizes, k))
       fusegrad::detail::fail("jit program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
                              "; the program was compiled for ", fusegrad::to_string(size_of(sizes, k)));
-    vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
+    if (!x.is_contiguous() && dense_[k]) vals[k] = fusegrad::detail::contiguous_copy(x);
+    else if (taken) vals[k] = std::move((*taken)[i]);
+    else vals[k] = x;
   }
 }
 
