@@ -59,6 +59,7 @@ struct clear_collected {
   collected<T>& c;
   ~clear_collected() {
     c.tensors.clear();
+    c.leaves.clear();
     c.owned.clear();
     c.grads.clear();
     c.scalar_tensors.clear();

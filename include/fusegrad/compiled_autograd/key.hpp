@@ -168,6 +168,10 @@ struct collected {
   std::vector<std::uint32_t> scalar_node;
   std::vector<tensor<T>> scalar_tensors;
   std::vector<std::uint32_t> offsets;
+  /// Per AccumulateGrad, in NodeCall order: its leaf as the walk locked it to read its hooks
+  /// (undefined: gone), kept until the backward ends; a hit writes the gradients and reads the
+  /// leaf hooks through these, locking no weak reference again (`plan::out_leaf`).
+  std::vector<tensor<T>> leaves;
   std::vector<tensor<T>> grads;  ///< the root gradients (given or implicit ones)
   bool all = true;               ///< every node could say what it reads (a hit may skip the rules)
 };
@@ -213,6 +217,7 @@ struct key_walk {
     key.offsets.clear();
     key.sizes.clear();
     col.order.clear();
+    col.leaves.clear();
     col.tensors.clear();
     col.offsets.clear();
     col.all = true;
@@ -328,12 +333,18 @@ struct key_walk {
     }
   }
 
-  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive.
+  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive; the leaf kept
+  /// (`collected::leaves`). Every AccumulateGrad mixes a word: equal keys have them at the
+  /// same NodeCalls, so a plan's index into `leaves` holds on each of its hits.
   [[gnu::always_inline]] void add_leaf_hooks(node<T>& n) {
-    if (auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable(); leaf.defined()) {
+    auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable();
+    if (leaf.defined()) {
       mix(0x4C454146ULL);
       add_hooks(leaf.raw_impl()->leaf_hooks);
+    } else {
+      mix(0x474F4E45ULL);
     }
+    col.leaves.push_back(std::move(leaf));
   }
 
   /// Closes the last node's ranges of sizes and collected tensors.

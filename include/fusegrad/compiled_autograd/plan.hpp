@@ -5,6 +5,7 @@
 /// collects, which hook each call slot is, which leaf each output accumulates into), its
 /// printed signature, and `run_plan`, which runs it.
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,13 +45,16 @@ struct plan {
   /// once, from the first): a hit runs the plan only where they are one tensor again.
   std::vector<std::pair<source, source>> same;
   std::vector<std::uint32_t> out_node;                 ///< per graph output: its AccumulateGrad (NodeCall - 1)
+  std::vector<std::uint32_t> out_leaf;                 ///< per graph output: its leaf (`collected::leaves` index)
+  std::size_t leaf_count = 0;                          ///< `collected::leaves`'s size at the capture (and on a hit)
   std::vector<char> out_added;                         ///< per graph output: the graph adds the leaf's gradient so far
   std::vector<fusegrad::detail::jit::call_fn<T>> fns;  ///< per call slot (a hook's is made on each hit)
-  /// A hook slot: the hook at `index` of output `output` of node `node` (-1: the leaf's hooks).
+  /// A hook slot: the hook at `index` of output `output` of node `node` (-1: the hooks of
+  /// leaf `leaf`, a `collected::leaves` index).
   struct hook_source {
     std::uint32_t slot, node;
     int output;
-    std::uint32_t index;
+    std::uint32_t index, leaf = 0;
   };
   std::vector<hook_source> hooks;
 };
@@ -188,6 +192,14 @@ bool find_inputs(plan<T>& p, const flush_record<T>& rec,
   return true;
 }
 
+/// The `collected::leaves` index of the leaf of AccumulateGrad NodeCall q + 1: how many
+/// AccumulateGrads come before it (the same on every tape of its key).
+template <Element T>
+std::uint32_t leaf_index(const collected<T>& col, std::size_t q) {
+  return static_cast<std::uint32_t>(std::count_if(col.order.begin(), col.order.begin() + static_cast<std::ptrdiff_t>(q),
+                                                  [](const node<T>* n) { return n->accumulates(); }));
+}
+
 /// The AccumulateGrad each output of the captured graph goes to (its leaf's gradient), and
 /// whether the graph added the gradient the leaf had; false where an output is not a leaf's.
 template <Element T>
@@ -200,6 +212,7 @@ bool find_outputs(plan<T>& p, const flush_record<T>& rec, const collected<T>& co
         if (auto* acc = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[q]))
           if (auto leaf = acc->variable(); leaf.defined() && leaf.raw_impl()->grad.raw_impl().get() == t) {
             p.out_node.push_back(static_cast<std::uint32_t>(q));
+            p.out_leaf.push_back(leaf_index(col, q));
             const auto flat = col.offsets[q];  // the gradient it had: an input of the graph?
             p.out_added.push_back(std::any_of(p.inputs.begin(), p.inputs.end(), [&](const auto& src) {
               return src.kind == from::saved && src.index == flat;
@@ -245,8 +258,9 @@ std::optional<typename plan<T>::hook_source> find_hook(const collected<T>& col, 
   for (std::size_t q = 0; q < col.order.size(); ++q) {
     node<T>& n = *col.order[q];
     if (const auto at = pre_hook_with_id(n, id))
-      return hook_source{k, static_cast<std::uint32_t>(q), at->first, at->second};
-    if (const auto j = leaf_hook_with_id(n, id)) return hook_source{k, static_cast<std::uint32_t>(q), -1, *j};
+      return hook_source{k, static_cast<std::uint32_t>(q), at->first, at->second, 0};
+    if (const auto j = leaf_hook_with_id(n, id))
+      return hook_source{k, static_cast<std::uint32_t>(q), -1, *j, leaf_index(col, q)};
   }
   return std::nullopt;
 }
@@ -278,6 +292,7 @@ std::shared_ptr<const plan<T>> make_plan(const flush_record<T>& rec, const colle
   auto p = std::make_shared<plan<T>>();
   p->e = rec.e;
   p->key_sizes = key_sizes;
+  p->leaf_count = col.leaves.size();
   if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
   const auto by_impl = sources_by_impl(col, p->same);
   if (!find_inputs(*p, rec, by_impl) || !find_outputs(*p, rec, col) || !find_call_slots(*p, rec, col)) return nullptr;
@@ -322,7 +337,7 @@ bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<fusegrad:
     if (hs.output >= 0) {
       h = n->pre_hooks(static_cast<std::size_t>(hs.output)).at(hs.index);
     } else {
-      auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(n)->variable();
+      const tensor<T>& leaf = col.leaves[hs.leaf];  // (alive at the walk, kept since)
       if (!leaf.defined()) return false;
       h = leaf.raw_impl()->leaf_hooks.at(hs.index);
     }
@@ -338,7 +353,7 @@ bool bind_hooks(const plan<T>& p, const collected<T>& col, std::vector<fusegrad:
 template <Element T>
 void accumulate_outputs(const plan<T>& p, const collected<T>& col, std::vector<tensor<T>>& res) {
   for (std::size_t o = 0; o < p.out_node.size(); ++o) {
-    auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>*>(col.order[p.out_node[o]])->variable();
+    const tensor<T>& leaf = col.leaves[p.out_leaf[o]];  // (alive at the walk, kept since)
     if (!leaf.defined()) continue;
     const auto& impl = leaf.raw_impl();
     tensor<T> g = std::move(res[o]);
@@ -370,7 +385,7 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   thread_local std::vector<tensor<T>> inputs;
   inputs.clear();
   clear_inputs<T> clear_on_exit{inputs};
-  if (!gather_inputs(p, col, inputs)) return false;
+  if (col.leaves.size() != p.leaf_count || !gather_inputs(p, col, inputs)) return false;
   if (!e.accepts(inputs, false, e.alias_of)) return false;
   const std::vector<fusegrad::detail::jit::call_fn<T>>* fns = &p.fns;
   std::vector<fusegrad::detail::jit::call_fn<T>> with_hooks;
@@ -382,7 +397,7 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   std::vector<tensor<T>> res;
   {
     no_grad off;
-    res = e.fwd->run(inputs, e.dynamic ? &p.shapes : nullptr, fns);
+    res = e.fwd->run(std::move(inputs), e.dynamic ? &p.shapes : nullptr, fns);  // taken over, not copied
   }
   inputs.clear();
   accumulate_outputs(p, col, res);

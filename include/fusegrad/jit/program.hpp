@@ -93,10 +93,12 @@ class program {
   };
   /// Compiles the nodes `outputs` of `g` need.
   program(ir::graph<T> g, std::vector<int> outputs) : g_(std::move(g)), outputs_(std::move(outputs)) {
-    for (auto o = outputs_.begin(); o != outputs_.end(); ++o)
-      last_output_.push_back(std::find(o + 1, outputs_.end(), *o) == outputs_.end());
     lower();
     native_ = std::make_shared<native_code<T>>(steps_.size());
+    // An output's value is handed over where no later output is the same node (else copied).
+    for (std::size_t i = 0; i < outputs_.size(); ++i)
+      move_out_.push_back(std::find(outputs_.begin() + static_cast<std::ptrdiff_t>(i) + 1, outputs_.end(),
+                                    outputs_[i]) == outputs_.end());
   }
 
   /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
@@ -108,6 +110,11 @@ class program {
     run_into(inputs, out, sizes, fns);
     return out;
   }
+  /// The same, taking the inputs over: each is moved into the program's values rather than
+  /// copied (a reference count less to raise and drop per input); `inputs` is left with
+  /// moved-from entries.
+  std::vector<tensor<T>> run(std::vector<tensor<T>>&& inputs, const std::vector<shape>* sizes = nullptr,
+                             const std::vector<call_fn<T>>* fns = nullptr) const;
   /// `run` into `out` (emptied first), so that a caller running the program call after call
   /// reuses one list.
   void run_into(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>& out,
@@ -153,9 +160,12 @@ class program {
     return sizes ? (*sizes)[k] : g_.nodes()[k].sizes;
   }
 
+  /// `run_into`: the inputs taken over (moved from) where `taken` is `&inputs`, else only read (null).
+  void run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken, std::vector<tensor<T>>& out,
+              const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const;
   /// Checks each input the program reads against its shape and puts it in `vals` (made
-  /// contiguous where a loop or the row step reads it).
-  void take_inputs(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
+  /// contiguous where a loop or the row step reads it), moved there from `taken` when given.
+  void take_inputs(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken, const std::vector<shape>* sizes,
                    std::vector<tensor<T>>& vals) const;
   /// Runs eager step `st`: its node's eager kernel, or its `call_hook` or `call` function.
   void run_eager(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
@@ -292,7 +302,7 @@ class program {
 
   ir::graph<T> g_;
   std::vector<int> outputs_;
-  std::vector<char> last_output_;  ///< per output: no later output is the same node
+  std::vector<char> move_out_;  ///< per output: no later output is the same node (its value is moved out)
   std::vector<bool> need_;
   std::vector<bool> dense_;  ///< read by a loop or the row step, or an output: made contiguous
   std::vector<step> steps_;
@@ -309,6 +319,21 @@ class program {
 template <Element T>
 void program<T>::run_into(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>& out,
                           const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const {
+  run_on(inputs, nullptr, out, sizes, fns);
+}
+
+template <Element T>
+std::vector<tensor<T>> program<T>::run(std::vector<tensor<T>>&& inputs, const std::vector<shape>* sizes,
+                                       const std::vector<call_fn<T>>* fns) const {
+  std::vector<tensor<T>> out;
+  run_on(inputs, &inputs, out, sizes, fns);
+  return out;
+}
+
+template <Element T>
+void program<T>::run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
+                        std::vector<tensor<T>>& out, const std::vector<shape>* sizes,
+                        const std::vector<call_fn<T>>* fns) const {
   if (static_cast<int>(inputs.size()) != g_.num_inputs())
     fusegrad::detail::fail("jit program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
@@ -317,7 +342,7 @@ void program<T>::run_into(const std::vector<tensor<T>>& inputs, std::vector<tens
   fusegrad::detail::reused_vector<tensor<T>, program_values> buffer;
   std::vector<tensor<T>>& vals = *buffer;
   vals.resize(g_.nodes().size());
-  take_inputs(inputs, sizes, vals);
+  take_inputs(inputs, taken, sizes, vals);
   if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
@@ -328,25 +353,27 @@ void program<T>::run_into(const std::vector<tensor<T>>& inputs, std::vector<tens
   }
   out.clear();
   out.reserve(outputs_.size());
-  for (std::size_t p = 0; p < outputs_.size(); ++p) {  // (`vals` is cleared next: its last copy is moved out)
-    tensor<T>& v = vals[static_cast<std::size_t>(outputs_[p])];
-    if (last_output_[p]) out.push_back(std::move(v));
-    else out.push_back(v);
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {  // (moved: `vals` drops them at the end anyway)
+    tensor<T>& v = vals[static_cast<std::size_t>(outputs_[i])];
+    out.push_back(move_out_[i] ? std::move(v) : v);
   }
 }
 
 template <Element T>
-void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, const std::vector<shape>* sizes,
-                             std::vector<tensor<T>>& vals) const {
+void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
+                             const std::vector<shape>* sizes, std::vector<tensor<T>>& vals) const {
   const auto& ns = g_.nodes();
   for (std::size_t k = 0; k < ns.size(); ++k) {
     const auto& n = ns[k];
     if (n.kind != ir::node_kind::input || !need_[k]) continue;
-    const tensor<T>& x = inputs[static_cast<std::size_t>(n.index)];
+    const auto i = static_cast<std::size_t>(n.index);  // (each input node has its own)
+    const tensor<T>& x = inputs[i];
     if (x.shape() != size_of(sizes, k))
       fusegrad::detail::fail("jit program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
                              "; the program was compiled for ", fusegrad::to_string(size_of(sizes, k)));
-    vals[k] = x.is_contiguous() || !dense_[k] ? x : fusegrad::detail::contiguous_copy(x);
+    if (!x.is_contiguous() && dense_[k]) vals[k] = fusegrad::detail::contiguous_copy(x);
+    else if (taken) vals[k] = std::move((*taken)[i]);
+    else vals[k] = x;
   }
 }
 

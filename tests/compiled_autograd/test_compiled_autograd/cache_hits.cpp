@@ -1,5 +1,7 @@
 // test_compiled_autograd: cache hits that collect their inputs and run the captured graph,
 // never a stale one (scalars, hooks, views, saved tensors, sizes), and the recompile limit.
+#include <optional>
+
 #include "helpers.hpp"
 
 // ---------------------------------------------------------------------------------------
@@ -387,4 +389,42 @@ TEST_CASE("long tiles: a captured chain over three long tiles and a partial one 
     }
   }
   CHECK(fg::counters().compiled_autograd_hits >= 2);
+}
+
+TEST_CASE("a hit gives two leaves of one gradient their own buffers and leaves the tape's tensors in place") {
+  // x1 and x2 get the same gradient: the captured graph outputs one node twice. A hit takes the
+  // graph's outputs and inputs over rather than copying them, and writes the leaves found by
+  // the key walk: each leaf must still get a buffer of its own, the saved tensors must stay on
+  // the tape for the next backward, and a leaf gone before the backward gets nothing.
+  ca_off guard;
+  fg::compiled_autograd::reset();
+  fg::reset_counters();
+  auto w = fg::randn<double>({5}, 61).requires_grad(true);
+  auto run = [&](bool compiled, bool keep_x2) {
+    auto x1 = fg::randn<double>({5}, 62).requires_grad(true);
+    std::optional<fg::tensor<double>> x2 = fg::randn<double>({5}, 63).requires_grad(true);
+    const auto loss = fg::sum(fg::tanh((x1 + *x2) * w));
+    if (!keep_x2) x2.reset();  // its AccumulateGrad's leaf is gone
+    w.zero_grad();
+    std::optional<fg::compiled_autograd::enable> on;
+    if (compiled) on.emplace();
+    for (int k = 0; k < 3; ++k) loss.backward({.retain_graph = true});  // hits after the first
+    return std::vector<fg::tensor<double>>{x1.grad(), x2 ? x2->grad() : fg::tensor<double>{}, w.grad()};
+  };
+  for (const bool keep_x2 : {true, false}) {
+    CAPTURE(keep_x2);
+    const auto want = run(false, keep_x2);
+    for (int round = 0; round < 2; ++round) {  // the capture, then a fresh tape that hits
+      CAPTURE(round);
+      const auto got = run(true, keep_x2);
+      CHECK(max_normwise(got[0], want[0]) < 1e-12);
+      CHECK(max_normwise(got[2], want[2]) < 1e-12);
+      if (keep_x2) {
+        CHECK(max_normwise(got[1], want[1]) < 1e-12);
+        CHECK(got[0].data_ptr() != got[1].data_ptr());
+      }
+    }
+  }
+  CHECK(fg::counters().compiled_autograd_captures == 2);  // one per key: x2 alive, x2 gone
+  CHECK(fg::counters().compiled_autograd_direct == 10);
 }
