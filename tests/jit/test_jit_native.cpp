@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fusegrad/fusegrad.hpp>
@@ -99,6 +100,40 @@ TEST_CASE("native code keeps the interpreter's bits: element-wise chains, reduct
     check_same_as_interpreter<double>(means, n, 7);
   }
   fg::native::set_mode(fg::native::mode::off);
+}
+
+TEST_CASE("native code reads a tensor once per batch, however many instructions read it") {
+  (void)cache_dir();
+  if (!have_compiler()) {
+    MESSAGE("no c++ on PATH: native code is not tested here");
+    return;
+  }
+  // w is read by four instructions: one pointer and one load per batch, not four (loaded
+  // four times, a chain's weight costs a load port and a register per reading instruction).
+  std::vector<std::string> sources;
+  fg::native::set_log_sources(true);
+  fg::native::set_log_sink([&](std::string_view s) { sources.emplace_back(s); });
+  fg::native::set_mode(fg::native::mode::sync);
+  {
+    const fg::no_grad guard;
+    auto f = fg::jit([](const auto& x, const auto& w) { return x * w * w * w + w; });
+    const auto x = fg::randn<float>({37}, 1), w = fg::randn<float>({37}, 2);
+    const auto expected = x * w * w * w + w;
+    CHECK(same_bits(f(x, w), expected));
+  }
+  fg::native::set_mode(fg::native::mode::off);
+  fg::native::set_log_sink({});
+  fg::native::set_log_sources(false);
+  const auto unit = std::find_if(sources.begin(), sources.end(),
+                                 [](const std::string& s) { return s.find("segment_0_0") != std::string::npos; });
+  REQUIRE(unit != sources.end());
+  auto count = [&](std::string_view needle) {
+    int n = 0;
+    for (auto at = unit->find(needle); at != std::string::npos; at = unit->find(needle, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("V::load_unaligned(") == 2);  // x and w
+  CHECK(count("  const T* s") == 2);        // their pointers
 }
 
 TEST_CASE("native code runs compiled autograd's captured backward with the interpreter's bits") {

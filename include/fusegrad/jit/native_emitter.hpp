@@ -122,9 +122,11 @@ class native_emitter {
   /// The segment's local copy of splat operand `pv[p].src[s][0]`.
   std::string splat(std::size_t p, int s);
   /// The loop over a tile's batches, with one call of the batch body (`[[gnu::flatten]]`
-  /// inlines each call: two would compile the body twice): the last, partial batch reads its
-  /// streams' first lanes into whole batches on the stack (masked, as the interpreter reads
-  /// them), runs the same body over those, and writes the first lanes back.
+  /// inlines each call: two would compile the body twice), run in two passes: the whole
+  /// batches, then the last, partial one, whose streams' first lanes are read into whole
+  /// batches on the stack (masked, as the interpreter reads them), run through the same body
+  /// and written back. The streams' pointers change only between the passes, so that within
+  /// a pass they stay in place and a batch addresses each by its index alone.
   void emit_batch_loop();
   /// The tile's reductions, fed the tile as the interpreter feeds them.
   void emit_reductions(const step& st);
@@ -338,21 +340,28 @@ template <Element T>
 void native_emitter<T>::emit_batch_loop() {
   const std::string k = std::to_string(std::max<std::size_t>(streams_.size(), 1));  // no array of size 0
   out_ += "  alignas(64) T tail[" + k + "][V::size];\n  T* tail_out[" + k + "] = {};\n";
-  out_ += "  for (index_t i = 0; i < n; i += index_t(V::size)) {\n    const index_t m = n - i;\n    index_t at = i;\n";
-  out_ += "    if (m < index_t(V::size)) {  // the last batch, partial\n";
+  out_ += "  const index_t full = n - n % index_t(V::size), m = n - full;\n";
+  out_ += "  for (int pass = 0; pass < 2; ++pass) {\n";
+  out_ += "    if (pass == 1) {  // the last batch, partial\n      if (m == 0) break;\n";
   for (std::size_t j = 0; j < streams_.size(); ++j) {
     const stream_use& u = streams_[j];
     const std::string J = std::to_string(j);
-    if (u.read) out_ += "      load<true>(" + u.name + " + i, m).store_aligned(tail[" + J + "]);\n";
-    if (u.written) out_ += "      tail_out[" + J + "] = " + u.name + " + i;\n";
+    if (u.read) out_ += "      load<true>(" + u.name + " + full, m).store_aligned(tail[" + J + "]);\n";
+    if (u.written) out_ += "      tail_out[" + J + "] = " + u.name + " + full;\n";
     out_ += "      " + u.name + " = tail[" + J + "];\n";
   }
-  out_ += "      at = 0;\n    }\n    batch(at);\n    if (m < index_t(V::size)) {\n";
+  out_ += "    }\n    const index_t end = pass == 0 ? full : index_t(V::size);\n";
+  out_ += "    for (index_t i = 0; i < end; i += index_t(V::size)) batch(i);\n";
+  out_ += "  }\n";
+  bool any_written = false;
+  for (const stream_use& u : streams_) any_written = any_written || u.written;
+  if (!any_written) return;
+  out_ += "  if (m > 0) {\n";
   for (std::size_t j = 0; j < streams_.size(); ++j)
     if (streams_[j].written)
-      out_ += "      store<true>(tail_out[" + std::to_string(j) + "], V::load_aligned(tail[" + std::to_string(j) +
+      out_ += "    store<true>(tail_out[" + std::to_string(j) + "], V::load_aligned(tail[" + std::to_string(j) +
               "]), m);\n";
-  out_ += "    }\n  }\n";
+  out_ += "  }\n";
 }
 
 template <Element T>
@@ -369,20 +378,20 @@ void native_emitter<T>::emit_value(const step& st, std::size_t p) {
   // Each op's value ends at an `op_boundary`: no multiply of one op is contracted with an add of
   // the next, so each op rounds as the interpreter's one-op loops round it.
   if (in.with_sibling) {
-    const std::string w = "v" + std::to_string(st.code[p + 1].node);
-    out_ += "    auto [" + v + ", " + w + "] = op" + std::to_string(p) + ".with_sibling(" + operand(st, p, 0) +
-            ");\n    op_boundary(" + v + ");\n    op_boundary(" + w + ");\n";
+    const std::string w = "v" + std::to_string(st.code[p + 1].node), a = operand(st, p, 0);
+    out_ += "    auto [" + v + ", " + w + "] = op" + std::to_string(p) + ".with_sibling(" + a + ");\n    op_boundary(" +
+            v + ");\n    op_boundary(" + w + ");\n";
     defined_[static_cast<std::size_t>(in.node)] = true;
     defined_[static_cast<std::size_t>(st.code[p + 1].node)] = true;
     return;
   }
-  if (n.kind == ir::node_kind::expand) out_ += "    const V " + v + " = " + operand(st, p, 0) + ";\n";
-  else if (n.b >= 0)
-    out_ += "    V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ", " + operand(st, p, 1) +
-            ");\n    op_boundary(" + v + ");\n";
-  else
-    out_ += "    V " + v + " = op" + std::to_string(p) + ".value(" + operand(st, p, 0) + ");\n    op_boundary(" + v +
-            ");\n";
+  // The operands first: a stream's first read in the batch appends its load to `out_`.
+  const std::string a = operand(st, p, 0);
+  if (n.kind == ir::node_kind::expand) out_ += "    const V " + v + " = " + a + ";\n";
+  else if (n.b >= 0) {
+    const std::string b = operand(st, p, 1);
+    out_ += "    V " + v + " = op" + std::to_string(p) + ".value(" + a + ", " + b + ");\n    op_boundary(" + v + ");\n";
+  } else out_ += "    V " + v + " = op" + std::to_string(p) + ".value(" + a + ");\n    op_boundary(" + v + ");\n";
   defined_[static_cast<std::size_t>(in.node)] = true;
 }
 
@@ -413,11 +422,16 @@ std::string native_emitter<T>::operand(const step& st, std::size_t p, int s) {
   } else if (def_of_[u] >= 0) {
     const std::string B = std::to_string(buffer_of_[u]);
     at = stream("b" + B, "buf + " + B + " * tile", false);
-  } else {
+  } else {  // a tensor from outside the loop: one stream per node, whichever operand reads it first
     const std::string P = std::to_string(p), S = std::to_string(s);
-    at = stream("s" + P + "_" + S, "pv[" + P + "].src[" + S + "] + t0", false);
+    at = stream("s" + std::to_string(src.node), "pv[" + P + "].src[" + S + "] + t0", false);
   }
-  return "V::load_unaligned(" + at + " + i)";
+  // Loaded once per batch, whatever reads it: the same bits, one load and one pointer instead
+  // of one per reading operand (a weight read by every layer of a chain).
+  const std::string v = "v" + std::to_string(src.node);
+  out_ += "    const V " + v + " = V::load_unaligned(" + at + " + i);\n";
+  defined_[u] = true;
+  return v;
 }
 
 template <Element T>
