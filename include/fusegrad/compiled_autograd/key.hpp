@@ -28,21 +28,22 @@ namespace compiled_autograd {
 namespace detail {
 
 /// A growing array that the key walk appends to a few times per node: its append is inlined
-/// (std::vector's push_back is not, in the walk: its growth path is large). Reused across
-/// walks: `clear` keeps the storage.
+/// (std::vector's push_back is not, in the walk: its growth path is large), and checks room
+/// against a count it keeps (not the vector's size, two loads and a subtraction). Reused
+/// across walks: `clear` keeps the storage.
 template <class V>
 class append_buffer {
  public:
   void clear() noexcept { n_ = 0; }
   [[gnu::always_inline]] void push_back(const V& v) {
-    if (n_ == store_.size()) [[unlikely]]
+    if (n_ == room_) [[unlikely]]
       grow();
     store_[n_++] = v;
   }
   /// Appends the `n` values at `p`: one check for room, then a store each (a few values: no
   /// memcpy call).
   [[gnu::always_inline]] void append(const V* p, std::size_t n) {
-    while (n_ + n > store_.size()) [[unlikely]] grow();
+    while (n_ + n > room_) [[unlikely]] grow();
     V* d = store_.data() + n_;
     n_ += n;
     for (std::size_t i = 0; i < n; ++i) d[i] = p[i];
@@ -59,9 +60,13 @@ class append_buffer {
   [[nodiscard]] const V* end() const noexcept { return store_.data() + n_; }
 
  private:
-  [[gnu::noinline]] void grow() { store_.resize(std::max<std::size_t>(64, 2 * store_.size())); }
+  [[gnu::noinline]] void grow() {
+    store_.resize(std::max<std::size_t>(64, 2 * store_.size()));
+    room_ = store_.size();
+  }
   std::vector<V> store_;
   std::size_t n_ = 0;
+  std::size_t room_ = 0;  ///< `store_.size()`
 };
 
 /// The cache key of one backward, in NodeCall order (breadth-first from GraphRoot): per node
@@ -310,10 +315,11 @@ struct key_walk {
 
   /// Each output's hooks (by kind) and shape.
   [[gnu::always_inline]] void add_outputs(node<T>& n) {
-    for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+    const shape* s = n.output_shapes().begin();
+    for (const auto& hooks : n.pre_hook_lists()) {
       mix(0x4F5554ULL);
-      add_hooks(n.pre_hooks(i));
-      add_shape(n.output_shape(i));
+      add_hooks(hooks);
+      add_shape(*s++);
     }
   }
 
@@ -331,7 +337,7 @@ struct key_walk {
     }
     mix(params);
     for (std::size_t j = first; j < col.tensors.size(); ++j) {
-      if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
+      if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->raw_impl()->sizes);
       else key.sizes.push_back(-1);
     }
   }
