@@ -40,13 +40,12 @@ class append_buffer {
       grow();
     store_[n_++] = v;
   }
-  /// Appends the `n` values at `p`: one check for room, then a store each (a few values: no
-  /// memcpy call).
-  [[gnu::always_inline]] void append(const V* p, std::size_t n) {
+  /// Appends `n` values, to be written at the address returned: one check for room for all.
+  [[gnu::always_inline]] V* extend(std::size_t n) {
     while (n_ + n > room_) [[unlikely]] grow();
     V* d = store_.data() + n_;
     n_ += n;
-    for (std::size_t i = 0; i < n; ++i) d[i] = p[i];
+    return d;
   }
   /// Equal values, in order, as `r` (another buffer or a vector).
   template <class R>
@@ -266,9 +265,13 @@ struct key_walk {
     key.names.push_back(name);
   }
 
+  /// A shape's rank, then its dims (a few values: a store each, no memcpy call).
   [[gnu::always_inline]] void add_shape(const shape& s) {
-    key.sizes.push_back(static_cast<index_t>(s.size()));
-    key.sizes.append(s.data(), s.size());
+    const std::size_t rank = s.size();
+    index_t* d = key.sizes.extend(1 + rank);
+    d[0] = static_cast<index_t>(rank);
+    const index_t* dims = s.data();
+    for (std::size_t i = 0; i < rank; ++i) d[1 + i] = dims[i];
   }
 
   [[gnu::always_inline]] void add_hooks(const std::vector<hook<T>>& hs) {
