@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
@@ -25,8 +26,13 @@ struct ca_off {  // every test starts and ends with compiled autograd off, its c
   }
 };
 
-/// The key of the tape below `roots`, copied out of the walk's per-thread buffer.
-ca::walk_key key_of(const std::vector<fg::tensor<float>>& roots) { return ca::make_key(roots); }
+/// The key of the tape below `roots`, copied out of the walk's per-thread buffer, hashed (a
+/// lookup keeps the hashes a key has: a test can give it a cached key's).
+ca::walk_key key_of(const std::vector<fg::tensor<float>>& roots) {
+  ca::walk_key k = ca::make_key(roots);
+  ca::hash_nodes(k);
+  return k;
+}
 
 }  // namespace
 
@@ -34,7 +40,7 @@ TEST_CASE("a key with a cached key's hashes but other node names is a miss") {
   ca_off guard;
   auto x = fg::randn<float>({10}, 1).requires_grad(true);
   const std::vector<fg::tensor<float>> a{fg::sum(fg::exp(x))}, b{fg::sum(fg::tanh(x))};
-  const ca::walk_key ka = key_of(a);
+  ca::walk_key ka = key_of(a);
   ca::walk_key kb = key_of(b);
   REQUIRE(ka.size() == kb.size());
   REQUIRE(ka.sizes == kb.sizes);
@@ -57,7 +63,7 @@ TEST_CASE("a key with a cached key's hashes and names but other edges is a miss"
   ca_off guard;
   auto x = fg::randn<float>({10}, 1).requires_grad(true);
   const std::vector<fg::tensor<float>> a{fg::sum(fg::exp(x))};
-  const ca::walk_key ka = key_of(a);
+  ca::walk_key ka = key_of(a);
   ca::walk_key kb = ka;
   REQUIRE(kb.words.size() > 2);
   kb.words[2] ^= 1;  // the root's edge to another node (its hashes unchanged: a collision)
@@ -94,4 +100,34 @@ TEST_CASE("a backward whose key collides with a cached one is captured, not run 
   CHECK(fg::counters().compiled_autograd_hits == 0);
   const std::vector<float> xs = x.to_vector(), g = x.grad().to_vector();
   for (std::size_t i = 0; i < xs.size(); ++i) CHECK(g[i] == doctest::Approx(1.0 - std::pow(std::tanh(xs[i]), 2)));
+}
+
+TEST_CASE("a hit compares every byte of each node's name") {
+  // A hit compares names without hashing them, eight bytes at a time and the last ones in
+  // overlapping loads: a name that differs in any one byte is another node.
+  for (std::size_t n = 1; n <= 24; ++n)
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string a(n, 'a');
+      std::string b = a;
+      b[i] = 'b';
+      CHECK(ca::same_text(a, a));
+      CHECK_FALSE(ca::same_text(a, b));
+      CHECK_FALSE(ca::same_text(a, std::string_view(b).substr(0, n - 1)));
+    }
+  ca_off guard;
+  auto x = fg::randn<float>({10}, 1).requires_grad(true);
+  const std::vector<fg::tensor<float>> a{fg::sum(fg::exp(x))};
+  ca::walk_key ka = ca::make_key(a);
+  REQUIRE(ka.size() > 1);
+  ca::walk_key kb = ka;  // the same words and sizes, one name changed in its middle byte
+  std::string other(ka.names[1]);
+  REQUIRE(other.size() > 2);
+  other[other.size() / 2] ^= 1;
+  kb.names[1] = other;
+  ca::cached_key* ca_a = nullptr;
+  ca::cached_key* ca_b = nullptr;
+  CHECK_FALSE(ca::lookup(ka, &ca_a));
+  CHECK(ca::lookup(ka, &ca_a));
+  CHECK_FALSE(ca::lookup(kb, &ca_b));
+  CHECK(ca_b != ca_a);
 }

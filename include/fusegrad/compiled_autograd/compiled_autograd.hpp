@@ -129,7 +129,7 @@ template <Element T>
 bool run_hit(const cached_key& ck, const walk_key& key, const collected<T>& col, bool retain_graph) {
   for (const auto& any : ck.plans) {
     const auto& p = *static_cast<const plan<T>*>(any.get());
-    if (p.key_sizes == key.sizes && run_plan(p, col, retain_graph)) {
+    if (key.sizes == p.key_sizes && run_plan(p, col, retain_graph)) {
       fusegrad::detail::bump(fusegrad::detail::counter_cells().ca_direct);
       return true;
     }
@@ -163,7 +163,7 @@ void file_capture(cached_key& ck, const typename fusegrad::detail::jit::trace<T>
     }
     return;
   }
-  auto p = scalars_used ? make_plan<T>(rec, col, key.sizes) : nullptr;
+  auto p = scalars_used ? make_plan<T>(rec, col, {key.sizes.begin(), key.sizes.end()}) : nullptr;
   if (!p) {
     std::lock_guard lock(global_state().mu);
     ck.no_plan = true;
@@ -225,7 +225,7 @@ void run(const std::vector<tensor<T>>& roots, std::vector<tensor<T>> grads, bool
   collected<T>& col = collected_of<T>();
   clear_collected<T> clear_on_exit{col};
   cached_key* ck = nullptr;
-  const walk_key& key = make_key(roots);
+  walk_key& key = make_key(roots);
   const bool hit = lookup(key, &ck);
   col.grads = grads;
   fusegrad::detail::bump(hit ? fusegrad::detail::counter_cells().ca_hits

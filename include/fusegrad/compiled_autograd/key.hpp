@@ -28,16 +28,29 @@ namespace compiled_autograd {
 namespace detail {
 
 /// A growing array that the key walk appends to a few times per node: its append is inlined
-/// (std::vector's push_back is not, in the walk: its growth path is large). Reused across
-/// walks: `clear` keeps the storage.
+/// (std::vector's push_back is not, in the walk: its growth path is large), and checks room
+/// against a count it keeps (not the vector's size, two loads and a subtraction). Reused
+/// across walks: `clear` keeps the storage.
 template <class V>
 class append_buffer {
  public:
   void clear() noexcept { n_ = 0; }
   [[gnu::always_inline]] void push_back(const V& v) {
-    if (n_ == store_.size()) [[unlikely]]
+    if (n_ == room_) [[unlikely]]
       grow();
     store_[n_++] = v;
+  }
+  /// Appends `n` values, to be written at the address returned: one check for room for all.
+  [[gnu::always_inline]] V* extend(std::size_t n) {
+    while (n_ + n > room_) [[unlikely]] grow();
+    V* d = store_.data() + n_;
+    n_ += n;
+    return d;
+  }
+  /// Equal values, in order, as `r` (another buffer or a vector).
+  template <class R>
+  [[nodiscard]] friend bool operator==(const append_buffer& a, const R& r) {
+    return std::equal(a.begin(), a.end(), r.begin(), r.end());
   }
   [[nodiscard]] std::size_t size() const noexcept { return n_; }
   V& operator[](std::size_t i) noexcept { return store_[i]; }
@@ -46,29 +59,35 @@ class append_buffer {
   [[nodiscard]] const V* end() const noexcept { return store_.data() + n_; }
 
  private:
-  [[gnu::noinline]] void grow() { store_.resize(std::max<std::size_t>(64, 2 * store_.size())); }
+  [[gnu::noinline]] void grow() {
+    store_.resize(std::max<std::size_t>(64, 2 * store_.size()));
+    room_ = store_.size();
+  }
   std::vector<V> store_;
   std::size_t n_ = 0;
+  std::size_t room_ = 0;  ///< `store_.size()`
 };
 
 /// The cache key of one backward, in NodeCall order (breadth-first from GraphRoot): per node
-/// a hash of its kind, edges and hook ids, its name, and its output sizes (ranks included),
-/// all nodes' sizes in one array; and what the hashes stand for, compared on a hit: a hash
-/// collision must be a miss, not another graph's plan. Built into a per-thread buffer: no
-/// allocation once warm.
+/// its words (edges, hook kinds, rule constants), its name and its output sizes (ranks
+/// included), all nodes' sizes in one array. A hit compares these, not hashes. The per-node
+/// hashes (`structure`, with the key's size per node for the verbose log) are made from them
+/// only where a lookup needs them (`hash_nodes`: a key that is not a cached one, whose longest
+/// shared prefix a miss logs). Built into a per-thread buffer: no allocation once warm.
 struct walk_key {
-  std::vector<std::uint64_t> structure;
-  /// Per node, how many words its hash mixed after its name, then those words: what a hit
-  /// compares, with the names.
+  std::vector<std::uint64_t> structure;  ///< per node, the hash of its name and words (`hash_nodes`)
+  /// Per node, a header word (how many words follow, and in its high half how many edges the
+  /// node has), then those words: what a hit compares, with the names.
   append_buffer<std::uint64_t> words;
   append_buffer<std::string_view> names;  ///< the nodes' own names (valid while the tape lives)
-  std::vector<std::uint32_t> bytes;       ///< the key's size for each node (for the verbose log)
+  std::vector<std::uint32_t> bytes;       ///< the key's size for each node (for the verbose log; `hash_nodes`)
   std::vector<std::uint32_t> offsets;     ///< node i's sizes: [offsets[i], offsets[i + 1])
-  std::vector<index_t> sizes;
-  [[nodiscard]] std::size_t size() const noexcept { return structure.size(); }
+  append_buffer<index_t> sizes;
+  [[nodiscard]] std::size_t size() const noexcept { return names.size(); }
 };
 
-/// A key the cache holds: the same, names owned, and which sizes are dynamic.
+/// A key the cache holds: the same, names owned, and which sizes are dynamic. (Its vectors
+/// compare equal to a walk's buffers: `append_buffer::operator==`.)
 struct cached_key {
   std::vector<std::uint64_t> structure, words;
   std::vector<std::string> names;
@@ -198,22 +217,22 @@ inline std::uint64_t name_hash(std::string_view name) {
   return h;
 }
 
-/// One key walk (`make_key`): the per-thread buffers it fills, and its phases, each NodeCall's
-/// hash `h` built as it goes. The phases are inlined into the walk's loop: it runs on every
-/// backward, a few nanoseconds per node, and a call per word or per size would double it.
+/// One key walk (`make_key`): the per-thread buffers it fills, and its phases. The phases are
+/// inlined into the walk's loop: it runs on every backward, a few nanoseconds per node, and a
+/// call per word or per size would double it. Nothing is hashed here: a hit compares the
+/// words themselves, so hashing them on every backward would be work only a miss uses.
 template <Element T>
 struct key_walk {
   walk_key& key;
   call_index& call;
   collected<T>& col;
-  fusegrad::detail::fnv1a h{};
 
   /// Empties the buffers of the previous walk (their capacity kept).
   void start() {
     key.structure.clear();
     key.words.clear();
     key.names.clear();
-    key.bytes.clear();
+    key.bytes.clear();  // (structure and bytes: filled by `hash_nodes` where a lookup needs them)
     key.offsets.clear();
     key.sizes.clear();
     col.order.clear();
@@ -231,28 +250,28 @@ struct key_walk {
     return static_cast<std::uint64_t>(idx);
   }
 
-  /// Mixes `w` into the node's hash and keeps it, for a hit to compare.
-  [[gnu::always_inline]] void mix(std::uint64_t w) {
-    h.mix(w);
-    key.words.push_back(w);
-  }
+  /// Keeps `w` among the node's words, for a hit to compare.
+  [[gnu::always_inline]] void mix(std::uint64_t w) { key.words.push_back(w); }
 
-  /// Starts a node's words with room for their count (the count makes equal words mean
+  /// Starts a node's words with room for their header (the count makes equal words mean
   /// equal nodes, not only an equal concatenation).
   [[gnu::always_inline]] std::size_t start_words() {
     key.words.push_back(0);
     return key.words.size();
   }
-  /// Ends a node: its hash, its name, its words' count.
-  [[gnu::always_inline]] void end_node(std::string_view name, std::size_t words_from) {
-    key.words[words_from - 1] = key.words.size() - words_from;
-    key.structure.push_back(h.value());
+  /// Ends a node: its name, its header (words' count, and `edges` for the key's size per node).
+  [[gnu::always_inline]] void end_node(std::string_view name, std::size_t words_from, std::size_t edges) {
+    key.words[words_from - 1] = (key.words.size() - words_from) | static_cast<std::uint64_t>(edges) << 32;
     key.names.push_back(name);
   }
 
+  /// A shape's rank, then its dims (a few values: a store each, no memcpy call).
   [[gnu::always_inline]] void add_shape(const shape& s) {
-    key.sizes.push_back(static_cast<index_t>(s.size()));
-    for (const index_t d : s) key.sizes.push_back(d);  // a few dims: no memcpy call
+    const std::size_t rank = s.size();
+    index_t* d = key.sizes.extend(1 + rank);
+    d[0] = static_cast<index_t>(rank);
+    const index_t* dims = s.data();
+    for (std::size_t i = 0; i < rank; ++i) d[1 + i] = dims[i];
   }
 
   [[gnu::always_inline]] void add_hooks(const std::vector<hook<T>>& hs) {
@@ -268,7 +287,6 @@ struct key_walk {
 
   /// NodeCall 0: the root, with one edge per backward root.
   void add_root(const std::vector<tensor<T>>& roots) {
-    h = fusegrad::detail::fnv1a();
     const std::size_t words_from = start_words();
     mix(sizeof(T));
     key.offsets.push_back(0);
@@ -277,8 +295,7 @@ struct key_walk {
       add_shape(r.shape());
       mix(e.fn ? node_call(e.fn.get()) : ~0ULL);
     }
-    end_node("GraphRoot", words_from);
-    key.bytes.push_back(static_cast<std::uint32_t>(8 + 8 * (roots.size() + key.sizes.size())));
+    end_node("GraphRoot", words_from, roots.size());
   }
 
   /// NodeCall q + 1 (`n`): its name, edges, outputs, what its backward reads, its leaf's hooks.
@@ -286,16 +303,12 @@ struct key_walk {
     const std::string_view name = n->name();
     key.offsets.push_back(static_cast<std::uint32_t>(key.sizes.size()));
     col.offsets.push_back(static_cast<std::uint32_t>(col.tensors.size()));
-    h = fusegrad::detail::fnv1a(name_hash(name));
     const std::size_t words_from = start_words();
     add_edges(*n);
     add_outputs(*n);
-    const bool accumulates = n->accumulates();
-    add_saved(*n, accumulates);
-    if (accumulates) add_leaf_hooks(*n);  // only accumulate_grad says so
-    end_node(name, words_from);
-    key.bytes.push_back(
-        static_cast<std::uint32_t>(16 + 8 * (n->next_edges().size() + key.sizes.size() - key.offsets.back())));
+    if (n->accumulates()) add_leaf(*n);  // only accumulate_grad says so
+    else add_saved(*n);
+    end_node(name, words_from, n->next_edges().size());
   }
 
   /// Each edge by its target's NodeCall and input slot (none: ~0).
@@ -305,17 +318,18 @@ struct key_walk {
 
   /// Each output's hooks (by kind) and shape.
   [[gnu::always_inline]] void add_outputs(node<T>& n) {
-    for (std::size_t i = 0; i < n.num_outputs(); ++i) {
+    const shape* s = n.output_shapes().begin();
+    for (const auto& hooks : n.pre_hook_lists()) {
       mix(0x4F5554ULL);
-      add_hooks(n.pre_hooks(i));
-      add_shape(n.output_shape(i));
+      add_hooks(hooks);
+      add_shape(*s++);
     }
   }
 
   /// What the node's backward reads (`node::collect`): its rule's constants keyed, its saved
   /// tensors collected and their shapes keyed; a node that cannot say (or applies hooks
   /// itself) makes the walk partial.
-  [[gnu::always_inline]] void add_saved(node<T>& n, bool accumulates) {
+  [[gnu::always_inline]] void add_saved(node<T>& n) {
     std::uint64_t params = 0;
     const std::size_t first = col.tensors.size();
     if (n.applies_hooks() || !n.collect(params, col.tensors)) {
@@ -325,19 +339,27 @@ struct key_walk {
       return;
     }
     mix(params);
-    // (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the
-    // captured graph did not; see `run_plan`.)
-    for (std::size_t j = first; j < col.tensors.size() && !accumulates; ++j) {
-      if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->shape());
+    for (std::size_t j = first; j < col.tensors.size(); ++j) {
+      if (col.tensors[j] && col.tensors[j]->defined()) add_shape(col.tensors[j]->raw_impl()->sizes);
       else key.sizes.push_back(-1);
     }
   }
 
-  /// An AccumulateGrad's leaf hooks (by kind), when its leaf is alive; the leaf kept
-  /// (`collected::leaves`). Every AccumulateGrad mixes a word: equal keys have them at the
-  /// same NodeCalls, so a plan's index into `leaves` holds on each of its hits.
-  [[gnu::always_inline]] void add_leaf_hooks(node<T>& n) {
+  /// An AccumulateGrad: what its `collect` reads (its leaf's gradient so far, and whether the
+  /// leaf is alive as its constant), then its leaf hooks (by kind), the leaf locked once for
+  /// both and kept (`collected::leaves`). Every AccumulateGrad adds a word: equal keys have
+  /// them at the same NodeCalls, so a plan's index into `leaves` holds on each of its hits.
+  /// (A leaf's gradient so far is not keyed: a hit adds to it after the graph if the captured
+  /// graph did not; see `run_plan`.)
+  [[gnu::always_inline]] void add_leaf(node<T>& n) {
     auto leaf = static_cast<fusegrad::detail::accumulate_grad<T>&>(n).variable();
+    if (n.applies_hooks()) {  // (as `add_saved`: no AccumulateGrad says so today)
+      col.all = false;
+      mix(0xC0FFEEULL);
+    } else {
+      col.tensors.push_back(leaf.defined() ? &leaf.raw_impl()->grad : nullptr);  // (`accumulate_grad::collect`)
+      mix(leaf.defined() ? 1 : 0);
+    }
     if (leaf.defined()) {
       mix(0x4C454146ULL);
       add_hooks(leaf.raw_impl()->leaf_hooks);
@@ -360,7 +382,7 @@ struct key_walk {
 /// checks them). Hooks enter the key by position and kind, not by id: an opaque hook is an
 /// input of the captured graph, collected from the tape on every hit.
 template <Element T>
-const walk_key& make_key(const std::vector<tensor<T>>& roots) {
+walk_key& make_key(const std::vector<tensor<T>>& roots) {
   thread_local walk_key key;
   thread_local call_index call;
   key_walk<T> walk{key, call, collected_of<T>()};
@@ -371,20 +393,34 @@ const walk_key& make_key(const std::vector<tensor<T>>& roots) {
   return key;
 }
 
-/// `a == b` for the short texts of node names, inlined: eight bytes a step, not a call to
-/// memcmp per node.
+/// The `n` bytes at `p` (1 to 8) as a word, in two overlapping loads: no loop over bytes.
+[[gnu::always_inline]] inline std::uint64_t short_text_word(const char* p, std::size_t n) noexcept {
+  if (n >= 4) {
+    std::uint32_t lo = 0, hi = 0;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + n - 4, 4);
+    return lo | static_cast<std::uint64_t>(hi) << 32;
+  }
+  return static_cast<std::uint64_t>(static_cast<unsigned char>(p[0])) |
+         static_cast<std::uint64_t>(static_cast<unsigned char>(p[n / 2])) << 8 |
+         static_cast<std::uint64_t>(static_cast<unsigned char>(p[n - 1])) << 16;
+}
+
+/// `a == b` for the short texts of node names, inlined: eight bytes a step and the last eight
+/// (overlapping) at once, not a call to memcmp nor a loop over bytes per node.
 [[gnu::always_inline]] inline bool same_text(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  std::size_t i = 0;
-  for (; i + 8 <= a.size(); i += 8) {
-    std::uint64_t x = 0, y = 0;
+  const std::size_t n = a.size();
+  if (n != b.size()) return false;
+  if (n < 8) return n == 0 || short_text_word(a.data(), n) == short_text_word(b.data(), n);
+  std::uint64_t x = 0, y = 0;
+  for (std::size_t i = 0; i + 8 < n; i += 8) {
     std::memcpy(&x, a.data() + i, 8);
     std::memcpy(&y, b.data() + i, 8);
     if (x != y) return false;
   }
-  for (; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
+  std::memcpy(&x, a.data() + n - 8, 8);
+  std::memcpy(&y, b.data() + n - 8, 8);
+  return x == y;
 }
 
 /// Whether cached key `c` stands for the tape `key` stands for, their hashes being equal:
@@ -396,6 +432,25 @@ inline bool same_nodes(const cached_key& c, const walk_key& key) {
     if (!same_text(c.names[i], key.names[i])) return false;
   }
   return true;
+}
+
+/// The per-node hashes of `key` (`structure`: each node's name and words) and its size per node
+/// (`bytes`, for the verbose log), made from its words; kept where `structure` is already
+/// filled (a key hashed before, or given other hashes by a caller).
+inline void hash_nodes(walk_key& key) {
+  if (key.structure.size() == key.size()) return;
+  key.structure.clear();
+  key.bytes.clear();
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    const std::uint64_t header = key.words[w++];
+    const std::size_t count = header & 0xFFFFFFFFULL, edges = header >> 32;
+    fusegrad::detail::fnv1a h(name_hash(key.names[i]));
+    for (std::size_t k = 0; k < count; ++k) h.mix(key.words[w++]);
+    key.structure.push_back(h.value());
+    key.bytes.push_back(
+        static_cast<std::uint32_t>((i == 0 ? 8 : 16) + 8 * (edges + key.offsets[i + 1] - key.offsets[i])));
+  }
 }
 
 /// How many NodeCalls `c` and `key` share from the root.
@@ -445,33 +500,38 @@ inline cached_key& add_key(state& st, const walk_key& key) {
   c.names.assign(key.names.begin(), key.names.end());
   c.bytes = key.bytes;
   c.offsets = key.offsets;
-  c.sizes = key.sizes;
+  c.sizes.assign(key.sizes.begin(), key.sizes.end());
   c.dynamic.assign(key.sizes.size(), 0);
   st.keys.push_back(std::move(c));
   return st.keys.back();
 }
 
 /// Looks `key` up (true: a hit); on a miss, records it and logs why. `found`, when given, gets
-/// the cached key (valid while the caller holds `capture_mu`).
-inline bool lookup(const walk_key& key, cached_key** found = nullptr) {
+/// the cached key (valid while the caller holds `capture_mu`). The common hit, a cached key
+/// with everything equal, compares words, sizes and names (memcmp-speed) and hashes nothing;
+/// only a key that is none of them is hashed (`hash_nodes`), to find the cached key sharing
+/// its longest prefix.
+inline bool lookup(walk_key& key, cached_key** found = nullptr) {
   auto& st = global_state();
   std::lock_guard lock(st.mu);
+  for (auto& c : st.keys) {
+    if (c.names.size() == key.size() && key.sizes == c.sizes && c.offsets == key.offsets && same_nodes(c, key)) {
+      if (found) *found = &c;
+      return true;
+    }
+  }
+  hash_nodes(key);
   // The cached key sharing the longest structural prefix.
   std::size_t best = 0;
   cached_key* best_key = nullptr;
   for (auto& c : st.keys) {
-    if (c.structure.size() == key.size() && c.sizes == key.sizes && c.offsets == key.offsets &&
-        std::equal(c.structure.begin(), c.structure.end(), key.structure.begin()) && same_nodes(c, key)) {
-      if (found) *found = &c;  // the common hit: everything equal (memcmp-speed compares)
-      return true;
-    }
     const std::size_t p = common_prefix(c, key);
     // Same structure and ranks (other ranks: a new key).
     if (p == key.size() && p == c.structure.size() && c.sizes.size() == key.sizes.size() && c.offsets == key.offsets) {
       if (same_nodes(c, key)) {  // a hit unless a static size changed
         if (found) *found = &c;
         if (same_static_sizes(c, key)) return true;
-        c.sizes = key.sizes;
+        c.sizes.assign(key.sizes.begin(), key.sizes.end());
         return false;
       }
       logs::emit(logs::compiled_autograd_verbose,

@@ -41,6 +41,11 @@ struct plan {
     std::uint32_t index = 0;
   };
   std::vector<source> inputs;
+  /// The graph inputs whose shapes the key does not hold (a leaf's gradient so far): checked
+  /// against the entry's guards on each hit. The key holds the others' shapes (saved tensors,
+  /// root gradients; a scalar is 0-d), which passed those guards at the capture, so a hit
+  /// with the capture's key sizes passes them again without a check.
+  std::vector<std::uint32_t> unkeyed;
   /// Sources that were one tensor at the capture (a tensor two nodes saved: the graph reads it
   /// once, from the first): a hit runs the plan only where they are one tensor again.
   std::vector<std::pair<source, source>> same;
@@ -200,6 +205,27 @@ std::uint32_t leaf_index(const collected<T>& col, std::size_t q) {
                                                   [](const node<T>* n) { return n->accumulates(); }));
 }
 
+/// The graph inputs whose shapes the key does not hold (`plan::unkeyed`): an AccumulateGrad's
+/// gradient so far.
+template <Element T>
+void find_unkeyed(plan<T>& p, const collected<T>& col) {
+  for (std::size_t i = 0; i < p.inputs.size(); ++i)
+    if (p.inputs[i].kind == plan<T>::from::saved &&
+        col.order[node_of_flat(col, p.inputs[i].index).first]->accumulates())
+      p.unkeyed.push_back(static_cast<std::uint32_t>(i));
+}
+
+/// Whether `t` passes guard `g` of a graph input in a run without grad mode (what
+/// `entry::accepts` checks of each input).
+template <Element T>
+bool fits_guard(const fusegrad::detail::jit::input_guard& g, const tensor<T>& t) {
+  const shape& s = t.shape();
+  if (g.requires_grad || s.size() != g.sizes.size()) return false;
+  for (std::size_t d = 0; d < s.size(); ++d)
+    if ((g.dynamic >> d) & 1U ? s[d] < 2 : s[d] != g.sizes[d]) return false;
+  return true;
+}
+
 /// The AccumulateGrad each output of the captured graph goes to (its leaf's gradient), and
 /// whether the graph added the gradient the leaf had; false where an output is not a leaf's.
 template <Element T>
@@ -289,6 +315,8 @@ template <Element T>
 std::shared_ptr<const plan<T>> make_plan(const flush_record<T>& rec, const collected<T>& col,
                                          const std::vector<index_t>& key_sizes) {
   if (!col.all || rec.flushes != 1 || !rec.compiled || !rec.e || rec.e->bwd || rec.e->eager) return nullptr;
+  if (!rec.e->accepts(rec.inputs, false, rec.e->alias_of))
+    return nullptr;  // (what a hit then checks of `unkeyed` only)
   auto p = std::make_shared<plan<T>>();
   p->e = rec.e;
   p->key_sizes = key_sizes;
@@ -296,6 +324,7 @@ std::shared_ptr<const plan<T>> make_plan(const flush_record<T>& rec, const colle
   if (rec.e->dynamic) p->shapes = fusegrad::detail::jit::entry_shapes(*rec.e, rec.inputs);
   const auto by_impl = sources_by_impl(col, p->same);
   if (!find_inputs(*p, rec, by_impl) || !find_outputs(*p, rec, col) || !find_call_slots(*p, rec, col)) return nullptr;
+  find_unkeyed(*p, col);
   return p;
 }
 
@@ -378,7 +407,8 @@ struct clear_inputs {
 /// A cache hit: the captured graph run on the values the key walk collected, its outputs
 /// accumulated into the leaves (PyTorch's AccumulateGrad: a fresh buffer is taken over).
 /// False, having changed nothing, where the inputs do not fit the plan's program (the caller
-/// then captures again).
+/// then captures again). The caller matched the key's sizes to the plan's: of the entry's
+/// guards, only the `unkeyed` inputs' are left to check.
 template <Element T>
 bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   const auto& e = *p.e;
@@ -386,7 +416,8 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   inputs.clear();
   clear_inputs<T> clear_on_exit{inputs};
   if (col.leaves.size() != p.leaf_count || !gather_inputs(p, col, inputs)) return false;
-  if (!e.accepts(inputs, false, e.alias_of)) return false;
+  for (const std::uint32_t i : p.unkeyed)
+    if (!fits_guard(e.inputs[i], inputs[i])) return false;
   const std::vector<fusegrad::detail::jit::call_fn<T>>* fns = &p.fns;
   std::vector<fusegrad::detail::jit::call_fn<T>> with_hooks;
   if (!p.hooks.empty()) {

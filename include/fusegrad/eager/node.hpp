@@ -106,8 +106,8 @@ class node {
   [[nodiscard]] virtual std::string_view name() const = 0;
   /// Whether this is a leaf's `AccumulateGrad` node (`detail::accumulate_grad`, the only one
   /// that says so): what the engine and compiled autograd's key walk ask of every node,
-  /// without comparing names or a `dynamic_cast`.
-  [[nodiscard]] virtual bool accumulates() const noexcept { return false; }
+  /// without comparing names, a `dynamic_cast` or a virtual call.
+  [[nodiscard]] bool accumulates() const noexcept { return accumulates_; }
   /// Computes input gradients from output gradients (`grads[i]` has `output_shape(i)`).
   /// An undefined entry in the result means "no gradient for that input".
   virtual std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) = 0;
@@ -143,10 +143,13 @@ class node {
   [[nodiscard]] const edge_list& next_edges() const noexcept { return edges_; }
   [[nodiscard]] std::size_t num_outputs() const noexcept { return output_shapes_.size(); }
   [[nodiscard]] const shape& output_shape(std::size_t i) const { return output_shapes_.at(i); }
+  /// Every output's shape, and below every output's hooks (`pre_hooks`), in output order.
+  [[nodiscard]] const node_list<shape, 1>& output_shapes() const noexcept { return output_shapes_; }
   /// Creation order; the engine runs later nodes first.
   [[nodiscard]] std::uint64_t sequence_nr() const noexcept { return sequence_nr_; }
   /// Hooks run on the gradient of output `i` before `apply` (non-leaf tensor hooks).
   [[nodiscard]] std::vector<hook<T>>& pre_hooks(std::size_t i) { return pre_hooks_.at(i); }
+  [[nodiscard]] const node_list<std::vector<hook<T>>, 1>& pre_hook_lists() const noexcept { return pre_hooks_; }
 
   /// Whether the engine hands `apply` zeros for an output whose gradient nothing produced
   /// (the default), or leaves it undefined and runs none of its hooks (PyTorch's
@@ -162,6 +165,12 @@ class node {
   void set_applies_hooks(bool a) noexcept { applies_hooks_ = a; }
 
   void set_next_edges(edge_list e) { edges_ = std::move(e); }
+
+ protected:
+  /// Made by `detail::accumulate_grad` only (see `accumulates`).
+  void set_accumulates() noexcept { accumulates_ = true; }
+
+ public:
   void add_output(shape s) {
     output_shapes_.push_back(std::move(s));
     pre_hooks_.push_back({});
@@ -174,6 +183,7 @@ class node {
   std::uint64_t sequence_nr_;
   bool materialize_grads_ = true;
   bool applies_hooks_ = false;
+  bool accumulates_ = false;
 };
 
 namespace detail {

@@ -86,9 +86,11 @@ bool owned_alone(const tensor<T>& g) {
 template <Element T>
 class accumulate_grad final : public node<T> {
  public:
-  explicit accumulate_grad(const std::shared_ptr<tensor_impl<T>>& leaf) : leaf_(leaf) { this->add_output(leaf->sizes); }
+  explicit accumulate_grad(const std::shared_ptr<tensor_impl<T>>& leaf) : leaf_(leaf) {
+    this->add_output(leaf->sizes);
+    this->set_accumulates();
+  }
   [[nodiscard]] std::string_view name() const override { return "AccumulateGrad"; }
-  [[nodiscard]] bool accumulates() const noexcept override { return true; }
   std::vector<tensor<T>> apply(std::vector<tensor<T>>& grads) override {
     auto leaf = leaf_.lock();
     if (!leaf) return {};
