@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -447,4 +448,28 @@ TEST_CASE("trace_once: a hit on a view of the traced sizes, a long signature, an
   CHECK(same_bits(twice(z.detach().clone()), z * 2.0f));
   CHECK(same_bits(twice(z.detach().clone()), z * 2.0f));
   CHECK(moved_calls == 1);
+}
+
+TEST_CASE("trace_once: a thread's last replay belongs to the function called") {
+  // A thread keeps the record it replayed last: two functions of one signature called in turn,
+  // and functions made one after another (where a destroyed one's state was, perhaps), each
+  // replay their own trace.
+  const auto x = fg::randn<float>({16}, 1), y = fg::randn<float>({16}, 2);
+  auto add =
+      fg::jit([](const fg::tensor<float>& a, const fg::tensor<float>& b) { return a + b; }, {.trace_once = true});
+  auto mul =
+      fg::jit([](const fg::tensor<float>& a, const fg::tensor<float>& b) { return a * b; }, {.trace_once = true});
+  for (int i = 0; i < 3; ++i) {
+    CHECK(same_bits(add(x, y), x + y));
+    CHECK(same_bits(mul(x, y), x * y));
+  }
+  using fn_t = std::function<fg::tensor<float>(const fg::tensor<float>&, const fg::tensor<float>&)>;
+  for (int i = 1; i <= 3; ++i) {
+    CAPTURE(i);
+    const auto s = static_cast<float>(i);
+    auto f = fg::jit(fn_t([s](const fg::tensor<float>& a, const fg::tensor<float>& b) { return a * b * s; }),
+                     {.trace_once = true});
+    CHECK(same_bits(f(x, y), x * y * s));
+    CHECK(same_bits(f(x, y), x * y * s));
+  }
 }

@@ -84,7 +84,6 @@ class flat_signature {
 /// allocates nothing and raises no reference count for its signature.
 template <Element T>
 struct call_key {
-  struct key_list;
   small_vector<const tensor<T>*, 8> tensors;
   /// The whole signature but `keys`, compared with a record's in one pass (`std::memcmp`): the
   /// grad mode; the layout's length, then per argument its kind and its length or its value's
@@ -94,8 +93,9 @@ struct call_key {
   /// Each list is preceded by its length, so that two signatures are equal exactly when every
   /// part is.
   flat_signature flat;
-  reused_vector<std::string, key_list> keys;  ///< the keys of its `std::map` arguments, in order
-  std::vector<tensor<T>> held;                ///< `hold`'s copies
+  small_vector<const std::string*, 8> keys;  ///< the keys of its `std::map` arguments, in order
+  std::vector<tensor<T>> held;               ///< `hold`'s copies
+  std::vector<std::string> held_keys;
 
   call_key() {  // the grad mode and the layout's length, set by `seal` once `add_arg` appended the layout
     flat.push_back(0);
@@ -108,6 +108,9 @@ struct call_key {
     held.reserve(tensors.size());
     for (const tensor<T>* t : tensors) held.push_back(*t);
     for (std::size_t i = 0; i < held.size(); ++i) tensors[i] = &held[i];
+    held_keys.reserve(keys.size());
+    for (const std::string* key : keys) held_keys.push_back(*key);
+    for (std::size_t i = 0; i < held_keys.size(); ++i) keys[i] = &held_keys[i];
   }
 };
 
@@ -138,8 +141,12 @@ template <Element T>
 struct replayer {
   /// Fills `k`'s flat signature from its layout and tensors, under the grad mode.
   static void seal(call_key<T>& k);
-  /// The record whose signature `k` matches (made most recently used), or null.
-  static std::shared_ptr<const traced_call<T>> find(function_state& st, const call_key<T>& k);
+  /// The record whose signature `k` matches, or null: the one this thread replayed last for
+  /// `st` when it does, else one of `st`'s (made most recently used), which this thread then
+  /// holds in place of its last (the pointer is valid until the thread's next `find`). A hit
+  /// on the thread's last record takes neither the function's lock nor a reference to the
+  /// record; a record the function's cache dropped since still stands for its signature.
+  static const traced_call<T>* find(function_state& st, const call_key<T>& k);
   /// After a traced call with signature `k`: checks that its trace (`rec`; `other_flushes`:
   /// graphs of the other element type) can stand for it, naming what cannot, and keeps its
   /// record. `results`: the result's tensors (null: undefined), its containers' lengths and keys.
@@ -151,6 +158,8 @@ struct replayer {
 
  private:
   static bool matches(const traced_call<T>& c, const call_key<T>& k);
+  /// `find` among `st`'s records.
+  static std::shared_ptr<const traced_call<T>> find_shared(function_state& st, const call_key<T>& k);
   /// Record `c`'s entry run on `args`: its outputs' tensors into `outs`.
   static void run_outputs(const traced_call<T>& c, std::span<const tensor<T>* const> args,
                           std::vector<tensor<T>>& outs);
@@ -218,11 +227,12 @@ void replayer<T>::seal(call_key<T>& k) {
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
     const tensor_impl<T>* a = ts[i]->raw_impl().get();
     std::int64_t same_as = -1, alias_of = -1;
+    const storage<T>* const store = a ? a->store.get() : nullptr;
     for (std::size_t j = 0; a && j < i; ++j) {
       const tensor_impl<T>* b = ts[j]->raw_impl().get();
       if (!b) continue;
       if (same_as < 0 && a == b) same_as = static_cast<std::int64_t>(j);
-      if (alias_of < 0 && a->store && a->store == b->store) alias_of = static_cast<std::int64_t>(j);
+      if (alias_of < 0 && store && store == b->store.get()) alias_of = static_cast<std::int64_t>(j);
     }
     *w++ = same_as;
     *w++ = alias_of;
@@ -230,18 +240,38 @@ void replayer<T>::seal(call_key<T>& k) {
     if (!a) continue;
     *w++ = grad_mode && a->requires_grad;
     *w++ = static_cast<std::int64_t>(a->sizes.size());
-    w = std::copy(a->sizes.begin(), a->sizes.end(), w);
+    for (const index_t d : a->sizes) *w++ = d;  // (a loop: `std::copy` calls memmove for these few)
   }
 }
 
 template <Element T>
 bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
   return c.flat.size() == k.flat.size() &&
-         std::memcmp(c.flat.data(), k.flat.data(), k.flat.size() * sizeof(std::int64_t)) == 0 && c.keys == *k.keys;
+         std::memcmp(c.flat.data(), k.flat.data(), k.flat.size() * sizeof(std::int64_t)) == 0 &&
+         std::equal(c.keys.begin(), c.keys.end(), k.keys.begin(), k.keys.end(),
+                    [](const std::string& a, const std::string* b) { return a == *b; });
 }
 
 template <Element T>
-std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, const call_key<T>& k) {
+const traced_call<T>* replayer<T>::find(function_state& st, const call_key<T>& k) {
+  struct last_replay {
+    std::uint64_t function = 0;  // `function_state::id` (0: none)
+    std::shared_ptr<const traced_call<T>> record;
+  };
+  thread_local last_replay last;
+  if (last.function == st.id && matches(*last.record, k)) {
+    bump(counter_cells().cache_hits);
+    return last.record.get();
+  }
+  std::shared_ptr<const traced_call<T>> c = find_shared(st, k);
+  if (!c) return nullptr;
+  last.function = st.id;
+  last.record = std::move(c);
+  return last.record.get();
+}
+
+template <Element T>
+std::shared_ptr<const traced_call<T>> replayer<T>::find_shared(function_state& st, const call_key<T>& k) {
   std::lock_guard lock(st.mu);
   auto& v = st.cache_of<T>().traced;
   for (std::size_t q = 0; q < v.size(); ++q)
@@ -320,7 +350,7 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
   c->result_counts = std::move(counts);
   c->result_keys = std::move(keys);
   c->flat.assign(k.flat.data(), k.flat.data() + k.flat.size());
-  c->keys = *k.keys;
+  for (const std::string* key : k.keys) c->keys.push_back(*key);
   std::lock_guard lock(st.mu);
   auto& v = st.cache_of<T>().traced;
   const auto same = [&](const std::shared_ptr<const traced_call<T>>& o) {  // another thread traced it meanwhile
@@ -459,7 +489,7 @@ void add_arg(call_key<T>& k, const A& a) {
     f.push_back(map_arg);
     f.push_back(static_cast<std::int64_t>(a.size()));
     for (const auto& [key, v] : a) {
-      k.keys->push_back(key);
+      k.keys.push_back(&key);
       add(v);
     }
   } else {
