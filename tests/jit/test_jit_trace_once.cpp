@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -388,4 +389,87 @@ TEST_CASE("trace_once: a hit reuses the thread's buffers, never a result, and ch
   const auto x = fg::randn<float>({1024}, 30);
   CHECK(same_bits(outer(x), (x * x + x) + ((x * 2.0f) * x + x)));
   CHECK(same_bits(outer(x), (x * x + x) + ((x * 2.0f) * x + x)));
+}
+
+TEST_CASE("trace_once: a hit on a view of the traced sizes, a long signature, and arguments the function moves from") {
+  // The signature holds sizes, not strides: a strided view of the traced sizes hits, and the
+  // replay reads it as a view (its program's loops read it made contiguous).
+  int xyz_calls = 0;
+  auto xyz = fg::jit(
+      [&xyz_calls](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& w) {
+        ++xyz_calls;
+        return x * y + w;
+      },
+      {.trace_once = true});
+  const auto x = fg::randn<float>({2, 3}, 1), y = fg::randn<float>({2, 3}, 2), w = fg::randn<float>({2, 3}, 4);
+  const auto t = fg::randn<float>({3, 2}, 3).transpose(0, 1);  // sizes {2, 3}, not contiguous
+  REQUIRE(!t.is_contiguous());
+  CHECK(same_bits(xyz(x, y, w), x * y + w));
+  CHECK(same_bits(xyz(t, y, w), t * y + w));
+  CHECK(same_bits(xyz(x, y, t), x * y + t));
+  CHECK(xyz_calls == 1);  // the views hit
+
+  // A signature longer than the buffer a call keeps on its stack: each part still tells calls
+  // apart, the last tensor's sizes included.
+  int calls = 0;
+  auto total = fg::jit(
+      [&calls](const std::vector<fg::tensor<double>>& v) {
+        ++calls;
+        fg::tensor<double> r = v[0];
+        for (std::size_t i = 1; i < v.size(); ++i) r = r + v[i];
+        return r;
+      },
+      {.trace_once = true});
+  std::vector<fg::tensor<double>> v;
+  for (int i = 0; i < 24; ++i) v.push_back(fg::randn<double>({2, 2}, 40 + i));
+  fg::tensor<double> want = v[0];
+  for (std::size_t i = 1; i < v.size(); ++i) want = want + v[i];
+  CHECK(same_bits(total(v), want));
+  CHECK(same_bits(total(v), want));
+  CHECK(calls == 1);
+  v.back() = fg::randn<double>({1, 2}, 70);  // broadcast: the last tensor's sizes alone differ
+  (void)total(v);
+  CHECK(calls == 2);
+  v.back() = v.front();  // the same tensor twice: aliasing alone differs
+  (void)total(v);
+  CHECK(calls == 3);
+
+  // A function that takes its argument by value and moves from it: the record is still made
+  // from the argument it was called with.
+  int moved_calls = 0;
+  auto twice = fg::jit(
+      [&moved_calls](fg::tensor<float> a) {
+        ++moved_calls;
+        const fg::tensor<float> own = std::move(a);
+        return own * 2.0f;
+      },
+      {.trace_once = true});
+  const auto z = fg::randn<float>({5}, 9);
+  CHECK(same_bits(twice(z.detach().clone()), z * 2.0f));
+  CHECK(same_bits(twice(z.detach().clone()), z * 2.0f));
+  CHECK(moved_calls == 1);
+}
+
+TEST_CASE("trace_once: a thread's last replay belongs to the function called") {
+  // A thread keeps the record it replayed last: two functions of one signature called in turn,
+  // and functions made one after another (where a destroyed one's state was, perhaps), each
+  // replay their own trace.
+  const auto x = fg::randn<float>({16}, 1), y = fg::randn<float>({16}, 2);
+  auto add =
+      fg::jit([](const fg::tensor<float>& a, const fg::tensor<float>& b) { return a + b; }, {.trace_once = true});
+  auto mul =
+      fg::jit([](const fg::tensor<float>& a, const fg::tensor<float>& b) { return a * b; }, {.trace_once = true});
+  for (int i = 0; i < 3; ++i) {
+    CHECK(same_bits(add(x, y), x + y));
+    CHECK(same_bits(mul(x, y), x * y));
+  }
+  using fn_t = std::function<fg::tensor<float>(const fg::tensor<float>&, const fg::tensor<float>&)>;
+  for (int i = 1; i <= 3; ++i) {
+    CAPTURE(i);
+    const auto s = static_cast<float>(i);
+    auto f = fg::jit(fn_t([s](const fg::tensor<float>& a, const fg::tensor<float>& b) { return a * b * s; }),
+                     {.trace_once = true});
+    CHECK(same_bits(f(x, y), x * y * s));
+    CHECK(same_bits(f(x, y), x * y * s));
+  }
 }

@@ -129,9 +129,16 @@ struct cache {
   std::vector<std::shared_ptr<const traced_call<T>>> traced;  ///< trace_once records, most recently used first
 };
 
+/// A number no other jitted function of the process has had (an address may be reused).
+inline std::uint64_t next_function_id() noexcept {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 /// Everything a jitted function shares between calls and threads.
 struct function_state {
   explicit function_state(jit_options o) : opts(std::move(o)) {}
+  const std::uint64_t id = next_function_id();  ///< never 0
   jit_options opts;
   std::mutex mu;
   std::tuple<cache<float>, cache<double>> caches;

@@ -204,10 +204,10 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     J::call_key<E> key;
     (J::add_arg(key, args), ...);
     J::replayer<E>::seal(key);
-    if (const auto c = J::replayer<E>::find(*st_, key)) {
+    if (const J::traced_call<E>* c = J::replayer<E>::find(*st_, key)) {
       struct replay_results;
       detail::reused_vector<tensor<E>, replay_results> ts;
-      J::replayer<E>::replay(*c, *key.tensors, *ts);
+      J::replayer<E>::replay(*c, key.tensors, *ts);
       if constexpr (!std::is_void_v<R>) {
         std::size_t t = 0, n = 0, k = 0;
         return J::rebuild<E, R>(*ts, *c, t, n, k);
@@ -215,6 +215,7 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
         return;
       }
     }
+    key.hold();
     J::tracing_scope<J::deferred_t<void, F>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);

@@ -22,11 +22,14 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "fusegrad/core/machine.hpp"
 #include "fusegrad/core/reused_vector.hpp"
+#include "fusegrad/core/small_vector.hpp"
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/eager/reduce.hpp"
 #include "fusegrad/ir/graph.hpp"
@@ -99,7 +102,20 @@ class program {
     for (std::size_t i = 0; i < outputs_.size(); ++i)
       move_out_.push_back(std::find(outputs_.begin() + static_cast<std::ptrdiff_t>(i) + 1, outputs_.end(),
                                     outputs_[i]) == outputs_.end());
+    borrow_inputs_ = only_loops_read_inputs();
+    for (std::size_t k = 0; k < g_.nodes().size(); ++k)
+      if (g_.nodes()[k].kind == ir::node_kind::input && need_[k]) input_nodes_.push_back(static_cast<int>(k));
+    for (const step& st : steps_)
+      reduces_.push_back(std::any_of(st.code.begin(), st.code.end(), [&](const instr& in) {
+        const auto kind = g_.nodes()[static_cast<std::size_t>(in.node)].kind;
+        return is_reduction(kind) || kind == ir::node_kind::sum_to;
+      }));
   }
+
+  /// Whether a run checks each input's shape against the program's: `guarded` where the
+  /// caller's guards already imply it (a `trace_once` replay, whose signature holds every
+  /// argument's sizes, on the entry traced with them).
+  enum class input_check : bool { shapes, guarded };
 
   /// Runs the program: one tensor per output, in order. `sizes` (optional) gives every
   /// node's shape when the inputs' shapes differ from the lowered ones (see `fits`).
@@ -119,6 +135,10 @@ class program {
   /// reuses one list.
   void run_into(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>& out,
                 const std::vector<shape>* sizes = nullptr, const std::vector<call_fn<T>>* fns = nullptr) const;
+  /// `run_into` on the tensors `inputs` points to (alive for the run), their shapes checked or
+  /// not (`check`).
+  void run_into(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>& out, const std::vector<shape>* sizes,
+                const std::vector<call_fn<T>>* fns, input_check check) const;
 
   /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
   /// iteration shape, and its operands still have that shape or one element).
@@ -160,13 +180,27 @@ class program {
     return sizes ? (*sizes)[k] : g_.nodes()[k].sizes;
   }
 
-  /// `run_into`: the inputs taken over (moved from) where `taken` is `&inputs`, else only read (null).
-  void run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken, std::vector<tensor<T>>& out,
-              const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const;
-  /// Checks each input the program reads against its shape and puts it in `vals` (made
-  /// contiguous where a loop or the row step reads it), moved there from `taken` when given.
-  void take_inputs(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken, const std::vector<shape>* sizes,
-                   std::vector<tensor<T>>& vals) const;
+  /// `run_into`: the inputs taken over (moved from) where `taken` holds them, else only read (null).
+  void run_on(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>* taken, std::vector<tensor<T>>& out,
+              const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns, input_check check) const;
+  /// Checks each input the program reads against its shape (unless `guarded`) and puts it in
+  /// `vals` (made contiguous where a loop or the row step reads it), moved there from `taken`
+  /// when given, else borrowed where `borrow_inputs_` allows, else shared.
+  void take_inputs(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>* taken,
+                   const std::vector<shape>* sizes, input_check check, std::vector<tensor<T>>& vals) const;
+  /// True when no step but a loop reads an input and no output is one: a loop reads only its
+  /// inputs' elements, during the run, so the run may hold them without owning them.
+  [[nodiscard]] bool only_loops_read_inputs() const {
+    const auto& ns = g_.nodes();
+    return std::all_of(steps_.begin(), steps_.end(), [](const step& st) { return !st.eager && st.rows < 0; }) &&
+           std::none_of(outputs_.begin(), outputs_.end(),
+                        [&](int o) { return ns[static_cast<std::size_t>(o)].kind == ir::node_kind::input; });
+  }
+  /// A tensor of `x`'s impl that does not own it (the aliasing constructor on an empty owner:
+  /// no reference count raised or dropped), valid while `x` lives.
+  [[nodiscard]] static tensor<T> borrowed(const tensor<T>& x) noexcept {
+    return tensor<T>(std::shared_ptr<tensor_impl<T>>(std::shared_ptr<void>(), x.raw_impl().get()));
+  }
   /// Runs eager step `st`: its node's eager kernel, or its `call_hook` or `call` function.
   void run_eager(const step& st, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
                  const std::vector<call_fn<T>>* fns) const;
@@ -312,6 +346,9 @@ class program {
   /// once used: a freed buffer goes back to the buffer cache, warm, for the next step).
   std::vector<std::vector<int>> last_read_;
   std::shared_ptr<native_code<T>> native_;
+  bool borrow_inputs_ = false;    ///< `only_loops_read_inputs`: a run borrows its inputs rather than sharing them
+  std::vector<int> input_nodes_;  ///< the input nodes the outputs need, in order
+  std::vector<char> reduces_;     ///< per step: a loop with reductions (their values stored once it ran)
 };
 
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
@@ -319,21 +356,32 @@ class program {
 template <Element T>
 void program<T>::run_into(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>& out,
                           const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns) const {
-  run_on(inputs, nullptr, out, sizes, fns);
+  small_vector<const tensor<T>*, 8> in;
+  for (const tensor<T>& t : inputs) in.push_back(&t);
+  run_on(in, nullptr, out, sizes, fns, input_check::shapes);
+}
+
+template <Element T>
+void program<T>::run_into(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>& out,
+                          const std::vector<shape>* sizes, const std::vector<call_fn<T>>* fns,
+                          input_check check) const {
+  run_on(inputs, nullptr, out, sizes, fns, check);
 }
 
 template <Element T>
 std::vector<tensor<T>> program<T>::run(std::vector<tensor<T>>&& inputs, const std::vector<shape>* sizes,
                                        const std::vector<call_fn<T>>* fns) const {
+  small_vector<const tensor<T>*, 8> in;
+  for (const tensor<T>& t : inputs) in.push_back(&t);
   std::vector<tensor<T>> out;
-  run_on(inputs, &inputs, out, sizes, fns);
+  run_on(in, &inputs, out, sizes, fns, input_check::shapes);
   return out;
 }
 
 template <Element T>
-void program<T>::run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
+void program<T>::run_on(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>* taken,
                         std::vector<tensor<T>>& out, const std::vector<shape>* sizes,
-                        const std::vector<call_fn<T>>* fns) const {
+                        const std::vector<call_fn<T>>* fns, input_check check) const {
   if (static_cast<int>(inputs.size()) != g_.num_inputs())
     fusegrad::detail::fail("jit program", "expected ", g_.num_inputs(), " inputs, got ", inputs.size());
   // Every node's value, in a per-thread buffer reused by the next run (a run inside a run,
@@ -342,7 +390,7 @@ void program<T>::run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor
   fusegrad::detail::reused_vector<tensor<T>, program_values> buffer;
   std::vector<tensor<T>>& vals = *buffer;
   vals.resize(g_.nodes().size());
-  take_inputs(inputs, taken, sizes, vals);
+  take_inputs(inputs, taken, sizes, check, vals);
   if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
@@ -360,19 +408,20 @@ void program<T>::run_on(const std::vector<tensor<T>>& inputs, std::vector<tensor
 }
 
 template <Element T>
-void program<T>::take_inputs(const std::vector<tensor<T>>& inputs, std::vector<tensor<T>>* taken,
-                             const std::vector<shape>* sizes, std::vector<tensor<T>>& vals) const {
+void program<T>::take_inputs(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>* taken,
+                             const std::vector<shape>* sizes, input_check check, std::vector<tensor<T>>& vals) const {
   const auto& ns = g_.nodes();
-  for (std::size_t k = 0; k < ns.size(); ++k) {
+  for (const int node : input_nodes_) {
+    const auto k = static_cast<std::size_t>(node);
     const auto& n = ns[k];
-    if (n.kind != ir::node_kind::input || !need_[k]) continue;
     const auto i = static_cast<std::size_t>(n.index);  // (each input node has its own)
-    const tensor<T>& x = inputs[i];
-    if (x.shape() != size_of(sizes, k))
+    const tensor<T>& x = *inputs[i];
+    if (check == input_check::shapes && x.shape() != size_of(sizes, k))
       fusegrad::detail::fail("jit program", "input ", n.index, " has shape ", fusegrad::to_string(x.shape()),
                              "; the program was compiled for ", fusegrad::to_string(size_of(sizes, k)));
     if (!x.is_contiguous() && dense_[k]) vals[k] = fusegrad::detail::contiguous_copy(x);
     else if (taken) vals[k] = std::move((*taken)[i]);
+    else if (borrow_inputs_) vals[k] = borrowed(x);
     else vals[k] = x;
   }
 }
@@ -936,7 +985,7 @@ void program<T>::run_loop(std::size_t l, std::vector<tensor<T>>& vals, const sha
       fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
   if (split.count <= 1) run_tiles_of(l, tile, pv.data(), 0, total, regs, red.data());
   else run_blocks(l, tile, split, total, pv.data(), red.data());
-  store_reductions(st, vals, sizes, total, split.count, red.data());
+  if (reduces_[l]) store_reductions(st, vals, sizes, total, split.count, red.data());
 }
 
 template <Element T>

@@ -16,10 +16,12 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "fusegrad/core/reused_vector.hpp"
+#include "fusegrad/core/small_vector.hpp"
 #include "fusegrad/jit/entry.hpp"
 #include "fusegrad/jit/log.hpp"
 #include "fusegrad/jit/run_entry.hpp"
@@ -34,24 +37,81 @@
 
 namespace fusegrad::detail::jit {
 
+/// A call's signature as one list of numbers: in a fixed array up to its size (a call's
+/// signature is a few dozen numbers), past it on the heap. Appending is a store and a bound
+/// test; it is neither copied nor moved (its pointer may be into itself).
+class flat_signature {
+ public:
+  flat_signature() = default;
+  flat_signature(const flat_signature&) = delete;
+  flat_signature& operator=(const flat_signature&) = delete;
+
+  void push_back(std::int64_t v) {
+    if (size_ == cap_) [[unlikely]]
+      grow(size_ + 1);
+    data_[size_++] = v;
+  }
+  /// `n` more numbers, to be written through the pointer returned (to the first).
+  std::int64_t* extend(std::size_t n) {
+    if (size_ + n > cap_) [[unlikely]]
+      grow(size_ + n);
+    std::int64_t* const w = data_ + size_;
+    size_ += n;
+    return w;
+  }
+  std::int64_t& operator[](std::size_t i) noexcept { return data_[i]; }
+  [[nodiscard]] const std::int64_t* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  [[gnu::noinline]] void grow(std::size_t n) {  // (out of the appends' way)
+    std::vector<std::int64_t> h(std::max(n, 2 * cap_));
+    std::copy(data_, data_ + size_, h.data());
+    heap_.swap(h);
+    data_ = heap_.data();
+    cap_ = heap_.size();
+  }
+  static constexpr std::size_t local_size = 64;
+  std::array<std::int64_t, local_size> local_;  // (not initialised: written before it is read)
+  std::vector<std::int64_t> heap_;
+  std::int64_t* data_ = local_.data();
+  std::size_t size_ = 0, cap_ = local_size;
+};
+
 /// The signature of one call (`tensors`: its argument tensors, in order, which it is not
-/// compared on). Its lists are the thread's buffers (`reused_vector`): a call that replays a
-/// record allocates nothing for its signature.
+/// compared on; they outlive the call, so it holds them by address). It lives on the stack, in
+/// buffers of fixed size that grow on the heap only past them: a call that replays a record
+/// allocates nothing and raises no reference count for its signature.
 template <Element T>
 struct call_key {
-  struct tensor_list;
-  struct layout_list;
-  struct key_list;
-  struct flat_list;
-  reused_vector<tensor<T>, tensor_list> tensors;
-  reused_vector<std::int64_t, layout_list> layout;  ///< per argument: its kind, then its length or its value's bits
-  reused_vector<std::string, key_list> keys;        ///< the keys of its `std::map` arguments, in order
-  /// The whole signature but `keys` as one array (`replayer::seal`), compared with a record's in
-  /// one pass: the grad mode; the layout; per tensor the first earlier tensor that is the same
-  /// one and the first earlier one sharing its storage (-1: none); per tensor whether it is
-  /// defined, then its requires_grad (under the grad mode), rank and sizes. Each list is
-  /// preceded by its length, so that two signatures are equal exactly when every part is.
-  reused_vector<std::int64_t, flat_list> flat;
+  small_vector<const tensor<T>*, 8> tensors;
+  /// The whole signature but `keys`, compared with a record's in one pass (`std::memcmp`): the
+  /// grad mode; the layout's length, then per argument its kind and its length or its value's
+  /// bits (`add_arg`); the number of tensors, then per tensor the first earlier tensor that is
+  /// the same one and the first earlier one sharing its storage (-1: none), whether it is
+  /// defined, then its requires_grad (under the grad mode), rank and sizes (`replayer::seal`).
+  /// Each list is preceded by its length, so that two signatures are equal exactly when every
+  /// part is.
+  flat_signature flat;
+  small_vector<const std::string*, 8> keys;  ///< the keys of its `std::map` arguments, in order
+  std::vector<tensor<T>> held;               ///< `hold`'s copies
+  std::vector<std::string> held_keys;
+
+  call_key() {  // the grad mode and the layout's length, set by `seal` once `add_arg` appended the layout
+    flat.push_back(0);
+    flat.push_back(0);
+  }
+
+  /// Before a call that runs the function, which may move from its arguments: `tensors` point
+  /// to copies of them (the record is made from them after the call).
+  void hold() {
+    held.reserve(tensors.size());
+    for (const tensor<T>* t : tensors) held.push_back(*t);
+    for (std::size_t i = 0; i < held.size(); ++i) tensors[i] = &held[i];
+    held_keys.reserve(keys.size());
+    for (const std::string* key : keys) held_keys.push_back(*key);
+    for (std::size_t i = 0; i < held_keys.size(); ++i) keys[i] = &held_keys[i];
+  }
 };
 
 /// A traced call's record: its signature and how to replay it.
@@ -67,7 +127,8 @@ struct traced_call {
   bool inputs_are_args = false;                      ///< `input_arg` is 0, 1, ... over all argument tensors
   /// Per tensor of the result: output p (>= 0) of `e`, argument tensor j (-1 - j), or `undefined`.
   std::vector<int> result;
-  std::vector<char> last_use;  ///< per tensor of the result: no later one is the same output of `e`
+  std::vector<char> last_use;        ///< per tensor of the result: no later one is the same output of `e`
+  bool results_are_outputs = false;  ///< `result` is 0, 1, ... over all outputs of `e` (which is not null)
   static constexpr int undefined = std::numeric_limits<int>::min();
   std::vector<std::size_t> result_counts;  ///< lengths of the result's `std::vector`s and maps
   std::vector<std::string> result_keys;    ///< keys of the result's maps
@@ -80,8 +141,12 @@ template <Element T>
 struct replayer {
   /// Fills `k`'s flat signature from its layout and tensors, under the grad mode.
   static void seal(call_key<T>& k);
-  /// The record whose signature `k` matches (made most recently used), or null.
-  static std::shared_ptr<const traced_call<T>> find(function_state& st, const call_key<T>& k);
+  /// The record whose signature `k` matches, or null: the one this thread replayed last for
+  /// `st` when it does, else one of `st`'s (made most recently used), which this thread then
+  /// holds in place of its last (the pointer is valid until the thread's next `find`). A hit
+  /// on the thread's last record takes neither the function's lock nor a reference to the
+  /// record; a record the function's cache dropped since still stands for its signature.
+  static const traced_call<T>* find(function_state& st, const call_key<T>& k);
   /// After a traced call with signature `k`: checks that its trace (`rec`; `other_flushes`:
   /// graphs of the other element type) can stand for it, naming what cannot, and keeps its
   /// record. `results`: the result's tensors (null: undefined), its containers' lengths and keys.
@@ -89,10 +154,19 @@ struct replayer {
                    int other_flushes, const std::vector<const tensor_impl<T>*>& results,
                    std::vector<std::size_t> counts, std::vector<std::string> keys);
   /// The result's tensors of record `c` run on `args` (a call's argument tensors), into `out`.
-  static void replay(const traced_call<T>& c, const std::vector<tensor<T>>& args, std::vector<tensor<T>>& out);
+  static void replay(const traced_call<T>& c, std::span<const tensor<T>* const> args, std::vector<tensor<T>>& out);
 
  private:
   static bool matches(const traced_call<T>& c, const call_key<T>& k);
+  /// `find` among `st`'s records.
+  static std::shared_ptr<const traced_call<T>> find_shared(function_state& st, const call_key<T>& k);
+  /// Record `c`'s entry run on `args`: its outputs' tensors into `outs`.
+  static void run_outputs(const traced_call<T>& c, std::span<const tensor<T>* const> args,
+                          std::vector<tensor<T>>& outs);
+  /// Record `c`'s entry, which records a backward, run on the graph's inputs `ins`: its outputs'
+  /// tensors into `outs`, joined to the inputs on the tape.
+  static void run_recorded(const traced_call<T>& c, std::span<const tensor<T>* const> ins,
+                           std::vector<tensor<T>>& outs);
 };
 
 /// What the tracers of a trace_once call's traced run report (their flushes), from its
@@ -141,44 +215,63 @@ inline constexpr std::size_t max_traced_calls = 64;
 
 template <Element T>
 void replayer<T>::seal(call_key<T>& k) {
-  std::vector<std::int64_t>& f = *k.flat;
-  const std::vector<tensor<T>>& ts = *k.tensors;
+  const auto& ts = k.tensors;
   const bool grad_mode = is_grad_enabled();
   const std::size_t n = ts.size();
-  f.clear();
-  f.push_back(grad_mode);
-  f.push_back(static_cast<std::int64_t>(k.layout->size()));
-  f.insert(f.end(), k.layout->begin(), k.layout->end());
-  f.push_back(static_cast<std::int64_t>(n));
+  k.flat[0] = grad_mode;
+  k.flat[1] = static_cast<std::int64_t>(k.flat.size() - 2);  // (`add_arg` appended the layout)
+  std::size_t len = 1;                                       // the numbers written below, to make room for them at once
+  for (const tensor<T>* t : ts) len += t->defined() ? 5 + t->raw_impl()->sizes.size() : 3;
+  std::int64_t* w = k.flat.extend(len);
+  *w++ = static_cast<std::int64_t>(n);
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
-    const auto& a = ts[i].raw_impl();
+    const tensor_impl<T>* a = ts[i]->raw_impl().get();
     std::int64_t same_as = -1, alias_of = -1;
+    const storage<T>* const store = a ? a->store.get() : nullptr;
     for (std::size_t j = 0; a && j < i; ++j) {
-      const auto& b = ts[j].raw_impl();
+      const tensor_impl<T>* b = ts[j]->raw_impl().get();
       if (!b) continue;
       if (same_as < 0 && a == b) same_as = static_cast<std::int64_t>(j);
-      if (alias_of < 0 && a->store && a->store == b->store) alias_of = static_cast<std::int64_t>(j);
+      if (alias_of < 0 && store && store == b->store.get()) alias_of = static_cast<std::int64_t>(j);
     }
-    f.push_back(same_as);
-    f.push_back(alias_of);
-  }
-  for (const tensor<T>& t : ts) {
-    f.push_back(t.defined());
-    if (!t.defined()) continue;
-    const shape& s = t.shape();
-    f.push_back(grad_mode && t.requires_grad());
-    f.push_back(static_cast<std::int64_t>(s.size()));
-    f.insert(f.end(), s.begin(), s.end());
+    *w++ = same_as;
+    *w++ = alias_of;
+    *w++ = a != nullptr;
+    if (!a) continue;
+    *w++ = grad_mode && a->requires_grad;
+    *w++ = static_cast<std::int64_t>(a->sizes.size());
+    for (const index_t d : a->sizes) *w++ = d;  // (a loop: `std::copy` calls memmove for these few)
   }
 }
 
 template <Element T>
 bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
-  return c.flat == *k.flat && c.keys == *k.keys;
+  return c.flat.size() == k.flat.size() &&
+         std::memcmp(c.flat.data(), k.flat.data(), k.flat.size() * sizeof(std::int64_t)) == 0 &&
+         std::equal(c.keys.begin(), c.keys.end(), k.keys.begin(), k.keys.end(),
+                    [](const std::string& a, const std::string* b) { return a == *b; });
 }
 
 template <Element T>
-std::shared_ptr<const traced_call<T>> replayer<T>::find(function_state& st, const call_key<T>& k) {
+const traced_call<T>* replayer<T>::find(function_state& st, const call_key<T>& k) {
+  struct last_replay {
+    std::uint64_t function = 0;  // `function_state::id` (0: none)
+    std::shared_ptr<const traced_call<T>> record;
+  };
+  thread_local last_replay last;
+  if (last.function == st.id && matches(*last.record, k)) {
+    bump(counter_cells().cache_hits);
+    return last.record.get();
+  }
+  std::shared_ptr<const traced_call<T>> c = find_shared(st, k);
+  if (!c) return nullptr;
+  last.function = st.id;
+  last.record = std::move(c);
+  return last.record.get();
+}
+
+template <Element T>
+std::shared_ptr<const traced_call<T>> replayer<T>::find_shared(function_state& st, const call_key<T>& k) {
   std::lock_guard lock(st.mu);
   auto& v = st.cache_of<T>().traced;
   for (std::size_t q = 0; q < v.size(); ++q)
@@ -219,15 +312,15 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
       continue;
     }
     const auto a =
-        std::find_if(k.tensors->begin(), k.tensors->end(), [&](const tensor<T>& x) { return x.raw_impl().get() == t; });
-    if (a == k.tensors->end())
+        std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>* x) { return x->raw_impl().get() == t; });
+    if (a == k.tensors.end())
       fail("jit", "tensor ", r, " of the result of '", fn, "' (jitted with trace_once=true), of shape ",
            fusegrad::to_string(t->sizes),
            ", was neither computed by the trace nor passed as an argument (a tensor "
            "captured from outside, or made inside the function by a factory, a random op or an op the tracer does "
            "not capture); a replay does not call the function, so it would keep its first value. Compute it from the "
            "arguments with traced ops, or call fg::jit without trace_once");
-    c->result.push_back(-1 - static_cast<int>(a - k.tensors->begin()));
+    c->result.push_back(-1 - static_cast<int>(a - k.tensors.begin()));
   }
   for (const tensor_impl<T>* t : rec.targets)
     if (std::find(results.begin(), results.end(), t) == results.end())
@@ -238,23 +331,26 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
     c->e = rec.e;
     for (const tensor<T>& in : rec.inputs) {
       const auto a =
-          std::find_if(k.tensors->begin(), k.tensors->end(), [&](const tensor<T>& x) { return x.is_same(in); });
-      if (a == k.tensors->end())  // (the trace refused such an input already)
+          std::find_if(k.tensors.begin(), k.tensors.end(), [&](const tensor<T>* x) { return x->is_same(in); });
+      if (a == k.tensors.end())  // (the trace refused such an input already)
         fail("jit", "internal error: a graph input of '", fn, "' is not one of its arguments");
-      c->input_arg.push_back(static_cast<int>(a - k.tensors->begin()));
+      c->input_arg.push_back(static_cast<int>(a - k.tensors.begin()));
     }
-    c->inputs_are_args = c->input_arg.size() == k.tensors->size();
+    c->inputs_are_args = c->input_arg.size() == k.tensors.size();
     for (std::size_t i = 0; i < c->input_arg.size(); ++i)
       c->inputs_are_args = c->inputs_are_args && c->input_arg[i] == static_cast<int>(i);
     if (c->e->dynamic) c->shapes = std::make_shared<const std::vector<shape>>(entry_shapes(*c->e, rec.inputs));
   }
+  c->results_are_outputs = c->e && c->result.size() == c->e->outputs.size();
+  for (std::size_t r = 0; r < c->result.size(); ++r)
+    c->results_are_outputs = c->results_are_outputs && c->result[r] == static_cast<int>(r);
   for (std::size_t r = 0; r < c->result.size(); ++r)
     c->last_use.push_back(std::find(c->result.begin() + static_cast<std::ptrdiff_t>(r) + 1, c->result.end(),
                                     c->result[r]) == c->result.end());
   c->result_counts = std::move(counts);
   c->result_keys = std::move(keys);
-  c->flat = *k.flat;
-  c->keys = *k.keys;
+  c->flat.assign(k.flat.data(), k.flat.data() + k.flat.size());
+  for (const std::string* key : k.keys) c->keys.push_back(*key);
   std::lock_guard lock(st.mu);
   auto& v = st.cache_of<T>().traced;
   const auto same = [&](const std::shared_ptr<const traced_call<T>>& o) {  // another thread traced it meanwhile
@@ -266,29 +362,54 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
 }
 
 template <Element T>
-void replayer<T>::replay(const traced_call<T>& c, const std::vector<tensor<T>>& args, std::vector<tensor<T>>& out) {
-  // The graph's inputs and the outputs' tensors (the thread's buffers: no allocation per call).
-  struct replay_inputs;
-  struct replay_targets;
-  reused_vector<tensor<T>, replay_inputs> ins;
-  reused_vector<std::shared_ptr<tensor_impl<T>>, replay_targets> targets;
-  if (c.e) {
-    pause_recording paused;  // the programs' eager steps compute (an outer trace sees the results as inputs)
-    if (!c.inputs_are_args)
-      for (int a : c.input_arg) ins->push_back(args[static_cast<std::size_t>(a)]);
-    targets->resize(c.e->outputs.size());  // (null: the outputs' own tensors where they can be, `output_tensor`)
-    static const std::vector<jit::call_fn<T>> no_calls;
-    static const std::vector<std::pair<int, hook<T>>> no_hooks;
-    run_entry(c.e, c.inputs_are_args ? args : *ins, c.shapes, no_calls, no_hooks, *targets);
+void replayer<T>::replay(const traced_call<T>& c, std::span<const tensor<T>* const> args, std::vector<tensor<T>>& out) {
+  if (c.results_are_outputs) {
+    run_outputs(c, args, out);
+    return;
   }
+  // Per output of the entry, its tensor (the thread's buffer: no allocation per call).
+  struct replay_outputs;
+  reused_vector<tensor<T>, replay_outputs> outs;
+  if (c.e) run_outputs(c, args, *outs);
   out.clear();
   for (std::size_t q = 0; q < c.result.size(); ++q) {
     const int r = c.result[q];
     if (r == traced_call<T>::undefined) out.emplace_back();
-    else if (r < 0) out.push_back(args[static_cast<std::size_t>(-1 - r)]);
-    else if (auto& t = (*targets)[static_cast<std::size_t>(r)]; c.last_use[q]) out.emplace_back(std::move(t));
-    else out.emplace_back(t);
+    else if (r < 0) out.push_back(*args[static_cast<std::size_t>(-1 - r)]);
+    else if (auto& t = (*outs)[static_cast<std::size_t>(r)]; c.last_use[q]) out.push_back(std::move(t));
+    else out.push_back(t);
   }
+}
+
+template <Element T>
+void replayer<T>::run_outputs(const traced_call<T>& c, std::span<const tensor<T>* const> args,
+                              std::vector<tensor<T>>& outs) {
+  pause_recording paused;  // the programs' eager steps compute (an outer trace sees the results as inputs)
+  small_vector<const tensor<T>*, 8> picked;
+  if (!c.inputs_are_args)
+    for (int a : c.input_arg) picked.push_back(args[static_cast<std::size_t>(a)]);
+  const std::span<const tensor<T>* const> ins = c.inputs_are_args ? args : std::span<const tensor<T>* const>(picked);
+  // The signature holds every argument's sizes, and the record's entry was traced with them.
+  if (c.e->bwd) run_recorded(c, ins, outs);
+  else run_forward_guarded(*c.e, ins, c.shapes.get(), outs);
+}
+
+template <Element T>
+void replayer<T>::run_recorded(const traced_call<T>& c, std::span<const tensor<T>* const> ins,
+                               std::vector<tensor<T>>& outs) {
+  // The tape's node holds the inputs, and the outputs' tensors are made for it (the thread's
+  // buffers: no allocation per call).
+  struct recorded_inputs;
+  struct recorded_targets;
+  reused_vector<tensor<T>, recorded_inputs> inputs;
+  reused_vector<std::shared_ptr<tensor_impl<T>>, recorded_targets> targets;
+  for (const tensor<T>* t : ins) inputs->push_back(*t);
+  targets->resize(c.e->outputs.size());  // (null: the outputs' own tensors where they can be, `output_tensor`)
+  static const std::vector<jit::call_fn<T>> no_calls;
+  static const std::vector<std::pair<int, hook<T>>> no_hooks;
+  run_entry(c.e, *inputs, c.shapes, no_calls, no_hooks, *targets);
+  outs.clear();
+  for (auto& t : *targets) outs.emplace_back(std::move(t));
 }
 
 // ---- The arguments and the result, as types: what a trace_once call takes and returns.
@@ -349,26 +470,31 @@ void add_arg(call_key<T>& k, const A& a) {
   enum : std::int64_t { tensor_arg = 1, map_arg, range_arg, integer_arg, real_arg };
   const auto add = [&](const tensor<T>& t) {
     if (t.is_lazy()) t.raw_impl()->lazy->realize("an argument of a trace_once call");
-    k.tensors->push_back(t);
+    k.tensors.push_back(&t);
   };
+  flat_signature& f = k.flat;  // (the layout: after the grad mode and its length, `seal`)
   if constexpr (std::is_same_v<X, tensor<T>>) {
-    k.layout->push_back(tensor_arg);
+    f.push_back(tensor_arg);
     add(a);
   } else if constexpr (std::is_floating_point_v<X>) {
-    k.layout->insert(k.layout->end(), {real_arg, std::bit_cast<std::int64_t>(static_cast<double>(a))});
+    f.push_back(real_arg);
+    f.push_back(std::bit_cast<std::int64_t>(static_cast<double>(a)));
   } else if constexpr (std::is_arithmetic_v<X> || std::is_enum_v<X>) {
-    k.layout->insert(k.layout->end(), {integer_arg, static_cast<std::int64_t>(a)});
+    f.push_back(integer_arg);
+    f.push_back(static_cast<std::int64_t>(a));
   } else if constexpr (requires {
                          typename X::key_type;
                          typename X::mapped_type;
                        }) {
-    k.layout->insert(k.layout->end(), {map_arg, static_cast<std::int64_t>(a.size())});
+    f.push_back(map_arg);
+    f.push_back(static_cast<std::int64_t>(a.size()));
     for (const auto& [key, v] : a) {
-      k.keys->push_back(key);
+      k.keys.push_back(&key);
       add(v);
     }
   } else {
-    k.layout->insert(k.layout->end(), {range_arg, static_cast<std::int64_t>(a.size())});
+    f.push_back(range_arg);
+    f.push_back(static_cast<std::int64_t>(a.size()));
     for (const auto& v : a) add(v);
   }
 }

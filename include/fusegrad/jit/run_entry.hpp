@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -39,18 +40,23 @@ void adopt(tensor_impl<T>& dst, const tensor<T>& computed) {
 }
 
 /// The tensor an output of a replay (which has no lazy tensor to fill) gets for its value
-/// `computed`: `computed`'s own when no one else holds it and it is what `adopt` would make of a
-/// fresh tensor (contiguous, no history), else a fresh tensor adopting it. Either way a tensor
-/// no one else holds, with `computed`'s values.
+/// `computed` (moved from): `computed` itself when no one else holds it and it is what `adopt`
+/// would make of a fresh tensor (contiguous, no history), else a fresh tensor adopting it.
+/// Either way a tensor no one else holds, with `computed`'s values.
 template <Element T>
-std::shared_ptr<tensor_impl<T>> output_tensor(tensor<T>& computed) {
-  std::shared_ptr<tensor_impl<T>> own = computed.raw_impl();
-  computed = tensor<T>{};
-  if (own.use_count() == 1 && !own->lazy && !own->grad_fn && !own->requires_grad && is_contiguous(own->sizes, own->st))
+tensor<T> output_value(tensor<T>& computed) {
+  tensor<T> own = std::move(computed);
+  if (const auto& i = own.raw_impl();
+      i.use_count() == 1 && !i->lazy && !i->grad_fn && !i->requires_grad && is_contiguous(i->sizes, i->st))
     return own;
   auto t = make_pooled<tensor_impl<T>>();
-  adopt(*t, tensor<T>(std::move(own)));
-  return t;
+  adopt(*t, own);
+  return tensor<T>(std::move(t));
+}
+/// `output_value`'s tensor, as its impl.
+template <Element T>
+std::shared_ptr<tensor_impl<T>> output_tensor(tensor<T>& computed) {
+  return output_value(computed).raw_impl();
 }
 
 /// A call's hooks on its backward: the graph's (`graph_hooks`, by slot), then those registered
@@ -209,6 +215,19 @@ void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tenso
     n->set_materialize_grads(false);
     n->set_applies_hooks(true);
   }
+}
+
+/// Runs entry `e`, which records no backward, on the tensors `inputs` points to, whose shapes
+/// the caller's guards imply (a `trace_once` replay; `shapes`: a dynamic entry's node shapes for
+/// them, which without a backward are its forward's alone, else null): output p's value into
+/// `out[p]`, as `output_value` gives it.
+template <Element T>
+void run_forward_guarded(const entry<T>& e, std::span<const tensor<T>* const> inputs, const std::vector<shape>* shapes,
+                         std::vector<tensor<T>>& out) {
+  static const std::vector<jit::call_fn<T>> no_calls;
+  e.fwd->run_into(inputs, out, shapes, &no_calls, program<T>::input_check::guarded);
+  out.resize(e.outputs.size());  // (the program's outputs are the entry's, then the saved values: none here)
+  for (tensor<T>& t : out) t = output_value(t);
 }
 
 }  // namespace fusegrad::detail::jit
