@@ -357,8 +357,9 @@ struct key_walk {
       col.all = false;
       mix(0xC0FFEEULL);
     } else {
-      col.tensors.push_back(leaf.defined() ? &leaf.raw_impl()->grad : nullptr);  // (`accumulate_grad::collect`)
-      mix(leaf.defined() ? 1 : 0);
+      std::uint64_t params = 0;
+      fusegrad::detail::accumulate_grad<T>::collect_leaf(leaf, params, col.tensors);
+      mix(params);
     }
     if (leaf.defined()) {
       mix(0x4C454146ULL);

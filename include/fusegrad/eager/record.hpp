@@ -116,10 +116,14 @@ class accumulate_grad final : public node<T> {
   /// What accumulating reads: the leaf's gradient so far (null: the leaf is gone; `params`:
   /// whether it is alive; its hooks are the caller's to collect).
   bool collect(std::uint64_t& params, std::vector<const tensor<T>*>& tensors) override {
-    auto leaf = leaf_.lock();
-    params = leaf ? 1 : 0;
-    tensors.push_back(leaf ? &leaf->grad : nullptr);  // the leaf's owners keep it alive
+    collect_leaf(variable(), params, tensors);
     return true;
+  }
+  /// `collect` for the leaf `leaf` (undefined: gone), where the caller has it already (the
+  /// key walk, which reads its hooks too, locks it once).
+  static void collect_leaf(const tensor<T>& leaf, std::uint64_t& params, std::vector<const tensor<T>*>& tensors) {
+    params = leaf.defined() ? 1 : 0;
+    tensors.push_back(leaf.defined() ? &leaf.raw_impl()->grad : nullptr);  // the leaf's owners keep it alive
   }
   /// The leaf this node accumulates into (null if it has been destroyed).
   [[nodiscard]] tensor<T> variable() const {

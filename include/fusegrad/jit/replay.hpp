@@ -37,47 +37,6 @@
 
 namespace fusegrad::detail::jit {
 
-/// A call's signature as one list of numbers: in a fixed array up to its size (a call's
-/// signature is a few dozen numbers), past it on the heap. Appending is a store and a bound
-/// test; it is neither copied nor moved (its pointer may be into itself).
-class flat_signature {
- public:
-  flat_signature() = default;
-  flat_signature(const flat_signature&) = delete;
-  flat_signature& operator=(const flat_signature&) = delete;
-
-  void push_back(std::int64_t v) {
-    if (size_ == cap_) [[unlikely]]
-      grow(size_ + 1);
-    data_[size_++] = v;
-  }
-  /// `n` more numbers, to be written through the pointer returned (to the first).
-  std::int64_t* extend(std::size_t n) {
-    if (size_ + n > cap_) [[unlikely]]
-      grow(size_ + n);
-    std::int64_t* const w = data_ + size_;
-    size_ += n;
-    return w;
-  }
-  std::int64_t& operator[](std::size_t i) noexcept { return data_[i]; }
-  [[nodiscard]] const std::int64_t* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-
- private:
-  [[gnu::noinline]] void grow(std::size_t n) {  // (out of the appends' way)
-    std::vector<std::int64_t> h(std::max(n, 2 * cap_));
-    std::copy(data_, data_ + size_, h.data());
-    heap_.swap(h);
-    data_ = heap_.data();
-    cap_ = heap_.size();
-  }
-  static constexpr std::size_t local_size = 64;
-  std::array<std::int64_t, local_size> local_;  // (not initialised: written before it is read)
-  std::vector<std::int64_t> heap_;
-  std::int64_t* data_ = local_.data();
-  std::size_t size_ = 0, cap_ = local_size;
-};
-
 /// The signature of one call (`tensors`: its argument tensors, in order, which it is not
 /// compared on; they outlive the call, so it holds them by address). It lives on the stack, in
 /// buffers of fixed size that grow on the heap only past them: a call that replays a record
@@ -92,7 +51,7 @@ struct call_key {
   /// defined, then its requires_grad (under the grad mode), rank and sizes (`replayer::seal`).
   /// Each list is preceded by its length, so that two signatures are equal exactly when every
   /// part is.
-  flat_signature flat;
+  small_vector<std::int64_t, 64> flat;       // (a call's signature is a few dozen numbers: no allocation)
   small_vector<const std::string*, 8> keys;  ///< the keys of its `std::map` arguments, in order
   std::vector<tensor<T>> held;               ///< `hold`'s copies
   std::vector<std::string> held_keys;
@@ -222,7 +181,9 @@ void replayer<T>::seal(call_key<T>& k) {
   k.flat[1] = static_cast<std::int64_t>(k.flat.size() - 2);  // (`add_arg` appended the layout)
   std::size_t len = 1;                                       // the numbers written below, to make room for them at once
   for (const tensor<T>* t : ts) len += t->defined() ? 5 + t->raw_impl()->sizes.size() : 3;
-  std::int64_t* w = k.flat.extend(len);
+  const std::size_t at = k.flat.size();
+  k.flat.resize(at + len);
+  std::int64_t* w = k.flat.data() + at;
   *w++ = static_cast<std::int64_t>(n);
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
     const tensor_impl<T>* a = ts[i]->raw_impl().get();
@@ -472,7 +433,7 @@ void add_arg(call_key<T>& k, const A& a) {
     if (t.is_lazy()) t.raw_impl()->lazy->realize("an argument of a trace_once call");
     k.tensors.push_back(&t);
   };
-  flat_signature& f = k.flat;  // (the layout: after the grad mode and its length, `seal`)
+  auto& f = k.flat;  // (the layout: after the grad mode and its length, `seal`)
   if constexpr (std::is_same_v<X, tensor<T>>) {
     f.push_back(tensor_arg);
     add(a);
