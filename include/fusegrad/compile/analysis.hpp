@@ -4,6 +4,7 @@
 /// element type `T`: its forward expressions, the derived backward expressions, the
 /// canonical joint graph and the save/recompute plan for a policy.
 
+#include <cstring>
 #include <memory>
 #include <tuple>
 
@@ -156,10 +157,17 @@ struct analysis {
 
   template <std::size_t C>
   using fnode_t = typename node_type_at<fjoint_t, fraw, fcg.rep[C]>::type;
-  /// Forward node C of a forward tree whose node addresses (post-order) are `fp`.
+  /// Whether every function object's forward tree is the constant `constant_forward`: the
+  /// function is constant-evaluable and has no members (a captureless lambda), so no object of
+  /// its type holds constants other than `Fn{}`'s.
+  static constexpr bool constant_tree = constant_fn && std::is_empty_v<Fn>;
+  /// Forward node C of a forward tree whose node addresses (post-order) are `fp`; with
+  /// `constant_tree`, of the constant forward tree (then `fp` is not read, and the backward
+  /// built on it can be a constant too: `constant_joint`).
   template <std::size_t C>
-  static const fnode_t<C>& fnode(const void* const* fp) {
-    return *static_cast<const fnode_t<C>*>(fp[fcg.rep[C]]);
+  static constexpr const fnode_t<C>& fnode([[maybe_unused]] const void* const* fp) {
+    if constexpr (constant_tree) return node_type_at<fjoint_t, fraw, fcg.rep[C]>::of(constant_forward<T, Fn, NIn>);
+    else return *static_cast<const fnode_t<C>*>(fp[fcg.rep[C]]);
   }
   using fptrs = const void* const*;
 
@@ -214,7 +222,7 @@ struct analysis {
   /// The contribution of forward node C's U-th user to C's adjoint (zero when that user has
   /// no adjoint itself).
   template <std::size_t C, std::size_t U>
-  static auto user_contribution(fptrs fp) {
+  static constexpr auto user_contribution(fptrs fp) {
     constexpr auto pu = users.first[C][U];
     constexpr auto P = static_cast<std::size_t>(pu.first);
     constexpr auto ch = fcg.children[P];
@@ -223,7 +231,7 @@ struct analysis {
   }
   /// The gradient of output K when forward node C is that output, else zero.
   template <std::size_t C, std::size_t K>
-  static auto seed() {
+  static constexpr auto seed() {
     if constexpr (out_node[K] == static_cast<int>(C)) return gsym<K, T>{};
     else return zero_t{};
   }
@@ -236,7 +244,7 @@ struct analysis {
   /// adjoint is always summed to the input's shape. (A fold over packs, no tuples: this runs
   /// once per forward node.)
   template <std::size_t C>
-  static auto adjoint(fptrs fp) {
+  static constexpr auto adjoint(fptrs fp) {
     if constexpr (!has_adjoint[C]) {
       return zero_t{};
     } else {
@@ -279,12 +287,12 @@ struct analysis {
   }();
 
   /// The joint tree: forward outputs, then the live adjoints from the last forward node down.
-  static auto make_joint(const Fn& fn) {
+  static constexpr auto make_joint(const Fn& fn) {
     const auto outs = outputs(fn);
     const auto fj = forward_joint(outs);
     std::array<const void*, FN> fp{};
     std::size_t pos = 0;
-    collect_addresses(fj, fp.data(), pos);
+    if constexpr (!constant_tree) collect_addresses(fj, fp.data(), pos);  // else `fnode` reads no address
     return [&]<std::size_t... K, std::size_t... J>(std::index_sequence<K...>, std::index_sequence<J...>) {
       return make_joint_of(std::get<K>(outs)..., adjoint<live_ids[J]>(fp.data())...);
     }
@@ -382,21 +390,53 @@ struct analysis {
     return *static_cast<const node_t<C>*>(nodes[cg.rep[C]]);
   }
 
-  /// The joint tree of one compiled function object (its run-time constants), the addresses
-  /// of its nodes and each canonical node's run-time state (op object, keepdim flag); built
-  /// once per function object and element type.
+  /// Whether the whole joint tree is a constant (`constant_joint`): the forward tree is
+  /// (`constant_tree`) and every derivative rule it uses is constant-evaluable. Then no code
+  /// compiled per function builds the joint tree or walks it at run time: an instance reads
+  /// its node addresses and states from constant tables.
+  static constexpr bool constant_backward = [] {
+    if constexpr (!constant_tree) return false;
+    else return requires {
+        typename std::bool_constant<(static_cast<void>(make_joint(Fn{})), true)>;
+      };
+  }();
+  /// The joint tree of every function object (with `constant_backward`; else an empty joint).
+  static constexpr auto constant_joint = [] {
+    if constexpr (constant_backward) return make_joint(Fn{});
+    else return detail::joint<>{};
+  }();
+  /// The addresses of `constant_joint`'s nodes (post-order; with `constant_backward`).
+  static constexpr std::array<const void*, tree_nodes> constant_nodes = [] {
+    std::array<const void*, tree_nodes> a{};
+    std::size_t pos = 0;
+    if constexpr (constant_backward) collect_addresses(constant_joint, a.data(), pos);
+    return a;
+  }();
+
+  /// The joint tree of one compiled function object (its run-time constants; with
+  /// `constant_backward`, `constant_joint` instead), the addresses of its nodes and each
+  /// canonical node's run-time state (op object, keepdim flag); built once per function object
+  /// and element type.
   struct instance {
-    joint_t joint;
+    std::conditional_t<constant_backward, detail::joint<>, joint_t> joint;
     std::array<const void*, tree_nodes> nodes{};
     std::array<const void*, M> state{};
     mutable shape_memo memo;  ///< what its calls inferred about shapes (compile/shape_memo.hpp)
   };
-  static std::shared_ptr<const instance> instantiate(const Fn& fn) {
-    std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}, {}});
-    std::size_t pos = 0;
-    collect_addresses(p->joint, p->nodes.data(), pos);
-    p->state = node_tables<analysis>::states(p->nodes.data());
-    return p;
+  static std::shared_ptr<const instance> instantiate([[maybe_unused]] const Fn& fn) {
+    if constexpr (constant_backward) {
+      // Copied as blocks of memory (an initialiser would be compiled as one store per node).
+      std::shared_ptr<instance> p(new instance{});
+      std::memcpy(p->nodes.data(), constant_nodes.data(), sizeof constant_nodes);
+      std::memcpy(p->state.data(), node_tables<analysis>::constant_states.data(), sizeof p->state);
+      return p;
+    } else {
+      std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}, {}});
+      std::size_t pos = 0;
+      collect_addresses(p->joint, p->nodes.data(), pos);
+      p->state = node_tables<analysis>::states(p->nodes.data());
+      return p;
+    }
   }
 };
 

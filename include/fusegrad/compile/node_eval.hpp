@@ -129,10 +129,24 @@ constexpr node_desc describe() {
 
 /// A node's run-time state: its op object (element-wise), its keepdim flag (reduction).
 template <class E>
-const void* state_of(const void* node) {
-  if constexpr (is_pointwise_v<E>) return &static_cast<const E*>(node)->op;
-  else if constexpr (is_reduce_v<E>) return &static_cast<const E*>(node)->keepdim;
+constexpr const void* state_of(const E& node) {
+  if constexpr (is_pointwise_v<E>) return &node.op;
+  else if constexpr (is_reduce_v<E>) return &node.keepdim;
   else return nullptr;
+}
+template <class E>
+const void* state_of(const void* node) {
+  return state_of(*static_cast<const E*>(node));
+}
+
+/// The states of a tree object's nodes, in post-order (typed: for a constant tree, whose
+/// addresses `collect_addresses` gives as `void` pointers, which a constant evaluation cannot
+/// read through).
+template <class E>
+constexpr void collect_states(const E& e, const void** out, std::size_t& pos) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (collect_states(child<I>(e), out, pos), ...); }
+  (std::make_index_sequence<arity_v<E>>{});
+  if constexpr (!is_joint_v<E>) out[pos++] = state_of(e);
 }
 
 /// The tile kernel of an element-wise node type (null for other nodes).
@@ -172,6 +186,15 @@ struct node_tables {
     return std::array<user_number_fn, A::M>{user_number_of<typename A::template node_t<C>, T>()...};
   }
   (std::make_index_sequence<A::M>{});
+  /// The state pointers of `A::constant_joint` (with `A::constant_backward`).
+  static constexpr std::array<const void*, A::M> constant_states = [] {
+    std::array<const void*, A::tree_nodes> at{};
+    std::size_t pos = 0;
+    if constexpr (A::constant_backward) collect_states(A::constant_joint, at.data(), pos);
+    std::array<const void*, A::M> r{};
+    for (std::size_t c = 0; c < A::M; ++c) r[c] = at[static_cast<std::size_t>(A::cg.rep[c])];
+    return r;
+  }();
   /// The state pointers of an instance whose node addresses (post-order) are `nodes`.
   static std::array<const void*, A::M> states(const void* const* nodes) {
     return [&]<std::size_t... C>(std::index_sequence<C...>) {

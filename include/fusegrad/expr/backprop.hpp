@@ -41,9 +41,9 @@ constexpr void add_adjoint_to(A& acc, bool& has, const G& g) {
   has = true;
 }
 
-inline zero_t fold_add() { return {}; }
+constexpr zero_t fold_add() { return {}; }
 template <class A, class... R>
-auto fold_add(const A& a, const R&... r) {
+constexpr auto fold_add(const A& a, const R&... r) {
   return add_adjoint(a, fold_add(r...));
 }
 
@@ -53,7 +53,7 @@ inline constexpr std::size_t nth_id = static_cast<std::size_t>(J == 0 ? C0 : (J 
 /// The contribution of node `e` (canonical id P, operand ids C0..C2) to its operand in slot S.
 template <std::size_t P, std::size_t S, int C0, int C1, int C2, Element T, class E>
 // NOLINTNEXTLINE(readability-function-cognitive-complexity): one if-constexpr branch per expression kind
-auto contribution(const E& e) {
+constexpr auto contribution(const E& e) {
   using G = adj_ref<P, T>;
   const G g{};
   [[maybe_unused]] const fwd_ref<static_cast<std::size_t>(C0 < 0 ? 0 : C0), T> x0{};

@@ -332,14 +332,19 @@ constexpr canonical_graph<N> canonicalize(const std::array<raw_entry, N>& raw,
 /// operand in slot `Raw[t].slot` of its parent's type. Memoised per position, so every
 /// ancestor is instantiated once for all the positions asked about (a lookup along the path
 /// from the root instantiated one step per position and depth).
+/// `of(j)`: that node of the tree object `j`, typed (how a constant evaluation, which cannot
+/// read a node through a `void` pointer, reaches a node).
 template <class J, const auto& Raw, int t, int parent = Raw[static_cast<std::size_t>(t)].parent>
 struct node_type_at {
-  using type = std::tuple_element_t<static_cast<std::size_t>(Raw[static_cast<std::size_t>(t)].slot),
-                                    children_t<typename node_type_at<J, Raw, parent>::type>>;
+  static constexpr auto slot = static_cast<std::size_t>(Raw[static_cast<std::size_t>(t)].slot);
+  using type = std::tuple_element_t<slot, children_t<typename node_type_at<J, Raw, parent>::type>>;
+  static constexpr const type& of(const J& j) { return child<slot>(node_type_at<J, Raw, parent>::of(j)); }
 };
 template <class J, const auto& Raw, int t>
 struct node_type_at<J, Raw, t, -1> {  // a root of the joint tree
-  using type = std::tuple_element_t<static_cast<std::size_t>(Raw[static_cast<std::size_t>(t)].slot), children_t<J>>;
+  static constexpr auto slot = static_cast<std::size_t>(Raw[static_cast<std::size_t>(t)].slot);
+  using type = std::tuple_element_t<slot, children_t<J>>;
+  static constexpr const type& of(const J& j) { return child<slot>(j); }
 };
 
 }  // namespace fusegrad::detail
