@@ -37,6 +37,8 @@ namespace detail {
 
 template <class A>
 struct node_tables;  // fusegrad/compile/node_eval.hpp
+template <class A>
+struct constant_node_tables;  // fusegrad/compile/node_eval.hpp
 
 template <class P>
 struct policy_value;
@@ -405,13 +407,6 @@ struct analysis {
     if constexpr (constant_backward) return make_joint(Fn{});
     else return detail::joint<>{};
   }();
-  /// The addresses of `constant_joint`'s nodes (post-order; with `constant_backward`).
-  static constexpr std::array<const void*, tree_nodes> constant_nodes = [] {
-    std::array<const void*, tree_nodes> a{};
-    std::size_t pos = 0;
-    if constexpr (constant_backward) collect_addresses(constant_joint, a.data(), pos);
-    return a;
-  }();
 
   /// The joint tree of one compiled function object (its run-time constants; with
   /// `constant_backward`, `constant_joint` instead), the addresses of its nodes and each
@@ -427,8 +422,9 @@ struct analysis {
     if constexpr (constant_backward) {
       // Copied as blocks of memory (an initialiser would be compiled as one store per node).
       std::shared_ptr<instance> p(new instance{});
-      std::memcpy(p->nodes.data(), constant_nodes.data(), sizeof constant_nodes);
-      std::memcpy(p->state.data(), node_tables<analysis>::constant_states.data(), sizeof p->state);
+      constexpr auto& tables = constant_node_tables<analysis>::value;
+      std::memcpy(p->nodes.data(), tables.nodes.data(), sizeof p->nodes);
+      std::memcpy(p->state.data(), tables.states.data(), sizeof p->state);
       return p;
     } else {
       std::shared_ptr<instance> p(new instance{make_joint(fn), {}, {}, {}});

@@ -139,15 +139,36 @@ const void* state_of(const void* node) {
   return state_of(*static_cast<const E*>(node));
 }
 
-/// The states of a tree object's nodes, in post-order (typed: for a constant tree, whose
-/// addresses `collect_addresses` gives as `void` pointers, which a constant evaluation cannot
-/// read through).
+/// The addresses and the states of a constant tree's nodes, in post-order: `collect_addresses`
+/// and the states in one walk, typed (a constant evaluation cannot read a node through the
+/// `void` pointer `collect_addresses` gives).
 template <class E>
-constexpr void collect_states(const E& e, const void** out, std::size_t& pos) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (collect_states(child<I>(e), out, pos), ...); }
+constexpr void collect_nodes(const E& e, const void** addresses, const void** states, std::size_t& pos) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (collect_nodes(child<I>(e), addresses, states, pos), ...); }
   (std::make_index_sequence<arity_v<E>>{});
-  if constexpr (!is_joint_v<E>) out[pos++] = state_of(e);
+  if constexpr (!is_joint_v<E>) {
+    addresses[pos] = &e;
+    states[pos++] = state_of(e);
+  }
 }
+
+/// The node addresses (post-order) and the canonical nodes' states of `A::constant_joint`
+/// (with `A::constant_backward`).
+template <class A>
+struct constant_node_tables {
+  struct tables {
+    std::array<const void*, A::tree_nodes> nodes{};
+    std::array<const void*, A::M> states{};
+  };
+  static constexpr tables value = [] {
+    tables t;
+    std::array<const void*, A::tree_nodes> at{};
+    std::size_t pos = 0;
+    collect_nodes(A::constant_joint, t.nodes.data(), at.data(), pos);
+    for (std::size_t c = 0; c < A::M; ++c) t.states[c] = at[static_cast<std::size_t>(A::cg.rep[c])];
+    return t;
+  }();
+};
 
 /// The tile kernel of an element-wise node type (null for other nodes).
 template <class E, Element T>
@@ -186,15 +207,6 @@ struct node_tables {
     return std::array<user_number_fn, A::M>{user_number_of<typename A::template node_t<C>, T>()...};
   }
   (std::make_index_sequence<A::M>{});
-  /// The state pointers of `A::constant_joint` (with `A::constant_backward`).
-  static constexpr std::array<const void*, A::M> constant_states = [] {
-    std::array<const void*, A::tree_nodes> at{};
-    std::size_t pos = 0;
-    if constexpr (A::constant_backward) collect_states(A::constant_joint, at.data(), pos);
-    std::array<const void*, A::M> r{};
-    for (std::size_t c = 0; c < A::M; ++c) r[c] = at[static_cast<std::size_t>(A::cg.rep[c])];
-    return r;
-  }();
   /// The state pointers of an instance whose node addresses (post-order) are `nodes`.
   static std::array<const void*, A::M> states(const void* const* nodes) {
     return [&]<std::size_t... C>(std::index_sequence<C...>) {

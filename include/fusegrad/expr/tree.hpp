@@ -141,9 +141,8 @@ constexpr std::size_t tree_size() {
 /// Addresses of every node of a tree object, in post-order (the order of the constexpr
 /// tables): how the evaluators reach the run-time constants of a node without one template
 /// instantiation per tree position.
-/// (`constexpr`: a constant tree's addresses are constants: `analysis::constant_joint`.)
 template <class E>
-constexpr void collect_addresses(const E& e, const void** out, std::size_t& pos) {
+void collect_addresses(const E& e, const void** out, std::size_t& pos) {
   [&]<std::size_t... I>(std::index_sequence<I...>) { (collect_addresses(child<I>(e), out, pos), ...); }
   (std::make_index_sequence<arity_v<E>>{});
   if constexpr (!is_joint_v<E>) out[pos++] = &e;
