@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -82,8 +83,11 @@ struct traced_call {
   // The replay.
   std::shared_ptr<const entry<T>> e;                 ///< null: the call traced no op
   std::shared_ptr<const std::vector<shape>> shapes;  ///< a dynamic entry's node shapes for these sizes
-  std::vector<int> input_arg;                        ///< per graph input: the argument tensor it is
-  bool inputs_are_args = false;                      ///< `input_arg` is 0, 1, ... over all argument tensors
+  /// The entry's forward bound once for these sizes when it is a single loop that records no
+  /// backward (`program::bind_single_loop`): a replay patches in its tensors' addresses alone.
+  std::optional<typename program<T>::single_loop_run> single;
+  std::vector<int> input_arg;    ///< per graph input: the argument tensor it is
+  bool inputs_are_args = false;  ///< `input_arg` is 0, 1, ... over all argument tensors
   /// Per tensor of the result: output p (>= 0) of `e`, argument tensor j (-1 - j), or `undefined`.
   std::vector<int> result;
   std::vector<char> last_use;        ///< per tensor of the result: no later one is the same output of `e`
@@ -301,6 +305,7 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
     for (std::size_t i = 0; i < c->input_arg.size(); ++i)
       c->inputs_are_args = c->inputs_are_args && c->input_arg[i] == static_cast<int>(i);
     if (c->e->dynamic) c->shapes = std::make_shared<const std::vector<shape>>(entry_shapes(*c->e, rec.inputs));
+    if (!c->e->bwd && c->e->fwd) c->single = c->e->fwd->bind_single_loop(c->shapes.get());
   }
   c->results_are_outputs = c->e && c->result.size() == c->e->outputs.size();
   for (std::size_t r = 0; r < c->result.size(); ++r)
@@ -352,7 +357,7 @@ void replayer<T>::run_outputs(const traced_call<T>& c, std::span<const tensor<T>
   const std::span<const tensor<T>* const> ins = c.inputs_are_args ? args : std::span<const tensor<T>* const>(picked);
   // The signature holds every argument's sizes, and the record's entry was traced with them.
   if (c.e->bwd) run_recorded(c, ins, outs);
-  else run_forward_guarded(*c.e, ins, c.shapes.get(), outs);
+  else run_forward_guarded(*c.e, ins, c.shapes.get(), c.single ? &*c.single : nullptr, outs);
 }
 
 template <Element T>
