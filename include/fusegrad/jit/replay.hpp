@@ -38,6 +38,14 @@
 
 namespace fusegrad::detail::jit {
 
+/// Copies of a call's arguments that its signature points to while the function runs
+/// (`call_key::hold`); only a call that traces makes them.
+template <Element T>
+struct held_args {
+  std::vector<tensor<T>> tensors;
+  std::vector<std::string> keys;
+};
+
 /// The signature of one call (`tensors`: its argument tensors, in order, which it is not
 /// compared on; they outlive the call, so it holds them by address). It lives on the stack, in
 /// buffers of fixed size that grow on the heap only past them: a call that replays a record
@@ -54,23 +62,21 @@ struct call_key {
   /// part is.
   small_vector<std::int64_t, 64> flat;       // (a call's signature is a few dozen numbers: no allocation)
   small_vector<const std::string*, 8> keys;  ///< the keys of its `std::map` arguments, in order
-  std::vector<tensor<T>> held;               ///< `hold`'s copies
-  std::vector<std::string> held_keys;
 
   call_key() {  // the grad mode and the layout's length, set by `seal` once `add_arg` appended the layout
     flat.push_back(0);
     flat.push_back(0);
   }
 
-  /// Before a call that runs the function, which may move from its arguments: `tensors` point
-  /// to copies of them (the record is made from them after the call).
-  void hold() {
-    held.reserve(tensors.size());
-    for (const tensor<T>* t : tensors) held.push_back(*t);
-    for (std::size_t i = 0; i < held.size(); ++i) tensors[i] = &held[i];
-    held_keys.reserve(keys.size());
-    for (const std::string* key : keys) held_keys.push_back(*key);
-    for (std::size_t i = 0; i < held_keys.size(); ++i) keys[i] = &held_keys[i];
+  /// Before a call that runs the function, which may move from its arguments: `tensors` and
+  /// `keys` point to copies of them in `h` (the record is made from them after the call).
+  void hold(held_args<T>& h) {
+    h.tensors.reserve(tensors.size());
+    for (const tensor<T>* t : tensors) h.tensors.push_back(*t);
+    for (std::size_t i = 0; i < h.tensors.size(); ++i) tensors[i] = &h.tensors[i];
+    h.keys.reserve(keys.size());
+    for (const std::string* key : keys) h.keys.push_back(*key);
+    for (std::size_t i = 0; i < h.keys.size(); ++i) keys[i] = &h.keys[i];
   }
 };
 
