@@ -184,16 +184,18 @@ inline constexpr std::size_t max_traced_calls = 64;
 
 template <Element T>
 void replayer<T>::seal(call_key<T>& k) {
-  const auto& ts = k.tensors;
+  // (the lists' buffers read once: each access of a small_vector asks where its elements are)
+  const tensor<T>* const* const ts = k.tensors.data();
+  const std::size_t n = k.tensors.size();
   const bool grad_mode = is_grad_enabled();
-  const std::size_t n = ts.size();
-  k.flat[0] = grad_mode;
-  k.flat[1] = static_cast<std::int64_t>(k.flat.size() - 2);  // (`add_arg` appended the layout)
-  std::size_t len = 1;                                       // the numbers written below, to make room for them at once
-  for (const tensor<T>* t : ts) len += t->defined() ? 5 + t->raw_impl()->sizes.size() : 3;
+  std::size_t len = 1;  // the numbers written below, to make room for them at once
+  for (std::size_t i = 0; i < n; ++i) len += ts[i]->defined() ? 5 + ts[i]->raw_impl()->sizes.size() : 3;
   const std::size_t at = k.flat.size();
   k.flat.resize(at + len);
-  std::int64_t* w = k.flat.data() + at;
+  std::int64_t* const f = k.flat.data();
+  f[0] = grad_mode;
+  f[1] = static_cast<std::int64_t>(at - 2);  // (`add_arg` appended the layout)
+  std::int64_t* w = f + at;
   *w++ = static_cast<std::int64_t>(n);
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
     const tensor_impl<T>* a = ts[i]->raw_impl().get();
@@ -210,8 +212,10 @@ void replayer<T>::seal(call_key<T>& k) {
     *w++ = a != nullptr;
     if (!a) continue;
     *w++ = grad_mode && a->requires_grad;
-    *w++ = static_cast<std::int64_t>(a->sizes.size());
-    for (const index_t d : a->sizes) *w++ = d;  // (a loop: `std::copy` calls memmove for these few)
+    const index_t* const d = a->sizes.data();
+    const std::size_t rank = a->sizes.size();
+    *w++ = static_cast<std::int64_t>(rank);
+    for (std::size_t r = 0; r < rank; ++r) *w++ = d[r];  // (a loop: `std::copy` calls memmove for these few)
   }
 }
 
