@@ -439,9 +439,10 @@ constexpr bool takes_arg() {
 }
 
 /// Argument `a`, into signature `k`. A lazy tensor (an outer trace's) is computed first: the
-/// signature needs its storage.
+/// signature needs its storage. Always inlined: left to itself the compiler calls it once per
+/// argument, and a replay's signature pays each call's saving and restoring of registers.
 template <Element T, class A>
-void add_arg(call_key<T>& k, const A& a) {
+[[gnu::always_inline]] inline void add_arg(call_key<T>& k, const A& a) {
   using X = std::remove_cvref_t<A>;
   enum : std::int64_t { tensor_arg = 1, map_arg, range_arg, integer_arg, real_arg };
   const auto add = [&](const tensor<T>& t) {
