@@ -550,7 +550,7 @@ TEST_CASE("trace_once: a record's bound loop serves its own shapes, any contiguo
   };
   int traced = 0;
   for (int round = 0; round < 2; ++round) {
-    for (const fg::index_t n : {1000, 24, 70000}) {
+    for (const fg::index_t n : {1000, 24, 70000, 1}) {
       CAPTURE(round);
       CAPTURE(n);
       const auto big = fg::randn<float>({2 * n}, 1 + round);
@@ -567,6 +567,9 @@ TEST_CASE("trace_once: a record's bound loop serves its own shapes, any contiguo
       }
     }
   }
-  CHECK(traced == 6);  // per size, one record per grad mode
-  CHECK(calls == 6);
+  CHECK(traced == 8);  // per size, one record per grad mode
+  const auto none = fg::randn<float>({0}, 6);
+  CHECK(check(none, none.clone(), none.clone()) == 1);  // no elements: nothing to run, bound all the same
+  CHECK(check(none.clone(), none, none.clone()) == 0);
+  CHECK(calls == 9);
 }
