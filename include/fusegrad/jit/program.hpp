@@ -162,8 +162,8 @@ class program {
     index_t total = 0;                  ///< the loop's elements
   };
   /// The single-loop run of this program on node shapes `sizes` (null: the lowered ones), or
-  /// nothing when the program is more than one loop whose every stored value is an output
-  /// (an eager or row step, a reduction, a splat, a stored temporary).
+  /// nothing unless the program is one loop, without reductions or splats, whose every stored
+  /// value is an output and whose every output a stored value.
   [[nodiscard]] std::optional<single_loop_run> bind_single_loop(const std::vector<shape>* sizes) const;
   /// Runs the program as `run_into` with `input_check::guarded` would, on the shapes `r` was
   /// bound for (the caller's guards imply them), with the same bits: false (nothing run) when
@@ -346,6 +346,12 @@ class program {
 
   /// Runs loop `st` over `space`: the phases below, in order.
   void run_loop(std::size_t l, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const;
+  /// Where node `k`'s value is in a single-loop run: input `index` (>= 0), output `-1 - i` (its
+  /// first position among the outputs), or nowhere (a temporary).
+  [[nodiscard]] std::optional<int> single_loop_place(int k) const;
+  /// Instruction `p` of the single loop into `r`: its registers and stream flags, and a patch
+  /// per address; false when it stores a value that is not an output.
+  bool bind_single_instr(std::size_t p, single_loop_run& r) const;
   /// This thread's tile registers and splats: at least `n` elements, reused run after run.
   static T* loop_buffer(std::size_t n);
   /// Runs the tiles of loop `l` over `total` elements bound in `pv` (tile registers `regs`):
@@ -1037,12 +1043,10 @@ void program<T>::run_loop(std::size_t l, std::vector<tensor<T>>& vals, const sha
 }
 
 template <Element T>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): what `bind_instructions` does, leaving the addresses out
 std::optional<typename program<T>::single_loop_run> program<T>::bind_single_loop(
     const std::vector<shape>* sizes) const {
   if (steps_.size() != 1 || steps_[0].eager || steps_[0].rows >= 0 || reduces_[0] || steps_[0].splats > 0) return {};
   const step& st = steps_[0];
-  const auto& ns = g_.nodes();
   single_loop_run r;
   r.total = numel(size_of(sizes, static_cast<std::size_t>(st.space_node)));
   for (std::size_t i = 0; i < outputs_.size(); ++i) {
@@ -1051,45 +1055,52 @@ std::optional<typename program<T>::single_loop_run> program<T>::bind_single_loop
     r.first_of.push_back(
         static_cast<std::size_t>(std::find(outputs_.begin(), outputs_.end(), outputs_[i]) - outputs_.begin()));
   }
-  // Where node k's value is in a run: input `index`, output `-1 - i`, or nowhere (a temporary).
-  const auto place = [&](int k) -> std::optional<int> {
-    const auto& n = ns[static_cast<std::size_t>(k)];
-    if (n.kind == ir::node_kind::input) return n.index;
-    const auto o = std::find(outputs_.begin(), outputs_.end(), k);
-    if (o == outputs_.end()) return {};
-    return -1 - static_cast<int>(o - outputs_.begin());
-  };
-  for (std::size_t p = 0; p < st.code.size(); ++p) {
-    const instr& in = st.code[p];
-    loop_ptrs<T> P;
-    if (in.reg >= 0) {
-      P.dst_reg = in.reg;
-    } else {
-      const auto at = place(in.node);
-      if (!at || *at >= 0) return {};  // a stored temporary (or a loop writing an input)
-      P.dst_adv = true;
-      r.patches.push_back({p, 2, *at});
-    }
-    for (int s = 0; s < 2; ++s) {
-      const source_ref& sr = in.src[s];
-      if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
-      if (sr.reg >= 0) {
-        P.src_reg[s] = sr.reg;
-        continue;
-      }
-      const auto at = place(sr.node);
-      if (!at) return {};
-      P.adv[s] = true;
-      r.patches.push_back({p, s, *at});
-      if (*at >= 0) r.read_inputs.push_back(*at);
-    }
-    r.bound.push_back(P);
-  }
+  for (std::size_t p = 0; p < st.code.size(); ++p)
+    if (!bind_single_instr(p, r)) return {};
   // Every output is a value the loop stores (not an input handed through).
   for (const int o : outputs_)
     if (std::none_of(st.code.begin(), st.code.end(), [&](const instr& in) { return in.node == o && in.reg < 0; }))
       return {};
   return r;
+}
+
+template <Element T>
+std::optional<int> program<T>::single_loop_place(int k) const {
+  const auto& n = g_.nodes()[static_cast<std::size_t>(k)];
+  if (n.kind == ir::node_kind::input) return n.index;
+  const auto o = std::find(outputs_.begin(), outputs_.end(), k);
+  if (o == outputs_.end()) return {};
+  return -1 - static_cast<int>(o - outputs_.begin());
+}
+
+template <Element T>
+bool program<T>::bind_single_instr(std::size_t p, single_loop_run& r) const {
+  // As `bind_instructions` binds an element-wise instruction, the addresses left to patch.
+  const instr& in = steps_[0].code[p];
+  loop_ptrs<T> P;
+  if (in.reg >= 0) {
+    P.dst_reg = in.reg;
+  } else {
+    const auto at = single_loop_place(in.node);
+    if (!at || *at >= 0) return false;  // a stored temporary (or a loop writing an input)
+    P.dst_adv = true;
+    r.patches.push_back({p, 2, *at});
+  }
+  for (int s = 0; s < 2; ++s) {
+    const source_ref& sr = in.src[s];
+    if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
+    if (sr.reg >= 0) {
+      P.src_reg[s] = sr.reg;
+      continue;
+    }
+    const auto at = single_loop_place(sr.node);
+    if (!at) return false;
+    P.adv[s] = true;
+    r.patches.push_back({p, s, *at});
+    if (*at >= 0) r.read_inputs.push_back(*at);
+  }
+  r.bound.push_back(P);
+  return true;
 }
 
 template <Element T>

@@ -226,16 +226,17 @@ template <Element T>
 void run_forward_guarded(const entry<T>& e, std::span<const tensor<T>* const> inputs, const std::vector<shape>* shapes,
                          const typename program<T>::single_loop_run* single, std::vector<tensor<T>>& out) {
   static const std::vector<jit::call_fn<T>> no_calls;
-  if (single && e.fwd->run_single_loop(*single, inputs, out)) {
-    // Its outputs are fresh tensors, as `output_value` leaves them, but for one that repeats an
-    // earlier output: that one gets its own tensor of the same values.
-    for (std::size_t p = 0; p < out.size(); ++p)
-      if (single->first_of[p] != p) out[p] = output_value(out[p]);
+  if (!single || !e.fwd->run_single_loop(*single, inputs, out)) {
+    e.fwd->run_into(inputs, out, shapes, &no_calls, program<T>::input_check::guarded);
+    out.resize(e.outputs.size());  // (the program's outputs are the entry's, then the saved values: none here)
+    for (tensor<T>& t : out) t = output_value(t);
     return;
   }
-  e.fwd->run_into(inputs, out, shapes, &no_calls, program<T>::input_check::guarded);
-  out.resize(e.outputs.size());  // (the program's outputs are the entry's, then the saved values: none here)
-  for (tensor<T>& t : out) t = output_value(t);
+  out.resize(e.outputs.size());
+  // The single loop's outputs are fresh tensors, as `output_value` leaves them, but for one that
+  // repeats an earlier output: that one gets its own tensor of the same values.
+  for (std::size_t p = 0; p < out.size(); ++p)
+    if (single->first_of[p] != p) out[p] = output_value(out[p]);
 }
 
 }  // namespace fusegrad::detail::jit
