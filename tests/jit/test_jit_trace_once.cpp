@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -472,4 +473,103 @@ TEST_CASE("trace_once: a thread's last replay belongs to the function called") {
     CHECK(same_bits(f(x, y), x * y * s));
     CHECK(same_bits(f(x, y), x * y * s));
   }
+}
+
+TEST_CASE("trace_once: a single-loop program bound once runs with the general run's bits, and only where it can") {
+  namespace J = fg::detail::jit;
+  using prog = J::program<float>;
+  const fg::index_t n = 1000;
+  fg::ir::graph<float> g;
+  const fg::ir::value<float> x{&g, g.add_input({n})}, y{&g, g.add_input({n})}, z{&g, g.add_input({n})};
+  const auto a = x * y;                 // stored (an output), then read again by the loop
+  const auto b = fg::cos(a) * z + x;    // temporaries in tile registers
+  const prog p(g, {a.id, b.id, a.id});  // an output repeated
+  REQUIRE(p.num_steps() == 1);
+  const std::optional<prog::single_loop_run> bound = p.bind_single_loop(nullptr);
+  REQUIRE(bound.has_value());
+  const auto big = fg::randn<float>({2 * n}, 1);
+  const auto X = fg::randn<float>({n}, 2), Y = fg::randn<float>({n}, 3);
+  const auto Z = big.slice(0, n, 2 * n);  // contiguous, at an offset in its storage
+  REQUIRE(Z.is_contiguous());
+  const auto run_both = [&](std::vector<const fg::tensor<float>*> in, fg::index_t grain) {
+    const fg::index_t grain_before = fg::detail::set_parallel_grain(grain);
+    std::vector<fg::tensor<float>> got, want;
+    const bool ran = p.run_single_loop(*bound, in, got);
+    p.run_into(in, want, nullptr, nullptr, prog::input_check::guarded);
+    fg::detail::set_parallel_grain(grain_before);
+    if (!ran) return false;
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(same_bits(got[i], want[i]));
+    }
+    CHECK(got[0].is_same(got[2]) == want[0].is_same(want[2]));  // a repeated output, as the general run gives it
+    return true;
+  };
+  CHECK(run_both({&X, &Y, &Z}, fg::detail::parallel_grain()));
+  CHECK(run_both({&X, &Y, &Z}, 256));  // in blocks on all threads
+  CHECK(run_both({&Z, &X, &Z}, fg::detail::parallel_grain()));
+  // A view of the bound sizes that is not contiguous: nothing runs (the general run copies it).
+  const auto strided = big.slice(0, 0, 2 * n, 2);
+  REQUIRE(!strided.is_contiguous());
+  CHECK(!run_both({&X, &strided, &Z}, fg::detail::parallel_grain()));
+  const auto spread = fg::randn<float>({1}, 4).expand({n});
+  CHECK(!run_both({&X, &Y, &spread}, fg::detail::parallel_grain()));
+
+  // Not one loop whose stored values are all outputs: left to the general run.
+  const auto refused = [](auto build) {
+    fg::ir::graph<float> h;
+    const fg::ir::value<float> u{&h, h.add_input({64})}, v{&h, h.add_input({64})};
+    return !prog(h, build(u, v)).bind_single_loop(nullptr).has_value();
+  };
+  CHECK(refused([](auto u, auto v) { return std::vector<int>{fg::sum(u * v).id}; }));        // a reduction
+  CHECK(refused([](auto u, auto v) { return std::vector<int>{(u * fg::mean(v)).id}; }));     // two loops
+  CHECK(refused([](auto u, auto) { return std::vector<int>{u.id}; }));                       // an input handed out
+  CHECK(!refused([](auto u, auto v) { return std::vector<int>{(u * v).id, (u + v).id}; }));  // two outputs: bound
+}
+
+TEST_CASE("trace_once: a record's bound loop serves its own shapes, any contiguous inputs, and no other layout") {
+  // Each signature (sizes) has its record and its loop bound for those sizes; a strided or
+  // spread view of the same sizes hits the record but runs the general way, which copies it.
+  int calls = 0;
+  auto body = [&calls](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) {
+    ++calls;
+    const fg::tensor<float> a = x * y;
+    return std::pair{a, fg::cos(a) * z + x};
+  };
+  auto f = fg::jit(body, {.trace_once = true});
+  const auto check = [&](const fg::tensor<float>& x, const fg::tensor<float>& y, const fg::tensor<float>& z) {
+    const int before = calls;
+    const auto [a, b] = f(x, y, z);
+    const int after = calls;
+    const auto [ea, eb] = body(x, y, z);
+    calls = after;
+    CHECK(same_bits(a, ea));
+    CHECK(same_bits(b, eb));
+    return after - before;
+  };
+  int traced = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const fg::index_t n : {1000, 24, 70000, 1}) {
+      CAPTURE(round);
+      CAPTURE(n);
+      const auto big = fg::randn<float>({2 * n}, 1 + round);
+      const auto x = fg::randn<float>({n}, 3), y = fg::randn<float>({n}, 4 + round);
+      const auto at_offset = big.slice(0, n, 2 * n), strided = big.slice(0, 0, 2 * n, 2);
+      traced += check(x, y, at_offset);
+      CHECK(check(strided, y, x) == 0);
+      CHECK(check(x, fg::randn<float>({1}, 5).expand({n}), at_offset) == 0);
+      CHECK(check(y, x, at_offset) == 0);
+      {
+        fg::no_grad ng;  // another grad mode: its own record, bound too
+        traced += check(x, y, at_offset);
+        CHECK(check(x, strided, y) == 0);
+      }
+    }
+  }
+  CHECK(traced == 8);  // per size, one record per grad mode
+  const auto none = fg::randn<float>({0}, 6);
+  CHECK(check(none, none.clone(), none.clone()) == 1);  // no elements: nothing to run, bound all the same
+  CHECK(check(none.clone(), none, none.clone()) == 0);
+  CHECK(calls == 9);
 }

@@ -215,7 +215,8 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
         return;
       }
     }
-    key.hold();
+    J::held_args<E> held;  // (out of `key`: a replay has none to destroy)
+    key.hold(held);
     J::tracing_scope<J::deferred_t<void, F>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -139,6 +140,36 @@ class program {
   /// not (`check`).
   void run_into(std::span<const tensor<T>* const> inputs, std::vector<tensor<T>>& out, const std::vector<shape>* sizes,
                 const std::vector<call_fn<T>>* fns, input_check check) const;
+
+  /// A run of a program that is one element-wise loop over its inputs, bound once for one set
+  /// of node shapes (`bind_single_loop`): each instruction's pointers as `bind_instructions`
+  /// sets them, but for the inputs' and outputs' addresses, which `run_single_loop` patches
+  /// in per call. A caller that runs the program on the same shapes call after call (a
+  /// `trace_once` replay) skips the value table and the binding.
+  struct single_loop_run {
+    /// Where a pointer of an instruction comes from in a run: input `from` (>= 0) or output
+    /// `-1 - from`; `field` 0 and 1 are its operands, 2 its destination.
+    struct patch {
+      std::size_t instr;
+      int field;
+      int from;
+    };
+    std::vector<loop_ptrs<T>> bound;  ///< per instruction: registers and stream flags (pointers: null)
+    std::vector<patch> patches;
+    std::vector<int> read_inputs;       ///< the inputs the loop streams (each must be contiguous)
+    std::vector<shape> output_shapes;   ///< per output
+    std::vector<std::size_t> first_of;  ///< per output: the first output that is the same node (itself if none)
+    index_t total = 0;                  ///< the loop's elements
+  };
+  /// The single-loop run of this program on node shapes `sizes` (null: the lowered ones), or
+  /// nothing unless the program is one loop, without reductions or splats, whose every stored
+  /// value is an output and whose every output a stored value.
+  [[nodiscard]] std::optional<single_loop_run> bind_single_loop(const std::vector<shape>* sizes) const;
+  /// Runs the program as `run_into` with `input_check::guarded` would, on the shapes `r` was
+  /// bound for (the caller's guards imply them), with the same bits: false (nothing run) when
+  /// an input the loop reads is not contiguous, which the general run copies first.
+  bool run_single_loop(const single_loop_run& r, std::span<const tensor<T>* const> inputs,
+                       std::vector<tensor<T>>& out) const;
 
   /// True when the loops hold for the node shapes `sizes` (a loop's nodes still share one
   /// iteration shape, and its operands still have that shape or one element).
@@ -315,6 +346,18 @@ class program {
 
   /// Runs loop `st` over `space`: the phases below, in order.
   void run_loop(std::size_t l, std::vector<tensor<T>>& vals, const shape& space, const std::vector<shape>* sizes) const;
+  /// Where node `k`'s value is in a single-loop run: input `index` (>= 0), output `-1 - i` (its
+  /// first position among the outputs), or nowhere (a temporary).
+  [[nodiscard]] std::optional<int> single_loop_place(int k) const;
+  /// Instruction `p` of the single loop into `r`: its registers and stream flags, and a patch
+  /// per address; false when it stores a value that is not an output.
+  bool bind_single_instr(std::size_t p, single_loop_run& r) const;
+  /// This thread's tile registers and splats: at least `n` elements, reused run after run.
+  static T* loop_buffer(std::size_t n);
+  /// Runs the tiles of loop `l` over `total` elements bound in `pv` (tile registers `regs`):
+  /// in this thread, or in blocks on all threads; the number of blocks.
+  index_t run_bound_loop(std::size_t l, index_t tile, index_t total, const ptrs* pv, T* regs,
+                         reduction_state* red) const;
   /// The tiles [lo, hi) of loop `l`: by its generated function once one is installed
   /// (`native_`), else by the interpreter (`run_tiles`); the same effects and bits.
   void run_tiles_of(std::size_t l, index_t tile, const ptrs* pv, index_t lo, index_t hi, T* regs,
@@ -964,28 +1007,126 @@ void program<T>::run_tiles_of(std::size_t l, index_t tile, const ptrs* pv, index
 }
 
 template <Element T>
+T* program<T>::loop_buffer(std::size_t n) {
+  thread_local std::vector<T> buf;  // grows only: no allocation per run
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+template <Element T>
+index_t program<T>::run_bound_loop(std::size_t l, index_t tile, index_t total, const ptrs* pv, T* regs,
+                                   reduction_state* red) const {
+  // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
+  // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
+  const auto split =
+      fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
+  if (split.count <= 1) run_tiles_of(l, tile, pv, 0, total, regs, red);
+  else run_blocks(l, tile, split, total, pv, red);
+  return split.count;
+}
+
+template <Element T>
 void program<T>::run_loop(std::size_t l, std::vector<tensor<T>>& vals, const shape& space,
                           const std::vector<shape>* sizes) const {
   const step& st = steps_[l];
   const index_t total = numel(space);
   const index_t tile = tile_of(st, total);
-  thread_local std::vector<T> regbuf;  // grows only: no allocation per run
-  const auto need = static_cast<std::size_t>((st.registers + st.splats) * tile);
-  if (regbuf.size() < need) regbuf.resize(need);
-  T* const regs = regbuf.data();
+  T* const regs = loop_buffer(static_cast<std::size_t>((st.registers + st.splats) * tile));
   T* const splats = regs + st.registers * tile;
   thread_local std::vector<ptrs> pv;
   thread_local std::vector<reduction_state> red;
   pv.resize(st.code.size());
   red.resize(st.code.size());
   bind_instructions(st, vals, sizes, tile, total, splats, pv.data(), red.data());
-  // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
-  // thread's would be: core/accumulate.hpp's `sum_of_blocks`); a small loop runs here.
-  const auto split =
-      fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
-  if (split.count <= 1) run_tiles_of(l, tile, pv.data(), 0, total, regs, red.data());
-  else run_blocks(l, tile, split, total, pv.data(), red.data());
-  if (reduces_[l]) store_reductions(st, vals, sizes, total, split.count, red.data());
+  const index_t blocks = run_bound_loop(l, tile, total, pv.data(), regs, red.data());
+  if (reduces_[l]) store_reductions(st, vals, sizes, total, blocks, red.data());
+}
+
+template <Element T>
+std::optional<typename program<T>::single_loop_run> program<T>::bind_single_loop(
+    const std::vector<shape>* sizes) const {
+  if (steps_.size() != 1 || steps_[0].eager || steps_[0].rows >= 0 || reduces_[0] || steps_[0].splats > 0) return {};
+  const step& st = steps_[0];
+  single_loop_run r;
+  r.total = numel(size_of(sizes, static_cast<std::size_t>(st.space_node)));
+  for (std::size_t i = 0; i < outputs_.size(); ++i) {
+    const auto o = static_cast<std::size_t>(outputs_[i]);
+    r.output_shapes.push_back(size_of(sizes, o));
+    r.first_of.push_back(
+        static_cast<std::size_t>(std::find(outputs_.begin(), outputs_.end(), outputs_[i]) - outputs_.begin()));
+  }
+  for (std::size_t p = 0; p < st.code.size(); ++p)
+    if (!bind_single_instr(p, r)) return {};
+  // Every output is a value the loop stores (not an input handed through).
+  for (const int o : outputs_)
+    if (std::none_of(st.code.begin(), st.code.end(), [&](const instr& in) { return in.node == o && in.reg < 0; }))
+      return {};
+  return r;
+}
+
+template <Element T>
+std::optional<int> program<T>::single_loop_place(int k) const {
+  const auto& n = g_.nodes()[static_cast<std::size_t>(k)];
+  if (n.kind == ir::node_kind::input) return n.index;
+  const auto o = std::find(outputs_.begin(), outputs_.end(), k);
+  if (o == outputs_.end()) return {};
+  return -1 - static_cast<int>(o - outputs_.begin());
+}
+
+template <Element T>
+bool program<T>::bind_single_instr(std::size_t p, single_loop_run& r) const {
+  // As `bind_instructions` binds an element-wise instruction, the addresses left to patch.
+  const instr& in = steps_[0].code[p];
+  loop_ptrs<T> P;
+  if (in.reg >= 0) {
+    P.dst_reg = in.reg;
+  } else {
+    const auto at = single_loop_place(in.node);
+    if (!at || *at >= 0) return false;  // a stored temporary (or a loop writing an input)
+    P.dst_adv = true;
+    r.patches.push_back({p, 2, *at});
+  }
+  for (int s = 0; s < 2; ++s) {
+    const source_ref& sr = in.src[s];
+    if ((sr.node) < 0) continue;  // parenthesised: clang reads `sr.node <` as fusegrad::node<
+    if (sr.reg >= 0) {
+      P.src_reg[s] = sr.reg;
+      continue;
+    }
+    const auto at = single_loop_place(sr.node);
+    if (!at) return false;
+    P.adv[s] = true;
+    r.patches.push_back({p, s, *at});
+    if (*at >= 0) r.read_inputs.push_back(*at);
+  }
+  r.bound.push_back(P);
+  return true;
+}
+
+template <Element T>
+bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tensor<T>* const> inputs,
+                                 std::vector<tensor<T>>& out) const {
+  for (const int i : r.read_inputs)
+    if (!inputs[static_cast<std::size_t>(i)]->is_contiguous()) return false;
+  if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
+  const std::size_t n_out = r.output_shapes.size();
+  out.resize(n_out);
+  for (std::size_t i = 0; i < n_out; ++i)
+    out[i] = r.first_of[i] == i ? fusegrad::detail::empty<T>(r.output_shapes[i]) : out[r.first_of[i]];
+  thread_local std::vector<ptrs> pv;
+  pv.assign(r.bound.begin(), r.bound.end());
+  for (const auto& [p, field, from] : r.patches) {
+    T* const at = from >= 0 ? inputs[static_cast<std::size_t>(from)]->data_ptr()
+                            : out[static_cast<std::size_t>(-1 - from)].data_ptr();
+    if (field == 2) pv[p].dst = at;
+    else pv[p].src[field] = at;
+  }
+  const step& st = steps_[0];
+  const index_t tile = tile_of(st, r.total);
+  thread_local std::vector<reduction_state> red;  // (none to reset: the loop reduces nothing)
+  red.resize(st.code.size());
+  run_bound_loop(0, tile, r.total, pv.data(), loop_buffer(static_cast<std::size_t>(st.registers * tile)), red.data());
+  return true;
 }
 
 template <Element T>

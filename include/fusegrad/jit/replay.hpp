@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -36,6 +37,14 @@
 #include "fusegrad/jit/trace.hpp"
 
 namespace fusegrad::detail::jit {
+
+/// Copies of a call's arguments that its signature points to while the function runs
+/// (`call_key::hold`); only a call that traces makes them.
+template <Element T>
+struct held_args {
+  std::vector<tensor<T>> tensors;
+  std::vector<std::string> keys;
+};
 
 /// The signature of one call (`tensors`: its argument tensors, in order, which it is not
 /// compared on; they outlive the call, so it holds them by address). It lives on the stack, in
@@ -53,23 +62,21 @@ struct call_key {
   /// part is.
   small_vector<std::int64_t, 64> flat;       // (a call's signature is a few dozen numbers: no allocation)
   small_vector<const std::string*, 8> keys;  ///< the keys of its `std::map` arguments, in order
-  std::vector<tensor<T>> held;               ///< `hold`'s copies
-  std::vector<std::string> held_keys;
 
   call_key() {  // the grad mode and the layout's length, set by `seal` once `add_arg` appended the layout
     flat.push_back(0);
     flat.push_back(0);
   }
 
-  /// Before a call that runs the function, which may move from its arguments: `tensors` point
-  /// to copies of them (the record is made from them after the call).
-  void hold() {
-    held.reserve(tensors.size());
-    for (const tensor<T>* t : tensors) held.push_back(*t);
-    for (std::size_t i = 0; i < held.size(); ++i) tensors[i] = &held[i];
-    held_keys.reserve(keys.size());
-    for (const std::string* key : keys) held_keys.push_back(*key);
-    for (std::size_t i = 0; i < held_keys.size(); ++i) keys[i] = &held_keys[i];
+  /// Before a call that runs the function, which may move from its arguments: `tensors` and
+  /// `keys` point to copies of them in `h` (the record is made from them after the call).
+  void hold(held_args<T>& h) {
+    h.tensors.reserve(tensors.size());
+    for (const tensor<T>* t : tensors) h.tensors.push_back(*t);
+    for (std::size_t i = 0; i < h.tensors.size(); ++i) tensors[i] = &h.tensors[i];
+    h.keys.reserve(keys.size());
+    for (const std::string* key : keys) h.keys.push_back(*key);
+    for (std::size_t i = 0; i < h.keys.size(); ++i) keys[i] = &h.keys[i];
   }
 };
 
@@ -82,8 +89,11 @@ struct traced_call {
   // The replay.
   std::shared_ptr<const entry<T>> e;                 ///< null: the call traced no op
   std::shared_ptr<const std::vector<shape>> shapes;  ///< a dynamic entry's node shapes for these sizes
-  std::vector<int> input_arg;                        ///< per graph input: the argument tensor it is
-  bool inputs_are_args = false;                      ///< `input_arg` is 0, 1, ... over all argument tensors
+  /// The entry's forward bound once for these sizes when it is a single loop that records no
+  /// backward (`program::bind_single_loop`): a replay patches in its tensors' addresses alone.
+  std::optional<typename program<T>::single_loop_run> single;
+  std::vector<int> input_arg;    ///< per graph input: the argument tensor it is
+  bool inputs_are_args = false;  ///< `input_arg` is 0, 1, ... over all argument tensors
   /// Per tensor of the result: output p (>= 0) of `e`, argument tensor j (-1 - j), or `undefined`.
   std::vector<int> result;
   std::vector<char> last_use;        ///< per tensor of the result: no later one is the same output of `e`
@@ -174,16 +184,18 @@ inline constexpr std::size_t max_traced_calls = 64;
 
 template <Element T>
 void replayer<T>::seal(call_key<T>& k) {
-  const auto& ts = k.tensors;
+  // (the lists' buffers read once: each access of a small_vector asks where its elements are)
+  const tensor<T>* const* const ts = k.tensors.data();
+  const std::size_t n = k.tensors.size();
   const bool grad_mode = is_grad_enabled();
-  const std::size_t n = ts.size();
-  k.flat[0] = grad_mode;
-  k.flat[1] = static_cast<std::int64_t>(k.flat.size() - 2);  // (`add_arg` appended the layout)
-  std::size_t len = 1;                                       // the numbers written below, to make room for them at once
-  for (const tensor<T>* t : ts) len += t->defined() ? 5 + t->raw_impl()->sizes.size() : 3;
+  std::size_t len = 1;  // the numbers written below, to make room for them at once
+  for (std::size_t i = 0; i < n; ++i) len += ts[i]->defined() ? 5 + ts[i]->raw_impl()->sizes.size() : 3;
   const std::size_t at = k.flat.size();
   k.flat.resize(at + len);
-  std::int64_t* w = k.flat.data() + at;
+  std::int64_t* const f = k.flat.data();
+  f[0] = grad_mode;
+  f[1] = static_cast<std::int64_t>(at - 2);  // (`add_arg` appended the layout)
+  std::int64_t* w = f + at;
   *w++ = static_cast<std::int64_t>(n);
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
     const tensor_impl<T>* a = ts[i]->raw_impl().get();
@@ -200,8 +212,10 @@ void replayer<T>::seal(call_key<T>& k) {
     *w++ = a != nullptr;
     if (!a) continue;
     *w++ = grad_mode && a->requires_grad;
-    *w++ = static_cast<std::int64_t>(a->sizes.size());
-    for (const index_t d : a->sizes) *w++ = d;  // (a loop: `std::copy` calls memmove for these few)
+    const index_t* const d = a->sizes.data();
+    const std::size_t rank = a->sizes.size();
+    *w++ = static_cast<std::int64_t>(rank);
+    for (std::size_t r = 0; r < rank; ++r) *w++ = d[r];  // (a loop: `std::copy` calls memmove for these few)
   }
 }
 
@@ -301,6 +315,7 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
     for (std::size_t i = 0; i < c->input_arg.size(); ++i)
       c->inputs_are_args = c->inputs_are_args && c->input_arg[i] == static_cast<int>(i);
     if (c->e->dynamic) c->shapes = std::make_shared<const std::vector<shape>>(entry_shapes(*c->e, rec.inputs));
+    if (!c->e->bwd && c->e->fwd) c->single = c->e->fwd->bind_single_loop(c->shapes.get());
   }
   c->results_are_outputs = c->e && c->result.size() == c->e->outputs.size();
   for (std::size_t r = 0; r < c->result.size(); ++r)
@@ -352,7 +367,7 @@ void replayer<T>::run_outputs(const traced_call<T>& c, std::span<const tensor<T>
   const std::span<const tensor<T>* const> ins = c.inputs_are_args ? args : std::span<const tensor<T>* const>(picked);
   // The signature holds every argument's sizes, and the record's entry was traced with them.
   if (c.e->bwd) run_recorded(c, ins, outs);
-  else run_forward_guarded(*c.e, ins, c.shapes.get(), outs);
+  else run_forward_guarded(*c.e, ins, c.shapes.get(), c.single ? &*c.single : nullptr, outs);
 }
 
 template <Element T>
@@ -424,9 +439,10 @@ constexpr bool takes_arg() {
 }
 
 /// Argument `a`, into signature `k`. A lazy tensor (an outer trace's) is computed first: the
-/// signature needs its storage.
+/// signature needs its storage. Always inlined: left to itself the compiler calls it once per
+/// argument, and a replay's signature pays each call's saving and restoring of registers.
 template <Element T, class A>
-void add_arg(call_key<T>& k, const A& a) {
+[[gnu::always_inline]] inline void add_arg(call_key<T>& k, const A& a) {
   using X = std::remove_cvref_t<A>;
   enum : std::int64_t { tensor_arg = 1, map_arg, range_arg, integer_arg, real_arg };
   const auto add = [&](const tensor<T>& t) {

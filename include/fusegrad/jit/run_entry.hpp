@@ -220,14 +220,23 @@ void run_entry(const std::shared_ptr<const entry<T>>& e, const std::vector<tenso
 /// Runs entry `e`, which records no backward, on the tensors `inputs` points to, whose shapes
 /// the caller's guards imply (a `trace_once` replay; `shapes`: a dynamic entry's node shapes for
 /// them, which without a backward are its forward's alone, else null): output p's value into
-/// `out[p]`, as `output_value` gives it.
+/// `out[p]`, as `output_value` gives it. `single`: the forward's single loop bound for these
+/// shapes (`program::bind_single_loop`), run where it can be, or null.
 template <Element T>
 void run_forward_guarded(const entry<T>& e, std::span<const tensor<T>* const> inputs, const std::vector<shape>* shapes,
-                         std::vector<tensor<T>>& out) {
+                         const typename program<T>::single_loop_run* single, std::vector<tensor<T>>& out) {
   static const std::vector<jit::call_fn<T>> no_calls;
-  e.fwd->run_into(inputs, out, shapes, &no_calls, program<T>::input_check::guarded);
-  out.resize(e.outputs.size());  // (the program's outputs are the entry's, then the saved values: none here)
-  for (tensor<T>& t : out) t = output_value(t);
+  if (!single || !e.fwd->run_single_loop(*single, inputs, out)) {
+    e.fwd->run_into(inputs, out, shapes, &no_calls, program<T>::input_check::guarded);
+    out.resize(e.outputs.size());  // (the program's outputs are the entry's, then the saved values: none here)
+    for (tensor<T>& t : out) t = output_value(t);
+    return;
+  }
+  out.resize(e.outputs.size());
+  // The single loop's outputs are fresh tensors, as `output_value` leaves them, but for one that
+  // repeats an earlier output: that one gets its own tensor of the same values.
+  for (std::size_t p = 0; p < out.size(); ++p)
+    if (single->first_of[p] != p) out[p] = output_value(out[p]);
 }
 
 }  // namespace fusegrad::detail::jit
