@@ -354,6 +354,17 @@ class program {
   bool bind_single_instr(std::size_t p, single_loop_run& r) const;
   /// This thread's tile registers and splats: at least `n` elements, reused run after run.
   static T* loop_buffer(std::size_t n);
+  /// This thread's per-instruction pointers and reduction states for a loop of `n`
+  /// instructions, reused run after run.
+  struct loop_tables {
+    ptrs* pv;
+    reduction_state* red;
+  };
+  static loop_tables loop_tables_for(std::size_t n);
+  /// Counts a run the interpreter takes while this program's native code is still compiling.
+  void note_if_awaiting_native() const {
+    if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
+  }
   /// Runs the tiles of loop `l` over `total` elements bound in `pv` (tile registers `regs`):
   /// in this thread, or in blocks on all threads; the number of blocks.
   index_t run_bound_loop(std::size_t l, index_t tile, index_t total, const ptrs* pv, T* regs,
@@ -434,7 +445,7 @@ void program<T>::run_on(std::span<const tensor<T>* const> inputs, std::vector<te
   std::vector<tensor<T>>& vals = *buffer;
   vals.resize(g_.nodes().size());
   take_inputs(inputs, taken, sizes, check, vals);
-  if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
+  note_if_awaiting_native();
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
     if (st.rows >= 0) rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
@@ -1014,6 +1025,15 @@ T* program<T>::loop_buffer(std::size_t n) {
 }
 
 template <Element T>
+typename program<T>::loop_tables program<T>::loop_tables_for(std::size_t n) {
+  thread_local std::vector<ptrs> pv;  // (sized per loop: the reduction states start empty)
+  thread_local std::vector<reduction_state> red;
+  pv.resize(n);
+  red.resize(n);
+  return {pv.data(), red.data()};
+}
+
+template <Element T>
 index_t program<T>::run_bound_loop(std::size_t l, index_t tile, index_t total, const ptrs* pv, T* regs,
                                    reduction_state* red) const {
   // Blocks of 2^j sum chunks on all threads (a block's reductions are combined as one
@@ -1033,13 +1053,10 @@ void program<T>::run_loop(std::size_t l, std::vector<tensor<T>>& vals, const sha
   const index_t tile = tile_of(st, total);
   T* const regs = loop_buffer(static_cast<std::size_t>((st.registers + st.splats) * tile));
   T* const splats = regs + st.registers * tile;
-  thread_local std::vector<ptrs> pv;
-  thread_local std::vector<reduction_state> red;
-  pv.resize(st.code.size());
-  red.resize(st.code.size());
-  bind_instructions(st, vals, sizes, tile, total, splats, pv.data(), red.data());
-  const index_t blocks = run_bound_loop(l, tile, total, pv.data(), regs, red.data());
-  if (reduces_[l]) store_reductions(st, vals, sizes, total, blocks, red.data());
+  const loop_tables t = loop_tables_for(st.code.size());
+  bind_instructions(st, vals, sizes, tile, total, splats, t.pv, t.red);
+  const index_t blocks = run_bound_loop(l, tile, total, t.pv, regs, t.red);
+  if (reduces_[l]) store_reductions(st, vals, sizes, total, blocks, t.red);
 }
 
 template <Element T>
@@ -1108,24 +1125,23 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
                                  std::vector<tensor<T>>& out) const {
   for (const int i : r.read_inputs)
     if (!inputs[static_cast<std::size_t>(i)]->is_contiguous()) return false;
-  if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
+  note_if_awaiting_native();
   const std::size_t n_out = r.output_shapes.size();
   out.resize(n_out);
   for (std::size_t i = 0; i < n_out; ++i)
     out[i] = r.first_of[i] == i ? fusegrad::detail::empty<T>(r.output_shapes[i]) : out[r.first_of[i]];
-  thread_local std::vector<ptrs> pv;
-  pv.assign(r.bound.begin(), r.bound.end());
+  const step& st = steps_[0];
+  const loop_tables t = loop_tables_for(st.code.size());  // (the loop reduces nothing: no state to reset)
+  ptrs* const pv = t.pv;
+  std::copy(r.bound.begin(), r.bound.end(), pv);
   for (const auto& [p, field, from] : r.patches) {
     T* const at = from >= 0 ? inputs[static_cast<std::size_t>(from)]->data_ptr()
                             : out[static_cast<std::size_t>(-1 - from)].data_ptr();
     if (field == 2) pv[p].dst = at;
     else pv[p].src[field] = at;
   }
-  const step& st = steps_[0];
   const index_t tile = tile_of(st, r.total);
-  thread_local std::vector<reduction_state> red;  // (none to reset: the loop reduces nothing)
-  red.resize(st.code.size());
-  run_bound_loop(0, tile, r.total, pv.data(), loop_buffer(static_cast<std::size_t>(st.registers * tile)), red.data());
+  run_bound_loop(0, tile, r.total, pv, loop_buffer(static_cast<std::size_t>(st.registers * tile)), t.red);
   return true;
 }
 
