@@ -24,6 +24,9 @@ enum class op : std::uint8_t {
   add, sub, mul, div, maximum, pow, minimum, atan2, hypot, user_bilinear, gt, ge, lt, le, eq, ne,
   // reductions
   sum_all, mean_all, max_all, sum_dims, mean_dims, max_dims,
+  // along one dim (`i0`; the normalisations: the last): the softmax family, as attention and
+  // cross-entropy use it, and the normalisations of a transformer block
+  softmax_dim, log_softmax_dim, logsumexp_dim, layer_norm_last, rms_norm_last,
   // layout
   reshape_flat, reshape_merge, view_flat, expand_as, permute, transpose, select, slice, unsqueeze,
   squeeze, contiguous, clone, cat, detach,

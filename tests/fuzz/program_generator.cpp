@@ -224,7 +224,7 @@ class generator {
       if (!bs) fg::detail::fail("fuzz", "generator: operands that do not broadcast: ", i.a, " ", i.b);
       i.shape = *bs;
       push(i, !is_compare(i.k) && (rg(i.a) || rg(i.b)), ex(i.a) && ex(i.b));
-    } else if (w < 64) {  // reductions
+    } else if (w < 60) {  // reductions
       const int kind = r_.below(3);
       const bool all_reduced_are_1 = std::all_of(sa.begin(), sa.end(), [](int d) { return d == lit1; });
       if (r_.chance(0.35)) {
@@ -257,6 +257,8 @@ class generator {
         }
         push(i, rg(a), kind == 2 ? ex(a) : ex(a));
       }
+    } else if (w < 66) {  // along one dim
+      add_along_dim(i);
     } else if (w < 78) {  // layout
       add_layout(i);
     } else if (w < 84) {  // matrix products
@@ -295,6 +297,28 @@ class generator {
       i.shape = sa;
       push(i, false, ex(a), contig(a));
     }
+  }
+
+  /// The softmax family along a dim (mostly the last, as attention and cross-entropy take it),
+  /// or a normalisation over the last dim.
+  void add_along_dim(instr& i) {
+    const symshape sa = sh(i.a);
+    static constexpr op family[] = {op::softmax_dim, op::log_softmax_dim, op::logsumexp_dim};
+    static constexpr op norms[] = {op::layer_norm_last, op::rms_norm_last};
+    i.k = sa.empty() || r_.chance(0.7) ? r_.pick(family) : r_.pick(norms);
+    const auto rank = static_cast<fg::index_t>(sa.size());
+    if (sa.empty()) i.i0 = r_.chance(0.5) ? 0 : -1;  // a 0-d value: dim 0 or -1, as PyTorch takes it
+    else if (i.k == op::layer_norm_last || i.k == op::rms_norm_last || r_.chance(0.7))
+      i.i0 = r_.chance(0.5) ? -1 : rank - 1;
+    else i.i0 = rand_dim(sa.size());
+    i.shape = sa;
+    if (i.k == op::logsumexp_dim && !sa.empty()) {
+      i.keepdim = r_.chance(0.5);
+      const auto d = static_cast<std::ptrdiff_t>(norm(i.i0, sa.size()));
+      if (i.keepdim) i.shape[static_cast<std::size_t>(d)] = lit1;
+      else i.shape.erase(i.shape.begin() + d);
+    }
+    push(i, rg(i.a), false);
   }
 
   /// |a| + 0.1 (for log, sqrt, fractional powers): usually finite results.

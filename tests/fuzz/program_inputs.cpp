@@ -15,6 +15,7 @@ constexpr const char* op_names[] = {
   "add_s", "sub_s", "rsub_s", "mul_s", "div_s", "rdiv_s", "pow_s",
   "add", "sub", "mul", "div", "maximum", "pow", "minimum", "atan2", "hypot", "user_bilinear", "gt", "ge", "lt", "le", "eq", "ne",
   "sum_all", "mean_all", "max_all", "sum_dims", "mean_dims", "max_dims",
+  "softmax_dim", "log_softmax_dim", "logsumexp_dim", "layer_norm_last", "rms_norm_last",
   "reshape_flat", "reshape_merge", "view_flat", "expand_as", "permute", "transpose", "select", "slice", "unsqueeze",
   "squeeze", "contiguous", "clone", "cat", "detach",
   "matmul", "mm", "bmm", "linear",

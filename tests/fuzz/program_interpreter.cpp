@@ -112,7 +112,8 @@ bool saturates(op k) {
     case op::gelu:
     case op::exp:
     case op::expm1:
-    case op::sinh: return true;
+    case op::sinh:
+    case op::softmax_dim: return true;
     default: return false;
   }
 }
@@ -144,6 +145,11 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
       case op::sum_dims:
       case op::mean_dims:
       case op::max_dims: reduction(A, i.dims); break;
+      case op::softmax_dim:
+      case op::log_softmax_dim:
+      case op::logsumexp_dim:
+      case op::layer_norm_last:
+      case op::rms_norm_last: reduction(A, {A.dim() == 0 ? 0 : i.i0}); break;
       case op::branch: reduction(B, {}); break;
       case op::hook:
       case op::retain_grad:
@@ -168,6 +174,11 @@ std::vector<D> interpret(const program& p, const std::vector<D>& in, const std::
         case op::sum_dims: r = fg::sum(A, i.dims, i.keepdim); break;
         case op::mean_dims: r = fg::mean(A, i.dims, i.keepdim); break;
         case op::max_dims: r = fg::max(A, i.dims, i.keepdim); break;
+        case op::softmax_dim: r = fg::softmax(A, i.i0); break;
+        case op::log_softmax_dim: r = fg::log_softmax(A, i.i0); break;
+        case op::logsumexp_dim: r = fg::logsumexp(A, i.i0, i.keepdim); break;
+        case op::layer_norm_last: r = fg::layer_norm(A); break;
+        case op::rms_norm_last: r = fg::rms_norm(A); break;
         case op::reshape_flat: r = A.reshape({-1}); break;
         case op::reshape_merge: {
           fg::shape s = A.shape();

@@ -75,6 +75,16 @@ std::string print_program(const program& p) {
                                       : "max") +
               "(" + A + ", std::vector<fg::index_t>" + dims(i.dims) + ", " + (i.keepdim ? "true" : "false") + ")";
           break;
+        case op::softmax_dim:
+        case op::log_softmax_dim:
+          e = std::string("fg::") + (i.k == op::softmax_dim ? "softmax(" : "log_softmax(") + A + ", " +
+              std::to_string(i.i0) + ")";
+          break;
+        case op::logsumexp_dim:
+          e = "fg::logsumexp(" + A + ", " + std::to_string(i.i0) + ", " + (i.keepdim ? "true" : "false") + ")";
+          break;
+        case op::layer_norm_last: e = "fg::layer_norm(" + A + ")"; break;
+        case op::rms_norm_last: e = "fg::rms_norm(" + A + ")"; break;
         case op::reshape_flat: e = A + ".reshape({-1})"; break;
         case op::reshape_merge:
           o << "  fg::shape s" << r << " = " << A << ".shape();\n  s" << r << "[" << i.i0 << "] *= s" << r << "["

@@ -527,9 +527,14 @@ bool run_runtime_fuzz(const options& o, stats& st, double deadline_s) {
     ++st.graphs;
     const bool invalid = std::all_of(refs.begin(), refs.end(), [](const outcome& r) { return r.threw; });
     st.invalid += invalid;
-    if (o.verbose)
-      std::printf("graph %ld (seed %llu): %zu instructions, %zu inputs%s\n", g, static_cast<unsigned long long>(p.seed),
-                  p.code.size(), p.inputs.size(), invalid ? ", invalid" : "");
+    if (o.verbose) {
+      std::string ops;
+      for (const instr& i : p.code)
+        if (i.k != op::input) ops += std::string(" ") + op_name(i.k);
+      std::printf("graph %ld (seed %llu): %zu instructions, %zu inputs%s:%s\n", g,
+                  static_cast<unsigned long long>(p.seed), p.code.size(), p.inputs.size(), invalid ? ", invalid" : "",
+                  ops.c_str());
+    }
     std::string failure;
     const plan* failing = nullptr;
     int call = -1;
