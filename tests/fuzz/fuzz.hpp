@@ -75,8 +75,8 @@ struct tolerance {
   /// (sum_to before or after a multiplication), and with infinite intermediates an
   /// algebraically equal grouping turns inf into NaN. Finite vs non-finite still differs.
   bool nonfinite_equal = false;
-  /// Elements both at most this large in magnitude count as equal (0: off); a comparison that
-  /// needed it counts one hit of `zero_by_cancellation`.
+  /// Elements that differ by at most this much count as equal (0: off): rounding at the
+  /// program's scale; a comparison that needed it counts one hit of `zero_by_cancellation`.
   double noise = 0;
 };
 
