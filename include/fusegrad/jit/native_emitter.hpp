@@ -112,8 +112,8 @@ class native_emitter {
   [[nodiscard]] std::string row_bindings(const rows_t& rs, int p, const row_pass& rp) const;
   /// The pass's reductions finished, as the interpreter's `finish_reductions`.
   [[nodiscard]] std::string row_reductions(const rows_t& rs, int p, const row_pass& rp) const;
-  /// The row scalars ready at pass `p`'s start, each through its op's one-element tile kernel
-  /// (the interpreter's call: the same bits).
+  /// The row scalars ready at pass `p`'s start, each its op's value on a splat batch, lane 0
+  /// (the interpreter's one-element tile kernel's bits).
   [[nodiscard]] std::string row_scalars(const rows_t& rs, int p) const;
   /// A row scalar operand's value for row `r`.
   [[nodiscard]] static std::string row_scalar_of(const rows_t& rs, const row_operand& o);
@@ -676,17 +676,20 @@ std::string native_emitter<T>::row_reductions(const rows_t& rs, int p, const row
 
 template <Element T>
 std::string native_emitter<T>::row_scalars(const rows_t& rs, int p) const {
+  // Each op's value on a splat of its operands, lane 0: the interpreter's one-element tile
+  // kernel computes lane 0 of a batch too (the others zeros), and a lane's value never depends
+  // on the lanes beside it; ended at an `op_boundary` as in a batch.
   std::string s;
   for (const int m : rs.at_[static_cast<std::size_t>(p)].scalars) {
     const row_member& e = rs.mem_[static_cast<std::size_t>(m)];
     const auto& n = ns_[static_cast<std::size_t>(e.node)];
     const bool binary = e.src[1].node >= 0;
     const std::string k = "scal[" + std::to_string(e.scalar) + "]";
-    s += "    {\n      const T a = " + row_scalar_of(rs, e.src[0]) +
-         (binary ? ", b = " + row_scalar_of(rs, e.src[1]) : std::string()) + ";\n      T d;\n";
-    s += "      fusegrad::detail::tile_op(make_op<" + native_op_name<T>(n.op) + ">(scalars[" + std::to_string(m) +
-         "]), &a, " + (binary ? "&b" : "static_cast<const T*>(nullptr)") + ", &d, index_t(1));\n      " + k + " = d;\n";
-    if (e.store) s += "      dp[" + std::to_string(e.node) + "][r] = d;\n";
+    s += "    {\n      const auto op = make_op<" + native_op_name<T>(n.op) + ">(scalars[" + std::to_string(m) +
+         "]);\n      V d = op.value(V(" + row_scalar_of(rs, e.src[0]) + ")" +
+         (binary ? ", V(" + row_scalar_of(rs, e.src[1]) + ")" : std::string()) + ");\n      op_boundary(d);\n      " +
+         k + " = d.get(0);\n";
+    if (e.store) s += "      dp[" + std::to_string(e.node) + "][r] = " + k + ";\n";
     s += "    }\n";
   }
   return s;
