@@ -576,6 +576,7 @@ void native_emitter<T>::emit_rows(std::size_t l, const rows_t& rs) {
   out_ += "\n// rows " + L + "\n";
   std::string locals, body;
   int bufs = 0;
+  std::size_t widest = 1;
   for (int p = 0; p < rs.passes_; ++p) {
     const row_pass rp = lower_pass(rs, p);
     std::vector<segment> segs = plan_segments(rp.st);
@@ -585,8 +586,8 @@ void native_emitter<T>::emit_rows(std::size_t l, const rows_t& rs) {
                      [&](const instr& in) { return element_wise(node_of(in).kind); }))
       segs.clear();  // reductions only: no batch to run
     for (std::size_t k = 0; k < segs.size(); ++k) emit_segment(rp.st, segs[k], name + "_" + std::to_string(k));
-    locals += "  loop_ptrs<T> pv_" + P + "[" + N + "];\n  reduction_state<T> red_" + P + "[" + N + "];\n  const T sc_" +
-              P + "[" + N + "] = {";
+    widest = std::max(widest, rp.st.code.size());
+    locals += "  loop_ptrs<T> pv_" + P + "[" + N + "];\n  const T sc_" + P + "[" + N + "] = {";
     for (const int m : rp.member) locals += "scalars[" + std::to_string(m) + "], ";
     locals += "};\n";
     body += row_scalars(rs, p) + row_pass_body(rs, p, rp, name, segs.size());
@@ -599,7 +600,10 @@ void native_emitter<T>::emit_rows(std::size_t l, const rows_t& rs) {
           "  const index_t tile = " +
           std::to_string(rows_t::tile_elems) + ";\n  alignas(64) T buf[" + at_least_1(bufs) + " * " +
           std::to_string(rows_t::tile_elems) + "];\n  T scal[" + at_least_1(rs.scalars_) + "];\n  T spl[" +
-          at_least_1(rs.splats_) + "];\n  (void)tile; (void)buf; (void)scal; (void)spl;\n" + locals +
+          at_least_1(rs.splats_) + "];\n  (void)tile; (void)buf; (void)scal; (void)spl;\n" +
+          // one table of reduction states for all passes (a pass resets its own): the stack holds
+          // the widest pass's, not every pass's
+          "  reduction_state<T> red[" + std::to_string(widest) + "];\n" + locals +
           "  for (index_t r = r0; r < r1; ++r) {\n    const index_t off = r * C;\n    (void)off;\n" + body + "  }\n}\n";
 }
 
@@ -622,10 +626,9 @@ std::string native_emitter<T>::row_pass_body(const rows_t& rs, int p, const row_
     const row_member& e = rs.mem_[static_cast<std::size_t>(rp.member[q])];
     if (!e.reduces) continue;
     const bool max = ns_[static_cast<std::size_t>(e.node)].kind == ir::node_kind::max;
-    s += "      red_" + P + "[" + std::to_string(q) + "]." + (max ? "max" : "sum") + ".reset();\n";
+    s += "      red[" + std::to_string(q) + "]." + (max ? "max" : "sum") + ".reset();\n";
   }
-  s += "      loop_ptrs<T>* const pv = pv_" + P + ";\n      reduction_state<T>* const red = red_" + P +
-       ";\n      const T* const sc = sc_" + P + ";\n      (void)red; (void)sc;\n";
+  s += "      loop_ptrs<T>* const pv = pv_" + P + ";\n      const T* const sc = sc_" + P + ";\n      (void)sc;\n";
   s += tile_loop(rp.st, name, segs, "0", "C");
   return s + row_reductions(rs, p, rp) + "    }\n";
 }
