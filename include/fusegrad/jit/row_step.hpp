@@ -20,7 +20,8 @@
 /// Bits: sums go through `running_sum` fed the row (eager mode's row-form sum of the same
 /// values), a max through the same lanes the tile loops use (exact; ±0 and NaN payloads may
 /// differ from eager's sequential max), element-wise ops through their one tile kernel. Rows are
-/// cut among threads, never a row: results do not depend on the thread count.
+/// cut among threads, never a row: results do not depend on the thread count. A step's native
+/// code (jit/native_emitter.hpp) runs the same plan with the same bits: `run` takes it when given.
 
 #include <algorithm>
 #include <cstdint>
