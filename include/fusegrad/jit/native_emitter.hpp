@@ -9,8 +9,10 @@
 /// turn. The values are the op structs' own `value` on `fg::simd<T>`, the last partial batch
 /// read and written with the same masked loads and stores, and reductions are fed the same
 /// tiles in the same order, so every bit is the interpreter's (a lane's value never depends on
-/// the lanes beside it). Row steps, eager steps and loops holding a user's op stay with the
-/// interpreter.
+/// the lanes beside it). A row step (jit/row_step.hpp) becomes one function over a range of
+/// rows: per row and pass, its row scalars with the interpreter's one-element kernels, its
+/// splats, then each pass lowered to a loop's instructions and run over the row's tiles the
+/// same way. Eager steps and steps holding a user's op stay with the interpreter.
 ///
 /// The code cache (native/code_cache.hpp, asked by jit/native_request.hpp) compiles a program's functions into one
 /// shared object, with the flags this library was built with, and the program swaps them in loop by loop once loaded
@@ -73,10 +75,50 @@ class native_emitter {
   using step = typename program<T>::step;
   using instr = typename program<T>::instr;
 
+  using rows_t = row_step<T>;
+  using row_member = typename rows_t::member;
+  using row_operand = typename rows_t::operand;
+
   /// True when every instruction of loop `st` has a generated form (a user's op has none).
   [[nodiscard]] bool can_generate(const step& st) const;
+  /// True when every op of row step `rs` has a generated form.
+  [[nodiscard]] bool can_generate(const rows_t& rs) const;
   /// Loop `l`'s function.
   void emit_loop(std::size_t l, const step& st);
+  /// The loop over the tiles [lo, hi) (`lo`, `hi`: expressions), each through segments
+  /// `segment_<name>_<k>` for k < `segs` and then the reductions of `st` (`pv`, `sc`, `tile`,
+  /// `buf` and `red` in scope).
+  [[nodiscard]] std::string tile_loop(const step& st, const std::string& name, std::size_t segs, const std::string& lo,
+                                      const std::string& hi) const;
+
+  /// A pass of a row step in a loop's form: its tile members (reductions computed once, an
+  /// expand read as its operand's splat too) as instructions, and each one's member.
+  struct row_pass {
+    step st;
+    std::vector<int> member;
+  };
+  /// Pass `p` of row step `rs` as a loop (`row_pass`). A value of the pass in a tile register
+  /// keeps a register; one of an earlier pass, or from outside, is a stream; a broadcast operand
+  /// is a splat.
+  [[nodiscard]] row_pass lower_pass(const rows_t& rs, int p) const;
+  /// Row step `l`'s function (`native_rows_fn`): per row, its passes as the interpreter's
+  /// `run_row` runs them.
+  void emit_rows(std::size_t l, const rows_t& rs);
+  /// Pass `p`'s work for one row: its splats, its instructions' pointers, its tiles, its
+  /// reductions finished (`rp`: the pass lowered, its segments `segment_<name>_<k>`).
+  [[nodiscard]] std::string row_pass_body(const rows_t& rs, int p, const row_pass& rp, const std::string& name,
+                                          std::size_t segs) const;
+  /// The pointers of the pass's instructions for one row (`pv_<p>`).
+  [[nodiscard]] std::string row_bindings(const rows_t& rs, int p, const row_pass& rp) const;
+  /// The pass's reductions finished, as the interpreter's `finish_reductions`.
+  [[nodiscard]] std::string row_reductions(const rows_t& rs, int p, const row_pass& rp) const;
+  /// The row scalars ready at pass `p`'s start, each its op's value on a splat batch, lane 0
+  /// (the interpreter's one-element tile kernel's bits).
+  [[nodiscard]] std::string row_scalars(const rows_t& rs, int p) const;
+  /// A row scalar operand's value for row `r`.
+  [[nodiscard]] static std::string row_scalar_of(const rows_t& rs, const row_operand& o);
+  /// Where full member `c` starts for row `r`: its row buffer or its tensor's row.
+  [[nodiscard]] static std::string row_base(const row_member& c);
   /// Instructions [begin, end) of a loop, run together batch by batch over a tile (their
   /// element-wise ones; reductions run after the tile's segments).
   struct segment {
@@ -102,8 +144,9 @@ class native_emitter {
   [[nodiscard]] std::vector<segment> plan_segments(const step& st);
   /// The streams instruction `p` (and its sibling) adds to segment `seg`, which has `have`.
   [[nodiscard]] std::vector<int> streams_of(const step& st, std::size_t p, int seg, const std::vector<int>& have) const;
-  /// The tile buffers: values reductions read from registers, and registers a later segment reads.
-  void give_buffers(const step& st);
+  /// The tile buffers: values reductions read from registers, and registers a later segment
+  /// reads; returns how many.
+  int give_buffers(const step& st);
   /// Segment `name`'s function: over a tile's batches, each element-wise instruction's value,
   /// kept in a register, stored where read.
   void emit_segment(const step& st, const segment& sg, const std::string& name);
@@ -129,7 +172,7 @@ class native_emitter {
   /// a pass they stay in place and a batch addresses each by its index alone.
   void emit_batch_loop();
   /// The tile's reductions, fed the tile as the interpreter feeds them.
-  void emit_reductions(const step& st);
+  [[nodiscard]] std::string reductions(const step& st) const;
   [[nodiscard]] bool element_wise(ir::node_kind k) const {
     return k == ir::node_kind::pointwise || k == ir::node_kind::expand;
   }
@@ -165,18 +208,23 @@ std::optional<std::string> native_emitter<T>::source() {
          "namespace {\n";
   for (std::size_t l = 0; l < steps.size(); ++l) {
     const step& st = steps[l];
-    if (st.eager || st.rows >= 0 || !can_generate(st)) {
+    const bool rows = st.rows >= 0 && can_generate(prog_.row_steps()[static_cast<std::size_t>(st.rows)]);
+    if (rows) emit_rows(l, prog_.row_steps()[static_cast<std::size_t>(st.rows)]);
+    else if (!st.eager && st.rows < 0 && can_generate(st)) emit_loop(l, st);
+    else {
       buffers_.push_back(0);
       continue;
     }
-    emit_loop(l, st);
     loops.push_back(l);
   }
   if (loops.empty()) return std::nullopt;
   out_ +=
       "}  // namespace\n\nextern \"C\" __attribute__((visibility(\"default\"))) void "
-      "fusegrad_program(native_loop_fn<T>* fns) {\n";
-  for (const std::size_t l : loops) out_ += "  fns[" + std::to_string(l) + "] = &loop_" + std::to_string(l) + ";\n";
+      "fusegrad_program(native_loop_fn<T>* fns, native_rows_fn<T>* rows) {\n  (void)fns; (void)rows;\n";
+  for (const std::size_t l : loops) {
+    const std::string L = std::to_string(l);
+    out_ += steps[l].rows >= 0 ? "  rows[" + L + "] = &rows_" + L + ";\n" : "  fns[" + L + "] = &loop_" + L + ";\n";
+  }
   out_ += "}\n";
   return std::move(out_);
 }
@@ -187,6 +235,9 @@ std::vector<std::vector<T>> native_emitter<T>::scalars() const {
   for (const step& st : prog_.steps()) {
     std::vector<T> v;
     for (const instr& in : st.code) v.push_back(node_of(in).scalar);
+    if (st.rows >= 0)  // a row step's: by member
+      for (const row_member& e : prog_.row_steps()[static_cast<std::size_t>(st.rows)].mem_)
+        v.push_back(ns_[static_cast<std::size_t>(e.node)].scalar);
     s.push_back(std::move(v));
   }
   return s;
@@ -208,10 +259,19 @@ bool native_emitter<T>::can_generate(const step& st) const {
 }
 
 template <Element T>
+bool native_emitter<T>::can_generate(const rows_t& rs) const {
+  for (const row_member& e : rs.mem_) {
+    const auto& n = ns_[static_cast<std::size_t>(e.node)];
+    if (n.kind == ir::node_kind::pointwise && native_op_name<T>(n.op).empty()) return false;
+  }
+  return true;
+}
+
+template <Element T>
 void native_emitter<T>::emit_loop(std::size_t l, const step& st) {
   const std::string L = std::to_string(l);
   const std::vector<segment> segs = plan_segments(st);
-  give_buffers(st);
+  buffers_.push_back(give_buffers(st));
   out_ += "\n// loop " + L + ":";
   for (const instr& in : st.code) out_ += (in.by_sibling ? "+%" : " %") + std::to_string(in.node);
   out_ += "\n";
@@ -219,13 +279,19 @@ void native_emitter<T>::emit_loop(std::size_t l, const step& st) {
   out_ += "void loop_" + L +
           "(const loop_ptrs<T>* pv, const T* sc, index_t tile, index_t lo, index_t hi, T* buf, "
           "reduction_state<T>* red) {\n"
-          "  (void)red;\n"
-          "  for (index_t t0 = lo; t0 < hi; t0 += tile) {\n"
-          "    const index_t n = std::min(tile, hi - t0);\n";
-  for (std::size_t k = 0; k < segs.size(); ++k)
-    out_ += "    segment_" + L + "_" + std::to_string(k) + "(pv, sc, tile, t0, n, buf);\n";
-  emit_reductions(st);
-  out_ += "  }\n}\n";
+          "  (void)red;\n";
+  out_ += tile_loop(st, L, segs.size(), "lo", "hi");
+  out_ += "}\n";
+}
+
+template <Element T>
+std::string native_emitter<T>::tile_loop(const step& st, const std::string& name, std::size_t segs,
+                                         const std::string& lo, const std::string& hi) const {
+  std::string s = "  for (index_t t0 = " + lo + "; t0 < " + hi + "; t0 += tile) {\n" +
+                  "    const index_t n = std::min(tile, " + hi + " - t0);\n";
+  for (std::size_t k = 0; k < segs; ++k)
+    s += "    segment_" + name + "_" + std::to_string(k) + "(pv, sc, tile, t0, n, buf);\n";
+  return s + reductions(st) + "  }\n";
 }
 
 template <Element T>
@@ -285,7 +351,7 @@ std::vector<int> native_emitter<T>::streams_of(const step& st, std::size_t p, in
 }
 
 template <Element T>
-void native_emitter<T>::give_buffers(const step& st) {
+int native_emitter<T>::give_buffers(const step& st) {
   // A value a reduction reads from a tile register, or a later segment reads, gets a tile
   // buffer of its own: the reductions run after the tile's segments, and a segment after the
   // one that computed the value, when the interpreter's register may hold a later value.
@@ -300,7 +366,7 @@ void native_emitter<T>::give_buffers(const step& st) {
       if (reduces || seg_of_[u] != seg_of_[static_cast<std::size_t>(in.node)]) buffer_of_[u] = buffers++;
     }
   }
-  buffers_.push_back(buffers);
+  return buffers;
 }
 
 template <Element T>
@@ -455,7 +521,8 @@ std::string native_emitter<T>::splat(std::size_t p, int s) {
 }
 
 template <Element T>
-void native_emitter<T>::emit_reductions(const step& st) {
+std::string native_emitter<T>::reductions(const step& st) const {
+  std::string out;
   for (std::size_t p = 0; p < st.code.size(); ++p) {
     const instr& in = st.code[p];
     const auto kind = node_of(in).kind;
@@ -467,8 +534,180 @@ void native_emitter<T>::emit_reductions(const step& st) {
                                  ? "buf + " + std::to_string(buffer_of_[static_cast<std::size_t>(src.node)]) + " * tile"
                              : src.splat ? "pv[" + P + "].src[0]"
                                          : "pv[" + P + "].src[0] + t0";
-    out_ += "    red[" + P + "]." + (kind == ir::node_kind::max ? "max" : "sum") + ".add(" + from + ", n);\n";
+    out += "    red[" + P + "]." + (kind == ir::node_kind::max ? "max" : "sum") + ".add(" + from + ", n);\n";
   }
+  return out;
+}
+
+template <Element T>
+typename native_emitter<T>::row_pass native_emitter<T>::lower_pass(const rows_t& rs, int p) const {
+  row_pass rp;
+  for (const int m : rs.tile_members(p)) {
+    const row_member& e = rs.mem_[static_cast<std::size_t>(m)];
+    if (e.reduces && e.same >= 0) continue;  // an earlier reduction's value, taken when the pass ends
+    instr in;
+    in.node = e.node;
+    // An alias expand is an instruction here (its operand's splat in a register), so that a
+    // reader in another segment, or a reduction, gets it from a tile buffer.
+    in.reg = e.reg >= 0 || e.alias ? 0 : -1;
+    for (int s = 0; s < 2; ++s) {
+      const row_operand& o = e.src[s];
+      if ((o.node) < 0) continue;  // parenthesised: `o.node <` reads as a template
+      auto& src = in.src[s];
+      src.node = o.node;
+      if (o.splat >= 0) {
+        src.splat = true;
+        src.slot = o.splat;
+      } else if (o.member >= 0) {
+        const row_member& c = rs.mem_[static_cast<std::size_t>(o.member)];
+        if (c.pass == p && (c.reg >= 0 || c.alias)) src.reg = 0;  // else a stream: stored, or an earlier pass's
+      }
+    }
+    rp.st.code.push_back(in);
+    rp.member.push_back(m);
+  }
+  return rp;
+}
+
+template <Element T>
+void native_emitter<T>::emit_rows(std::size_t l, const rows_t& rs) {
+  const std::string L = std::to_string(l);
+  auto at_least_1 = [](auto n) { return std::to_string(std::max<std::size_t>(static_cast<std::size_t>(n), 1)); };
+  out_ += "\n// rows " + L + "\n";
+  std::string locals, body;
+  int bufs = 0;
+  std::size_t widest = 1;
+  for (int p = 0; p < rs.passes_; ++p) {
+    const row_pass rp = lower_pass(rs, p);
+    std::vector<segment> segs = plan_segments(rp.st);
+    bufs = std::max(bufs, give_buffers(rp.st));
+    const std::string P = std::to_string(p), name = L + "r" + P, N = at_least_1(rp.st.code.size());
+    if (std::none_of(rp.st.code.begin(), rp.st.code.end(),
+                     [&](const instr& in) { return element_wise(node_of(in).kind); }))
+      segs.clear();  // reductions only: no batch to run
+    for (std::size_t k = 0; k < segs.size(); ++k) emit_segment(rp.st, segs[k], name + "_" + std::to_string(k));
+    widest = std::max(widest, rp.st.code.size());
+    locals += "  loop_ptrs<T> pv_" + P + "[" + N + "];\n  const T sc_" + P + "[" + N + "] = {";
+    for (const int m : rp.member) locals += "scalars[" + std::to_string(m) + "], ";
+    locals += "};\n";
+    body += row_scalars(rs, p) + row_pass_body(rs, p, rp, name, segs.size());
+  }
+  body += row_scalars(rs, rs.passes_);
+  buffers_.push_back(0);  // the function's tile buffers are its own
+  out_ += "void rows_" + L +
+          "(T* const* dp, const T* dv, const T* scalars, index_t C, index_t r0, index_t r1, T* rowbuf) {\n"
+          "  (void)dp; (void)dv; (void)scalars; (void)rowbuf;\n"
+          "  const index_t tile = " +
+          std::to_string(rows_t::tile_elems) + ";\n  alignas(64) T buf[" + at_least_1(bufs) + " * " +
+          std::to_string(rows_t::tile_elems) + "];\n  T scal[" + at_least_1(rs.scalars_) + "];\n  T spl[" +
+          at_least_1(rs.splats_) + "];\n  (void)tile; (void)buf; (void)scal; (void)spl;\n" +
+          // one table of reduction states for all passes (a pass resets its own): the stack holds
+          // the widest pass's, not every pass's
+          "  reduction_state<T> red[" + std::to_string(widest) + "];\n" + locals +
+          "  for (index_t r = r0; r < r1; ++r) {\n    const index_t off = r * C;\n    (void)off;\n" + body + "  }\n}\n";
+}
+
+template <Element T>
+std::string native_emitter<T>::row_pass_body(const rows_t& rs, int p, const row_pass& rp, const std::string& name,
+                                             std::size_t segs) const {
+  const std::string P = std::to_string(p);
+  std::string s = "    {  // pass " + P + "\n";
+  for (const auto& [m, k] : rs.at_[static_cast<std::size_t>(p)].splats) {
+    const row_member& e = rs.mem_[static_cast<std::size_t>(m)];
+    const auto& n = ns_[static_cast<std::size_t>(e.node)];
+    const row_operand& o = e.src[k];
+    const std::string slot = "spl[" + std::to_string(o.splat) + "]";
+    if (n.kind == ir::node_kind::expand && n.average)  // divided as the interpreter's `fill_splats` divides
+      s += "      { T v = " + row_scalar_of(rs, o) + "; v /= dv[" + std::to_string(m) + "]; " + slot + " = v; }\n";
+    else s += "      " + slot + " = " + row_scalar_of(rs, o) + ";\n";
+  }
+  s += row_bindings(rs, p, rp);
+  for (std::size_t q = 0; q < rp.member.size(); ++q) {
+    const row_member& e = rs.mem_[static_cast<std::size_t>(rp.member[q])];
+    if (!e.reduces) continue;
+    const bool max = ns_[static_cast<std::size_t>(e.node)].kind == ir::node_kind::max;
+    s += "      red[" + std::to_string(q) + "]." + (max ? "max" : "sum") + ".reset();\n";
+  }
+  s += "      loop_ptrs<T>* const pv = pv_" + P + ";\n      const T* const sc = sc_" + P + ";\n      (void)sc;\n";
+  s += tile_loop(rp.st, name, segs, "0", "C");
+  return s + row_reductions(rs, p, rp) + "    }\n";
+}
+
+template <Element T>
+std::string native_emitter<T>::row_bindings(const rows_t& rs, int p, const row_pass& rp) const {
+  std::string s;
+  for (std::size_t q = 0; q < rp.member.size(); ++q) {
+    const row_member& e = rs.mem_[static_cast<std::size_t>(rp.member[q])];
+    const instr& in = rp.st.code[q];
+    const std::string at = "      pv_" + std::to_string(p) + "[" + std::to_string(q) + "].";
+    for (int k = 0; k < 2; ++k) {
+      const row_operand& o = e.src[k];
+      const auto& src = in.src[k];
+      if ((src.node) < 0 || src.reg >= 0) continue;  // none, or a register of the pass
+      const std::string K = std::to_string(k);
+      if (src.splat) s += at + "src[" + K + "] = &spl[" + std::to_string(src.slot) + "];\n";
+      else if (o.member >= 0)
+        s += at + "src[" + K + "] = " + row_base(rs.mem_[static_cast<std::size_t>(o.member)]) + ";\n";
+      else s += at + "src[" + K + "] = dp[" + std::to_string(o.node) + "] + off;\n";
+    }
+    if (!e.reduces && in.reg < 0) s += at + "dst = " + row_base(e) + ";\n";
+  }
+  return s;
+}
+
+template <Element T>
+std::string native_emitter<T>::row_reductions(const rows_t& rs, int p, const row_pass& rp) const {
+  std::string s;
+  for (const int m : rs.at_[static_cast<std::size_t>(p)].reductions) {
+    const row_member& e = rs.mem_[static_cast<std::size_t>(m)];
+    const auto& n = ns_[static_cast<std::size_t>(e.node)];
+    const std::string k = "scal[" + std::to_string(e.scalar) + "]";
+    if (e.same >= 0) {
+      s += "      " + k + " = scal[" + std::to_string(rs.mem_[static_cast<std::size_t>(e.same)].scalar) + "];\n";
+    } else {
+      const auto q = std::find(rp.member.begin(), rp.member.end(), m) - rp.member.begin();
+      const std::string red = "red[" + std::to_string(q) + "].";
+      if (n.kind == ir::node_kind::max) s += "      " + k + " = " + red + "max.total();\n";
+      else if (n.kind == ir::node_kind::mean)  // the total divided by C, as the interpreter divides it
+        s += "      { T v = " + red + "sum.total(); v = v / static_cast<T>(C); " + k + " = v; }\n";
+      else s += "      " + k + " = " + red + "sum.total();\n";
+    }
+    if (e.store) s += "      dp[" + std::to_string(e.node) + "][r] = " + k + ";\n";
+  }
+  return s;
+}
+
+template <Element T>
+std::string native_emitter<T>::row_scalars(const rows_t& rs, int p) const {
+  // Each op's value on a splat of its operands, lane 0: the interpreter's one-element tile
+  // kernel computes lane 0 of a batch too (the others zeros), and a lane's value never depends
+  // on the lanes beside it; ended at an `op_boundary` as in a batch.
+  std::string s;
+  for (const int m : rs.at_[static_cast<std::size_t>(p)].scalars) {
+    const row_member& e = rs.mem_[static_cast<std::size_t>(m)];
+    const auto& n = ns_[static_cast<std::size_t>(e.node)];
+    const bool binary = e.src[1].node >= 0;
+    const std::string k = "scal[" + std::to_string(e.scalar) + "]";
+    s += "    {\n      const auto op = make_op<" + native_op_name<T>(n.op) + ">(scalars[" + std::to_string(m) +
+         "]);\n      V d = op.value(V(" + row_scalar_of(rs, e.src[0]) + ")" +
+         (binary ? ", V(" + row_scalar_of(rs, e.src[1]) + ")" : std::string()) + ");\n      op_boundary(d);\n      " +
+         k + " = d.get(0);\n";
+    if (e.store) s += "      dp[" + std::to_string(e.node) + "][r] = " + k + ";\n";
+    s += "    }\n";
+  }
+  return s;
+}
+
+template <Element T>
+std::string native_emitter<T>::row_scalar_of(const rows_t& rs, const row_operand& o) {
+  if (o.member >= 0) return "scal[" + std::to_string(rs.mem_[static_cast<std::size_t>(o.member)].scalar) + "]";
+  return "dp[" + std::to_string(o.node) + (o.f == rows_t::form::one ? "][0]" : "][r]");
+}
+
+template <Element T>
+std::string native_emitter<T>::row_base(const row_member& c) {
+  if (c.rowbuf >= 0) return "rowbuf + " + std::to_string(c.rowbuf) + " * C";
+  return "dp[" + std::to_string(c.node) + "] + off";
 }
 
 }  // namespace fusegrad::detail::jit

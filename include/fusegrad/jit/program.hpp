@@ -185,6 +185,8 @@ class program {
   [[nodiscard]] const ir::graph<T>& source() const noexcept { return g_; }
   [[nodiscard]] const std::vector<int>& outputs() const noexcept { return outputs_; }
   [[nodiscard]] const std::vector<step>& steps() const noexcept { return steps_; }
+  /// The row steps, by `step::rows`.
+  [[nodiscard]] const std::vector<row_step<T>>& row_steps() const noexcept { return rows_; }
   /// The program's native code: the loops' generated functions once installed (null: interpreted).
   [[nodiscard]] const std::shared_ptr<native_code<T>>& native() const noexcept { return native_; }
 
@@ -361,6 +363,11 @@ class program {
     reduction_state* red;
   };
   static loop_tables loop_tables_for(std::size_t n);
+  /// Runs row step `l`: its generated code once installed, else the interpreter.
+  void run_row_step(std::size_t l, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
+    const native_rows_fn<T> fn = native_->rows_at(l);  // (installed after its constants were set)
+    rows_[static_cast<std::size_t>(steps_[l].rows)].run(g_, vals, sizes, fn, fn ? native_->scalars[l].data() : nullptr);
+  }
   /// Counts a run the interpreter takes while this program's native code is still compiling.
   void note_if_awaiting_native() const {
     if (native_->requested.load(std::memory_order_relaxed) && !native_->ready()) fusegrad::native::note_fallback();
@@ -448,7 +455,7 @@ void program<T>::run_on(std::span<const tensor<T>* const> inputs, std::vector<te
   note_if_awaiting_native();
   for (std::size_t l = 0; l < steps_.size(); ++l) {
     const step& st = steps_[l];
-    if (st.rows >= 0) rows_[static_cast<std::size_t>(st.rows)].run(g_, vals, sizes);
+    if (st.rows >= 0) run_row_step(l, vals, sizes);
     else if (st.eager) run_eager(st, vals, sizes, fns);
     else run_loop(l, vals, size_of(sizes, static_cast<std::size_t>(st.space_node)), sizes);
     for (const int k : last_read_[l]) vals[static_cast<std::size_t>(k)] = tensor<T>{};

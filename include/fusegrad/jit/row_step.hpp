@@ -20,7 +20,8 @@
 /// Bits: sums go through `running_sum` fed the row (eager mode's row-form sum of the same
 /// values), a max through the same lanes the tile loops use (exact; ±0 and NaN payloads may
 /// differ from eager's sequential max), element-wise ops through their one tile kernel. Rows are
-/// cut among threads, never a row: results do not depend on the thread count.
+/// cut among threads, never a row: results do not depend on the thread count. A step's native
+/// code (jit/native_emitter.hpp) runs the same plan with the same bits: `run` takes it when given.
 
 #include <algorithm>
 #include <cstdint>
@@ -33,11 +34,15 @@
 #include "fusegrad/eager/factories.hpp"
 #include "fusegrad/ir/graph.hpp"
 #include "fusegrad/jit/eager_step.hpp"
+#include "fusegrad/jit/native_abi.hpp"
 #include "fusegrad/jit/op_kernels.hpp"
 #include "fusegrad/loops/tile.hpp"
 #include "fusegrad/loops/tile_reductions.hpp"
 
 namespace fusegrad::detail::jit {
+
+template <Element T>
+class native_emitter;
 
 template <Element T>
 class row_step {
@@ -62,12 +67,17 @@ class row_step {
   /// True when the step still holds for the node shapes `sizes`.
   [[nodiscard]] bool fits(const ir::graph<T>& g, const std::vector<shape>& sizes) const;
 
-  /// Runs the step: `vals` holds every node's value (members' are written here).
-  void run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const;
+  /// Runs the step: `vals` holds every node's value (members' are written here). `fn`: the
+  /// step's generated code (jit/native_emitter.hpp) and its members' constants `sc`, run in
+  /// place of the interpreter with the same bits (null: interpreted).
+  void run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
+           native_rows_fn<T> fn = nullptr, const T* sc = nullptr) const;
 
   [[nodiscard]] std::string to_string(const ir::graph<T>& g) const;
 
  private:
+  // The emitter writes a step's rows as C++ from its plan (members, passes, places).
+  friend class native_emitter<T>;
   struct operand {
     int node = -1;
     int member = -1;  ///< index in mem_ when a member
@@ -156,6 +166,8 @@ class row_step {
   const T* averaging_divisors(const ir::graph<T>& g, const std::vector<shape>* sizes) const;
   /// The R rows of C values, cut among threads, each thread with its own buffers.
   void run_rows(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const;
+  /// The same rows, cut the same way, through the step's generated code `fn`.
+  void run_rows_native(native_rows_fn<T> fn, const T* sc, T* const* dp, const T* dv, index_t R, index_t C) const;
 
   // The constructor's phases, in order.
   /// Adds a member per node of `members` (their forms, which are stored); returns each
@@ -495,14 +507,16 @@ bool row_step<T>::fits(const ir::graph<T>& g, const std::vector<shape>& sizes) c
 }
 
 template <Element T>
-void row_step<T>::run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes) const {
+void row_step<T>::run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const std::vector<shape>* sizes,
+                      native_rows_fn<T> fn, const T* sc) const {
   const shape& S = size_of(g, sizes, static_cast<std::size_t>(space_));
   const index_t C = S.back(), R = C == 0 ? 0 : numel(S) / C;
   if (R == 0 || C == 0) return run_eagerly(g, vals, sizes);
   allocate_stored(g, vals, sizes);
   T* const* const dp = bind_data(g, vals);
   const T* const dv = averaging_divisors(g, sizes);
-  run_rows(g.nodes(), dp, dv, R, C);
+  if (fn) run_rows_native(fn, sc, dp, dv, R, C);
+  else run_rows(g.nodes(), dp, dv, R, C);
 }
 
 template <Element T>
@@ -563,6 +577,18 @@ void row_step<T>::run_rows(const std::vector<ir::node<T>>& ns, T* const* dp, con
     T* const scal = regs + (scal_at - regs_at);
     for (index_t r = r0; r < r1; ++r)
       run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), maxes.data(), ip.data());
+  };
+  fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
+}
+
+template <Element T>
+void row_step<T>::run_rows_native(native_rows_fn<T> fn, const T* sc, T* const* dp, const T* dv, index_t R,
+                                  index_t C) const {
+  auto rows = [&](index_t r0, index_t r1) {
+    thread_local std::vector<T> rowbuf;  // grows only: the row buffers, as `run_rows`'s
+    const std::size_t need = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
+    if (rowbuf.size() < need) rowbuf.resize(need);
+    fn(dp, dv, sc, C, r0, r1, rowbuf.data());
   };
   fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
 }
