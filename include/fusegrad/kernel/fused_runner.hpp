@@ -107,6 +107,7 @@ class fused_runner {
     std::vector<T*> dst, wp;               ///< `wp`: per store, then per reduction, its output's data
     std::vector<index_t> step, lstep, is, base;
     std::vector<char> rmax, direct;  ///< per reduction: a max; written directly (see `set_direct`)
+    std::vector<char> whole;         ///< per load: a hook reads it over the tile (see `mark_whole_loads`)
     std::vector<T> divisor, regs;    ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
     std::vector<running_max<T>> maxes;  ///< per reduction: a max (of the row, or of everything)
@@ -125,7 +126,7 @@ class fused_runner {
       store_cap = std::max(store_cap, stores), reduction_cap = std::max(reduction_cap, reductions);
       grow(load_cap + node_cap + 1, slot);
       grow(node_cap, dst, step, redir);
-      grow(load_cap, lrow, lstep, lp, divisor);
+      grow(load_cap, lrow, lstep, lp, divisor, whole);
       grow(store_cap + reduction_cap, wp);
       grow(reduction_cap, maxes, rmax, rsum, cols, cur, colf);
       grow(load_cap + store_cap + reduction_cap, st, is, base);
@@ -509,6 +510,7 @@ class fused_runner {
     for (std::size_t j = 0; j < span.reductions; ++j) {
       if ((sc.direct[j] == 1 || sc.direct[j] == 2) && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
     }
+    mark_whole_loads(span, sc);
     const int* const reduce_nodes = layout_.reduce_nodes + span.first_reduction;
     for (std::size_t j = 0; j < span.reductions; ++j) {
       sc.rmax[j] = is_max(reduce_nodes[j]);
@@ -530,6 +532,19 @@ class fused_runner {
             layout_.store_index + span.first_node,
             layout_.store_slot + span.first_store,
             layout_.reduce_slot + span.first_reduction};
+  }
+
+  /// `sc.whole`: the loads that a store or a reduction reads through the per-tile hook (its
+  /// slot is a load's): a broadcast one is filled over the whole tile, where the row body reads
+  /// one batch of it (see `set_row_loads`).
+  void mark_whole_loads(const stage_span& span, scratch& sc) const {
+    std::fill_n(sc.whole.begin(), span.loads, char{0});
+    const auto mark = [&](int slot) {
+      if (slot >= 0 && static_cast<std::size_t>(slot) < span.loads) sc.whole[static_cast<std::size_t>(slot)] = 1;
+    };
+    for (std::size_t j = 0; j < span.stores; ++j) mark(layout_.store_slot[span.first_store + static_cast<int>(j)]);
+    for (std::size_t j = 0; j < span.reductions; ++j)
+      mark(layout_.reduce_slot[span.first_reduction + static_cast<int>(j)]);
   }
 
   /// The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
@@ -611,17 +626,21 @@ class fused_runner {
     end_row_reductions(p, w, base, n, is);
   }
   /// The row's loads: a contiguous one read in place, a broadcast one (step 0) filled into
-  /// its load buffer for the row's tiles. True where a contiguous load is a mean's gradient
-  /// to divide tile by tile.
+  /// its load buffer: one SIMD batch, which the row body reads at every batch of the row (a
+  /// row-scalar such as a row's max costs one store per row, not one per element), or the
+  /// tile where a hook reads it (`sc.whole`). True where a contiguous load is a mean's
+  /// gradient to divide tile by tile.
   [[gnu::always_inline]] static bool set_row_loads(const pass_state& p, work& w, const index_t* base, index_t n,
                                                    const index_t* is) {
     const T* const* const lp = p.sc.lp.data();
     const T* const divisor = p.sc.divisor.data();
+    const char* const whole = p.sc.whole.data();
+    constexpr auto batch = static_cast<index_t>(simd<T>::size);
     bool scaled = false;
     for (std::size_t j = 0; j < p.span.loads; ++j) {
       T* const buf = w.loadbuf + j * tile_elems;
       if (is[j] == 0) {
-        std::fill(buf, buf + std::min(n, tile_elems), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
+        std::fill(buf, buf + (whole[j] ? std::min(n, tile_elems) : batch), lp[j][base[j]] / divisor[j]);
         w.lrow[j] = buf;
         w.lstep[j] = 0;
       } else {
