@@ -83,6 +83,25 @@ TEST_CASE("the softmax family through fg::compile at row lengths around the batc
   SUBCASE("rms_norm") { check_family_member(rms_norm_g, false); }
 }
 
+TEST_CASE("softmax's backward with its gradient summed to a broadcast operand's shape") {
+  // The backward's sums to an operand's shape are the identity (one loop fewer) only where
+  // nothing was broadcast; `g` of one row makes its gradient a real sum, and the general
+  // loops run.
+  const auto compiled = fg::compile(softmax_loss);
+  for (const long c : {1L, 7L, 17L, 1030L}) {
+    CAPTURE(c);
+    const auto x = fg::randn<double>({40, c}, 31) * 3.0;
+    auto ge = fg::randn<double>({c}, 32).requires_grad(true), gc = ge.detach().clone().requires_grad(true);
+    auto xe = x.detach().clone().requires_grad(true), xc = x.detach().clone().requires_grad(true);
+    const fg::tensor<double> le = softmax_loss(xe, ge), lc = compiled(xc, gc);
+    le.backward();
+    lc.backward();
+    CHECK(std::abs(le.item() - lc.item()) <= 1e-12 * (1 + std::abs(le.item())));
+    CHECK(normwise(xe.grad().to_vector(), xc.grad().to_vector()) < 1e-11);
+    CHECK(normwise(ge.grad().to_vector(), gc.grad().to_vector()) < 1e-12);
+  }
+}
+
 TEST_CASE("the softmax family through fg::compile passes gradcheck") {
   for (const long c : {1L, 7L, 17L}) {
     CAPTURE(c);
