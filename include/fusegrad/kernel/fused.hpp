@@ -57,12 +57,14 @@ constexpr bool unreduced_loops_pay() {
   }
 }
 
-/// Whether every `sumto` node of pass `Active` keeps its operand's shape (see `unreduced`).
+/// Whether every `sumto` node of pass `Active` that `unreduced` reads as the identity keeps
+/// its operand's shape.
 template <class A, const auto& Active, Element T>
 bool sums_unreduced(const node_eval<T>& g) {
   static constexpr auto sums = index_list([] {
     std::array<bool, A::M> m{};
-    for (std::size_t c = 0; c < A::M; ++c) m[c] = Active[c] && A::cg.kind[c] == gkind::sumto;
+    for (std::size_t c = 0; c < A::M; ++c)
+      m[c] = Active[c] && A::cg.kind[c] == gkind::sumto && unreduced<A>::cg.kind[c] == gkind::custom;
     return m;
   });
   for (std::size_t c : sums)

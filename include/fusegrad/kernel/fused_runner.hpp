@@ -106,8 +106,11 @@ class fused_runner {
     std::vector<const T*> slot, lrow, lp;  ///< `lp`: per load, its data
     std::vector<T*> dst, wp;               ///< `wp`: per store, then per reduction, its output's data
     std::vector<index_t> step, lstep, is, base;
-    std::vector<char> rmax, direct;  ///< per reduction: a max; written directly (see `set_direct`)
-    std::vector<T> divisor, regs;    ///< `divisor`: per load, what a mean's gradient divides by
+    std::vector<char> rmax, direct;           ///< per reduction: a max; written directly (see `set_direct`)
+    std::vector<char> whole;                  ///< per load: a hook reads it over the tile (see `mark_whole_loads`)
+    std::vector<int> dst_operand, mem_nodes;  ///< per element-wise node: see `plan_rows`
+    std::vector<T*> dst_base;                 ///< per element-wise node: its destination's data (`plan_rows`)
+    std::vector<T> divisor, regs;             ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
     std::vector<running_max<T>> maxes;  ///< per reduction: a max (of the row, or of everything)
     std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
@@ -125,7 +128,7 @@ class fused_runner {
       store_cap = std::max(store_cap, stores), reduction_cap = std::max(reduction_cap, reductions);
       grow(load_cap + node_cap + 1, slot);
       grow(node_cap, dst, step, redir);
-      grow(load_cap, lrow, lstep, lp, divisor);
+      grow(load_cap, lrow, lstep, lp, divisor, whole);
       grow(store_cap + reduction_cap, wp);
       grow(reduction_cap, maxes, rmax, rsum, cols, cur, colf);
       grow(load_cap + store_cap + reduction_cap, st, is, base);
@@ -509,6 +512,7 @@ class fused_runner {
     for (std::size_t j = 0; j < span.reductions; ++j) {
       if ((sc.direct[j] == 1 || sc.direct[j] == 2) && redirect(S, j, sc.redir.data())) sc.direct[j] = 2;
     }
+    mark_whole_loads(span, sc);
     const int* const reduce_nodes = layout_.reduce_nodes + span.first_reduction;
     for (std::size_t j = 0; j < span.reductions; ++j) {
       sc.rmax[j] = is_max(reduce_nodes[j]);
@@ -530,6 +534,19 @@ class fused_runner {
             layout_.store_index + span.first_node,
             layout_.store_slot + span.first_store,
             layout_.reduce_slot + span.first_reduction};
+  }
+
+  /// `sc.whole`: the loads that a store or a reduction reads through the per-tile hook (its
+  /// slot is a load's): a broadcast one is filled over the whole tile, where the row body reads
+  /// one batch of it (see `set_row_loads`).
+  void mark_whole_loads(const stage_span& span, scratch& sc) const {
+    std::fill_n(sc.whole.begin(), span.loads, char{0});
+    const auto mark = [&](int slot) {
+      if (slot >= 0 && static_cast<std::size_t>(slot) < span.loads) sc.whole[static_cast<std::size_t>(slot)] = 1;
+    };
+    for (std::size_t j = 0; j < span.stores; ++j) mark(layout_.store_slot[span.first_store + static_cast<int>(j)]);
+    for (std::size_t j = 0; j < span.reductions; ++j)
+      mark(layout_.reduce_slot[span.first_reduction + static_cast<int>(j)]);
   }
 
   /// The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
@@ -586,77 +603,114 @@ class fused_runner {
     }
   };
 
-  /// One row: `base` offsets, `n` elements, `is` each operand's step along the row (0:
-  /// broadcast, 1: contiguous). What is fixed along the row is resolved here; the stage's
-  /// row body walks the tiles.
-  void run_row(const pass_state& p, work& w, const index_t* base, index_t n, const index_t* is) const {
-    const bool scaled = set_row_loads(p, w, base, n, is);
-    const bool one_element_store = set_row_destinations(p, w, base, is);
-    start_row_reductions(p, w, base, is);
+  /// What every row of a pass shares: its operands' steps along the row (`is`: 0, broadcast;
+  /// 1, contiguous), whence each element-wise node's destination (`scratch::dst_operand`) and
+  /// whether the row body calls the tile hooks. Set up once per pass (`plan_rows`), so that a
+  /// row only offsets its pointers (`run_planned_row`): at a softmax's short rows, setting up
+  /// what every row shares cost as much as a row's work.
+  struct row_plan {
+    const index_t* is;
+    std::size_t memory_nodes;  ///< the nodes writing to memory: `scratch::mem_nodes[0, memory_nodes)`
+    bool scaled;               ///< a contiguous load is a mean's gradient to divide tile by tile
+    bool one_element_store;    ///< a store broadcast along the row takes its value from the hook
+  };
+  /// The pass's `row_plan` for steps `is` (written into `p.sc` before any thread reads it).
+  row_plan plan_rows(const pass_state& p, const index_t* is) const {
+    scratch& sc = p.sc;
+    grow(p.span.nodes, sc.dst_operand, sc.dst_base, sc.mem_nodes);
+    row_plan plan{is, 0, false, false};
+    for (std::size_t j = 0; j < p.span.loads; ++j) plan.scaled = plan.scaled || (is[j] != 0 && sc.divisor[j] != T(1));
+    for (std::size_t q = 0; q < p.span.nodes; ++q) {
+      const int sw = p.store_index[q], rj = sc.redir[q];
+      const std::size_t so = sw >= 0 ? p.span.store_operand(static_cast<std::size_t>(sw)) : 0;
+      const std::size_t ro = rj >= 0 ? p.span.reduction_operand(static_cast<std::size_t>(rj)) : 0;
+      plan.one_element_store = plan.one_element_store || (sw >= 0 && is[so] == 0);
+      int operand = -1;
+      T* to = nullptr;
+      if (rj >= 0 && is[ro] != 0)
+        operand = static_cast<int>(ro), to = sc.wp[p.span.stores + static_cast<std::size_t>(rj)];
+      else if (sw >= 0 && is[so] != 0) operand = static_cast<int>(so), to = sc.wp[static_cast<std::size_t>(sw)];
+      sc.dst_operand[q] = operand;
+      sc.dst_base[q] = to;
+      if (operand >= 0) sc.mem_nodes[plan.memory_nodes++] = static_cast<int>(q);
+    }
+    return plan;
+  }
+  /// A work's rows under a plan: the per-tile hooks and the row body's arguments, the same
+  /// for every row but its offsets (`tile_hooks::base`).
+  struct bound_rows {
+    tile_hooks hooks;
+    row_args<T> args;
+  };
+  /// `w`'s steps, its fixed destinations (tile registers) and its hooks under `plan`, into `b`
+  /// (which `b.args` points into: made in place).
+  void bind_rows(const pass_state& p, const row_plan& plan, work& w, bound_rows& b) const {
+    for (std::size_t j = 0; j < p.span.loads; ++j) w.lstep[j] = plan.is[j] != 0 ? 1 : 0;
+    for (std::size_t q = 0; q < p.span.nodes; ++q) {
+      const bool memory = p.sc.dst_operand[q] >= 0;
+      w.step[q] = memory ? 1 : 0;
+      if (!memory)
+        w.dst[q] =
+            p.tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(p.tile_register[q]) * tile_elems : nullptr;
+    }
     scratch& sc = p.sc;
     const std::size_t reductions = p.span.reductions;
-    tile_hooks h{w.slot,         w.lrow,  w.lstep, sc.divisor.data(), w.loadbuf,    p.span.loads,  p.span.stores,
-                 reductions,     base,    is,      sc.wp.data(),      p.store_slot, p.reduce_slot, sc.direct.data(),
-                 sc.rmax.data(), w.maxes, w.rsum};
-    const row_args<T> args{nodes_.state,
-                           w.slot,
-                           w.lrow,
-                           w.lstep,
-                           w.dst,
-                           w.step,
-                           scaled ? &tile_hooks::before : nullptr,
-                           reductions > 0 || one_element_store ? &tile_hooks::after : nullptr,
-                           &h};
-    p.body(args, n);
-    end_row_reductions(p, w, base, n, is);
+    b.hooks = tile_hooks{w.slot,        w.lrow,           w.lstep,        sc.divisor.data(), w.loadbuf,    p.span.loads,
+                         p.span.stores, reductions,       nullptr,        plan.is,           sc.wp.data(), p.store_slot,
+                         p.reduce_slot, sc.direct.data(), sc.rmax.data(), w.maxes,           w.rsum};
+    b.args = row_args<T>{nodes_.state,
+                         w.slot,
+                         w.lrow,
+                         w.lstep,
+                         w.dst,
+                         w.step,
+                         plan.scaled ? &tile_hooks::before : nullptr,
+                         reductions > 0 || plan.one_element_store ? &tile_hooks::after : nullptr,
+                         &b.hooks};
+  }
+  /// One row of `n` elements on its own (`base`, `is`: see `run_planned_row`).
+  void run_row(const pass_state& p, work& w, const index_t* base, index_t n, const index_t* is) const {
+    const row_plan plan = plan_rows(p, is);
+    bound_rows b;
+    bind_rows(p, plan, w, b);
+    run_planned_row(p, plan, w, b, base, n);
+  }
+  /// One row of a pass planned by `plan_rows` (`w` bound into `b` by `bind_rows`): `base`
+  /// offsets, `n` elements. Its loads and memory destinations offset, its reductions started,
+  /// the stage's row body over its tiles, its reductions ended.
+  void run_planned_row(const pass_state& p, const row_plan& plan, work& w, bound_rows& b, const index_t* base,
+                       index_t n) const {
+    set_row_loads(p, w, base, n, plan.is);
+    const scratch& sc = p.sc;
+    for (std::size_t k = 0; k < plan.memory_nodes; ++k) {
+      const auto q = static_cast<std::size_t>(sc.mem_nodes[k]);
+      w.dst[q] = sc.dst_base[q] + base[sc.dst_operand[q]];
+    }
+    start_row_reductions(p, w, base, plan.is);
+    b.hooks.base = base;
+    p.body(b.args, n);
+    end_row_reductions(p, w, base, n, plan.is);
   }
   /// The row's loads: a contiguous one read in place, a broadcast one (step 0) filled into
-  /// its load buffer for the row's tiles. True where a contiguous load is a mean's gradient
-  /// to divide tile by tile.
-  [[gnu::always_inline]] static bool set_row_loads(const pass_state& p, work& w, const index_t* base, index_t n,
+  /// its load buffer: one SIMD batch, which the row body reads at every batch of the row (a
+  /// row-scalar such as a row's max costs one store per row, not one per element), or the
+  /// tile where a hook reads it (`sc.whole`).
+  [[gnu::always_inline]] static void set_row_loads(const pass_state& p, work& w, const index_t* base, index_t n,
                                                    const index_t* is) {
     const T* const* const lp = p.sc.lp.data();
     const T* const divisor = p.sc.divisor.data();
-    bool scaled = false;
+    const char* const whole = p.sc.whole.data();
     for (std::size_t j = 0; j < p.span.loads; ++j) {
-      T* const buf = w.loadbuf + j * tile_elems;
       if (is[j] == 0) {
-        std::fill(buf, buf + std::min(n, tile_elems), lp[j][base[j]] / divisor[j]);  // what the row's tiles read
+        T* const buf = w.loadbuf + j * tile_elems;
+        const T v = lp[j][base[j]] / divisor[j];
+        if (whole[j]) std::fill(buf, buf + std::min(n, tile_elems), v);
+        else simd<T>(v).store_unaligned(buf);
         w.lrow[j] = buf;
-        w.lstep[j] = 0;
       } else {
         w.lrow[j] = lp[j] + base[j];
-        w.lstep[j] = 1;
-        scaled = scaled || divisor[j] != T(1);
       }
     }
-    return scaled;
-  }
-  /// Where each element-wise node writes along the row: its stored tensor, the reduction it
-  /// writes straight into, or its tile register. True where a store of one element (a store
-  /// broadcast along the row) takes its value from the tiles' hook.
-  [[gnu::always_inline]] static bool set_row_destinations(const pass_state& p, work& w, const index_t* base,
-                                                          const index_t* is) {
-    T* const* const wp = p.sc.wp.data();
-    const int* const redir = p.sc.redir.data();
-    bool one_element_store = false;
-    for (std::size_t q = 0; q < p.span.nodes; ++q) {
-      const int sw = p.store_index[q];
-      const bool to_store = sw >= 0 && is[p.span.store_operand(static_cast<std::size_t>(sw))] != 0;
-      one_element_store = one_element_store || (sw >= 0 && !to_store);
-      w.dst[q] = to_store
-                     ? wp[sw] + base[p.span.store_operand(static_cast<std::size_t>(sw))]
-                     : (p.tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(p.tile_register[q]) * tile_elems
-                                                : nullptr);
-      w.step[q] = to_store ? 1 : 0;
-      const int rj = redir[q];
-      if (rj >= 0 && is[p.span.reduction_operand(static_cast<std::size_t>(rj))] != 0) {
-        w.dst[q] = wp[p.span.stores + static_cast<std::size_t>(rj)] +
-                   base[p.span.reduction_operand(static_cast<std::size_t>(rj))];
-        w.step[q] = 1;
-      }
-    }
-    return one_element_store;
   }
   /// The reductions' state at the row's start: a max starts afresh; a row-form sum moving on
   /// to its next output stores the total of the one before.
@@ -759,13 +813,16 @@ class fused_runner {
     std::vector<running_sum<T>> rsum(parts);
     std::vector<T*> cur(parts, nullptr);
     const index_t* const is = p.sc.is.data();
+    const row_plan plan = plan_rows(p, is);
     parallel_blocks(split.count, [&](index_t b) {
       thread_local block_scratch bs;  // this thread's registers and row pointers
       const auto r = static_cast<std::size_t>(b) * reductions;
       work w = block_work(bs, p, maxes.data() + r, rsum.data() + r, cur.data() + r);
+      bound_rows bound;
+      bind_rows(p, plan, w, bound);
       const index_t b0 = b * split.size;
       for (std::size_t q = 0; q < operands_n; ++q) bs.base[q] = is[q] != 0 ? b0 : 0;
-      run_row(p, w, bs.base.data(), std::min(split.size, total - b0), is);
+      run_planned_row(p, plan, w, bound, bs.base.data(), std::min(split.size, total - b0));
     });
     merge_block_reductions(p, split.count, maxes.data(), rsum.data());
   }
@@ -805,23 +862,31 @@ class fused_runner {
     for (std::size_t q = 0; q < operands_n; ++q) sp[q] = &p.sc.st[q];
     const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
     const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
+    // Each operand's step along the rows (as `for_each_row_n` hands them to every row).
+    std::vector<index_t> is(operands_n, 0);
+    for (std::size_t q = 0; q < operands_n && !space.empty(); ++q) is[q] = p.sc.st[q].back();
+    const row_plan plan = plan_rows(p, is.data());
     if (!block && rows_write_apart(p, space, rows, grain_rows)) {
       parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
         thread_local block_scratch bs;
         work w = block_work(bs, p, nullptr, nullptr, nullptr);
+        bound_rows bound;
+        bind_rows(p, plan, w, bound);
         std::vector<index_t> boff(operands_n, 0), binner(operands_n, 0);
         for_each_row_n(
             space, operands_n, sp.data(), boff.data(), binner.data(),
-            [&](const index_t* b, index_t n, const index_t* is) { run_row(p, w, b, n, is); }, r0, r1);
+            [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, w, bound, b, n); }, r0, r1);
       });
       return;
     }
     work main = p.main;
+    bound_rows bound;
+    bind_rows(p, plan, main, bound);
     std::vector<index_t> off(operands_n, 0), inner(operands_n, 0);
     for_each_row_n(
         space, operands_n, sp.data(), off.data(), inner.data(),
-        [&](const index_t* b, index_t n, const index_t* is) { run_row(p, main, b, n, is); }, block ? block->r0 : 0,
-        block ? block->r1 : -1);
+        [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, main, bound, b, n); },
+        block ? block->r0 : 0, block ? block->r1 : -1);
     finish_sums(p);
   }
   /// Each operand's data and strides over `it`: a load that broadcasts a reduction back reads

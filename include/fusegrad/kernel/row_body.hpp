@@ -20,7 +20,7 @@
 namespace fusegrad::detail {
 
 /// What a stage's row body reads: tile pointers by slot (loads first, then nodes), each load's
-/// row start and step (0: a broadcast buffer, 1: contiguous), each node's destination
+/// row start and step (0: a broadcast buffer, one SIMD batch of the value, 1: contiguous), each node's destination
 /// `dst[q] + i * step[q]` (a tile register, step 0, or its stored tensor, step 1), and per-tile
 /// hooks of the runner (null when the row has nothing for them to do).
 template <Element T>
@@ -251,29 +251,31 @@ struct stage_batches {
     return m;
   });
   /// The batch at element `k` of the tile through cluster `K`: the slots it loads from `src`
-  /// (by slot: loads, then earlier clusters' values), values to `dst` (see `writes`).
+  /// (by slot: loads, then earlier clusters' values) at `k & mask[slot]` (0 for a broadcast
+  /// load: one batch of its value, see `row_body`), values to `dst` (see `writes`).
   template <int K, std::size_t... I, std::size_t... P>
   static void batch([[maybe_unused]] const ops_t& ops, [[maybe_unused]] const T* const* src,
-                    [[maybe_unused]] T* const* dst, [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k,
-                    std::index_sequence<I...>, std::index_sequence<P...>) {
+                    [[maybe_unused]] const index_t* mask, [[maybe_unused]] T* const* dst,
+                    [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k, std::index_sequence<I...>,
+                    std::index_sequence<P...>) {
     V v[slot_count];
-    ((v[load_list<K>[I]] = V::load_unaligned(src[load_list<K>[I]] + k)), ...);
+    ((v[load_list<K>[I]] = V::load_unaligned(src[load_list<K>[I]] + (k & mask[load_list<K>[I]]))), ...);
     (node<node_list<K>[P]>(v, ops, dst, step, k), ...);
   }
   /// The batches at elements [k, end) of the tile (`end - k` a multiple of `W`) through
   /// cluster `K`: one loop for the full batches and the padded last one.
   template <int K>
-  static void batches(const ops_t& ops, const T* const* src, T* const* dst, const index_t* step, index_t k,
-                      index_t end) {
+  static void batches(const ops_t& ops, const T* const* src, const index_t* mask, T* const* dst, const index_t* step,
+                      index_t k, index_t end) {
     for (; k < end; k += W)
-      batch<K>(ops, src, dst, step, k, std::make_index_sequence<load_list<K>.size()>{},
+      batch<K>(ops, src, mask, dst, step, k, std::make_index_sequence<load_list<K>.size()>{},
                std::make_index_sequence<node_list<K>.size()>{});
   }
   /// Every cluster in turn over [k, end).
   template <int... K>
-  static void all_batches(const ops_t& ops, const T* const* src, T* const* dst, const index_t* step, index_t k,
-                          index_t end, std::integer_sequence<int, K...>) {
-    (batches<K>(ops, src, dst, step, k, end), ...);
+  static void all_batches(const ops_t& ops, const T* const* src, const index_t* mask, T* const* dst,
+                          const index_t* step, index_t k, index_t end, std::integer_sequence<int, K...>) {
+    (batches<K>(ops, src, mask, dst, step, k, end), ...);
   }
   /// A large stage runs node by node over the whole tile instead, each node with its tile
   /// kernel (operands and results through L1).
@@ -315,9 +317,21 @@ void row_body(const row_args<T>& r, index_t n) {
   const T** const slot = r.slot;
   const void* const* const ops = r.ops;
   T* dst[node_count > 0 ? node_count : 1];
+  // A broadcast load (step 0) holds one batch of its value (the runner's `set_row_loads`):
+  // the batches read it at offset `k & 0`; the node-by-node path's tile kernels read it
+  // widened to the tile.
+  index_t mask[B::slot_count];
+  const T* lrow[load_count > 0 ? load_count : 1];
+  alignas(64) T wide[B::clusters == 0 && load_count > 0 ? load_count : 1][B::clusters == 0 ? tile_elems : 1];
+  for (std::size_t j = 0; j < B::slot_count; ++j) mask[j] = j >= load_count || r.lstep[j] != 0 ? ~index_t{0} : 0;
+  for (std::size_t j = 0; j < load_count; ++j) {
+    lrow[j] = r.lrow[j];
+    if constexpr (B::clusters == 0)
+      if (r.lstep[j] == 0) std::fill_n(wide[j], std::min(n, tile_elems), r.lrow[j][0]), lrow[j] = wide[j];
+  }
   for (index_t i = 0; i < n; i += tile_elems) {
     const index_t m = std::min(tile_elems, n - i);
-    for (std::size_t j = 0; j < load_count; ++j) slot[j] = r.lrow[j] + i * r.lstep[j];
+    for (std::size_t j = 0; j < load_count; ++j) slot[j] = lrow[j] + i * r.lstep[j];
     if (r.before) r.before(r.hook_state, i, m);
     for (std::size_t q = 0; q < node_count; ++q) {
       dst[q] = r.dst[q] + i * r.step[q];
@@ -328,7 +342,7 @@ void row_body(const row_args<T>& r, index_t n) {
     } else {
       constexpr auto clusters = std::make_integer_sequence<int, B::clusters>{};
       const index_t k = m / W * W;
-      B::all_batches(ops, slot, dst, r.step, 0, k, clusters);
+      B::all_batches(ops, slot, mask, dst, r.step, 0, k, clusters);
       if (k < m) {  // the last, partial batch: zero-padded copies in, the valid lanes out
         const index_t rem = m - k;
         alignas(64) T in[load_count > 0 ? load_count : 1][W];
@@ -341,10 +355,10 @@ void row_body(const row_args<T>& r, index_t n) {
         // (a masked load stored whole: the batch loads below read one store, which forwards;
         // copied element by element, each stalled)
         for (std::size_t j = 0; j < load_count; ++j)
-          load_head<false>(slot[j] + k, rem).store_aligned(in[j]), src[j] = in[j];
+          load_head<false>(slot[j] + (k & mask[j]), rem).store_aligned(in[j]), src[j] = in[j];
         for (std::size_t q = 0; q < node_count; ++q) src[load_count + q] = to[q] = out[q];
         src[load_count + node_count] = nullptr;
-        B::all_batches(ops, src, to, r.step, 0, W, clusters);
+        B::all_batches(ops, src, mask, to, r.step, 0, W, clusters);
         for (std::size_t q = 0; q < node_count; ++q)
           if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
       }

@@ -15,6 +15,7 @@
 
 #include "fusegrad/compile/analysis.hpp"
 #include "fusegrad/core/node_kinds.hpp"
+#include "fusegrad/expr/expr.hpp"
 
 namespace fusegrad::detail {
 
@@ -87,17 +88,37 @@ constexpr schedule<A::M> make_schedule() {
 template <class A, const auto& Active, const auto& Keep>
 inline constexpr auto schedule_v = make_schedule<A, Active, Keep>();
 
+/// The forward node whose shape a `sumto` node of type `E` takes (-1: not a `sumto`).
+template <class E>
+inline constexpr int sumto_source = -1;
+template <std::size_t K, class U>
+inline constexpr int sumto_source<sumto_expr<K, U>> = static_cast<int>(K);
+
+/// Whether canonical node `c` of `A` is a `sumto` to the shape of a reduction's output.
+template <class A>
+constexpr bool sums_to_reduced(std::size_t c) {
+  constexpr auto sources = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<int, A::M>{sumto_source<typename A::template node_t<C>>...};
+  }
+  (std::make_index_sequence<A::M>{});
+  const int k = sources[c];
+  return k >= 0 && A::cg.kind[static_cast<std::size_t>(k)] == gkind::reduction;
+}
+
 /// Analysis `A` with every `sumto` node read as the identity, as a custom node is (its value
 /// is its operand's): the graph a pass runs when no gradient it sums to an operand's shape
 /// was broadcast (every `sumto` keeps its operand's shape: the usual case, operands of one
 /// shape). Its schedule needs no loop boundary after such a gradient, so the sum of a
 /// weight's gradient terms over ten layers is added up in registers in the same loop instead
 /// of stored ten times and read back by a second one. The values are those of the general
-/// schedule bit for bit: a sum to the same shape copies its operand.
+/// schedule bit for bit: a sum to the same shape copies its operand. A `sumto` to the shape
+/// of a reduction's output stays a sum (`sums_to_reduced`): the gradient of a reduced value
+/// broadcast back (`e / sum(e, -1, true)`) is a real sum wherever the reduction reduced
+/// anything, and kept, it leaves the other sums of the pass (softmax's) free to be the identity.
 template <class A>
 struct unreduced : A {
   /// The canonical nodes' facts the loops read (kind, operands, cost, sibling), `sumto` made
-  /// `custom`.
+  /// `custom` but where it sums to a reduction's shape.
   struct graph {
     std::size_t count = A::M;
     std::array<gkind, A::M> kind{};
@@ -108,7 +129,7 @@ struct unreduced : A {
   static constexpr graph cg = [] {
     graph g;
     for (std::size_t c = 0; c < A::M; ++c) {
-      g.kind[c] = A::cg.kind[c] == gkind::sumto ? gkind::custom : A::cg.kind[c];
+      g.kind[c] = A::cg.kind[c] == gkind::sumto && !sums_to_reduced<A>(c) ? gkind::custom : A::cg.kind[c];
       g.children[c] = A::cg.children[c];
       g.cost[c] = A::cg.cost[c];
       g.sibling[c] = A::cg.sibling[c];

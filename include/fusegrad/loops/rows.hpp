@@ -37,19 +37,25 @@ void for_each_row_n(const shape& s, std::size_t N, const strides* const* st, ind
   const index_t rows = fusegrad::numel(s) / s[r - 1];
   if (row_end < 0 || row_end > rows) row_end = rows;
   shape idx(r, 0);  // inline up to 6 dims: no allocation per call
+  // The outer dims' strides, dim by dim, in one flat list (read per row; each operand's own
+  // list is a small_vector, whose every read checks where its elements live).
+  small_vector<index_t, 32> outer((r - 1) * N);
+  for (std::size_t d = 0; d + 1 < r; ++d)
+    for (std::size_t k = 0; k < N; ++k) outer[d * N + k] = (*st[k])[d];
   // The first row's index and offsets.
   for (index_t rest = row_begin, d = static_cast<index_t>(r) - 1; d-- > 0 && rest > 0;
        rest /= s[static_cast<std::size_t>(d)]) {
     const auto u = static_cast<std::size_t>(d);
     idx[u] = rest % s[u];
-    for (std::size_t k = 0; k < N; ++k) off[k] += idx[u] * (*st[k])[u];
+    for (std::size_t k = 0; k < N; ++k) off[k] += idx[u] * outer[u * N + k];
   }
   for (index_t row = row_begin; row < row_end; ++row) {
     f(static_cast<const index_t*>(off), s[r - 1], static_cast<const index_t*>(inner));
     for (std::size_t d = r - 1; d-- > 0;) {
-      for (std::size_t k = 0; k < N; ++k) off[k] += (*st[k])[d];
+      const index_t* const sd = outer.data() + d * N;
+      for (std::size_t k = 0; k < N; ++k) off[k] += sd[k];
       if (++idx[d] < s[d]) break;
-      for (std::size_t k = 0; k < N; ++k) off[k] -= (*st[k])[d] * s[d];
+      for (std::size_t k = 0; k < N; ++k) off[k] -= sd[k] * s[d];
       idx[d] = 0;
     }
   }

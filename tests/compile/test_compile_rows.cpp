@@ -1,0 +1,115 @@
+// The softmax family through fg::compile's row groups, at row lengths around the SIMD batch,
+// the tile and the row block (1, 3, 7, 8, 15, 16, 17, 1000, 1030, 4099): the forward values
+// bit for bit against eager in float (and softmax's gradient, whose terms eager sums in the
+// same order), the same bits on 1 and 2 threads, gradients near eager's in double, and
+// gradcheck through the compiled function. A row's scalars (its max, its sum, an output's
+// gradient) reach the row body as one broadcast batch, read at every batch of the row.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <fusegrad/fusegrad.hpp>
+
+#include "compare.hpp"
+
+namespace fg = fusegrad;
+
+namespace {
+const auto softmax_loss = [](auto x, auto g) { return fg::sum(fg::softmax(x, -1) * g); };
+const auto log_softmax_loss = [](auto x, auto g) { return fg::sum(fg::log_softmax(x, -1) * g); };
+const auto logsumexp_g = [](auto x, auto g) { return fg::logsumexp(x, -1, true) * g; };
+const auto layer_norm_g = [](auto x, auto g) { return fg::layer_norm(x, 1e-5) * g; };
+const auto rms_norm_g = [](auto x, auto g) { return fg::rms_norm(x, 1e-5) * g; };
+
+constexpr long row_lengths[] = {1, 3, 7, 8, 15, 16, 17, 1000, 1030, 4099};
+
+/// The rows for row length `c`: enough for several row blocks where rows are short.
+long rows_for(long c) { return c <= 17 ? 1100 : 5; }
+
+/// `fn`'s value and x's gradient (of the sum of the value times itself) through eager or
+/// through `compiled`.
+template <class T, class F>
+std::pair<std::vector<T>, std::vector<T>> value_and_grad(const F& fn, const fg::tensor<T>& x0, const fg::tensor<T>& g) {
+  auto x = x0.detach().clone().requires_grad(true);
+  const fg::tensor<T> y = fn(x, g);
+  fg::sum(y * y).backward();
+  return {y.to_vector(), x.grad().to_vector()};
+}
+
+/// Largest difference between `a` and `b` relative to the largest element of `a`.
+double normwise(const std::vector<double>& a, const std::vector<double>& b) {
+  double top = 1e-300, err = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    top = std::max(top, std::abs(a[i])), err = std::max(err, std::abs(a[i] - b[i]));
+  return err / top;
+}
+
+/// One function of the family at every row length: forward bits (float) against eager, all
+/// bits on 1 and 2 threads, and the double gradient near eager's.
+template <class F>
+void check_family_member(const F& fn, bool grad_bits) {
+  const auto compiled = fg::compile(fn);
+  const auto compiled_d = fg::compile(fn);
+  const int threads_before = fg::get_num_threads();
+  for (const long c : row_lengths) {
+    CAPTURE(c);
+    const long r = rows_for(c);
+    const auto xf = fg::randn<float>({r, c}, 11) * 3.0f, gf = fg::randn<float>({r, c}, 12);
+    const auto eager = value_and_grad(fn, xf, gf);
+    fg::set_num_threads(1);
+    const auto one = value_and_grad(compiled, xf, gf);
+    fg::set_num_threads(2);
+    const auto two = value_and_grad(compiled, xf, gf);
+    fg::set_num_threads(threads_before);
+    CHECK(one.first == eager.first);
+    if (grad_bits) CHECK(one.second == eager.second);
+    CHECK(one.first == two.first);
+    CHECK(one.second == two.second);
+    const auto xd = fg::randn<double>({r, c}, 13) * 3.0, gd = fg::randn<double>({r, c}, 14);
+    const auto ed = value_and_grad(fn, xd, gd), cd = value_and_grad(compiled_d, xd, gd);
+    CHECK(normwise(ed.first, cd.first) < 1e-13);
+    CHECK(normwise(ed.second, cd.second) < 1e-11);
+  }
+}
+}  // namespace
+
+TEST_CASE("the softmax family through fg::compile at row lengths around the batch, tile and block") {
+  SUBCASE("softmax") { check_family_member(softmax_loss, true); }
+  SUBCASE("log_softmax") { check_family_member(log_softmax_loss, false); }
+  SUBCASE("logsumexp") { check_family_member(logsumexp_g, false); }
+  SUBCASE("layer_norm") { check_family_member(layer_norm_g, false); }
+  SUBCASE("rms_norm") { check_family_member(rms_norm_g, false); }
+}
+
+TEST_CASE("softmax's backward with its gradient summed to a broadcast operand's shape") {
+  // The backward's sums to an operand's shape are the identity (one loop fewer) only where
+  // nothing was broadcast; `g` of one row makes its gradient a real sum, and the general
+  // loops run.
+  const auto compiled = fg::compile(softmax_loss);
+  for (const long c : {1L, 7L, 17L, 1030L}) {
+    CAPTURE(c);
+    const auto x = fg::randn<double>({40, c}, 31) * 3.0;
+    auto ge = fg::randn<double>({c}, 32).requires_grad(true), gc = ge.detach().clone().requires_grad(true);
+    auto xe = x.detach().clone().requires_grad(true), xc = x.detach().clone().requires_grad(true);
+    const fg::tensor<double> le = softmax_loss(xe, ge), lc = compiled(xc, gc);
+    le.backward();
+    lc.backward();
+    CHECK(std::abs(le.item() - lc.item()) <= 1e-12 * (1 + std::abs(le.item())));
+    CHECK(normwise(xe.grad().to_vector(), xc.grad().to_vector()) < 1e-11);
+    CHECK(normwise(ge.grad().to_vector(), gc.grad().to_vector()) < 1e-12);
+  }
+}
+
+TEST_CASE("the softmax family through fg::compile passes gradcheck") {
+  for (const long c : {1L, 7L, 17L}) {
+    CAPTURE(c);
+    const auto x = fg::randn<double>({3, c}, 21), g = fg::randn<double>({3, c}, 22);
+    for (const auto& r :
+         {fg::gradcheck(fg::compile(softmax_loss), x, g), fg::gradcheck(fg::compile(log_softmax_loss), x, g),
+          fg::gradcheck(fg::compile(logsumexp_g), x, g), fg::gradcheck(fg::compile(layer_norm_g), x, g),
+          fg::gradcheck(fg::compile(rms_norm_g), x, g)})
+      CHECK_MESSAGE(r.ok, r.message);
+  }
+}
