@@ -14,29 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "native_fixture.hpp"
+
 namespace fg = fusegrad;
 
 namespace {
 
-/// A fresh cache directory for this process, set before the code cache is first used.
-struct fresh_cache_dir {
-  std::string dir;
-  fresh_cache_dir() {
-    char tmpl[] = "/tmp/fusegrad_native_rows_XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    REQUIRE(d != nullptr);
-    dir = d;
-    ::setenv("FUSEGRAD_CACHE_DIR", d, 1);
-  }
-  // Destroyed after the code cache's worker has stopped (constructed before the cache).
-  ~fresh_cache_dir() { std::filesystem::remove_all(dir); }
-};
-const fresh_cache_dir& cache_dir() {
-  static const fresh_cache_dir d;
-  return d;
-}
-
-bool have_compiler() { return std::system("c++ --version > /dev/null 2>&1") == 0; }
+using native_test::cache_dir;
+using native_test::have_compiler;
 
 /// True when `a` and `b` hold the same bytes (and shape).
 template <class T>
