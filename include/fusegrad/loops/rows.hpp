@@ -17,6 +17,20 @@
 
 namespace fusegrad::detail {
 
+/// Moves index `idx` over the outer dims of `s`, and the `N` operands' offsets `off`, to the
+/// next innermost row: an odometer over the outer dims (`outer`: dim d's strides, one per
+/// operand, at `d * N`).
+[[gnu::always_inline]] inline void next_row(const shape& s, std::size_t N, const index_t* outer, shape& idx,
+                                            index_t* off) {
+  for (std::size_t d = s.size() - 1; d-- > 0;) {
+    const index_t* const sd = outer + d * N;
+    for (std::size_t k = 0; k < N; ++k) off[k] += sd[k];
+    if (++idx[d] < s[d]) return;
+    for (std::size_t k = 0; k < N; ++k) off[k] -= sd[k] * s[d];
+    idx[d] = 0;
+  }
+}
+
 /// Calls `f(bases, n, inner_strides)` once per innermost row of `s` in [row_begin, row_end)
 /// (all rows by default; rows count in row-major order), for `N` operands laid out with
 /// strides `*st[k]` from offsets `off[k]` (all over the same iteration shape `s`); `off` is
@@ -51,13 +65,7 @@ void for_each_row_n(const shape& s, std::size_t N, const strides* const* st, ind
   }
   for (index_t row = row_begin; row < row_end; ++row) {
     f(static_cast<const index_t*>(off), s[r - 1], static_cast<const index_t*>(inner));
-    for (std::size_t d = r - 1; d-- > 0;) {
-      const index_t* const sd = outer.data() + d * N;
-      for (std::size_t k = 0; k < N; ++k) off[k] += sd[k];
-      if (++idx[d] < s[d]) break;
-      for (std::size_t k = 0; k < N; ++k) off[k] -= sd[k] * s[d];
-      idx[d] = 0;
-    }
+    next_row(s, N, outer.data(), idx, off);
   }
 }
 
