@@ -269,6 +269,10 @@ namespace detail {
 
 template <Element T>
 struct tensor_impl {
+  /// Provided, so that `make_pooled<tensor_impl<T>>()` (value-initialisation) runs the members'
+  /// initialisers alone: an implicit constructor would first zero the whole object, the sizes'
+  /// and strides' unused inline slots included (a `rep stos` on every tensor made).
+  tensor_impl() noexcept {}  // NOLINT(modernize-use-equals-default): `= default` would zero it
   std::shared_ptr<storage<T>> store;
   index_t offset = 0;
   shape sizes;
