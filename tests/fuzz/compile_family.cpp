@@ -58,6 +58,8 @@ std::string node_text(const cgraph& g, int i) {
     case cop::softmax_last: return "fg::softmax(" + A + ", -1)";
     case cop::log_softmax_last: return "fg::log_softmax(" + A + ", -1)";
     case cop::logsumexp_last: return "fg::logsumexp(" + A + ", -1, true)";
+    case cop::layer_norm_last: return "fg::layer_norm(" + A + ")";
+    case cop::rms_norm_last: return "fg::rms_norm(" + A + ")";
     case cop::matmul: return "fg::matmul(" + A + ", w)";
     case cop::linear: return "fg::linear(" + A + ", w, y)";
     case cop::maximum:

@@ -25,6 +25,7 @@ enum class cop : std::uint8_t {
   mask_gt, mask_step,                                    // a * gt(b, c), a * step(b): no gradient through the mask
   sum_all, mean_all, max_all, sum_last, mean_last, max_last,  // reductions (last dim: keepdim)
   softmax_last, log_softmax_last, logsumexp_last,        // the softmax family over the last dim (logsumexp: keepdim)
+  layer_norm_last, rms_norm_last,                        // the normalisations over the last dim
   matmul, linear,                                        // a [..., n] x w [n, n]; a wᵀ + y
 };
 // clang-format on
@@ -139,12 +140,11 @@ struct cgen {
     if (w < 90) {  // reductions
       const int a = make(size - 1, avail);
       const cnode& A = at(a);
-      // (Not layer_norm or rms_norm: the analysis of a family graph holding one runs past clang
-      // 14's default constexpr step limit, -fconstexpr-steps; docs/fuzzing.md.)
-      const int kind = below(9);
-      if (kind >= 6 && A.d1 != none) {  // the softmax family: rows, as in attention and cross-entropy
-        constexpr cop ops[] = {cop::softmax_last, cop::log_softmax_last, cop::logsumexp_last};
-        const cop op = ops[kind - 6];
+      const int kind = below(12);
+      if (kind >= 6 && A.d1 != none) {  // the softmax family and the normalisations: rows, as in attention
+        constexpr cop ops[] = {cop::softmax_last, cop::log_softmax_last, cop::logsumexp_last, cop::layer_norm_last,
+                               cop::rms_norm_last};
+        const cop op = ops[(kind - 6) % 5];
         return push({op, a, -1, -1, 0, A.d0, op == cop::logsumexp_last ? one : A.d1, false});
       }
       if (kind < 3 || A.d1 == none) {  // over all dims: a 0-d result
@@ -205,6 +205,8 @@ constexpr auto expr(const auto& x, const auto& y, const auto& s, const auto& w) 
     else if constexpr (c.op == cop::softmax_last) return fusegrad::softmax(A, -1);
     else if constexpr (c.op == cop::log_softmax_last) return fusegrad::log_softmax(A, -1);
     else if constexpr (c.op == cop::logsumexp_last) return fusegrad::logsumexp(A, -1, true);
+    else if constexpr (c.op == cop::layer_norm_last) return fusegrad::layer_norm(A);
+    else if constexpr (c.op == cop::rms_norm_last) return fusegrad::rms_norm(A);
     else if constexpr (c.op == cop::matmul) return fusegrad::matmul(A, w);
     else if constexpr (c.op == cop::linear) return fusegrad::linear(A, w, y);
     else {
