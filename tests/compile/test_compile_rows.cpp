@@ -1,5 +1,6 @@
 // The softmax family through fg::compile's row groups, at row lengths around the SIMD batch,
-// the tile and the row block (1, 3, 7, 8, 15, 16, 17, 1000, 1030, 4099): the forward values
+// the tile and the row block (1, 3, 7, 8, 15, 16, 17, 128, 256, 257, 1000, 1030, 4099; a row of
+// one tile has its max and its sums taken at once, a longer one tile by tile): the forward values
 // bit for bit against eager in float (and softmax's gradient, whose terms eager sums in the
 // same order), the same bits on 1 and 2 threads, gradients near eager's in double, and
 // gradcheck through the compiled function. A row's scalars (its max, its sum, an output's
@@ -23,10 +24,13 @@ const auto logsumexp_g = [](auto x, auto g) { return fg::logsumexp(x, -1, true) 
 const auto layer_norm_g = [](auto x, auto g) { return fg::layer_norm(x, 1e-5) * g; };
 const auto rms_norm_g = [](auto x, auto g) { return fg::rms_norm(x, 1e-5) * g; };
 
-constexpr long row_lengths[] = {1, 3, 7, 8, 15, 16, 17, 1000, 1030, 4099};
+constexpr long row_lengths[] = {1, 3, 7, 8, 15, 16, 17, 128, 256, 257, 1000, 1030, 4099};
 
 /// The rows for row length `c`: enough for several row blocks where rows are short.
-long rows_for(long c) { return c <= 17 ? 1100 : 5; }
+long rows_for(long c) {
+  if (c <= 17) return 1100;
+  return c <= 257 ? 100 : 5;
+}
 
 /// `fn`'s value and x's gradient (of the sum of the value times itself) through eager or
 /// through `compiled`.
@@ -99,6 +103,24 @@ TEST_CASE("softmax's backward with its gradient summed to a broadcast operand's 
     CHECK(std::abs(le.item() - lc.item()) <= 1e-12 * (1 + std::abs(le.item())));
     CHECK(normwise(xe.grad().to_vector(), xc.grad().to_vector()) < 1e-11);
     CHECK(normwise(ge.grad().to_vector(), gc.grad().to_vector()) < 1e-12);
+  }
+}
+
+TEST_CASE("softmax over the last dim of a 3-d value, its weights broadcast over the first dim") {
+  // Rows along the last dim, each with its own max and sum (taken at once where a row is one
+  // tile), beside g's gradient summed over the first dim (column sums): eager's bits.
+  const auto compiled = fg::compile(softmax_loss);
+  for (const long c : {5L, 128L, 300L}) {
+    CAPTURE(c);
+    const auto x = fg::randn<float>({6, 7, c}, 41) * 3.0f;
+    auto ge = fg::randn<float>({7, c}, 42).requires_grad(true), gc = ge.detach().clone().requires_grad(true);
+    auto xe = x.detach().clone().requires_grad(true), xc = x.detach().clone().requires_grad(true);
+    const fg::tensor<float> le = softmax_loss(xe, ge), lc = compiled(xc, gc);
+    le.backward();
+    lc.backward();
+    CHECK(le.item() == lc.item());
+    CHECK(xe.grad().to_vector() == xc.grad().to_vector());
+    CHECK(ge.grad().to_vector() == gc.grad().to_vector());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -147,4 +148,23 @@ TEST_CASE_TEMPLATE("fold_registers folds a chunk's accumulators with the pairwis
     const T got = S::fold_registers(regs.data());
     CHECK(std::memcmp(&got, a.data(), sizeof(T)) == 0);
   }
+}
+
+TEST_CASE_TEMPLATE("sum_contiguous gives a running_sum's bits at every length up to past a chunk", T, float, double) {
+  using S = fd::running_sum<T>;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::uniform_int_distribution<int> e(-30, 30);
+  const auto n_max = static_cast<std::size_t>(S::chunk + 2 * S::lanes + 3);
+  std::vector<T> x(n_max);
+  for (auto& v : x) v = static_cast<T>(std::ldexp(u(rng), e(rng)));
+  const std::vector<T> zeros(n_max, T(-0.0));  // a sum of -0 values is -0, as a running sum's
+  for (const std::vector<T>* values : std::initializer_list<const std::vector<T>*>{&x, &zeros})
+    for (std::size_t n = 0; n <= n_max; ++n) {
+      CAPTURE(n);
+      S s;
+      s.add(values->data(), static_cast<std::int64_t>(n));
+      const T want = s.total(), got = S::sum_contiguous(values->data(), static_cast<std::int64_t>(n));
+      CHECK(std::memcmp(&got, &want, sizeof(T)) == 0);
+    }
 }

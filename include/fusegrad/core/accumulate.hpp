@@ -254,6 +254,27 @@ class running_sum {
     s.add(x, n, step);
     return s.total();
   }
+  /// `sum` of `n` contiguous values: up to a chunk, in registers (whole rounds of the
+  /// accumulators from -0, the last values one by one into theirs, then the pairwise fold),
+  /// where a `running_sum` would take its accumulators through memory and its state through a
+  /// reset and a total: a softmax's row of a few hundred values, summed once per row.
+  [[nodiscard]] static T sum_contiguous(const T* x, index_t n) noexcept {
+    if (n <= lanes || n > chunk) return sum(x, n, 1);
+    using V = simd<T>;
+    constexpr index_t W = static_cast<index_t>(V::size), U = lanes / W;
+    const index_t whole = n / lanes * lanes;
+    V acc[U];
+    for (index_t u = 0; u < U; ++u) acc[u] = V(T(-0.0));
+    [&]<std::size_t... u>(std::index_sequence<u...>) {
+      for (index_t i = 0; i < whole; i += lanes) ((acc[u] += V::load_unaligned(x + i + u * W)), ...);
+    }
+    (std::make_index_sequence<static_cast<std::size_t>(U)>{});
+    if (whole == n) return fold_registers(acc);
+    alignas(64) T a[lanes];
+    for (index_t u = 0; u < U; ++u) acc[u].store_aligned(a + u * W);
+    for (index_t k = 0; whole + k < n; ++k) a[k] += x[whole + k];
+    return fold<lanes>(a);
+  }
 
  private:
   /// `a[0]` after adding `a[0, P)` pairwise in place, stride halving (constant strides: it

@@ -117,7 +117,8 @@ class fused_runner {
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
     std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
     std::vector<char> colf;             ///< per reduction: in the column form
-    std::vector<int> redir;             ///< per element-wise node: the reduction it writes (-1: none)
+    std::vector<char> per_row;  ///< per reduction: a row's own output, the row one tile (see `mark_row_outputs`)
+    std::vector<int> redir;     ///< per element-wise node: the reduction it writes (-1: none)
     std::size_t load_cap = 0, node_cap = 0, store_cap = 0, reduction_cap = 0;  ///< the counts the buffers fit
 
     /// Makes the buffers fit `loads` loads, `nodes` element-wise nodes, `stores` stores and
@@ -130,7 +131,7 @@ class fused_runner {
       grow(node_cap, dst, step, redir);
       grow(load_cap, lrow, lstep, lp, divisor, whole);
       grow(store_cap + reduction_cap, wp);
-      grow(reduction_cap, maxes, rmax, rsum, cols, cur, colf);
+      grow(reduction_cap, maxes, rmax, rsum, cols, cur, colf, per_row);
       grow(load_cap + store_cap + reduction_cap, st, is, base);
     }
   };
@@ -518,6 +519,7 @@ class fused_runner {
       sc.rmax[j] = is_max(reduce_nodes[j]);
       if (!block || block->first) sc.cur[j] = nullptr;  // a row-form sum's current output
       sc.colf[j] = 0;                                   // a column-form sum (set up by `start_column_sums`)
+      sc.per_row[j] = 0;                                // a row's own output (set by `mark_row_outputs`)
     }
     const work main{regs,           loadbuf,         sc.slot.data(),  sc.dst.data(),  sc.step.data(),
                     sc.lrow.data(), sc.lstep.data(), sc.maxes.data(), sc.rsum.data(), sc.cur.data(),
@@ -565,6 +567,7 @@ class fused_runner {
     const int* reduce_slot;
     const char* direct;
     const char* rmax;
+    const char* per_row;
     running_max<T>* maxes;
     running_sum<T>* rsum;
     static void before(void* p, index_t, index_t m) {
@@ -587,7 +590,9 @@ class fused_runner {
         const T* src = h.slot[h.reduce_slot[j]];
         T* out = h.wp[stores + j] + h.base[q];
         const bool mx = h.rmax[j];
-        if (h.is[q] == 0) {
+        if (h.is[q] == 0 && h.per_row[j]) {
+          row_reduction(src, out, m, mx);
+        } else if (h.is[q] == 0) {
           if (mx) h.maxes[j].add(src, m);
           else h.rsum[j].add(src, m);
         } else if (h.direct[j] == 2) {
@@ -599,6 +604,17 @@ class fused_runner {
         } else {
           tile_reduce_into<false>(src, out + i, m);
         }
+      }
+    }
+    /// A row's max or sum of its `m` values at `src` (the row in one tile) into its own output
+    /// `out`: the value the running reduction fed this row alone gives, without its state.
+    static void row_reduction(const T* src, T* out, index_t m, bool mx) {
+      if (mx) {
+        running_max<T> r;
+        r.add(src, m);
+        *out = lanes::max(*out, r.total());
+      } else {
+        *out = running_sum<T>::sum_contiguous(src, m);
       }
     }
   };
@@ -657,7 +673,7 @@ class fused_runner {
     const std::size_t reductions = p.span.reductions;
     b.hooks = tile_hooks{w.slot,        w.lrow,           w.lstep,        sc.divisor.data(), w.loadbuf,    p.span.loads,
                          p.span.stores, reductions,       nullptr,        plan.is,           sc.wp.data(), p.store_slot,
-                         p.reduce_slot, sc.direct.data(), sc.rmax.data(), w.maxes,           w.rsum};
+                         p.reduce_slot, sc.direct.data(), sc.rmax.data(), sc.per_row.data(), w.maxes,      w.rsum};
     b.args = row_args<T>{nodes_.state,
                          w.slot,
                          w.lrow,
@@ -720,6 +736,7 @@ class fused_runner {
     T* const* const wp = sc.wp.data();
     for (std::size_t j = 0; j < p.span.reductions; ++j) {
       const std::size_t q = p.span.reduction_operand(j);
+      if (sc.per_row[j]) continue;  // reduced by the hook at once
       if (sc.rmax[j]) {
         w.maxes[j].reset();
       } else if (is[q] == 0 && sc.direct[j] != set_before && wp[p.span.stores + j] + base[q] != w.cur[j]) {
@@ -738,7 +755,7 @@ class fused_runner {
       const std::size_t q = p.span.reduction_operand(j);
       if (is[q] != 0) {
         if (sc.colf[j]) sc.cols[j].row_done(base[q] / n);
-      } else if (sc.rmax[j] && !w.blocks && sc.direct[j] != set_before) {
+      } else if (sc.rmax[j] && !w.blocks && sc.direct[j] != set_before && !sc.per_row[j]) {
         T* out = sc.wp[p.span.stores + j] + base[q];
         *out = lanes::max(*out, w.maxes[j].total());
       }
@@ -857,6 +874,7 @@ class fused_runner {
     set_operand_strides(p, it);
     const shape space = walked_space(p, it, block);
     start_column_sums(p, it, space);
+    mark_row_outputs(p, space);
     const std::size_t operands_n = p.span.operand_count();
     std::vector<const strides*> sp(operands_n);
     for (std::size_t q = 0; q < operands_n; ++q) sp[q] = &p.sc.st[q];
@@ -982,6 +1000,22 @@ class fused_runner {
       const index_t m = space.back();
       sc.cols[j].start(out.data_ptr(), out.numel() / m, m, numel(it) / out.numel());
       sc.colf[j] = 1;
+    }
+  }
+  /// `sc.per_row`: the reductions to one value per row whose every row has an output of its
+  /// own (a row's max or sum: strides along every outer dim of `space` longer than 1), where a
+  /// row is one tile. Its tile hook reduces the row at once into the output (`row_reduction`),
+  /// instead of a running reduction reset, fed and totalled per row: at a softmax's rows of
+  /// 128 values that bookkeeping cost a fifth of the pass. The same values in the same order:
+  /// the same bits.
+  static void mark_row_outputs(const pass_state& p, const shape& space) {
+    scratch& sc = p.sc;
+    if (space.empty() || space.back() > tile_elems) return;
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const strides& st = sc.st[p.span.reduction_operand(j)];
+      bool own = st.back() == 0 && sc.direct[j] != set_before && !sc.colf[j];
+      for (std::size_t d = 0; d + 1 < space.size() && own; ++d) own = space[d] == 1 || st[d] != 0;
+      sc.per_row[j] = static_cast<char>(own);
     }
   }
   /// Whether the rows of `space` write disjoint elements (no reduction, every store covering
