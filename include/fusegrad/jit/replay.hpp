@@ -16,7 +16,6 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -53,7 +52,7 @@ struct held_args {
 template <Element T>
 struct call_key {
   small_vector<const tensor<T>*, 8> tensors;
-  /// The whole signature but `keys`, compared with a record's in one pass (`std::memcmp`): the
+  /// The whole signature but `keys`, compared with a record's in one pass (`replayer::matches`): the
   /// grad mode; the layout's length, then per argument its kind and its length or its value's
   /// bits (`add_arg`); the number of tensors, then per tensor the first earlier tensor that is
   /// the same one and the first earlier one sharing its storage (-1: none), whether it is
@@ -221,10 +220,16 @@ void replayer<T>::seal(call_key<T>& k) {
 
 template <Element T>
 bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
-  return c.flat.size() == k.flat.size() &&
-         std::memcmp(c.flat.data(), k.flat.data(), k.flat.size() * sizeof(std::int64_t)) == 0 &&
-         std::equal(c.keys.begin(), c.keys.end(), k.keys.begin(), k.keys.end(),
-                    [](const std::string& a, const std::string* b) { return a == *b; });
+  // (inline, word by word: a signature is a few dozen words, for which a call of `memcmp`
+  // costs more than the comparison)
+  const std::size_t n = k.flat.size();
+  if (c.flat.size() != n) return false;
+  const std::int64_t* const a = c.flat.data();
+  const std::int64_t* const b = k.flat.data();
+  std::int64_t diff = 0;
+  for (std::size_t i = 0; i < n; ++i) diff |= a[i] ^ b[i];
+  return diff == 0 && std::equal(c.keys.begin(), c.keys.end(), k.keys.begin(), k.keys.end(),
+                                 [](const std::string& a, const std::string* b) { return a == *b; });
 }
 
 template <Element T>
