@@ -5,7 +5,6 @@
 /// entry's forward and backward programs, and the backwards derived on first use for calls
 /// where some outputs received no gradient.
 
-#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -48,50 +47,14 @@ partition::size_class size_class_of(const ir::graph<T>& J, const std::vector<int
   return partition::size_class_of(bytes);
 }
 
-/// Whether forward node `k` of joint graph `J` (one of the first `fwd_size`) is a reduction
-/// with at most an eighth of its operand's elements (a row's max, sum or mean): saving it costs
-/// next to nothing beside a full value, where the partitioner prices every value alike.
-template <Element T>
-bool small_reduction(const ir::graph<T>& J, std::size_t k, std::size_t fwd_size) {
-  const auto& n = J.nodes()[k];
-  const bool reduces = n.kind == ir::node_kind::sum || n.kind == ir::node_kind::mean || n.kind == ir::node_kind::max ||
-                       n.kind == ir::node_kind::sum_to;
-  return k < fwd_size && reduces && n.a >= 0 && numel(n.sizes) * 8 <= numel(J.at(n.a).sizes);
-}
-
-/// The plan's saved values, with each small reduction (`small`, given to the partitioner as a
-/// constant: at hand, never counted) that the backward or a value it recomputes (`keep`) reads.
-template <Element T>
-std::vector<int> with_small_reductions(const ir::graph<T>& J, std::vector<int> saved, const std::vector<bool>& keep,
-                                       const std::vector<bool>& small) {
-  std::vector<bool> in(J.size(), false);
-  for (int k : saved) in[static_cast<std::size_t>(k)] = true;
-  for (std::size_t k = 0; k < J.size(); ++k) {
-    if (!keep[k] || in[k]) continue;
-    for (int c : {J.nodes()[k].a, J.nodes()[k].b})
-      if (c >= 0 && small[static_cast<std::size_t>(c)] && !in[static_cast<std::size_t>(c)]) {
-        in[static_cast<std::size_t>(c)] = true;
-        saved.push_back(c);
-      }
-  }
-  std::sort(saved.begin(), saved.end());
-  return saved;
-}
-
 template <std::size_t N, Element T>
 // NOLINTNEXTLINE(readability-function-cognitive-complexity): one case per node kind, then siblings, roots
-split plan_split(const ir::graph<T>& J, int n_inputs, std::size_t fwd_size, const std::vector<int>& fwd_roots,
+split plan_split(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fwd_roots,
                  const std::vector<int>& bwd_roots) {
   auto jg = std::make_unique<partition::joint_graph<N>>();
-  // A small reduction that is no root enters as a constant (`with_small_reductions` saves it).
-  std::vector<bool> small(J.size(), false), root(J.size(), false);
-  for (int r : fwd_roots) root[static_cast<std::size_t>(r)] = true;
-  for (int r : bwd_roots)
-    if (r >= 0) root[static_cast<std::size_t>(r)] = true;
-  for (std::size_t k = 0; k < J.size(); ++k) small[k] = !root[k] && small_reduction(J, k, fwd_size);
   for (std::size_t k = 0; k < N; ++k) {
     auto& pn = jg->nodes[k];
-    if (k >= J.size() || small[k]) {
+    if (k >= J.size()) {
       pn.kind = partition::node_kind::constant;
       continue;
     }
@@ -128,7 +91,6 @@ split plan_split(const ir::graph<T>& J, int n_inputs, std::size_t fwd_size, cons
   for (int i = 0; i < p->saved_count; ++i) s.saved.push_back(p->saved_nodes[i]);
   s.keep.assign(J.size(), false);
   for (std::size_t k = 0; k < J.size(); ++k) s.keep[k] = p->recompute[k] || p->backward[k];
-  s.saved = with_small_reductions(J, std::move(s.saved), s.keep, small);
   return s;
 }
 
@@ -136,11 +98,10 @@ split plan_split(const ir::graph<T>& J, int n_inputs, std::size_t fwd_size, cons
 inline constexpr std::size_t max_joint_nodes = 1024;
 
 template <Element T>
-split plan_any(const ir::graph<T>& J, int n_inputs, std::size_t fwd_size, const std::vector<int>& fr,
-               const std::vector<int>& br) {
-  if (J.size() <= 64) return plan_split<64>(J, n_inputs, fwd_size, fr, br);
-  if (J.size() <= 256) return plan_split<256>(J, n_inputs, fwd_size, fr, br);
-  return plan_split<max_joint_nodes>(J, n_inputs, fwd_size, fr, br);
+split plan_any(const ir::graph<T>& J, int n_inputs, const std::vector<int>& fr, const std::vector<int>& br) {
+  if (J.size() <= 64) return plan_split<64>(J, n_inputs, fr, br);
+  if (J.size() <= 256) return plan_split<256>(J, n_inputs, fr, br);
+  return plan_split<max_joint_nodes>(J, n_inputs, fr, br);
 }
 
 /// The forward nodes of entry `e`'s grad outputs whose flag in `given` is set: where the
@@ -242,7 +203,7 @@ std::shared_ptr<backward_code<T>> derive_backward(const entry<T>& e, const ir::g
   const ir::graph<T>& J = b->joint;
   if (choose_saved) {
     if (J.size() > max_joint_nodes) return nullptr;
-    split sp = plan_any(J, g.num_inputs(), g.size(), e.outputs, grads);
+    split sp = plan_any(J, g.num_inputs(), e.outputs, grads);
     saved = std::move(sp.saved);
     b->plan_class = sp.cls;
   }
