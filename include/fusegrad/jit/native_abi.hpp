@@ -53,11 +53,10 @@ using native_loop_fn = void (*)(const loop_ptrs<T>* pv, const T* scalars, index_
 /// A row step's generated function (jit/row_step.hpp): rows [r0, r1) of `C` values, with by
 /// node the data of each operand and stored member (`data`), by member what an averaging
 /// expand divides by (`divisors`) and its op's constant (`scalars`), and this thread's row
-/// buffers (`rowbuf`, the interpreter's), and the running sums of the step's totals for this
-/// block of rows (`totals`, by slot; fed, never reset) — the interpreter's rows with the same effects.
+/// buffers (`rowbuf`, the interpreter's) — the interpreter's rows with the same effects.
 template <Element T>
 using native_rows_fn = void (*)(T* const* data, const T* divisors, const T* scalars, index_t C, index_t r0, index_t r1,
-                                T* rowbuf, fusegrad::detail::running_sum<T>* totals);
+                                T* rowbuf);
 
 /// A program's generated library's one entry point: fills `fns` with the loops' functions and
 /// `rows` with the row steps' (one each per step; null where a step is not of that kind or was

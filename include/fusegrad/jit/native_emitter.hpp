@@ -12,9 +12,7 @@
 /// the lanes beside it). A row step (jit/row_step.hpp) becomes one function over a range of
 /// rows: per row and pass, its row scalars with the interpreter's one-element kernels, its
 /// splats, then each pass lowered to a loop's instructions and run over the row's tiles the
-/// same way; a total (the sum of all of a member's elements) feeds, tile by tile, the running
-/// sum the function is given for its block of rows. Eager steps and steps holding a user's op
-/// stay with the interpreter.
+/// same way. Eager steps and steps holding a user's op stay with the interpreter.
 ///
 /// The code cache (native/code_cache.hpp, asked by jit/native_request.hpp) compiles a program's functions into one
 /// shared object, with the flags this library was built with, and the program swaps them in loop by loop once loaded
@@ -63,8 +61,7 @@ std::string native_op_name(int op) {
 template <Element T>
 class native_emitter {
  public:
-  explicit native_emitter(const program<T>& p)
-      : prog_(p), ns_(p.source().nodes()), total_of_(p.source().nodes().size(), -1) {}
+  explicit native_emitter(const program<T>& p) : prog_(p), ns_(p.source().nodes()) {}
 
   /// The translation unit (after the prelude's `#include`): one function per loop it can
   /// generate and the entry point `fusegrad_program`; nothing when no loop is generated.
@@ -196,7 +193,6 @@ class native_emitter {
   std::vector<int> buffers_;    ///< per step: its tile buffers
   std::vector<int> seg_of_;     ///< per node: the segment of the loop computing it (-1: none)
   std::vector<int> def_of_;     ///< per node: the loop instruction computing it (-1: none)
-  std::vector<int> total_of_;   ///< per node: a row step's total, its slot in `totals` (-1: none)
 };
 
 template <Element T>
@@ -538,9 +534,7 @@ std::string native_emitter<T>::reductions(const step& st) const {
                                  ? "buf + " + std::to_string(buffer_of_[static_cast<std::size_t>(src.node)]) + " * tile"
                              : src.splat ? "pv[" + P + "].src[0]"
                                          : "pv[" + P + "].src[0] + t0";
-    if (const int t = total_of_[static_cast<std::size_t>(in.node)]; t >= 0)  // a row step's total: across the rows
-      out += "    totals[" + std::to_string(t) + "].add(" + from + ", n);\n";
-    else out += "    red[" + P + "]." + (kind == ir::node_kind::max ? "max" : "sum") + ".add(" + from + ", n);\n";
+    out += "    red[" + P + "]." + (kind == ir::node_kind::max ? "max" : "sum") + ".add(" + from + ", n);\n";
   }
   return out;
 }
@@ -583,8 +577,6 @@ void native_emitter<T>::emit_rows(std::size_t l, const rows_t& rs) {
   std::string locals, body;
   int bufs = 0;
   std::size_t widest = 1;
-  for (const row_member& e : rs.mem_)
-    if (e.total >= 0) total_of_[static_cast<std::size_t>(e.node)] = e.total;
   for (int p = 0; p < rs.passes_; ++p) {
     const row_pass rp = lower_pass(rs, p);
     std::vector<segment> segs = plan_segments(rp.st);
@@ -603,9 +595,8 @@ void native_emitter<T>::emit_rows(std::size_t l, const rows_t& rs) {
   body += row_scalars(rs, rs.passes_);
   buffers_.push_back(0);  // the function's tile buffers are its own
   out_ += "void rows_" + L +
-          "(T* const* dp, const T* dv, const T* scalars, index_t C, index_t r0, index_t r1, T* rowbuf, "
-          "fusegrad::detail::running_sum<T>* totals) {\n"
-          "  (void)dp; (void)dv; (void)scalars; (void)rowbuf; (void)totals;\n"
+          "(T* const* dp, const T* dv, const T* scalars, index_t C, index_t r0, index_t r1, T* rowbuf) {\n"
+          "  (void)dp; (void)dv; (void)scalars; (void)rowbuf;\n"
           "  const index_t tile = " +
           std::to_string(rows_t::tile_elems) + ";\n  alignas(64) T buf[" + at_least_1(bufs) + " * " +
           std::to_string(rows_t::tile_elems) + "];\n  T scal[" + at_least_1(rs.scalars_) + "];\n  T spl[" +
@@ -633,7 +624,7 @@ std::string native_emitter<T>::row_pass_body(const rows_t& rs, int p, const row_
   s += row_bindings(rs, p, rp);
   for (std::size_t q = 0; q < rp.member.size(); ++q) {
     const row_member& e = rs.mem_[static_cast<std::size_t>(rp.member[q])];
-    if (!e.reduces || e.total >= 0) continue;  // (a total runs on across the rows)
+    if (!e.reduces) continue;
     const bool max = ns_[static_cast<std::size_t>(e.node)].kind == ir::node_kind::max;
     s += "      red[" + std::to_string(q) + "]." + (max ? "max" : "sum") + ".reset();\n";
   }
@@ -669,7 +660,6 @@ std::string native_emitter<T>::row_reductions(const rows_t& rs, int p, const row
   std::string s;
   for (const int m : rs.at_[static_cast<std::size_t>(p)].reductions) {
     const row_member& e = rs.mem_[static_cast<std::size_t>(m)];
-    if (e.total >= 0) continue;  // stored once all rows ran (`row_step::run_totals`)
     const auto& n = ns_[static_cast<std::size_t>(e.node)];
     const std::string k = "scal[" + std::to_string(e.scalar) + "]";
     if (e.same >= 0) {

@@ -15,18 +15,12 @@
 /// one along the row. A reduction's value is ready one *pass* later: a row runs pass 0 over its
 /// tiles, finishes pass 0's reductions, computes the row scalars that were waiting for them,
 /// runs pass 1, and so on. A full value read in a later pass of the same row is kept in a
-/// row buffer (C values, per thread) unless it is written to its tensor anyway. A *total*, the
-/// sum (or mean) of all the elements of a full member, runs in the step too: its operand's tiles
-/// feed one running sum across the rows, so that a value only a total reads is never stored
-/// (`sum(softmax(x, -1) * g)`'s product), nor read again by a loop of its own.
+/// row buffer (C values, per thread) unless it is written to its tensor anyway.
 ///
 /// Bits: sums go through `running_sum` fed the row (eager mode's row-form sum of the same
 /// values), a max through the same lanes the tile loops use (exact; ±0 and NaN payloads may
 /// differ from eager's sequential max), element-wise ops through their one tile kernel. Rows are
-/// cut among threads, never a row: results do not depend on the thread count. A total is the
-/// row-form sum of all R C values in order (one `running_sum` fed the rows' tiles), so the rows
-/// of a step with totals are cut into blocks of 2^j sum chunks, combined by `sum_of_block_sums`
-/// as a loop's blocks are (one block, on one thread, where C does not divide them). A step's native
+/// cut among threads, never a row: results do not depend on the thread count. A step's native
 /// code (jit/native_emitter.hpp) runs the same plan with the same bits: `run` takes it when given.
 
 #include <algorithm>
@@ -70,9 +64,6 @@ class row_step {
   /// The step of `members` (in graph order; `region`'s), writing the nodes `store` marks.
   row_step(const ir::graph<T>& g, int space, const std::vector<int>& members, const std::vector<bool>& store);
 
-  /// The number of totals the step computes (sums of all the elements of a member).
-  [[nodiscard]] int totals() const noexcept { return totals_; }
-
   /// True when the step still holds for the node shapes `sizes`.
   [[nodiscard]] bool fits(const ir::graph<T>& g, const std::vector<shape>& sizes) const;
 
@@ -101,7 +92,6 @@ class row_step {
     int pass = 0, ready = 0;
     int reg = -1, rowbuf = -1, scalar = -1;
     int same = -1;       ///< a reduction: an earlier member reducing the same values the same way
-    int total = -1;      ///< a total: its slot in a block's running sums (`native_rows_fn`'s `totals`)
     bool alias = false;  ///< an expand read as its operand's splat (no instruction)
     operand src[2];
   };
@@ -140,12 +130,6 @@ class row_step {
     return f == form::full ? s == S : f == form::keep ? is_keep(s, S) : is_drop(s, S);
   }
   static std::uint64_t last_bit(const shape& S) { return std::uint64_t{1} << (S.size() - 1); }
-  static std::uint64_t all_bits(const shape& S) { return (std::uint64_t{1} << S.size()) - 1; }
-  /// Whether node `n` (a sum or mean) is a total over rows of shape `S` of a member (`in`).
-  static bool is_total(const ir::graph<T>& g, const ir::node<T>& n, const shape& S, const std::vector<bool>* in) {
-    return in && n.a >= 0 && (*in)[static_cast<std::size_t>(n.a)] && n.dims == all_bits(S) && g.at(n.a).sizes == S &&
-           numel(n.sizes) == 1;
-  }
 
   /// Can node k join a step over rows of shape S (`in`: the members so far; null: every
   /// node-operand is taken as an outside value)?
@@ -184,13 +168,6 @@ class row_step {
   void run_rows(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const;
   /// The same rows, cut the same way, through the step's generated code `fn`.
   void run_rows_native(native_rows_fn<T> fn, const T* sc, T* const* dp, const T* dv, index_t R, index_t C) const;
-  /// The rows of a step with totals, in blocks of 2^j sum chunks (one block where C does not
-  /// divide them), each block's totals afresh; then each total stored, the blocks combined.
-  void run_totals(const ir::graph<T>& g, std::vector<tensor<T>>& vals, native_rows_fn<T> fn, const T* sc, T* const* dp,
-                  const T* dv, index_t R, index_t C) const;
-  /// Rows [r0, r1) on this thread, interpreted or through `fn` (non-null), feeding totals `tot`.
-  void rows_here(const std::vector<ir::node<T>>& ns, native_rows_fn<T> fn, const T* sc, T* const* dp, const T* dv,
-                 index_t r0, index_t r1, index_t C, fusegrad::detail::running_sum<T>* tot) const;
 
   // The constructor's phases, in order.
   /// Adds a member per node of `members` (their forms, which are stored); returns each
@@ -228,7 +205,7 @@ class row_step {
   /// One row: its passes, each with the row scalars waiting for it first.
   void run_row(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C, index_t width,
                T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
-               fusegrad::detail::running_max<T>* maxes, iptr* ip, fusegrad::detail::running_sum<T>* tot) const;
+               fusegrad::detail::running_max<T>* maxes, iptr* ip) const;
   /// One row's place and this thread's buffers for it (`run_row`'s phases read it).
   struct row_ctx {
     const std::vector<ir::node<T>>& ns;
@@ -242,7 +219,6 @@ class row_step {
     fusegrad::detail::running_sum<T>* sums;
     fusegrad::detail::running_max<T>* maxes;
     iptr* ip;
-    fusegrad::detail::running_sum<T>* tot;  ///< the block's totals, by slot
   };
   // `run_row`'s phases, per pass and in order (one body once inlined: a row runs them all).
   /// A row scalar operand's value for this row.
@@ -265,7 +241,7 @@ class row_step {
   std::vector<pass_work> at_;
   std::size_t widest_ = 0;
   std::vector<std::pair<int, form>> outside_;
-  int passes_ = 0, registers_ = 0, rowbufs_ = 0, splats_ = 0, scalars_ = 0, totals_ = 0;
+  int passes_ = 0, registers_ = 0, rowbufs_ = 0, splats_ = 0, scalars_ = 0;
 };
 
 // ---- out of the class: the precompiled runtime instantiates these once (runtime.hpp) ----
@@ -353,11 +329,6 @@ std::vector<int> row_step<T>::add_members(const std::vector<ir::node<T>>& ns, co
     e.node = m;
     e.f = form_of(ns[static_cast<std::size_t>(m)].sizes, S);
     e.store = store[static_cast<std::size_t>(m)];
-    if (e.f == form::none) {  // a total (`eligible`): one element, written once all rows ran
-      e.f = form::one;
-      e.total = totals_++;
-      e.store = true;
-    }
     mem_.push_back(e);
   }
   return slot;
@@ -392,7 +363,7 @@ void row_step<T>::assign_passes(const std::vector<ir::node<T>>& ns) {
     const auto k = ns[static_cast<std::size_t>(e.node)].kind;
     e.reduces = is_reduction(k) || k == ir::node_kind::sum_to;
     e.ready = e.reduces ? p + 1 : p;
-    if (e.reduces && e.total < 0) e.same = same_reduction(ns, i);  // (a total is its own: stored by itself)
+    if (e.reduces) e.same = same_reduction(ns, i);
     if (e.f == form::full || e.reduces) passes_ = std::max(passes_, p + 1);
   }
 }
@@ -415,7 +386,7 @@ int row_step<T>::same_reduction(const std::vector<ir::node<T>>& ns, std::size_t 
   const auto& n = ns[static_cast<std::size_t>(mem_[i].node)];
   for (std::size_t j = 0; j < i; ++j) {
     const auto& o = ns[static_cast<std::size_t>(mem_[j].node)];
-    if (mem_[j].reduces && mem_[j].same < 0 && mem_[j].total < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims)
+    if (mem_[j].reduces && mem_[j].same < 0 && o.kind == n.kind && o.a == n.a && o.dims == n.dims)
       return static_cast<int>(j);
   }
   return -1;
@@ -544,8 +515,7 @@ void row_step<T>::run(const ir::graph<T>& g, std::vector<tensor<T>>& vals, const
   allocate_stored(g, vals, sizes);
   T* const* const dp = bind_data(g, vals);
   const T* const dv = averaging_divisors(g, sizes);
-  if (totals_ > 0) run_totals(g, vals, fn, sc, dp, dv, R, C);
-  else if (fn) run_rows_native(fn, sc, dp, dv, R, C);
+  if (fn) run_rows_native(fn, sc, dp, dv, R, C);
   else run_rows(g.nodes(), dp, dv, R, C);
 }
 
@@ -587,72 +557,40 @@ const T* row_step<T>::averaging_divisors(const ir::graph<T>& g, const std::vecto
 
 template <Element T>
 void row_step<T>::run_rows(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t R, index_t C) const {
-  auto rows = [&](index_t r0, index_t r1) { rows_here(ns, nullptr, nullptr, dp, dv, r0, r1, C, nullptr); };
-  fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
-}
-
-template <Element T>
-void row_step<T>::rows_here(const std::vector<ir::node<T>>& ns, native_rows_fn<T> fn, const T* sc, T* const* dp,
-                            const T* dv, index_t r0, index_t r1, index_t C,
-                            fusegrad::detail::running_sum<T>* tot) const {
-  thread_local std::vector<T> buf;  // grows only: row buffers, then (interpreted) registers, splats, row scalars
-  const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
-  if (fn) {
-    if (buf.size() < regs_at) buf.resize(regs_at);
-    fn(dp, dv, sc, C, r0, r1, buf.data(), tot);
-    return;
-  }
-  thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
-  thread_local std::vector<fusegrad::detail::running_max<T>> maxes;
-  thread_local std::vector<iptr> ip;
-  if (ip.size() < widest_) ip.resize(widest_);
-  const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile_elems);
-  const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile_elems);
-  const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
-  if (buf.size() < need) buf.resize(need);
-  if (sums.size() < mem_.size()) sums.resize(mem_.size());
-  if (maxes.size() < mem_.size()) maxes.resize(mem_.size());
-  T* const rowbuf = buf.data();
-  T* const regs = rowbuf + regs_at;
-  T* const splat = regs + (splat_at - regs_at);
-  T* const scal = regs + (scal_at - regs_at);
   const index_t width = std::min(C, tile_elems);
-  for (index_t r = r0; r < r1; ++r)
-    run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), maxes.data(), ip.data(), tot);
+  auto rows = [&](index_t r0, index_t r1) {
+    thread_local std::vector<T> buf;
+    thread_local std::vector<fusegrad::detail::running_sum<T>> sums;
+    thread_local std::vector<fusegrad::detail::running_max<T>> maxes;
+    thread_local std::vector<iptr> ip;
+    if (ip.size() < widest_) ip.resize(widest_);
+    const std::size_t regs_at = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
+    const std::size_t splat_at = regs_at + static_cast<std::size_t>(registers_ * tile_elems);
+    const std::size_t scal_at = splat_at + static_cast<std::size_t>(splats_ * tile_elems);
+    const std::size_t need = scal_at + static_cast<std::size_t>(scalars_);
+    if (buf.size() < need) buf.resize(need);
+    if (sums.size() < mem_.size()) sums.resize(mem_.size());
+    if (maxes.size() < mem_.size()) maxes.resize(mem_.size());
+    T* const rowbuf = buf.data();
+    T* const regs = rowbuf + regs_at;
+    T* const splat = regs + (splat_at - regs_at);
+    T* const scal = regs + (scal_at - regs_at);
+    for (index_t r = r0; r < r1; ++r)
+      run_row(ns, dp, dv, r, C, width, rowbuf, regs, splat, scal, sums.data(), maxes.data(), ip.data());
+  };
+  fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
 }
 
 template <Element T>
 void row_step<T>::run_rows_native(native_rows_fn<T> fn, const T* sc, T* const* dp, const T* dv, index_t R,
                                   index_t C) const {
-  const std::vector<ir::node<T>> none;  // (the generated code reads no node)
-  auto rows = [&](index_t r0, index_t r1) { rows_here(none, fn, sc, dp, dv, r0, r1, C, nullptr); };
-  fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
-}
-
-template <Element T>
-void row_step<T>::run_totals(const ir::graph<T>& g, std::vector<tensor<T>>& vals, native_rows_fn<T> fn, const T* sc,
-                             T* const* dp, const T* dv, index_t R, index_t C) const {
-  using sum_t = fusegrad::detail::running_sum<T>;
-  const index_t total = R * C;
-  auto split = fusegrad::detail::split_pow2(total, fusegrad::detail::sum_chunk<T>, fusegrad::detail::parallel_grain());
-  if (split.count > 1 && split.size % C != 0) split = {total, 1};  // a block would end inside a row
-  const index_t block_rows = split.count > 1 ? split.size / C : R;
-  const auto nt = static_cast<std::size_t>(totals_);
-  std::vector<sum_t> part(static_cast<std::size_t>(std::max<index_t>(split.count, 1)) * nt);  // each starts afresh
-  auto block = [&](index_t b) {
-    rows_here(g.nodes(), fn, sc, dp, dv, b * block_rows, std::min(R, (b + 1) * block_rows), C,
-              part.data() + static_cast<std::size_t>(b) * nt);
+  auto rows = [&](index_t r0, index_t r1) {
+    thread_local std::vector<T> rowbuf;  // grows only: the row buffers, as `run_rows`'s
+    const std::size_t need = static_cast<std::size_t>(rowbufs_) * static_cast<std::size_t>(C);
+    if (rowbuf.size() < need) rowbuf.resize(need);
+    fn(dp, dv, sc, C, r0, r1, rowbuf.data());
   };
-  if (split.count > 1) fusegrad::detail::parallel_blocks(split.count, block);
-  else block(0);
-  std::vector<T> totals(static_cast<std::size_t>(std::max<index_t>(split.count, 1)));
-  for (const member& e : mem_) {
-    if (e.total < 0) continue;
-    auto at = [&](index_t b) -> const sum_t& { return part[static_cast<std::size_t>(b) * nt + e.total]; };
-    T v = split.count > 1 ? fusegrad::detail::sum_of_block_sums<T>(split.count, at, totals.data()) : at(0).total();
-    if (g.at(e.node).kind == ir::node_kind::mean) v = v / static_cast<T>(total);  // as a loop's full mean
-    vals[static_cast<std::size_t>(e.node)].data_ptr()[0] = v;
-  }
+  fusegrad::detail::parallel_for(R, std::max<index_t>(1, fusegrad::detail::parallel_grain() / C), rows);
 }
 
 template <Element T>
@@ -717,8 +655,6 @@ bool row_step<T>::eligible(const ir::graph<T>& g, std::size_t k, const shape& S,
     }
     case ir::node_kind::sum:
     case ir::node_kind::mean:
-      if (is_total(g, n, S, in)) return true;
-      [[fallthrough]];
     case ir::node_kind::max:
       return n.dims == last_bit(S) && fo(n.a) == form::full && (n.keepdim ? f == form::keep : f == form::drop);
     case ir::node_kind::sum_to: return f == form::keep && fo(n.a) == form::full;
@@ -745,9 +681,8 @@ bool row_step<T>::row_only(const ir::graph<T>& g, std::size_t k, const shape& S)
 template <Element T>
 void row_step<T>::run_row(const std::vector<ir::node<T>>& ns, T* const* dp, const T* dv, index_t r, index_t C,
                           index_t width, T* rowbuf, T* regs, T* splat, T* scal, fusegrad::detail::running_sum<T>* sums,
-                          fusegrad::detail::running_max<T>* maxes, iptr* ip,
-                          fusegrad::detail::running_sum<T>* tot) const {
-  const row_ctx x{ns, dp, dv, r, C, width, r * C, rowbuf, regs, splat, scal, sums, maxes, ip, tot};
+                          fusegrad::detail::running_max<T>* maxes, iptr* ip) const {
+  const row_ctx x{ns, dp, dv, r, C, width, r * C, rowbuf, regs, splat, scal, sums, maxes, ip};
   for (int p = 0; p <= passes_; ++p) {
     const pass_work& P = at_[static_cast<std::size_t>(p)];
     run_scalars(P, x);
@@ -815,7 +750,7 @@ inline void row_step<T>::start_tiles(const pass_work& P, const row_ctx& x) const
     y.adv_d = false;
     if (e.reduces) {
       if (x.ns[static_cast<std::size_t>(e.node)].kind == ir::node_kind::max) x.maxes[m].reset();
-      else if (e.total < 0) x.sums[m].reset();  // (a total runs on across the rows)
+      else x.sums[m].reset();
     } else {
       y.adv_d = e.reg < 0;
       y.d = e.reg >= 0 ? x.regs + e.reg * tile_elems : e.rowbuf >= 0 ? x.rowbuf + e.rowbuf * x.C : x.dp[e.node] + x.off;
@@ -839,7 +774,7 @@ inline void row_step<T>::walk_tiles(const pass_work& P, const row_ctx& x) const 
       const T* a = y.a + (y.adv_a ? t0 : 0);
       if (e.reduces) {
         if (nd.kind == ir::node_kind::max) x.maxes[m].add(a, n);
-        else (e.total >= 0 ? x.tot[e.total] : x.sums[m]).add(a, n);
+        else x.sums[m].add(a, n);
         continue;
       }
       T* d = y.d + (y.adv_d ? t0 : 0);
@@ -854,7 +789,6 @@ inline void row_step<T>::finish_reductions(const pass_work& P, const row_ctx& x)
   for (int mi : P.reductions) {
     const auto m = static_cast<std::size_t>(mi);
     const member& e = mem_[m];
-    if (e.total >= 0) continue;  // stored once all rows ran (`run_totals`)
     const auto& nd = x.ns[static_cast<std::size_t>(e.node)];
     T v;
     if (e.same >= 0) v = x.scal[mem_[static_cast<std::size_t>(e.same)].scalar];

@@ -69,7 +69,7 @@
 /// Part of every key: raise it when what a kernel library must contain changes (the calling
 /// convention of generated kernels, the prelude's layout), so that no older library is loaded.
 #ifndef FUSEGRAD_NATIVE_ABI_VERSION
-#define FUSEGRAD_NATIVE_ABI_VERSION "fusegrad-native-4"
+#define FUSEGRAD_NATIVE_ABI_VERSION "fusegrad-native-3"
 #endif
 
 namespace fusegrad::detail::native {
