@@ -215,6 +215,18 @@ bool smooth(const program& p) {
   return true;
 }
 
+/// Whether the loss `loss_at` (of the step along the direction) has a kink nearer the point
+/// than `h`, judged against a central difference off by `mismatch`. Every step crosses such a
+/// kink, so the central differences agree with each other and not with the one-sided slope
+/// eager's gradient takes; the one-sided differences at `h` then differ by about twice the
+/// mismatch, where a smooth loss keeps them within `h` times its curvature
+/// (`abs(softclip(x))` with one of 180,224 inputs 2.2e-7 from 0 did so).
+template <class Loss>
+bool kink_within(const Loss& loss_at, double h, double mismatch) {
+  const double up = loss_at(h), at = loss_at(0), down = loss_at(-h);
+  return std::isfinite(at) && std::abs((up - at) / h - (at - down) / h) > mismatch;
+}
+
 /// The second oracle, for eager itself (the paths are compared with eager, so a wrong eager
 /// gradient that every path shares would pass them all; found so: linear's backward on a
 /// permuted gradient): along a random direction v over the inputs that take a gradient, the
@@ -272,11 +284,10 @@ std::string finite_difference_mismatch(const program& p0, const shape_set& ss, l
   };
   // Truncation (h^2 times a third derivative) within 1e-5 of the terms' size, rounding of the
   // loss (its size times 1e-14) over the step.
-  double fd[3], up = 0, down = 0;
+  double fd[3];
   const double steps[3] = {1e-6, 1e-5, 1e-7};
   for (int j = 0; j < 3; ++j) {
-    const double h = steps[j];
-    up = loss_at(h), down = loss_at(-h);
+    const double h = steps[j], up = loss_at(h), down = loss_at(-h);
     if (!std::isfinite(up) || !std::isfinite(down)) return "";
     fd[j] = (up - down) / (2 * h);
     if (std::abs(fd[j] - analytic) <= 1e-5 * terms + cancelled + 1e-14 * (std::abs(up) + std::abs(down)) / h) {
@@ -288,13 +299,7 @@ std::string finite_difference_mismatch(const program& p0, const shape_set& ss, l
   // x near 0) say nothing of the gradient.
   const double spread = std::max({fd[0], fd[1], fd[2]}) - std::min({fd[0], fd[1], fd[2]});
   if (spread > 1e-3 * (std::abs(fd[0]) + terms) + cancelled) return "";
-  // A kink (abs, relu, max) nearer the point than the smallest step is crossed by every step:
-  // the central differences then agree with each other, not with the one-sided slope eager's
-  // gradient takes. The one-sided differences at that step tell: across a kink they differ
-  // by about twice the mismatch, where a smooth loss keeps them within the step times its
-  // curvature (abs(softclip(x)) with one of 180,224 inputs 2.2e-7 from 0 did so).
-  const double l0 = loss_at(0), h = steps[2];
-  if (std::isfinite(l0) && std::abs((up - l0) / h - (l0 - down) / h) > std::abs(fd[2] - analytic)) return "";
+  if (kink_within(loss_at, steps[2], std::abs(fd[2] - analytic))) return "";
   if (checks) ++*checks;
   char why[256];
   std::snprintf(why, sizeof why,

@@ -139,15 +139,10 @@ class tensor {
     if (!fusegrad::is_contiguous(i.sizes, i.st))
       detail::fail("data", "tensor of shape ", to_string(i.sizes),
                    " is a non-contiguous view; expected a contiguous tensor (call .contiguous())");
-    T* const p = i.store->data();
-    return p ? p + i.offset : nullptr;  // as `data_ptr`
+    return i.first();
   }
   /// Pointer to element [0,...,0] of any tensor, strided or not (no contiguity check).
-  [[nodiscard]] T* data_ptr() const {
-    const auto& i = synced("data_ptr");
-    T* const p = i.store ? i.store->data() : nullptr;
-    return p ? p + i.offset : nullptr;  // an empty storage has no address (a view of no elements into it)
-  }
+  [[nodiscard]] T* data_ptr() const { return synced("data_ptr").first(); }
   /// The value of a one-element tensor.
   [[nodiscard]] T item() const {
     const auto& i = synced("item");
@@ -273,6 +268,12 @@ struct tensor_impl {
   /// initialisers alone: an implicit constructor would first zero the whole object, the sizes'
   /// and strides' unused inline slots included (a `rep stos` on every tensor made).
   tensor_impl() noexcept {}  // NOLINT(modernize-use-equals-default): `= default` would zero it
+  /// The address of element [0, ..., 0] (null where the storage has none: an empty storage,
+  /// or a view of no elements into it); no check that the tensor is computed.
+  [[nodiscard]] T* first() const noexcept {
+    T* const p = store ? store->data() : nullptr;
+    return p ? p + offset : nullptr;
+  }
   std::shared_ptr<storage<T>> store;
   index_t offset = 0;
   shape sizes;

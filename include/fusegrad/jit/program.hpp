@@ -1141,16 +1141,11 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
   const loop_tables t = loop_tables_for(st.code.size());  // (the loop reduces nothing: no state to reset)
   ptrs* const pv = t.pv;
   std::copy(r.bound.begin(), r.bound.end(), pv);
-  // (the impls' own pointers: the inputs are defined and computed, their signature says so,
+  // (the impls' own addresses: the inputs are defined and computed, as their signature says,
   // and the outputs were made above)
-  const auto address = [](const tensor<T>& t) {
-    const auto& i = *t.raw_impl();
-    T* const p = i.store ? i.store->data() : nullptr;
-    return p ? p + i.offset : nullptr;  // as `data_ptr`
-  };
   for (const auto& [p, field, from] : r.patches) {
-    T* const at = from >= 0 ? address(*inputs[static_cast<std::size_t>(from)])
-                            : address(out[static_cast<std::size_t>(-1 - from)]);
+    T* const at = from >= 0 ? inputs[static_cast<std::size_t>(from)]->raw_impl()->first()
+                            : out[static_cast<std::size_t>(-1 - from)].raw_impl()->first();
     if (field == 2) pv[p].dst = at;
     else pv[p].src[field] = at;
   }
