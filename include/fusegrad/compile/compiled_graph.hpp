@@ -49,6 +49,7 @@ struct compiled_graph {
   const std::array<int, 3>* children;
   const tile_fn<T>* kernels;
   const user_number_fn* user_numbers;
+  matmul_fn<T> matmul;  ///< see `node_eval::matmul`
   eval_fn forward, backward;
   bool reads_known_shapes;  ///< the backend honours `shapes_known` (else it is always false)
 };
@@ -108,6 +109,7 @@ struct compiled_graph_of {
                                            A::cg.children.data(),
                                            node_tables<A>::kernels.data(),
                                            node_tables<A>::user_numbers.data(),
+                                           node_tables<A>::matmul,
                                            &evaluate_pass<B, A, forward, keep, T>,
                                            &evaluate_pass<B, A, backward, grad_roots, T>,
                                            reads_known_shapes<B>()};
@@ -193,15 +195,15 @@ void run_graph_backward(const compiled_graph<T>& G, const void* inst, const void
         sh[c] = sh[static_cast<std::size_t>(G.out_node[d.index])];
     auto* rec = active_recorder<T>();
     const std::size_t from = rec ? rec->inline_begin() : 0;
-    node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run_given(
-        G.backward_active, G.m);
+    node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, G.matmul, state, values, sh, no_inputs, grads}
+        .run_given(G.backward_active, G.m);
     if (rec) rec->inline_end(from);
   } else if (auto* rec = active_recorder<T>()) [[unlikely]] {
     // A traced backward (compiled autograd): node by node into the captured graph;
     // the nodes print as aot<id>_<k>.
     const std::size_t from = rec->inline_begin();
     std::vector<shape> sh = shapes;
-    node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, state, values, sh, no_inputs, grads}.run(
+    node_eval<T>{G.desc, G.children, G.kernels, G.user_numbers, G.matmul, state, values, sh, no_inputs, grads}.run(
         G.backward_active, G.m);
     rec->inline_end(from);
   } else {

@@ -75,6 +75,19 @@ tensor<T> matmul_values(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb
   return alias(c, out, contiguous_strides(out), 0);
 }
 
+/// The value of a matrix-product node of operands `a` and `b` (see `matmul_values`); while a
+/// tracer records, an opaque call. Reached through a graph's tables (`node_tables::matmul`),
+/// so that only a TU with a graph holding a product compiles the matrix kernels.
+template <Element T>
+tensor<T> matmul_node_value(const tensor<T>& a, const tensor<T>& b, bool ta, bool tb) {
+  return call_opaque<T>(
+      "matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
+      [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
+}
+/// `matmul_node_value` for element type `T`, or null in the tables of a graph without products.
+template <Element T>
+using matmul_fn = tensor<T> (*)(const tensor<T>&, const tensor<T>&, bool, bool);
+
 // ---- canonical nodes as data -----------------------------------------------------------
 //
 // What run-time code needs to know about a canonical node (its kind, operands, op, reduction,
@@ -190,6 +203,19 @@ constexpr user_number_fn user_number_of() {
   return nullptr;
 }
 
+/// `matmul_node_value` where graph `A` holds a matrix product, else null (and not instantiated).
+template <class A>
+constexpr bool holds_matmul() {
+  for (std::size_t c = 0; c < A::M; ++c)
+    if (A::cg.kind[c] == gkind::matmul) return true;
+  return false;
+}
+template <class A, Element T>
+constexpr matmul_fn<T> matmul_of() {
+  if constexpr (holds_matmul<A>()) return &matmul_node_value<T>;
+  else return nullptr;
+}
+
 /// The tables of analysis `A`: per canonical node its description and, for element-wise
 /// nodes, its tile kernel (and a user op's number).
 template <class A>
@@ -207,6 +233,8 @@ struct node_tables {
     return std::array<user_number_fn, A::M>{user_number_of<typename A::template node_t<C>, T>()...};
   }
   (std::make_index_sequence<A::M>{});
+  /// The evaluation of the graph's matrix products (null where it has none).
+  static constexpr matmul_fn<T> matmul = matmul_of<A, T>();
   /// The state pointers of an instance whose node addresses (post-order) are `nodes`.
   static std::array<const void*, A::M> states(const void* const* nodes) {
     return [&]<std::size_t... C>(std::index_sequence<C...>) {
@@ -227,6 +255,7 @@ struct node_eval {
   const std::array<int, 3>* children;
   const tile_fn<T>* kernels;
   const user_number_fn* user_numbers;
+  matmul_fn<T> matmul;  ///< the value of a matrix-product node (null: the graph has none)
   const void* const* state;
   std::vector<tensor<T>>& values;
   std::vector<shape>& shapes;
@@ -338,13 +367,7 @@ tensor<T> node_eval<T>::eval(int c) const {
     }
     case gkind::sumto: return sum_to(arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
     case gkind::unreduce: return unreduce_values(d, arg(c, 0), shapes[static_cast<std::size_t>(d.source)]);
-    case gkind::matmul: {
-      const tensor<T>&a = arg(c, 0), &b = arg(c, 1);
-      const bool ta = d.ta, tb = d.tb;
-      return call_opaque<T>(
-          "matmul", matmul_shape(a.shape(), b.shape(), ta, tb),
-          [ta, tb](const tensor<T>& x, const tensor<T>& y) { return matmul_values(x, y, ta, tb); }, a, b);
-    }
+    case gkind::matmul: return matmul(arg(c, 0), arg(c, 1), d.ta, d.tb);
   }
   return {};
 }
@@ -419,6 +442,7 @@ node_eval<T> nodes_of(const typename A::instance& inst, std::vector<tensor<T>>& 
           A::cg.children.data(),
           node_tables<A>::kernels.data(),
           node_tables<A>::user_numbers.data(),
+          node_tables<A>::matmul,
           inst.state.data(),
           values,
           shapes,

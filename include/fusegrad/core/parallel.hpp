@@ -243,6 +243,21 @@ std::exception_ptr run_blocks_on_team(index_t count, int members, F& f) {
   run_team(members, body);
   return error;
 }
+/// `fn(ctx, b)` for every block `b` in [0, count) on this thread and the workers leased for
+/// the call, if any is free (true); false where none is (the caller runs the blocks). Not a
+/// template: every loop of a TU shares one team runner (and one parallel region), and only
+/// its block body, called once per block, is its own.
+inline bool run_blocks_on_workers(index_t count, void (*fn)(void*, index_t), void* ctx) {
+  const int threads = thread_count();
+  const int team = static_cast<int>(std::min<index_t>(count, threads));
+  const int extra = team > 1 ? lease_workers(team - 1, threads) : 0;
+  if (extra <= 0) return false;
+  auto f = [fn, ctx](index_t b) { fn(ctx, b); };
+  std::exception_ptr error = run_blocks_on_team(count, extra + 1, f);
+  workers_busy().fetch_sub(extra, std::memory_order_release);
+  if (error) std::rethrow_exception(error);
+  return true;
+}
 #endif
 
 /// Calls `f(b)` for every block `b` in [0, count), on up to `get_num_threads()` threads
@@ -260,14 +275,11 @@ void parallel_blocks(index_t count, F&& f) {
   }
 #elif defined(FUSEGRAD_PARALLEL_ON)
   if (may_share_blocks(count)) {
-    const int threads = thread_count();
-    const int team = static_cast<int>(std::min<index_t>(count, threads));
-    if (const int extra = team > 1 ? lease_workers(team - 1, threads) : 0; extra > 0) {
-      std::exception_ptr error = run_blocks_on_team(count, extra + 1, f);
-      workers_busy().fetch_sub(extra, std::memory_order_release);
-      if (error) std::rethrow_exception(error);
+    using body = std::remove_reference_t<F>;
+    if (run_blocks_on_workers(
+            count, [](void* c, index_t b) { (*static_cast<body*>(c))(b); },
+            const_cast<void*>(static_cast<const void*>(std::addressof(f)))))
       return;
-    }
   }
 #endif
   for (index_t b = 0; b < count; ++b) f(b);

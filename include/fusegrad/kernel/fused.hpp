@@ -77,7 +77,11 @@ template <class G, const auto& Active, const auto& Keep, Element T>
 void fused_run(node_eval<T>& g) {
   static constexpr auto& layout = fused_layout_v<G, Active, Keep>;
   fused_runner<T> run(fused_view_v<G, Active, Keep>, fused_bodies<G, Active, Keep, T>::value.data(), g);
-  run.run(layout.stages);
+  // A single stage never forms a row group (`fused_runner::run` would run it as `stage(0)`):
+  // calling `stage` directly keeps the row groups' loops out of a TU whose passes are all
+  // single stages (they are compiled where a graph has more).
+  if constexpr (layout.stages == 1) run.stage(0);
+  else run.run(layout.stages);
   // A kept broadcast-of-a-reduction is materialised directly.
   static constexpr auto kept_unreduce = index_list([] { return layout.kept_unreduce; });
   for (std::size_t c : kept_unreduce) run.eval(static_cast<int>(c));
