@@ -1,8 +1,8 @@
 // The softmax family through fg::compile's row groups, at row lengths around the SIMD batch,
 // the tile and the row block (1, 3, 7, 8, 15, 16, 17, 128, 256, 257, 1000, 1030, 4099; a row of
-// one tile has its max and its sums taken at once, a longer one tile by tile): the forward values
-// bit for bit against eager in float (and softmax's gradient, whose terms eager sums in the
-// same order), the same bits on 1 and 2 threads, gradients near eager's in double, and
+// one tile has its max and its sums taken at once, a longer one tile by tile), and on shapes of
+// more than one block of rows: the forward values bit for bit against eager in float (and softmax's gradient, whose
+// terms eager sums in the same order), the same bits on 1 and 2 threads, gradients near eager's in double, and
 // gradcheck through the compiled function. A row's scalars (its max, its sum, an output's
 // gradient) reach the row body as one broadcast batch, read at every batch of the row.
 #include <doctest/doctest.h>
@@ -85,6 +85,36 @@ TEST_CASE("the softmax family through fg::compile at row lengths around the batc
   SUBCASE("logsumexp") { check_family_member(logsumexp_g, false); }
   SUBCASE("layer_norm") { check_family_member(layer_norm_g, false); }
   SUBCASE("rms_norm") { check_family_member(rms_norm_g, false); }
+}
+
+TEST_CASE("row groups over more than one block of rows, on 1 and 2 threads") {
+  // A block holds up to 2^18 elements (fewer where threads share the rows): these shapes
+  // cross a block's end on one thread ([2100, 128]: 2048 rows and 52; [300, 1000]: 262 and 38;
+  // [70, 4099]: 63 and 7; [40000, 7]: a row shorter than a batch), and cut differently on two.
+  // A row meets the same nodes wherever its block ends: eager's bits on both.
+  const auto softmax_c = fg::compile(softmax_loss);
+  const auto log_softmax_c = fg::compile(log_softmax_loss);
+  const auto layer_norm_c = fg::compile(layer_norm_g);
+  const int threads_before = fg::get_num_threads();
+  const std::vector<fg::shape> shapes = {{2100, 128}, {300, 1000}, {70, 4099}, {40000, 7}, {3, 700, 128}};
+  for (const fg::shape& s : shapes) {
+    CAPTURE(s.size());
+    CAPTURE(s.back());
+    const auto x = fg::randn<float>(s, 51) * 3.0f, g = fg::randn<float>(s, 52);
+    const auto softmax_e = value_and_grad(softmax_loss, x, g), log_softmax_e = value_and_grad(log_softmax_loss, x, g);
+    const auto layer_norm_e = value_and_grad(layer_norm_g, x, g);
+    for (const int threads : {1, 2}) {
+      CAPTURE(threads);
+      fg::set_num_threads(threads);
+      const auto softmax_got = value_and_grad(softmax_c, x, g);
+      const auto log_softmax_got = value_and_grad(log_softmax_c, x, g);
+      const auto layer_norm_got = value_and_grad(layer_norm_c, x, g);
+      fg::set_num_threads(threads_before);
+      CHECK(softmax_got == softmax_e);
+      CHECK(log_softmax_got.first == log_softmax_e.first);
+      CHECK(layer_norm_got.first == layer_norm_e.first);
+    }
+  }
 }
 
 TEST_CASE("softmax's backward with its gradient summed to a broadcast operand's shape") {
