@@ -45,8 +45,7 @@ inline bool sum_rows_in_order(const shape& space, const shape& out) {
 /// The most elements of a row group's block of rows: 1 MiB of floats per value the block reads
 /// or writes, so that a softmax's few values stay in the last-level cache from one stage to the
 /// next. Each block pays every stage's pass set-up and restarts each stream of loads and
-/// stores: blocks of 8192 elements (L2-sized) ran softmax's forward and backward about 1.35x
-/// slower, at rows of 128 and of 1024 alike.
+/// stores, which made L2-sized blocks the slower choice (docs/performance.md, "Softmax family").
 inline constexpr index_t row_block_elems = index_t{1} << 18;
 /// The fewest elements of a block where the rows are shared among threads.
 inline constexpr index_t min_row_block_elems = 8192;
