@@ -106,7 +106,7 @@ class fused_runner {
     std::vector<T> regs;
     std::vector<const T*> slot, lrow;
     std::vector<T*> dst;
-    std::vector<index_t> step, lstep, base;
+    std::vector<index_t> step, lstep, base, inner;
   };
 
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
@@ -122,6 +122,8 @@ class fused_runner {
     std::vector<T*> dst_base;                 ///< per element-wise node: its destination's data (`plan_rows`)
     std::vector<T> divisor, regs;             ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
+    std::vector<const strides*> sp;     ///< per operand: its `st` (as `for_each_row_n` reads them)
+    std::vector<index_t> inner;         ///< per operand: its step along the row (`for_each_row_n`'s)
     std::vector<running_max<T>> maxes;  ///< per reduction: a max (of the row, or of everything)
     std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
@@ -885,24 +887,27 @@ class fused_runner {
     const shape space = walked_space(p, it, block);
     start_column_sums(p, it, space);
     mark_row_outputs(p, space);
+    scratch& sc = p.sc;
     const std::size_t operands_n = p.span.operand_count();
-    std::vector<const strides*> sp(operands_n);
-    for (std::size_t q = 0; q < operands_n; ++q) sp[q] = &p.sc.st[q];
+    // The operands' strides, steps along the rows (as `for_each_row_n` hands them to every
+    // row) and row offsets live in the scratch: a row group runs this per block and stage,
+    // which allocated them each time.
+    grow(operands_n, sc.sp, sc.inner);
+    for (std::size_t q = 0; q < operands_n; ++q) sc.sp[q] = &sc.st[q];
     const index_t rows = row_count(space), len = space.empty() ? 1 : std::max<index_t>(space.back(), 1);
     const index_t grain_rows = std::max<index_t>(1, parallel_grain() / len);
-    // Each operand's step along the rows (as `for_each_row_n` hands them to every row).
-    std::vector<index_t> is(operands_n, 0);
-    for (std::size_t q = 0; q < operands_n && !space.empty(); ++q) is[q] = p.sc.st[q].back();
-    const row_plan plan = plan_rows(p, is.data());
+    for (std::size_t q = 0; q < operands_n; ++q) sc.is[q] = space.empty() ? 0 : sc.st[q].back();
+    const row_plan plan = plan_rows(p, sc.is.data());
     if (!block && rows_write_apart(p, space, rows, grain_rows)) {
       parallel_for(rows, grain_rows, [&](index_t r0, index_t r1) {
         thread_local block_scratch bs;
         work w = block_work(bs, p, nullptr, nullptr, nullptr);
         bound_rows bound;
         bind_rows(p, plan, w, bound);
-        std::vector<index_t> boff(operands_n, 0), binner(operands_n, 0);
+        grow(operands_n, bs.inner);
+        std::fill_n(bs.base.begin(), operands_n, 0);
         for_each_row_n(
-            space, operands_n, sp.data(), boff.data(), binner.data(),
+            space, operands_n, sc.sp.data(), bs.base.data(), bs.inner.data(),
             [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, w, bound, b, n); }, r0, r1);
       });
       return;
@@ -910,9 +915,9 @@ class fused_runner {
     work main = p.main;
     bound_rows bound;
     bind_rows(p, plan, main, bound);
-    std::vector<index_t> off(operands_n, 0), inner(operands_n, 0);
+    std::fill_n(sc.base.begin(), operands_n, 0);
     for_each_row_n(
-        space, operands_n, sp.data(), off.data(), inner.data(),
+        space, operands_n, sc.sp.data(), sc.base.data(), sc.inner.data(),
         [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, main, bound, b, n); },
         block ? block->r0 : 0, block ? block->r1 : -1);
     finish_sums(p);
