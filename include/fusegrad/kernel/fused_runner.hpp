@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "fusegrad/compile/node_eval.hpp"
@@ -122,8 +123,9 @@ class fused_runner {
     std::vector<T*> dst_base;                 ///< per element-wise node: its destination's data (`plan_rows`)
     std::vector<T> divisor, regs;             ///< `divisor`: per load, what a mean's gradient divides by
     std::vector<strides> st;
-    std::vector<const strides*> sp;     ///< per operand: its `st` (as `for_each_row_n` reads them)
-    std::vector<index_t> inner;         ///< per operand: its step along the row (`for_each_row_n`'s)
+    std::vector<const strides*> sp;  ///< per operand: its `st` (as `for_each_row_n` reads them)
+    std::vector<T*> held;            ///< per operand: its rows in a block buffer (null: its tensor; `hold_in_buffer`)
+    std::vector<index_t> inner;      ///< per operand: its step along the row (`for_each_row_n`'s)
     std::vector<running_max<T>> maxes;  ///< per reduction: a max (of the row, or of everything)
     std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
@@ -144,7 +146,7 @@ class fused_runner {
       grow(load_cap, lrow, lstep, lp, divisor, whole);
       grow(store_cap + reduction_cap, wp);
       grow(reduction_cap, maxes, rmax, rsum, cols, cur, colf, per_row);
-      grow(load_cap + store_cap + reduction_cap, st, is, base);
+      grow(load_cap + store_cap + reduction_cap, st, is, base, held);
     }
   };
   /// Makes each of `vs` at least `n` long (buffers only grow).
@@ -248,13 +250,18 @@ class fused_runner {
   /// `scratch::direct` of a reduction of one element over a larger space: its value is set
   /// before the loop, which leaves it alone.
   static constexpr char set_before = 3;
-  /// Stage `S`'s outputs made over `space`: its stores, its reductions filled with their
-  /// identity, except those to their own input's shape (`sc.direct`: each element written
-  /// once) and those of one element (computed here).
-  void make_outputs(int S, const shape& space, scratch& sc) {
+  /// Stage `S`'s outputs made over `space`: its stores (but those `held` in a row group's
+  /// block buffer, which get no tensor), its reductions filled with their identity, except
+  /// those to their own input's shape (`sc.direct`: each element written once) and those of
+  /// one element (computed here).
+  void make_outputs(int S, const shape& space, scratch& sc, std::span<const int> held = {}) {
     const int w0 = layout_.first_store[S], w1 = layout_.first_store[S + 1], r0 = layout_.first_reduce[S],
               r1 = layout_.first_reduce[S + 1];
-    for (int j = w0; j < w1; ++j) value(layout_.store_nodes[j]) = empty<T>(shape_of(layout_.store_nodes[j]));
+    for (int j = w0; j < w1; ++j) {
+      const int c = layout_.store_nodes[j];
+      if (std::find(held.begin(), held.end(), c) != held.end()) value(c) = tensor<T>();
+      else value(c) = empty<T>(shape_of(c));
+    }
     set_direct(S, space, sc);
     for (int j = r0; j < r1; ++j) {
       const int c = layout_.reduce_nodes[j];
@@ -518,6 +525,7 @@ class fused_runner {
     // Buffers only grow (`fit_scratch`); every entry a pass reads is written first.
     sc.slot[span.loads + span.nodes] = nullptr;  // the second operand of a unary node
     std::fill_n(sc.divisor.begin(), span.loads, T(1));
+    std::fill_n(sc.held.begin(), span.operand_count(), nullptr);  // set by `hold_in_buffer` in a row group
     // A reduction to its own input's shape (`direct`) whose input is an element-wise node of
     // the stage not stored otherwise has that node write straight into its output (instead of
     // a tile register copied out per tile): `direct` 2, `redir[q]` the reduction.
@@ -915,7 +923,8 @@ class fused_runner {
     work main = p.main;
     bound_rows bound;
     bind_rows(p, plan, main, bound);
-    std::fill_n(sc.base.begin(), operands_n, 0);
+    // A value held in a block buffer has the block's first row at its start.
+    for (std::size_t q = 0; q < operands_n; ++q) sc.base[q] = sc.held[q] && block ? -block->r0 * len : 0;
     for_each_row_n(
         space, operands_n, sc.sp.data(), sc.base.data(), sc.inner.data(),
         [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, main, bound, b, n); },
@@ -931,7 +940,10 @@ class fused_runner {
     auto& st = sc.st;
     for (std::size_t j = 0; j < p.span.loads; ++j) {
       const int c = p.load_nodes[j];
-      if (desc(c).kind == gkind::unreduce) {
+      if (sc.held[j]) {
+        st[j] = contiguous_strides(it);
+        sc.lp[j] = sc.held[j];
+      } else if (desc(c).kind == gkind::unreduce) {
         const tensor<T>& src = value(children_of(c)[0]);
         const shape& to = shape_of(c);
         const shape ks = keepdim_shape(to, desc(c).raxis);
@@ -945,8 +957,9 @@ class fused_runner {
       }
     }
     for (std::size_t j = 0; j < p.span.stores; ++j) {
-      st[p.span.store_operand(j)] = broadcast_strides(value(p.store_nodes[j]), it);
-      sc.wp[j] = value(p.store_nodes[j]).data_ptr();
+      const std::size_t q = p.span.store_operand(j);
+      st[q] = sc.held[q] ? contiguous_strides(it) : broadcast_strides(value(p.store_nodes[j]), it);
+      sc.wp[j] = sc.held[q] ? sc.held[q] : value(p.store_nodes[j]).data_ptr();
     }
     for (std::size_t j = 0; j < p.span.reductions; ++j) {
       const int c = p.reduce_nodes[j];
@@ -1107,45 +1120,88 @@ class fused_runner {
     for (int j = layout_.first_matmul[S0]; j < layout_.first_matmul[S0 + 1]; ++j) eval(layout_.matmul_nodes[j]);
     const shape& space = space_of(S0);
     const index_t rows = row_count(space);
-    if (make_group_outputs(S0, E, space)) {
+    thread_local std::vector<int> held;
+    find_held(S0, E, space, held);
+    if (make_group_outputs(S0, E, space, held)) {
       const index_t per = group_block_rows(rows, space.back(), get_num_threads());
       const index_t grain_rows = std::max<index_t>(per, parallel_grain() / space.back());
       parallel_for(
-          rows, grain_rows, [&](index_t r0, index_t r1) { run_group_rows(S0, E, space, per, r0, r1); }, per);
+          rows, grain_rows, [&](index_t r0, index_t r1) { run_group_rows(S0, E, space, per, held, r0, r1); }, per);
     } else {
-      run_group_rows(S0, E, space, group_block_rows(rows, space.back(), 1), 0, rows);
+      run_group_rows(S0, E, space, group_block_rows(rows, space.back(), 1), held, 0, rows);
     }
     divide_group_means(S0, E, rows);
   }
-  /// The outputs of the group's stages (each in its stage's scratch); true where the group's
-  /// rows are independent: no sum or max over everything, so blocks of rows in any order.
-  bool make_group_outputs(int S0, int E, const shape& space) {
+  /// The values that stages [S0, E) store and only the group reads, into `held`: stored over
+  /// the whole `space`, not read by the caller, and neither loaded nor multiplied by a stage
+  /// after the group. A block's rows of such a value are complete and read within the block
+  /// (`joins_rows`), so each thread holds them in a buffer of one block (`run_group_rows`),
+  /// reused by the next: a backward's group stores dy = g * gout and per-element terms that
+  /// only its next stage reads, which full tensors would take through memory.
+  void find_held(int S0, int E, const shape& space, std::vector<int>& held) const {
+    held.clear();
+    const auto read_later = [&](int c) {
+      for (int S = E; S < layout_.stages; ++S) {
+        for (int j = layout_.first_load[S]; j < layout_.first_load[S + 1]; ++j)
+          if (layout_.load_nodes[j] == c) return true;
+        for (int j = layout_.first_matmul[S]; j < layout_.first_matmul[S + 1]; ++j)
+          for (int ch : children_of(layout_.matmul_nodes[j]))
+            if (ch == c) return true;
+      }
+      return false;
+    };
+    for (int j = layout_.first_store[S0]; j < layout_.first_store[E]; ++j) {
+      const int c = layout_.store_nodes[j];
+      if (!layout_.kept[c] && shape_of(c) == space && !read_later(c)) held.push_back(c);
+    }
+  }
+  /// The outputs of the group's stages (each in its stage's scratch), no tensor for those
+  /// `held`; true where the group's rows are independent: no sum or max over everything, so
+  /// blocks of rows in any order.
+  bool make_group_outputs(int S0, int E, const shape& space, const std::vector<int>& held) {
     auto& group = group_scratch(static_cast<std::size_t>(E - S0));
     bool apart = true;
     for (int S = S0; S < E; ++S) {
-      make_outputs(S, space, group[static_cast<std::size_t>(S - S0)]);
+      make_outputs(S, space, group[static_cast<std::size_t>(S - S0)], held);
       for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j)
         apart = apart && (numel(shape_of(layout_.reduce_nodes[j])) != 1 || of_one_element(S, layout_.reduce_nodes[j]));
     }
     return apart;
   }
   /// Rows [r0, r1) of the group on this thread, `per` rows a block, each block through every
-  /// stage (a pass over the block's strided rows), its means of one value per row divided.
-  void run_group_rows(int S0, int E, const shape& space, index_t per, index_t r0, index_t r1) {
+  /// stage (a pass over the block's strided rows), its means of one value per row divided;
+  /// the values `held` in the thread's buffer, one block of each.
+  void run_group_rows(int S0, int E, const shape& space, index_t per, const std::vector<int>& held, index_t r0,
+                      index_t r1) {
     auto& group = group_scratch(static_cast<std::size_t>(E - S0));
-    const index_t rows = row_count(space);
+    const index_t rows = row_count(space), block_elems = per * space.back();
+    thread_local std::vector<T> buffer;  // never shrinks: the next call's blocks reuse it
+    grow(held.size() * static_cast<std::size_t>(block_elems), buffer);
     for (index_t b = r0; b < r1; b += per) {
       const row_block block{b, std::min(r1, b + per), b == r0};
       for (int S = S0; S < E; ++S) {
         scratch& sc = group[static_cast<std::size_t>(S - S0)];
         if (block.first) set_direct(S, space, sc);
-        run_strided_rows(start_pass(S, sc, &block), space, &block);
+        const pass_state p = start_pass(S, sc, &block);
+        hold_in_buffer(p, held, buffer.data(), block_elems);
+        run_strided_rows(p, space, &block);
         for (int j = layout_.first_reduce[S]; j < layout_.first_reduce[S + 1]; ++j) {
           const int c = layout_.reduce_nodes[j];
           if (is_mean(c) && value(c).numel() == rows) divide_mean(c, block.r0, block.r1);
         }
       }
     }
+  }
+  /// `p.sc.held`: the pass's loads and stores of values `held` (the k-th at `buffer + k *
+  /// block_elems`).
+  static void hold_in_buffer(const pass_state& p, const std::vector<int>& held, T* buffer, index_t block_elems) {
+    const auto at = [&](int c) -> T* {
+      const auto k = std::find(held.begin(), held.end(), c);
+      return k == held.end() ? nullptr : buffer + (k - held.begin()) * block_elems;
+    };
+    if (held.empty()) return;
+    for (std::size_t j = 0; j < p.span.loads; ++j) p.sc.held[j] = at(p.load_nodes[j]);
+    for (std::size_t j = 0; j < p.span.stores; ++j) p.sc.held[p.span.store_operand(j)] = at(p.store_nodes[j]);
   }
   /// The group's means over more than one row each, once every block has passed.
   void divide_group_means(int S0, int E, index_t rows) {

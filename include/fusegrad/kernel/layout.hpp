@@ -42,6 +42,7 @@ struct fused_layout {
   std::array<int, M + 1> register_count{};            ///< per stage: tile registers
   std::array<int, M> value_child{};                   ///< a custom node: the operand holding its value
   std::array<bool, M> kept_unreduce{};                ///< a broadcast-of-a-reduction the caller reads
+  std::array<bool, M> kept{};                         ///< a value the caller reads after the pass
   // A node's own facts (kind, reduction kind and axis, operands) are its `node_desc`.
 };
 
@@ -52,6 +53,7 @@ struct fused_view {
   const int *compute_nodes, *reduce_nodes, *store_nodes, *matmul_nodes, *load_nodes;
   const int *tile_register, *store_index, *a_slot, *b_slot, *out_slot, *store_slot, *reduce_slot, *register_count,
       *value_child;
+  const bool* kept;
 };
 
 /// How many entries each of a layout's node lists holds so far: the stages listed.
@@ -216,7 +218,10 @@ constexpr fused_layout<A::M> make_fused_layout() {
     L.register_count[s] = assign_tile_registers<A>(L, s, n, p);
   }
   mark_list_starts(L, static_cast<std::size_t>(sch.stages), n);
-  for (std::size_t c = 0; c < A::M; ++c) L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
+  for (std::size_t c = 0; c < A::M; ++c) {
+    L.kept_unreduce[c] = Keep[c] && sch.roles[c] == role::unreduce;
+    L.kept[c] = Keep[c];
+  }
   return L;
 }
 
@@ -244,7 +249,8 @@ constexpr fused_view view_of(const fused_layout<M>& L) {
           .store_slot = L.store_slot.data(),
           .reduce_slot = L.reduce_slot.data(),
           .register_count = L.register_count.data(),
-          .value_child = L.value_child.data()};
+          .value_child = L.value_child.data(),
+          .kept = L.kept.data()};
 }
 
 template <class A, const auto& Active, const auto& Keep>
