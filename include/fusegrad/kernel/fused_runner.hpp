@@ -1120,7 +1120,10 @@ class fused_runner {
     for (int j = layout_.first_matmul[S0]; j < layout_.first_matmul[S0 + 1]; ++j) eval(layout_.matmul_nodes[j]);
     const shape& space = space_of(S0);
     const index_t rows = row_count(space);
-    thread_local std::vector<int> held;
+    // A reference, which the workers' lambda captures (a name of the thread_local itself
+    // would be each worker's own, empty, list).
+    thread_local std::vector<int> held_nodes;
+    std::vector<int>& held = held_nodes;
     find_held(S0, E, space, held);
     if (make_group_outputs(S0, E, space, held)) {
       const index_t per = group_block_rows(rows, space.back(), get_num_threads());
