@@ -126,6 +126,8 @@ class fused_runner {
     std::vector<const strides*> sp;  ///< per operand: its `st` (as `for_each_row_n` reads them)
     std::vector<T*> held;            ///< per operand: its rows in a block buffer (null: its tensor; `hold_in_buffer`)
     std::vector<index_t> inner;      ///< per operand: its step along the row (`for_each_row_n`'s)
+    std::vector<index_t> rs, lrs, drs;  ///< per operand, load, node: the advance per row (`run_rows_in_calls`)
+    std::vector<T> row_batches;         ///< per load broadcast along the rows: a batch per row (`fill_row_batches`)
     std::vector<running_max<T>> maxes;  ///< per reduction: a max (of the row, or of everything)
     std::vector<running_sum<T>> rsum;   ///< per reduction: a row-form sum
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
@@ -590,7 +592,12 @@ class fused_runner {
     const char* per_row;
     running_max<T>* maxes;
     running_sum<T>* rsum;
-    static void before(void* p, index_t, index_t m) {
+    const index_t* rs = nullptr;  ///< per operand: its advance per row (rows after the first of a call)
+    /// Operand `q`'s offset at row `row` of the call.
+    [[gnu::always_inline]] index_t at(std::size_t q, index_t row) const {
+      return row == 0 ? base[q] : base[q] + row * rs[q];
+    }
+    static void before(void* p, index_t, index_t, index_t m) {
       auto& h = *static_cast<tile_hooks*>(p);
       for (std::size_t j = 0; j < h.loads; ++j)
         if (h.lstep[j] != 0 && h.divisor[j] != T(1)) {
@@ -599,16 +606,16 @@ class fused_runner {
           h.slot[j] = buf;
         }
     }
-    static void after(void* p, index_t i, index_t m) {
+    static void after(void* p, index_t row, index_t i, index_t m) {
       auto& h = *static_cast<tile_hooks*>(p);
       const std::size_t loads = h.loads, stores = h.stores;
       for (std::size_t j = 0; j < stores; ++j)
-        if (h.is[loads + j] == 0) h.wp[j][h.base[loads + j]] = h.slot[h.store_slot[j]][0];
+        if (h.is[loads + j] == 0) h.wp[j][h.at(loads + j, row)] = h.slot[h.store_slot[j]][0];
       for (std::size_t j = 0; j < h.reductions; ++j) {
         if (h.direct[j] == set_before) continue;
         const std::size_t q = loads + stores + j;
         const T* src = h.slot[h.reduce_slot[j]];
-        T* out = h.wp[stores + j] + h.base[q];
+        T* out = h.wp[stores + j] + h.at(q, row);
         const bool mx = h.rmax[j];
         if (h.is[q] == 0 && h.per_row[j]) {
           row_reduction(src, out, m, mx);
@@ -925,11 +932,95 @@ class fused_runner {
     bind_rows(p, plan, main, bound);
     // A value held in a block buffer has the block's first row at its start.
     for (std::size_t q = 0; q < operands_n; ++q) sc.base[q] = sc.held[q] && block ? -block->r0 * len : 0;
-    for_each_row_n(
-        space, operands_n, sc.sp.data(), sc.base.data(), sc.inner.data(),
-        [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, main, bound, b, n); },
-        block ? block->r0 : 0, block ? block->r1 : -1);
+    const index_t r0 = block ? block->r0 : 0, r1 = block ? block->r1 : rows;
+    if (rows_in_calls(p, plan, space)) {
+      run_rows_in_calls(p, plan, main, bound, len, r0, r1);
+    } else {
+      for_each_row_n(
+          space, operands_n, sc.sp.data(), sc.base.data(), sc.inner.data(),
+          [&](const index_t* b, index_t n, const index_t*) { run_planned_row(p, plan, main, bound, b, n); }, r0, r1);
+    }
     finish_sums(p);
+  }
+  /// Whether the rows of walked space `space` (a pass planned by `plan`) run `row_call_rows`
+  /// at a time through the row body (`run_rows_in_calls`): rows of one tile each, in a 2-D
+  /// space (each operand a row stride), where no row needs its own set-up or wrap-up in the
+  /// runner: no load to divide tile by tile or to widen to the tile for a hook, no column-form
+  /// sum, and each reduction a row's own output taken at once (`mark_row_outputs`), one
+  /// that every row feeds (a sum over all of them), to its input's shape, or set before.
+  static bool rows_in_calls(const pass_state& p, const row_plan& plan, const shape& space) {
+    const scratch& sc = p.sc;
+    if (space.size() != 2 || space.back() > tile_elems || plan.scaled) return false;
+    for (std::size_t j = 0; j < p.span.loads; ++j)
+      if (plan.is[j] == 0 && sc.whole[j]) return false;
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const std::size_t q = p.span.reduction_operand(j);
+      if (sc.colf[j]) return false;
+      if (plan.is[q] == 0 && !sc.per_row[j] && sc.direct[j] != set_before && (sc.rmax[j] || sc.st[q][0] != 0))
+        return false;
+    }
+    return true;
+  }
+  /// The most rows of one call of the row body: their broadcast batches (`fill_row_batches`)
+  /// stay in L1.
+  static constexpr index_t row_call_rows = 64;
+  /// Rows [r0, r1) of `len` elements (`rows_in_calls`), `row_call_rows` per call of the row
+  /// body: each call's first row set up as `run_planned_row` does, the others a row stride
+  /// on (`row_args::lrs`, `drs`; the hooks' `tile_hooks::rs`). The same nodes on the same
+  /// values, the reductions fed the same rows in order: the bits of a call per row.
+  void run_rows_in_calls(const pass_state& p, const row_plan& plan, work& w, bound_rows& b, index_t len, index_t r0,
+                         index_t r1) const {
+    scratch& sc = p.sc;
+    const std::size_t operands_n = p.span.operand_count(), loads = p.span.loads, nodes = p.span.nodes;
+    grow(operands_n, sc.rs);
+    grow(loads, sc.lrs);
+    grow(nodes, sc.drs);
+    grow(loads * static_cast<std::size_t>(row_call_rows * simd<T>::size), sc.row_batches);
+    index_t* const rs = sc.rs.data();
+    for (std::size_t q = 0; q < operands_n; ++q) rs[q] = sc.st[q][0];
+    // `sc.base` holds each operand's offset before row 0 (a held value's shift): row r0's.
+    for (std::size_t q = 0; q < operands_n; ++q) sc.base[q] += r0 * rs[q];
+    std::fill_n(sc.drs.begin(), nodes, 0);
+    for (std::size_t k = 0; k < plan.memory_nodes; ++k) {
+      const auto q = static_cast<std::size_t>(sc.mem_nodes[k]);
+      sc.drs[q] = rs[sc.dst_operand[q]];
+    }
+    b.hooks.rs = rs;
+    b.args.lrs = sc.lrs.data();
+    b.args.drs = sc.drs.data();
+    for (index_t c0 = r0; c0 < r1; c0 += row_call_rows) {
+      const index_t n_rows = std::min(row_call_rows, r1 - c0);
+      const index_t* const base = sc.base.data();
+      set_row_loads(p, w, base, len, plan.is);
+      fill_row_batches(p, w, base, n_rows);
+      for (std::size_t k = 0; k < plan.memory_nodes; ++k) {
+        const auto q = static_cast<std::size_t>(sc.mem_nodes[k]);
+        w.dst[q] = sc.dst_base[q] + base[sc.dst_operand[q]];
+      }
+      start_row_reductions(p, w, base, plan.is);
+      b.hooks.base = base;
+      b.args.rows = n_rows;
+      p.body(b.args, len);
+      for (std::size_t q = 0; q < operands_n; ++q) sc.base[q] += n_rows * rs[q];
+    }
+    b.args.rows = 1;
+  }
+  /// The call's advance per row of each load (`row_args::lrs`): a contiguous load's row
+  /// stride; a broadcast load's batch of each of the call's `n_rows` rows, filled here as
+  /// `set_row_loads` fills the first (0 where every row reads the same value).
+  static void fill_row_batches(const pass_state& p, work& w, const index_t* base, index_t n_rows) {
+    scratch& sc = p.sc;
+    constexpr auto W = static_cast<index_t>(simd<T>::size);
+    const index_t* const rs = sc.rs.data();
+    for (std::size_t j = 0; j < p.span.loads; ++j) {
+      sc.lrs[j] = rs[j];
+      if (sc.is[j] != 0 || rs[j] == 0) continue;
+      T* const batches = sc.row_batches.data() + static_cast<index_t>(j) * row_call_rows * W;
+      const T* const src = sc.lp[j] + base[j];
+      for (index_t k = 0; k < n_rows; ++k) simd<T>(src[k * rs[j]] / sc.divisor[j]).store_unaligned(batches + k * W);
+      w.lrow[j] = batches;
+      sc.lrs[j] = W;
+    }
   }
   /// Each operand's data and strides over `it`: a load that broadcasts a reduction back reads
   /// the reduction's value with its reduced dims kept (and divides a mean's gradient by the

@@ -22,7 +22,9 @@ namespace fusegrad::detail {
 /// What a stage's row body reads: tile pointers by slot (loads first, then nodes), each load's
 /// row start and step (0: a broadcast buffer, one SIMD batch of the value, 1: contiguous), each node's destination
 /// `dst[q] + i * step[q]` (a tile register, step 0, or its stored tensor, step 1), and per-tile
-/// hooks of the runner (null when the row has nothing for them to do).
+/// hooks of the runner (null when the row has nothing for them to do), told the row (of the
+/// call's `rows`) and the tile. Row `k` of a call starts `k * lrs[j]` after `lrow[j]` for load
+/// `j` (a broadcast load: its batch for the row) and `k * drs[q]` after `dst[q]` for node `q`.
 template <Element T>
 struct row_args {
   const void* const* ops;
@@ -31,13 +33,16 @@ struct row_args {
   const index_t* lstep;
   T* const* dst;
   const index_t* step;
-  void (*before)(void*, index_t i, index_t m);  ///< loads to divide (a mean's gradient)
-  void (*after)(void*, index_t i, index_t m);   ///< broadcast stores and reductions
+  void (*before)(void*, index_t row, index_t i, index_t m);  ///< loads to divide (a mean's gradient)
+  void (*after)(void*, index_t row, index_t i, index_t m);   ///< broadcast stores and reductions
   void* hook_state;
+  index_t rows = 1;              ///< rows of the call, each `n` elements
+  const index_t* lrs = nullptr;  ///< per load: its start's advance per row (read where `rows` > 1)
+  const index_t* drs = nullptr;  ///< per element-wise node: its destination's advance per row (the same)
 };
 
-/// A stage's row of `n` elements, tile by tile, each tile batch by batch through the stage's
-/// element-wise nodes.
+/// A stage's `rows` rows (`row_args`) of `n` elements each, tile by tile, each tile batch by
+/// batch through the stage's element-wise nodes.
 template <Element T>
 using row_body_fn = void (*)(const row_args<T>&, index_t n);
 
@@ -303,38 +308,22 @@ struct stage_batches {
   }
 };
 
-/// Stage `S`'s row body (see `row_body_fn`): tile by tile, the tile's batches one after
-/// another, each batch through every element-wise node of the stage in registers (values a
-/// store or a reduction reads are written to their tile register or their tensor as they
-/// come). The last partial batch of a row runs through the same code on zero-padded copies of
-/// its operands, so an element's bits never depend on where it sits (as with the tile kernels).
+/// Row `row` of a call of `row_body`: its tiles from `lrow` (per load) into `dstart` (per
+/// node), with the broadcast masks `mask` and the nodes' destinations in `dst`.
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): a kernel's loop nest with its partial batch
-void row_body(const row_args<T>& r, index_t n) {
+[[gnu::always_inline]] inline void row_tiles(const row_args<T>& r, index_t n, index_t row, const T* const* lrow,
+                                             T* const* dstart, const index_t* mask, T** dst) {
   using B = stage_batches<A, Active, Keep, S, T>;
   constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
   constexpr index_t W = B::W;
   const T** const slot = r.slot;
   const void* const* const ops = r.ops;
-  T* dst[node_count > 0 ? node_count : 1];
-  // A broadcast load (step 0) holds one batch of its value (the runner's `set_row_loads`):
-  // the batches read it at offset `k & 0`; the node-by-node path's tile kernels read it
-  // widened to the tile.
-  index_t mask[B::slot_count];
-  const T* lrow[load_count > 0 ? load_count : 1];
-  alignas(64) T wide[B::clusters == 0 && load_count > 0 ? load_count : 1][B::clusters == 0 ? tile_elems : 1];
-  for (std::size_t j = 0; j < B::slot_count; ++j) mask[j] = j >= load_count || r.lstep[j] != 0 ? ~index_t{0} : 0;
-  for (std::size_t j = 0; j < load_count; ++j) {
-    lrow[j] = r.lrow[j];
-    if constexpr (B::clusters == 0)
-      if (r.lstep[j] == 0) std::fill_n(wide[j], std::min(n, tile_elems), r.lrow[j][0]), lrow[j] = wide[j];
-  }
   for (index_t i = 0; i < n; i += tile_elems) {
     const index_t m = std::min(tile_elems, n - i);
     for (std::size_t j = 0; j < load_count; ++j) slot[j] = lrow[j] + i * r.lstep[j];
-    if (r.before) r.before(r.hook_state, i, m);
+    if (r.before) r.before(r.hook_state, row, i, m);
     for (std::size_t q = 0; q < node_count; ++q) {
-      dst[q] = r.dst[q] + i * r.step[q];
+      dst[q] = dstart[q] + i * r.step[q];
       if (B::L.tile_register[B::c0 + q] >= 0) slot[B::L.out_slot[B::c0 + q]] = dst[q];
     }
     if constexpr (B::clusters == 0) {  // node by node over the tile, each with its tile kernel
@@ -363,7 +352,45 @@ void row_body(const row_args<T>& r, index_t n) {
           if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
       }
     }
-    if (r.after) r.after(r.hook_state, i, m);
+    if (r.after) r.after(r.hook_state, row, i, m);
+  }
+}
+
+/// Stage `S`'s row body (see `row_body_fn`): row by row, tile by tile, the tile's batches one after
+/// another, each batch through every element-wise node of the stage in registers (values a
+/// store or a reduction reads are written to their tile register or their tensor as they
+/// come). The last partial batch of a row runs through the same code on zero-padded copies of
+/// its operands, so an element's bits never depend on where it sits (as with the tile kernels).
+template <class A, const auto& Active, const auto& Keep, int S, Element T>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): a kernel's loop nest with its partial batch
+void row_body(const row_args<T>& r, index_t n) {
+  using B = stage_batches<A, Active, Keep, S, T>;
+  constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
+  T* dst[node_count > 0 ? node_count : 1];
+  // A broadcast load (step 0) holds one batch of its value per row (the runner's
+  // `set_row_loads` or `fill_row_batches`): the batches read it at offset `k & 0`; the node-by-node path's tile kernels
+  // read it widened to the tile.
+  index_t mask[B::slot_count];
+  const T* lrow[load_count > 0 ? load_count : 1];
+  const T* lstart[load_count > 0 ? load_count : 1];
+  T* dstart[node_count > 0 ? node_count : 1];
+  alignas(64) T wide[B::clusters == 0 && load_count > 0 ? load_count : 1][B::clusters == 0 ? tile_elems : 1];
+  for (std::size_t j = 0; j < B::slot_count; ++j) mask[j] = j >= load_count || r.lstep[j] != 0 ? ~index_t{0} : 0;
+  for (std::size_t j = 0; j < load_count; ++j) lstart[j] = r.lrow[j];
+  for (std::size_t q = 0; q < node_count; ++q) dstart[q] = r.dst[q];
+  // A short row's set-up in the runner (its loads, destinations and reductions found again)
+  // cost as much as its work: a call runs a block of rows, each a few pointer steps on.
+  for (index_t row = 0; row < r.rows; ++row) {
+    if (row > 0) {
+      for (std::size_t j = 0; j < load_count; ++j) lstart[j] += r.lrs[j];
+      for (std::size_t q = 0; q < node_count; ++q) dstart[q] += r.drs[q];
+    }
+    for (std::size_t j = 0; j < load_count; ++j) {
+      lrow[j] = lstart[j];
+      if constexpr (B::clusters == 0)
+        if (r.lstep[j] == 0) std::fill_n(wide[j], std::min(n, tile_elems), lstart[j][0]), lrow[j] = wide[j];
+    }
+    row_tiles<A, Active, Keep, S, T>(r, n, row, lrow, dstart, mask, dst);
   }
 }
 
