@@ -10,6 +10,7 @@
 /// and a short loop with one op keeps its constants and operands in registers.
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "fusegrad/core/accumulate.hpp"
@@ -106,12 +107,25 @@ void tile_row(tile_fn<T> fn, const void* op, const T* a, index_t sa, const T* b,
 
 /// acc = max(acc, src[i]) over [0, n) (NaN propagating): lanes in `acc`, the scalar tail in
 /// `tail`. A max is exact in any order; sums go through `running_sum` (core/accumulate.hpp).
+/// Four chains of maxes side by side, joined at the end: a batch's max (a NaN test, a
+/// compare, two blends) waits on the one before, and one chain ran at that latency.
 template <Element T>
 [[gnu::noinline]] void tile_max(const T* __restrict src, index_t n, simd<T>& acc, T& tail) {
   using V = simd<T>;
   constexpr index_t W = static_cast<index_t>(V::size);
   index_t i = 0;
   V a = acc;
+  if (n >= 4 * W) {
+    const V none(-std::numeric_limits<T>::infinity());
+    V b = none, c = none, d = none;
+    for (; i + 4 * W <= n; i += 4 * W) {
+      a = lanes::max(a, V::load_unaligned(src + i));
+      b = lanes::max(b, V::load_unaligned(src + i + W));
+      c = lanes::max(c, V::load_unaligned(src + i + 2 * W));
+      d = lanes::max(d, V::load_unaligned(src + i + 3 * W));
+    }
+    a = lanes::max(lanes::max(a, b), lanes::max(c, d));
+  }
   for (; i + W <= n; i += W) a = lanes::max(a, V::load_unaligned(src + i));
   acc = a;
   T t = tail;
