@@ -308,6 +308,34 @@ struct stage_batches {
   }
 };
 
+/// The last, partial batch of a tile (elements [k, m)): zero-padded copies of its operands
+/// through the same clusters, the valid lanes out, so that an element's bits never depend on
+/// where it sits.
+template <class A, const auto& Active, const auto& Keep, int S, Element T>
+[[gnu::always_inline]] inline void row_partial_batch(const row_args<T>& r, const T* const* slot, const index_t* mask,
+                                                     T* const* dst, index_t k, index_t m) {
+  using B = stage_batches<A, Active, Keep, S, T>;
+  constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
+  constexpr index_t W = B::W;
+  const index_t rem = m - k;
+  alignas(64) T in[load_count > 0 ? load_count : 1][W];
+  // Every node writes its `out` row before a store reads it (`writes` implies
+  // `writes_in_cluster`); zeroed anyway, as GCC cannot see that through the clusters'
+  // fold and warns (-Wmaybe-uninitialized) in a release build.
+  alignas(64) T out[node_count > 0 ? node_count : 1][W] = {};
+  const T* src[B::slot_count];  // by slot: the loads' copies, the nodes' values (a later cluster reads)
+  T* to[node_count > 0 ? node_count : 1];
+  // (a masked load stored whole: the batch loads below read one store, which forwards;
+  // copied element by element, each stalled)
+  for (std::size_t j = 0; j < load_count; ++j)
+    load_head<false>(slot[j] + (k & mask[j]), rem).store_aligned(in[j]), src[j] = in[j];
+  for (std::size_t q = 0; q < node_count; ++q) src[load_count + q] = to[q] = out[q];
+  src[load_count + node_count] = nullptr;
+  B::all_batches(r.ops, src, mask, to, r.step, 0, W, std::make_integer_sequence<int, B::clusters>{});
+  for (std::size_t q = 0; q < node_count; ++q)
+    if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
+}
+
 /// Row `row` of a call of `row_body`: its tiles from `lrow` (per load) into `dstart` (per
 /// node), with the broadcast masks `mask` and the nodes' destinations in `dst`.
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
@@ -332,25 +360,7 @@ template <class A, const auto& Active, const auto& Keep, int S, Element T>
       constexpr auto clusters = std::make_integer_sequence<int, B::clusters>{};
       const index_t k = m / W * W;
       B::all_batches(ops, slot, mask, dst, r.step, 0, k, clusters);
-      if (k < m) {  // the last, partial batch: zero-padded copies in, the valid lanes out
-        const index_t rem = m - k;
-        alignas(64) T in[load_count > 0 ? load_count : 1][W];
-        // Every node writes its `out` row before a store reads it (`writes` implies
-        // `writes_in_cluster`); zeroed anyway, as GCC cannot see that through the clusters'
-        // fold and warns (-Wmaybe-uninitialized) in a release build.
-        alignas(64) T out[node_count > 0 ? node_count : 1][W] = {};
-        const T* src[B::slot_count];  // by slot: the loads' copies, the nodes' values (a later cluster reads)
-        T* to[node_count > 0 ? node_count : 1];
-        // (a masked load stored whole: the batch loads below read one store, which forwards;
-        // copied element by element, each stalled)
-        for (std::size_t j = 0; j < load_count; ++j)
-          load_head<false>(slot[j] + (k & mask[j]), rem).store_aligned(in[j]), src[j] = in[j];
-        for (std::size_t q = 0; q < node_count; ++q) src[load_count + q] = to[q] = out[q];
-        src[load_count + node_count] = nullptr;
-        B::all_batches(ops, src, mask, to, r.step, 0, W, clusters);
-        for (std::size_t q = 0; q < node_count; ++q)
-          if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
-      }
+      if (k < m) row_partial_batch<A, Active, Keep, S, T>(r, slot, mask, dst, k, m);
     }
     if (r.after) r.after(r.hook_state, row, i, m);
   }
