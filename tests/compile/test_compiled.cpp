@@ -404,6 +404,30 @@ TEST_CASE("compiled functions compose with the tape") {
   for (fg::index_t n : {1, 7, 64}) CHECK(f(fg::ones<double>({n}), fg::ones<double>({n})).numel() == n);
 }
 
+TEST_CASE("outputs that are one value twice, or an input, are each their own tensor") {
+  // The outputs are taken out of the call's values: the second output of one node is a copy of
+  // the first, never the value left behind; an input given back is a copy of it.
+  const auto f = fg::compile([](auto x, auto y) { return std::tuple{x * y, x * y, x}; });
+  const auto x0 = fg::randn<double>({6}, 21), y0 = fg::randn<double>({6}, 22);
+  for (bool grad : {false, true}) {
+    CAPTURE(grad);
+    auto x = x0.detach().requires_grad(grad), y = y0.detach().requires_grad(grad);
+    const auto [a, b, c] = f(x, y);
+    const fg::tensor<double> p = x0 * y0;
+    CHECK(a.to_vector() == p.to_vector());
+    CHECK(b.to_vector() == p.to_vector());
+    CHECK(c.to_vector() == x0.to_vector());
+    CHECK(a.data_ptr() != b.data_ptr());
+    CHECK(c.data_ptr() != x.data_ptr());
+    if (!grad) continue;
+    fg::sum(a * 2.0 + b * 3.0 + c).backward();
+    auto x2 = x0.detach().requires_grad(true), y2 = y0.detach().requires_grad(true);
+    fg::sum(x2 * y2 * 2.0 + x2 * y2 * 3.0 + x2).backward();
+    CHECK(max_rel(x.grad(), x2.grad()) < 1e-14);
+    CHECK(max_rel(y.grad(), y2.grad()) < 1e-14);
+  }
+}
+
 TEST_CASE("compiled functions read strided inputs and strided output gradients as eager does") {
   // Inputs that are views (a transpose, a column slice, an expanded row) and a transposed
   // gradient of the output: a compiled call copies what is not contiguous, and its values and

@@ -102,9 +102,9 @@ class compiled_function {
       in->push_back(x0);
       (in->push_back(xs), ...);
       auto outs = run_n<T, 1 + sizeof...(Ts)>(*in);
-      if constexpr (A::n_out == 1) return outs[0];
+      if constexpr (A::n_out == 1) return std::move(outs[0]);
       else return [&]<std::size_t... K>(std::index_sequence<K...>) {
-          return std::tuple{((void)K, outs[K])...};
+          return std::tuple{((void)K, std::move(outs[K]))...};
         }
       (std::make_index_sequence<A::n_out>{});
     }

@@ -152,16 +152,19 @@ std::shared_ptr<shape_plan> run_forward(const compiled_graph<T>& G, const void* 
   return plan;
 }
 
-/// A call's outputs: their nodes' values, an input's or a value given out twice copied (each
-/// output its own tensor).
+/// A call's outputs, taken out of `values` (which the call no longer reads): their nodes'
+/// values, an input's or a value given out twice copied (each output its own tensor).
 template <Element T>
-std::vector<tensor<T>> call_outputs(const compiled_graph<T>& G, const std::vector<tensor<T>>& values) {
+std::vector<tensor<T>> take_outputs(const compiled_graph<T>& G, std::vector<tensor<T>>& values) {
   std::vector<tensor<T>> outs(G.n_out);
   for (std::size_t k = 0; k < G.n_out; ++k) {
     const auto node = static_cast<std::size_t>(G.out_node[k]);
-    bool alias = G.desc[node].kind == gkind::input;
-    for (std::size_t q = 0; q < k; ++q) alias = alias || G.out_node[q] == G.out_node[k];
-    outs[k] = alias ? contiguous_copy(values[node]) : values[node];
+    std::size_t first = k;  // the first output of the same node
+    for (std::size_t q = 0; q < k && first == k; ++q)
+      if (G.out_node[q] == G.out_node[k]) first = q;
+    if (first < k) outs[k] = contiguous_copy(outs[first]);
+    else if (G.desc[node].kind == gkind::input) outs[k] = contiguous_copy(values[node]);
+    else outs[k] = std::move(values[node]);
   }
   return outs;
 }
@@ -291,9 +294,10 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   std::vector<tensor<T>>& values = *values_buffer;
   values.resize(G.m);
   std::shared_ptr<shape_plan> plan = run_forward(G, inst.get(), memo, in, inputs, values);
-  std::vector<tensor<T>> outs = call_outputs(G, values);
-  if (!grad) return outs;
-  record_backward(G, std::move(inst), state, in, outs, std::move(plan), saved_values(G, values));
+  if (!grad) return take_outputs(G, values);
+  std::vector<tensor<T>> saved = saved_values(G, values);  // before the outputs are taken out
+  std::vector<tensor<T>> outs = take_outputs(G, values);
+  record_backward(G, std::move(inst), state, in, outs, std::move(plan), std::move(saved));
   return outs;
 }
 }  // namespace fusegrad::detail
