@@ -500,6 +500,34 @@ TEST_CASE("a compiled function remembers the shapes of its calls: changing shape
   check_all(fg::backend::aot_eager{});
 }
 
+TEST_CASE("the loops' choices kept for known shapes still follow the thread count of each call") {
+  // A call on known shapes reads the kept choice of each stage's loop; whether the plain pass
+  // runs on this thread or the row is split among threads is decided per call. Either order,
+  // every call: eager's values and gradients, bit for bit.
+  const int threads_before = fg::get_num_threads();
+  const fg::index_t grain_before = fg::detail::set_parallel_grain(256);  // 4096 elements split
+  for (const std::vector<int>& order : {std::vector<int>{1, 2, 1}, std::vector<int>{2, 1, 2}}) {
+    const auto f = fg::compile([](auto x, auto y, auto z) { return fg::exp(x) * y + z; });
+    const auto x0 = fg::randn<float>({4096}, 31), y0 = fg::randn<float>({4096}, 32), z0 = fg::randn<float>({4096}, 33);
+    auto xe = x0.detach().requires_grad(true), ye = y0.detach().requires_grad(true);
+    const fg::tensor<float> e = fg::exp(xe) * ye + z0;
+    const auto g = fg::randn<float>({4096}, 34);
+    e.backward(g);
+    for (const int threads : order) {
+      CAPTURE(threads);
+      fg::set_num_threads(threads);
+      auto x = x0.detach().requires_grad(true), y = y0.detach().requires_grad(true);
+      const fg::tensor<float> out = f(x, y, z0);
+      out.backward(g);
+      CHECK(out.to_vector() == e.to_vector());
+      CHECK(x.grad().to_vector() == xe.grad().to_vector());
+      CHECK(y.grad().to_vector() == ye.grad().to_vector());
+    }
+  }
+  fg::detail::set_parallel_grain(grain_before);
+  fg::set_num_threads(threads_before);
+}
+
 TEST_CASE("errors inside compile name the problem") {
   CHECK_THROWS_WITH_AS((void)fg::compile([](auto x) { return fg::sum(x, 0); })(fg::ones<double>({2, 3})),
                        doctest::Contains("last dim"), fg::error);

@@ -14,6 +14,7 @@
 namespace fusegrad {
 
 namespace detail {
+class stage_choices;  // compile/shape_memo.hpp
 /// Whether backend `B` honours `eval_context::shapes_known` (see `Backend`).
 template <class B>
 constexpr bool reads_known_shapes() {
@@ -35,6 +36,9 @@ struct eval_context {
   /// shapes (compile/shape_memo.hpp): the pass reads it and must not write it (other threads
   /// may read it at the same time). Only for backends that say they honour it (`reads_known_shapes`).
   bool shapes_known = false;
+  /// Where the pass's loops keep what they chose per stage on these shapes (null: nowhere;
+  /// only with `shapes_known`, the choices of calls on the same shapes).
+  detail::stage_choices* choices = nullptr;
 };
 
 namespace backend {

@@ -35,9 +35,9 @@ constexpr std::array<bool, M> to_array(const bool (&a)[M]) {
 template <Element T>
 struct compiled_graph {
   /// Evaluates the nodes of one pass on an instance (`A::instance`).
-  /// `shapes_known`: see `eval_context::shapes_known`.
+  /// `shapes_known`, `choices`: see `eval_context`.
   using eval_fn = void (*)(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes,
-                           bool shapes_known, const std::vector<tensor<T>>& inputs,
+                           bool shapes_known, stage_choices* choices, const std::vector<tensor<T>>& inputs,
                            const std::vector<tensor<T>>& grads);
   std::size_t m, n_in, n_out;
   const int* out_node;     ///< per output, its canonical node
@@ -66,9 +66,9 @@ struct compiled_graph {
 /// values it never computed. A reference is mangled by the name of the array, which is unique.
 template <class B, class A, const auto& Active, const auto& Keep, Element T>
 void evaluate_pass(const void* instance, std::vector<tensor<T>>& values, std::vector<shape>& shapes, bool shapes_known,
-                   const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
+                   stage_choices* choices, const std::vector<tensor<T>>& inputs, const std::vector<tensor<T>>& grads) {
   const auto& inst = *static_cast<const typename A::instance*>(instance);
-  eval_context<A, T> ctx{inst, inst.nodes.data(), values, shapes, inputs, grads, shapes_known};
+  eval_context<A, T> ctx{inst, inst.nodes.data(), values, shapes, inputs, grads, shapes_known, choices};
   B::template evaluate<A, Active, Keep, T>(ctx);
 }
 
@@ -137,7 +137,7 @@ std::shared_ptr<shape_plan> run_forward(const compiled_graph<T>& G, const void* 
   if (!G.reads_known_shapes) memo = nullptr;
   if (memo)
     if (std::shared_ptr<shape_plan> plan = memo->find(&G, in)) {
-      G.forward(inst, values, plan->forward, true, inputs, no_grads);
+      G.forward(inst, values, plan->forward, true, &plan->forward_choices, inputs, no_grads);
       return plan;
     }
   auto plan = std::make_shared<shape_plan>();
@@ -146,7 +146,7 @@ std::shared_ptr<shape_plan> run_forward(const compiled_graph<T>& G, const void* 
   // The nodes' shapes, then the inputs' (the backward's sums to them, and the memo's key).
   plan->forward.reserve(G.m + in.size());
   plan->forward.resize(G.m);
-  G.forward(inst, values, plan->forward, false, inputs, no_grads);
+  G.forward(inst, values, plan->forward, false, nullptr, inputs, no_grads);
   for (const auto& t : in) plan->forward.push_back(t.shape());
   if (memo) memo->insert(plan);  // only once the forward has passed every check
   return plan;
@@ -216,10 +216,10 @@ void run_graph_backward(const compiled_graph<T>& G, const void* inst, const void
     for (std::size_t k = 0; k < G.n_out && usual; ++k)
       usual = grads[k].shape() == shapes[static_cast<std::size_t>(G.out_node[k])];
     if (std::vector<shape>* known = usual ? plan.backward_shapes() : nullptr) {
-      G.backward(inst, values, *known, true, no_inputs, grads);
+      G.backward(inst, values, *known, true, &plan.backward_choices, no_inputs, grads);
     } else {
       std::vector<shape> sh = shapes;  // the forward's, which this pass extends
-      G.backward(inst, values, sh, false, no_inputs, grads);
+      G.backward(inst, values, sh, false, nullptr, no_inputs, grads);
       if (usual) plan.publish_backward(std::move(sh));
     }
   }

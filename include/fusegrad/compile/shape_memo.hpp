@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -22,6 +23,28 @@
 
 namespace fusegrad::detail {
 
+/// What a pass's loops chose for each stage on one set of shapes (`fused_runner`'s
+/// `stage_choice`: the strategy of the stage's loop and the node whose shape is its space).
+/// The shapes decide both, so a later call on the same shapes reads them instead of making
+/// the checks again. Any thread reads and writes an entry, which only ever takes one value
+/// (relaxed atomics: nothing else is published through it). Stages past `capacity` are not
+/// kept (their checks run every call).
+class stage_choices {
+ public:
+  static constexpr int capacity = 32;
+  /// Stage `S`'s choice, or 0 while none is kept.
+  [[nodiscard]] std::uint32_t get(int S) const noexcept {
+    return S < capacity ? entries_[static_cast<std::size_t>(S)].load(std::memory_order_relaxed) : 0;
+  }
+  /// Keeps `choice` (not 0) for stage `S`.
+  void set(int S, std::uint32_t choice) noexcept {
+    if (S < capacity) entries_[static_cast<std::size_t>(S)].store(choice, std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<std::uint32_t>, capacity> entries_{};
+};
+
 /// The shapes of one compiled graph's nodes for one set of input shapes. Written while it is
 /// made, then read only (by any thread), but for the backward's shapes, published once.
 struct shape_plan {
@@ -29,6 +52,7 @@ struct shape_plan {
   std::vector<shape> forward;   ///< the forward's node shapes (M), then the inputs' (n_in): the key
   std::vector<shape> backward;  ///< the backward's node shapes (M, then the inputs'), once published
   std::size_t m = 0;            ///< nodes before the inputs' shapes
+  stage_choices forward_choices, backward_choices;  ///< the loops' choices on these shapes
 
   /// Whether `in` has this plan's input shapes.
   template <Element T>

@@ -74,9 +74,9 @@ bool sums_unreduced(const node_eval<T>& g) {
 
 /// Runs the loops of graph `G` (the analysis, or `unreduced` of it) over `g`.
 template <class G, const auto& Active, const auto& Keep, Element T>
-void fused_run(node_eval<T>& g) {
+void fused_run(node_eval<T>& g, stage_choices* choices) {
   static constexpr auto& layout = fused_layout_v<G, Active, Keep>;
-  fused_runner<T> run(fused_view_v<G, Active, Keep>, fused_bodies<G, Active, Keep, T>::value.data(), g);
+  fused_runner<T> run(fused_view_v<G, Active, Keep>, fused_bodies<G, Active, Keep, T>::value.data(), g, choices);
   // A single stage never forms a row group (`fused_runner::run` would run it as `stage(0)`):
   // calling `stage` directly keeps the row groups' loops out of a TU whose passes are all
   // single stages (they are compiled where a graph has more).
@@ -107,8 +107,8 @@ void fused_evaluate(eval_context<A, T>& ctx) {
   // second set of loops for the case where nothing was broadcast (Inductor specialises on
   // shapes the same way), chosen per call by the shapes just inferred.
   if constexpr (unreduced_loops_pay<A, Active, Keep>())
-    if (sums_unreduced<A, Active>(g)) return fused_run<unreduced<A>, Active, Keep>(g);
-  fused_run<A, Active, Keep>(g);
+    if (sums_unreduced<A, Active>(g)) return fused_run<unreduced<A>, Active, Keep>(g, ctx.choices);
+  fused_run<A, Active, Keep>(g, ctx.choices);
 }
 
 }  // namespace fusegrad::detail

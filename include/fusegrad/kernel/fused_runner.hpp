@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <vector>
 
 #include "fusegrad/compile/node_eval.hpp"
+#include "fusegrad/compile/shape_memo.hpp"
 #include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/core/parallel.hpp"
 #include "fusegrad/core/shape.hpp"
@@ -72,8 +74,10 @@ inline index_t group_block_rows(index_t rows, index_t len, index_t threads) {
 template <Element T>
 class fused_runner {
  public:
-  fused_runner(const fused_view& layout, const row_body_fn<T>* bodies, node_eval<T>& nodes)
-      : layout_(layout), bodies_(bodies), nodes_(nodes) {}
+  /// `choices`: where the loops keep what they choose per stage on these shapes (null: nowhere).
+  fused_runner(const fused_view& layout, const row_body_fn<T>* bodies, node_eval<T>& nodes,
+               stage_choices* choices = nullptr)
+      : layout_(layout), bodies_(bodies), nodes_(nodes), choices_(choices) {}
 
   // The entry points are defined out of the class (not inline), so that the precompiled
   // runtime's extern declaration (fusegrad/runtime.hpp) keeps the loops out of user TUs.
@@ -229,18 +233,21 @@ class fused_runner {
   /// Stage `S`'s iteration space (it has a loop): what the reductions of more than one element
   /// read, else the largest store, else what the reductions read (a reference into the shapes,
   /// which a loop does not change: no copy per call).
-  const shape& space_of(int S) const {
+  const shape& space_of(int S) const { return shape_of(space_node(S)); }
+  /// The node whose shape is stage `S`'s space (see `space_of`).
+  int space_node(int S) const {
     const int w0 = layout_.first_store[S], w1 = layout_.first_store[S + 1], r0 = layout_.first_reduce[S],
               r1 = layout_.first_reduce[S + 1];
     for (int j = r0; j < r1; ++j)
-      if (!of_one_element(S, layout_.reduce_nodes[j])) return shape_of(children_of(layout_.reduce_nodes[j])[0]);
-    if (w0 == w1) return shape_of(children_of(layout_.reduce_nodes[r0])[0]);
-    const shape* best = &shape_of(layout_.store_nodes[w0]);
+      if (!of_one_element(S, layout_.reduce_nodes[j])) return children_of(layout_.reduce_nodes[j])[0];
+    if (w0 == w1) return children_of(layout_.reduce_nodes[r0])[0];
+    int best = layout_.store_nodes[w0];
     for (int j = w0; j < w1; ++j) {
       const shape& s = shape_of(layout_.store_nodes[j]);
-      if (s.size() > best->size() || (s.size() == best->size() && numel(s) > numel(*best))) best = &s;
+      const shape& b = shape_of(best);
+      if (s.size() > b.size() || (s.size() == b.size() && numel(s) > numel(b))) best = layout_.store_nodes[j];
     }
-    return *best;
+    return best;
   }
   /// Reduction `c` of a value of shape `it`, seen with `it`'s rank (1 on the reduced dims).
   shape sum_view(int c, const shape& it) const {
@@ -309,26 +316,54 @@ class fused_runner {
     strided_rows,  ///< operands broadcast over the space, walked in rows (`run_strided_rows`)
     node_by_node,  ///< each node on whole tensors (`run_node_by_node`)
   };
-  /// Stage `S`'s loop over its space, by the strategy `choose_strategy` picks.
+  /// Stage `S`'s loop over its space, by the strategy its shapes decide (`stage_choice_of`);
+  /// the plain pass where the stage's elements also run on this thread alone.
   void run_loop(int S) {
     if (!has_loop(S)) return;
-    const shape& space = space_of(S);
     scratch& sc = thread_scratch();
-    switch (choose_strategy(S, space, sc)) {
-      case loop_strategy::plain_pass: return run_plain_pass(S, numel(space), sc);
+    const stage_choice k = stage_choice_of(S, sc);
+    const shape& space = shape_of(k.space_node);
+    switch (k.how) {
+      case loop_strategy::plain_pass:
+        if (runs_on_this_thread(numel(space))) return run_plain_pass(S, numel(space), sc);
+        return run_pass(S, space, loop_strategy::one_row, sc);
       case loop_strategy::one_row: return run_pass(S, space, loop_strategy::one_row, sc);
       case loop_strategy::strided_rows: return run_pass(S, space, loop_strategy::strided_rows, sc);
       case loop_strategy::node_by_node: return run_node_by_node(S);
     }
   }
+  /// What stage `S`'s shapes decide of its loop: its strategy and the node whose shape is its
+  /// space. Kept in `choices_` (as `(space_node + 1) << 3 | (how + 1)`) by the first call on
+  /// these shapes and read by the later ones, which skip the checks (a plain pass is planned
+  /// in `sc` either way).
+  struct stage_choice {
+    loop_strategy how;
+    int space_node;
+  };
+  stage_choice stage_choice_of(int S, scratch& sc) {
+    if (const std::uint32_t w = choices_ ? choices_->get(S) : 0) {
+      const stage_choice k{static_cast<loop_strategy>((w & 7U) - 1), static_cast<int>(w >> 3) - 1};
+      if (k.how == loop_strategy::plain_pass) plan_plain_pass(S, numel(shape_of(k.space_node)), sc);
+      return k;
+    }
+    const int node = space_node(S);
+    const stage_choice k{choose_strategy(S, shape_of(node), sc), node};
+    if (choices_) choices_->set(S, static_cast<std::uint32_t>(node + 1) << 3 | (static_cast<std::uint32_t>(k.how) + 1));
+    return k;
+  }
   /// The strategy of stage `S`'s loop over `space`. Operands of the space's shape run as one
-  /// contiguous row: the plain pass where the stage fits it (`fits_plain_pass`, which leaves
+  /// contiguous row: the plain pass where the stage fits it (`plan_plain_pass`, which leaves
   /// its plan in `sc`), else the general one. Others are walked in strided rows where one pass
   /// over the space computes every output (`one_pass_covers`), else node by node.
   loop_strategy choose_strategy(int S, const shape& space, scratch& sc) {
     if (operands_share_space(S, space))
-      return fits_plain_pass(S, space, sc) ? loop_strategy::plain_pass : loop_strategy::one_row;
+      return plan_plain_pass(S, numel(space), sc) ? loop_strategy::plain_pass : loop_strategy::one_row;
     return one_pass_covers(S, space) ? loop_strategy::strided_rows : loop_strategy::node_by_node;
+  }
+  /// Whether a row of `total` elements runs on this thread alone (else the one-row pass splits
+  /// it into blocks on all threads). The thread count may change between calls: not kept.
+  static bool runs_on_this_thread(index_t total) {
+    return split_pow2(total, sum_chunk<T>, parallel_grain()).count <= 1;
   }
   /// The usual case: every load and store of stage `S` has the space's shape and every
   /// reduction reads all of it, into the same shape or into one element: one row, no
@@ -423,15 +458,14 @@ class fused_runner {
     return false;
   }
 
-  /// Whether stage `S` (every operand of the space's shape) fits the plain pass: the space
-  /// has more than one element and runs on this thread in one row, and each reduction is a
-  /// sum to its own input's shape that an element-wise node of the stage writes straight
-  /// into, or a copy of a load (no per-tile hooks). Where it does, `sc` holds its plan
-  /// (`redir`, `direct`) for `run_plain_pass`; where not, `make_outputs` and `start_pass`
-  /// set both afresh.
-  bool fits_plain_pass(int S, const shape& space, scratch& sc_) {
-    const index_t total = numel(space);
-    if (total <= 1 || split_pow2(total, sum_chunk<T>, parallel_grain()).count > 1) return false;
+  /// Whether stage `S` (every operand of the space's shape, `total` elements) fits the plain
+  /// pass: the space has more than one element, and each reduction is a sum to its own
+  /// input's shape that an element-wise node of the stage writes straight into, or a copy of
+  /// a load (no per-tile hooks). Where it does, `sc` holds its plan (`redir`, `direct`) for
+  /// `run_plain_pass`; where not (or where the row is split among threads after all),
+  /// `make_outputs` and `start_pass` set both afresh.
+  bool plan_plain_pass(int S, index_t total, scratch& sc_) {
+    if (total <= 1) return false;
     const stage_span span = span_of(S);
     scratch& sc = fit_scratch(S, span, sc_);
     int* const redir = sc.redir.data();
@@ -449,7 +483,7 @@ class fused_runner {
     }
     return true;
   }
-  /// The usual stage without the general bookkeeping of a pass (`fits_plain_pass` chose it
+  /// The usual stage without the general bookkeeping of a pass (`plan_plain_pass` chose it
   /// and planned it in `sc`): its `total` elements as one row on this thread. The same row
   /// body on the same pointers as `run_one_row` (the same bits).
   void run_plain_pass(int S, index_t total, scratch& sc) {
@@ -1309,6 +1343,7 @@ class fused_runner {
   const fused_view& layout_;
   const row_body_fn<T>* bodies_;
   node_eval<T>& nodes_;
+  stage_choices* choices_;
 };
 
 template <Element T>
