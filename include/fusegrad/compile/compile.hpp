@@ -16,9 +16,11 @@
 /// compiled graph at run time is fusegrad/compile/compiled_graph.hpp.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -101,7 +103,8 @@ class compiled_function {
       detail::reused_vector<tensor<T>, input_list> in;
       in->push_back(x0);
       (in->push_back(xs), ...);
-      auto outs = run_n<T, 1 + sizeof...(Ts)>(*in);
+      std::array<tensor<T>, A::n_out> outs;
+      run_n<T, 1 + sizeof...(Ts)>(*in, outs);
       if constexpr (A::n_out == 1) return std::move(outs[0]);
       else return [&]<std::size_t... K>(std::index_sequence<K...>) {
           return std::tuple{((void)K, std::move(outs[K]))...};
@@ -117,12 +120,12 @@ class compiled_function {
 
  private:
   template <Element T, std::size_t N>
-  std::vector<tensor<T>> run_n(const std::vector<tensor<T>>& in) const {
+  void run_n(const std::vector<tensor<T>>& in, std::span<tensor<T>> outs) const {
     using A = detail::analysis<T, Fn, N>;
     auto inst = cache_->template get<A>(fn_);
     const void* const* state = inst->state.data();
     detail::shape_memo* memo = &inst->memo;
-    return detail::run_compiled<T>(graph_for<A>(in), std::move(inst), state, in, memo);
+    detail::run_compiled<T>(graph_for<A>(in), std::move(inst), state, in, memo, outs);
   }
 
  public:

@@ -152,11 +152,11 @@ std::shared_ptr<shape_plan> run_forward(const compiled_graph<T>& G, const void* 
   return plan;
 }
 
-/// A call's outputs, taken out of `values` (which the call no longer reads): their nodes'
-/// values, an input's or a value given out twice copied (each output its own tensor).
+/// A call's outputs into `outs` (`G.n_out` of them), taken out of `values` (which the call no
+/// longer reads): their nodes' values, an input's or a value given out twice copied (each
+/// output its own tensor).
 template <Element T>
-std::vector<tensor<T>> take_outputs(const compiled_graph<T>& G, std::vector<tensor<T>>& values) {
-  std::vector<tensor<T>> outs(G.n_out);
+void take_outputs(const compiled_graph<T>& G, std::vector<tensor<T>>& values, std::span<tensor<T>> outs) {
   for (std::size_t k = 0; k < G.n_out; ++k) {
     const auto node = static_cast<std::size_t>(G.out_node[k]);
     std::size_t first = k;  // the first output of the same node
@@ -166,7 +166,6 @@ std::vector<tensor<T>> take_outputs(const compiled_graph<T>& G, std::vector<tens
     else if (G.desc[node].kind == gkind::input) outs[k] = contiguous_copy(values[node]);
     else outs[k] = std::move(values[node]);
   }
-  return outs;
 }
 
 /// The forward's values the backward reads, in `G.saved_nodes` order.
@@ -265,7 +264,7 @@ std::vector<tensor<T>> run_compiled_backward(const compiled_graph<T>& G, const v
 /// saved values and the call's shapes.
 template <Element T>
 void record_backward(const compiled_graph<T>& G, std::shared_ptr<const void> inst, const void* const* state,
-                     const std::vector<tensor<T>>& in, std::vector<tensor<T>>& outs, std::shared_ptr<shape_plan> plan,
+                     const std::vector<tensor<T>>& in, std::span<tensor<T>> outs, std::shared_ptr<shape_plan> plan,
                      std::vector<tensor<T>> saved) {
   small_vector<unsigned char, 8> wants;  // which inputs take a gradient
   for (const auto& t : in) wants.push_back(t.requires_grad() ? 1 : 0);
@@ -282,10 +281,11 @@ void record_backward(const compiled_graph<T>& G, std::shared_ptr<const void> ins
 
 /// Runs a compiled function's forward on `in` and, when a gradient is needed, puts its one
 /// `CompiledFunctionBackward` node on the tape (holding the instance, the saved values and the
-/// call's shapes). `state`: the instance's node states; `memo`: its shapes of earlier calls.
+/// call's shapes). `state`: the instance's node states; `memo`: its shapes of earlier calls;
+/// `outs`: where the `G.n_out` outputs go (the caller's: no list allocated per call).
 template <Element T>
-std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<const void> inst,
-                                    const void* const* state, const std::vector<tensor<T>>& in, shape_memo* memo) {
+void run_compiled(const compiled_graph<T>& G, std::shared_ptr<const void> inst, const void* const* state,
+                  const std::vector<tensor<T>>& in, shape_memo* memo, std::span<tensor<T>> outs) {
   std::vector<tensor<T>> copies;
   const std::vector<tensor<T>>& inputs = contiguous_list(in, copies);
   const bool grad = needs_grad(in);
@@ -294,10 +294,9 @@ std::vector<tensor<T>> run_compiled(const compiled_graph<T>& G, std::shared_ptr<
   std::vector<tensor<T>>& values = *values_buffer;
   values.resize(G.m);
   std::shared_ptr<shape_plan> plan = run_forward(G, inst.get(), memo, in, inputs, values);
-  if (!grad) return take_outputs(G, values);
+  if (!grad) return take_outputs(G, values, outs);
   std::vector<tensor<T>> saved = saved_values(G, values);  // before the outputs are taken out
-  std::vector<tensor<T>> outs = take_outputs(G, values);
+  take_outputs(G, values, outs);
   record_backward(G, std::move(inst), state, in, outs, std::move(plan), std::move(saved));
-  return outs;
 }
 }  // namespace fusegrad::detail

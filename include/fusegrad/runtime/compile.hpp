@@ -19,9 +19,9 @@
   FUSEGRAD_RT_EXTERN template class detail::fused_runner<T>;                                                          \
   FUSEGRAD_RT_EXTERN template void detail::log_plan<T>(std::string_view, const detail::compiled_graph<T>&,            \
                                                        std::size_t);                                                  \
-  FUSEGRAD_RT_EXTERN template std::vector<tensor<T>> detail::run_compiled<T>(                                         \
+  FUSEGRAD_RT_EXTERN template void detail::run_compiled<T>(                                                           \
       const detail::compiled_graph<T>&, std::shared_ptr<const void>, const void* const*,                              \
-      const std::vector<tensor<T>>&, detail::shape_memo*);                                                            \
+      const std::vector<tensor<T>>&, detail::shape_memo*, std::span<tensor<T>>);                                      \
   FUSEGRAD_RT_EXTERN template void detail::fused_shapes<T>(detail::node_eval<T>&, const detail::role*, const bool*,   \
                                                            std::size_t);                                              \
   FUSEGRAD_RT_EXTERN template void detail::tile_sibling_kernel<ops::sin_op, T>(const ops::sin_op&, const T*, T*, T*,  \
