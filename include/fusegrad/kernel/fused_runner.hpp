@@ -569,8 +569,10 @@ class fused_runner {
       if (slot >= 0 && static_cast<std::size_t>(slot) < span.loads) sc.whole[static_cast<std::size_t>(slot)] = 1;
     };
     for (std::size_t j = 0; j < span.stores; ++j) mark(layout_.store_slot[span.first_store + static_cast<int>(j)]);
+    // (a reduction set before the loop is no hook's: a broadcast load it reduces, the loss's
+    // gradient, stays one batch, and its rows can run in calls, `rows_in_calls`)
     for (std::size_t j = 0; j < span.reductions; ++j)
-      mark(layout_.reduce_slot[span.first_reduction + static_cast<int>(j)]);
+      if (sc.direct[j] != set_before) mark(layout_.reduce_slot[span.first_reduction + static_cast<int>(j)]);
   }
 
   /// The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
