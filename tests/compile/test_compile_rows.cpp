@@ -154,6 +154,23 @@ TEST_CASE("softmax over the last dim of a 3-d value, its weights broadcast over 
   }
 }
 
+TEST_CASE("a row's sum kept as a vector and broadcast along the columns: its log per element, eager's bits") {
+  // log(sum(exp(x), -1)) looks like a row's value to the row body (computed once per row where
+  // its loads are broadcast along the row), but without keepdim the [n] vector broadcasts
+  // along the columns of a square x: the row body sees its load contiguous and computes the
+  // log at every batch. A row of one tile, of several tiles, and with a partial batch.
+  const auto f = [](auto x, auto g) { return (x - fg::log(fg::sum(fg::exp(x), -1))) * g; };
+  const auto compiled = fg::compile(f);
+  for (const long c : {8L, 17L, 128L, 300L}) {
+    CAPTURE(c);
+    const auto x = fg::randn<float>({c, c}, 61), g = fg::randn<float>({c, c}, 62);
+    const auto eager = value_and_grad(f, x, g), got = value_and_grad(compiled, x, g);
+    CHECK(got.first == eager.first);
+    const auto xd = fg::randn<double>({c, c}, 63), gd = fg::randn<double>({c, c}, 64);
+    CHECK(normwise(value_and_grad(f, xd, gd).second, value_and_grad(fg::compile(f), xd, gd).second) < 1e-11);
+  }
+}
+
 TEST_CASE("the softmax family through fg::compile passes gradcheck") {
   for (const long c : {1L, 7L, 17L}) {
     CAPTURE(c);

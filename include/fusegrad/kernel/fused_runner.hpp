@@ -114,6 +114,24 @@ class fused_runner {
     std::vector<index_t> step, lstep, base, inner;
   };
 
+  /// One piece of the per-tile hook's work (`tile_hooks::after`), planned once per pass
+  /// (`plan_hook_steps`): what to do with slot `slot`'s tile, into output `out` (an index into
+  /// `scratch::wp`) at operand `q`'s offset, reduction `r`'s running state.
+  struct hook_step {
+    enum class what : unsigned char {
+      store_one,  ///< a store broadcast along the row: the tile's first value
+      row_max,    ///< a row's max into its own output (`scratch::per_row`)
+      row_sum,    ///< a row's sum into its own output
+      feed_max,   ///< the running max of a row longer than a tile
+      feed_sum,   ///< a row-form running sum
+      copy,       ///< a reduction to its own input's shape: a copy of a load
+      max_into,   ///< a column-wise max into the output's tile
+      sum_into,   ///< a column-wise sum into the output's tile
+    };
+    what k;
+    int slot;
+    std::size_t out, q, r;
+  };
   /// Per-thread buffers of the loops, reused by the next pass (tile registers never shrink).
   /// Per operand (loads, then stores, then reductions): `st` its strides over the space,
   /// `base` its offset and `is` its step along the row (0: broadcast, 1: contiguous).
@@ -137,8 +155,9 @@ class fused_runner {
     std::vector<column_sums<T>> cols;   ///< per reduction: a column-form sum
     std::vector<T*> cur;                ///< per reduction: the output `rsum` adds up
     std::vector<char> colf;             ///< per reduction: in the column form
-    std::vector<char> per_row;  ///< per reduction: a row's own output, the row one tile (see `mark_row_outputs`)
-    std::vector<int> redir;     ///< per element-wise node: the reduction it writes (-1: none)
+    std::vector<char> per_row;     ///< per reduction: a row's own output, the row one tile (see `mark_row_outputs`)
+    std::vector<int> redir;        ///< per element-wise node: the reduction it writes (-1: none)
+    std::vector<hook_step> steps;  ///< the per-tile hook's work (`plan_hook_steps`)
     std::size_t load_cap = 0, node_cap = 0, store_cap = 0, reduction_cap = 0;  ///< the counts the buffers fit
 
     /// Makes the buffers fit `loads` loads, `nodes` element-wise nodes, `stores` stores and
@@ -603,8 +622,10 @@ class fused_runner {
       if (slot >= 0 && static_cast<std::size_t>(slot) < span.loads) sc.whole[static_cast<std::size_t>(slot)] = 1;
     };
     for (std::size_t j = 0; j < span.stores; ++j) mark(layout_.store_slot[span.first_store + static_cast<int>(j)]);
+    // (a reduction set before the loop is no hook's: a broadcast load it reduces, the loss's
+    // gradient, stays one batch, and its rows can run in calls, `rows_in_calls`)
     for (std::size_t j = 0; j < span.reductions; ++j)
-      mark(layout_.reduce_slot[span.first_reduction + static_cast<int>(j)]);
+      if (sc.direct[j] != set_before) mark(layout_.reduce_slot[span.first_reduction + static_cast<int>(j)]);
   }
 
   /// The per-tile work the row body hands back: loads to divide (a mean's gradient broadcast
@@ -626,7 +647,9 @@ class fused_runner {
     const char* per_row;
     running_max<T>* maxes;
     running_sum<T>* rsum;
-    const index_t* rs = nullptr;  ///< per operand: its advance per row (rows after the first of a call)
+    const index_t* rs = nullptr;       ///< per operand: its advance per row (rows after the first of a call)
+    const hook_step* steps = nullptr;  ///< the work of `after`, in order (`plan_hook_steps`)
+    std::size_t step_count = 0;
     /// Operand `q`'s offset at row `row` of the call.
     [[gnu::always_inline]] index_t at(std::size_t q, index_t row) const {
       return row == 0 ? base[q] : base[q] + row * rs[q];
@@ -640,30 +663,22 @@ class fused_runner {
           h.slot[j] = buf;
         }
     }
+    // A planned list, not the stores' and reductions' cases tested afresh at every tile: at a
+    // softmax's rows of one tile the hook runs once per row and stage.
     static void after(void* p, index_t row, index_t i, index_t m) {
       auto& h = *static_cast<tile_hooks*>(p);
-      const std::size_t loads = h.loads, stores = h.stores;
-      for (std::size_t j = 0; j < stores; ++j)
-        if (h.is[loads + j] == 0) h.wp[j][h.at(loads + j, row)] = h.slot[h.store_slot[j]][0];
-      for (std::size_t j = 0; j < h.reductions; ++j) {
-        if (h.direct[j] == set_before) continue;
-        const std::size_t q = loads + stores + j;
-        const T* src = h.slot[h.reduce_slot[j]];
-        T* out = h.wp[stores + j] + h.at(q, row);
-        const bool mx = h.rmax[j];
-        if (h.is[q] == 0 && h.per_row[j]) {
-          row_reduction(src, out, m, mx);
-        } else if (h.is[q] == 0) {
-          if (mx) h.maxes[j].add(src, m);
-          else h.rsum[j].add(src, m);
-        } else if (h.direct[j] == 2) {
-          // written in place by the row body
-        } else if (h.direct[j]) {
-          std::copy(src, src + m, out + i);
-        } else if (mx) {
-          tile_reduce_into<true>(src, out + i, m);
-        } else {
-          tile_reduce_into<false>(src, out + i, m);
+      using what = typename hook_step::what;
+      for (const hook_step *s = h.steps, *e = h.steps + h.step_count; s != e; ++s) {
+        const T* src = h.slot[s->slot];
+        switch (s->k) {
+          case what::store_one: h.wp[s->out][h.at(s->q, row)] = src[0]; break;
+          case what::row_max: row_reduction(src, h.wp[s->out] + h.at(s->q, row), m, true); break;
+          case what::row_sum: h.wp[s->out][h.at(s->q, row)] = running_sum<T>::sum_contiguous(src, m); break;
+          case what::feed_max: h.maxes[s->r].add(src, m); break;
+          case what::feed_sum: h.rsum[s->r].add(src, m); break;
+          case what::copy: std::copy(src, src + m, h.wp[s->out] + h.at(s->q, row) + i); break;
+          case what::max_into: tile_reduce_into<true>(src, h.wp[s->out] + h.at(s->q, row) + i, m); break;
+          case what::sum_into: tile_reduce_into<false>(src, h.wp[s->out] + h.at(s->q, row) + i, m); break;
         }
       }
     }
@@ -690,12 +705,37 @@ class fused_runner {
     std::size_t memory_nodes;  ///< the nodes writing to memory: `scratch::mem_nodes[0, memory_nodes)`
     bool scaled;               ///< a contiguous load is a mean's gradient to divide tile by tile
     bool one_element_store;    ///< a store broadcast along the row takes its value from the hook
+    std::size_t hook_steps;    ///< the per-tile hook's work: `scratch::steps[0, hook_steps)`
   };
+  /// The per-tile hook's work for the pass (steps `is`), into `p.sc.steps`: the stores
+  /// broadcast along the row, then each reduction but those set before the loop or written in
+  /// place by the row body, in the order `after` once tested them. Returns their count.
+  static std::size_t plan_hook_steps(const pass_state& p, const index_t* is) {
+    scratch& sc = p.sc;
+    using what = typename hook_step::what;
+    grow(p.span.stores + p.span.reductions, sc.steps);
+    std::size_t n = 0;
+    for (std::size_t j = 0; j < p.span.stores; ++j)
+      if (is[p.span.store_operand(j)] == 0)
+        sc.steps[n++] = {what::store_one, p.store_slot[j], j, p.span.store_operand(j), 0};
+    for (std::size_t j = 0; j < p.span.reductions; ++j) {
+      const std::size_t q = p.span.reduction_operand(j);
+      const bool mx = sc.rmax[j];
+      what k{};
+      if (sc.direct[j] == set_before || (is[q] != 0 && sc.direct[j] == 2)) continue;
+      if (is[q] == 0 && sc.per_row[j]) k = mx ? what::row_max : what::row_sum;
+      else if (is[q] == 0) k = mx ? what::feed_max : what::feed_sum;
+      else if (sc.direct[j]) k = what::copy;
+      else k = mx ? what::max_into : what::sum_into;
+      sc.steps[n++] = {k, p.reduce_slot[j], p.span.stores + j, q, j};
+    }
+    return n;
+  }
   /// The pass's `row_plan` for steps `is` (written into `p.sc` before any thread reads it).
   row_plan plan_rows(const pass_state& p, const index_t* is) const {
     scratch& sc = p.sc;
     grow(p.span.nodes, sc.dst_operand, sc.dst_base, sc.mem_nodes);
-    row_plan plan{is, 0, false, false};
+    row_plan plan{is, 0, false, false, plan_hook_steps(p, is)};
     for (std::size_t j = 0; j < p.span.loads; ++j) plan.scaled = plan.scaled || (is[j] != 0 && sc.divisor[j] != T(1));
     for (std::size_t q = 0; q < p.span.nodes; ++q) {
       const int sw = p.store_index[q], rj = sc.redir[q];
@@ -735,6 +775,8 @@ class fused_runner {
     b.hooks = tile_hooks{w.slot,        w.lrow,           w.lstep,        sc.divisor.data(), w.loadbuf,    p.span.loads,
                          p.span.stores, reductions,       nullptr,        plan.is,           sc.wp.data(), p.store_slot,
                          p.reduce_slot, sc.direct.data(), sc.rmax.data(), sc.per_row.data(), w.maxes,      w.rsum};
+    b.hooks.steps = sc.steps.data();
+    b.hooks.step_count = plan.hook_steps;
     b.args = row_args<T>{nodes_.state,
                          w.slot,
                          w.lrow,
@@ -742,7 +784,7 @@ class fused_runner {
                          w.dst,
                          w.step,
                          plan.scaled ? &tile_hooks::before : nullptr,
-                         reductions > 0 || plan.one_element_store ? &tile_hooks::after : nullptr,
+                         plan.hook_steps > 0 ? &tile_hooks::after : nullptr,
                          &b.hooks};
   }
   /// One row of `n` elements on its own (`base`, `is`: see `run_planned_row`).

@@ -108,6 +108,46 @@ constexpr bool stage_in_registers(int S) {
          (nodes <= register_stage_nodes || (chain == 0 && nodes <= register_cheap_stage_nodes));
 }
 
+/// Whether a node of type `E` holds one value per row of a space reduced along its last
+/// dim: a reduction along the last dim, or its value broadcast back along the rows.
+template <class E>
+inline constexpr bool along_rows = false;
+template <reduce_op K, class U>
+inline constexpr bool along_rows<reduce_expr<K, reduce_axis::last, U>> = true;
+template <reduce_op K, std::size_t KK, class U>
+inline constexpr bool along_rows<unreduce_expr<K, reduce_axis::last, KK, U>> = true;
+
+/// Per canonical node of `A`, whether its value is, by the graph's structure, one value per
+/// row (`along_rows`, a `sumto` to such a reduction's shape, or an element-wise node of such
+/// values only): read by a stage's loop, it is likely broadcast along the row. A guess the
+/// row body checks at run time (`stage_batches::row_wide_loads_broadcast`).
+template <class A>
+constexpr std::array<bool, A::M> row_constant_nodes() {
+  constexpr auto along = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<bool, A::M>{along_rows<typename A::template node_t<C>>...};
+  }
+  (std::make_index_sequence<A::M>{});
+  constexpr auto sources = []<std::size_t... C>(std::index_sequence<C...>) {
+    return std::array<int, A::M>{sumto_source<typename A::template node_t<C>>...};
+  }
+  (std::make_index_sequence<A::M>{});
+  std::array<bool, A::M> r{};
+  for (std::size_t c = 0; c < A::M; ++c) {  // operands come before their nodes
+    const gkind k = A::cg.kind[c];
+    if (k == gkind::reduction || k == gkind::unreduce) {
+      r[c] = along[c];
+    } else if (k == gkind::sumto) {
+      r[c] = sources[c] >= 0 && along[static_cast<std::size_t>(sources[c])];
+    } else if (k == gkind::pointwise || k == gkind::custom) {
+      bool all = true, any = false;
+      for (int ch : A::cg.children[c])
+        if (ch >= 0) all = all && r[static_cast<std::size_t>(ch)], any = true;
+      r[c] = all && any;
+    }
+  }
+  return r;
+}
+
 /// Stage `S`'s loop body over one tile, a SIMD batch at a time (see `row_body`).
 template <class A, const auto& Active, const auto& Keep, int S, Element T>
 struct stage_batches {
@@ -203,6 +243,51 @@ struct stage_batches {
     for (std::size_t q = 1; q < node_count; ++q) r[q] = sibling_next[q - 1];
     return r;
   }();
+  /// The stage's row-wide nodes: element-wise nodes of row-constant values
+  /// (`row_constant_nodes`) whose operands are loads of such values or row-wide nodes, not
+  /// a sibling pair, in a stage run batch by batch. Where the loads they read are broadcast
+  /// along the row (`row_wide_loads_broadcast`), the row body computes them once per row
+  /// (`row_wide_values`) instead of at every batch: the `log` of a row's sum in log_softmax,
+  /// the guard of logsumexp's shift, layer_norm's `rsqrt` of the variance. The same op on the
+  /// same broadcast batch: the same bits.
+  static constexpr std::array<bool, node_count + 1> row_wide_node = [] {
+    std::array<bool, node_count + 1> h{};
+    if (clusters == 0) return h;
+    constexpr auto constant = row_constant_nodes<A>();
+    std::array<bool, slot_count> wide{};  // per slot: a row-constant load, or a row-wide node's value
+    for (std::size_t j = 0; j < load_count; ++j)
+      wide[j] = constant[static_cast<std::size_t>(L.load_nodes[static_cast<std::size_t>(L.first_load[s]) + j])];
+    wide[slot_count - 1] = true;  // the null slot: no operand
+    for (std::size_t q = 0; q < node_count; ++q) {
+      if (L.tile_register[c0 + q] < 0) continue;  // a custom node: its value is its operand's slot
+      const auto c = static_cast<std::size_t>(L.compute_nodes[c0 + q]);
+      h[q] = constant[c] && !sibling_next[q] && !sibling_prev[q] && wide[static_cast<std::size_t>(L.a_slot[c0 + q])] &&
+             wide[static_cast<std::size_t>(L.b_slot[c0 + q])];
+      if (h[q]) wide[static_cast<std::size_t>(L.out_slot[c0 + q])] = true;
+    }
+    return h;
+  }();
+  static constexpr auto row_wide_list = index_list([] {
+    std::array<bool, node_count> m{};
+    for (std::size_t q = 0; q < node_count; ++q) m[q] = row_wide_node[q];
+    return m;
+  });
+  /// The loads the row-wide nodes read.
+  static constexpr auto row_wide_load_list = index_list([] {
+    std::array<bool, load_count> m{};
+    for (std::size_t q = 0; q < node_count; ++q)
+      if (row_wide_node[q])
+        for (int sl : {L.a_slot[c0 + q], L.b_slot[c0 + q]})
+          if (static_cast<std::size_t>(sl) < load_count) m[static_cast<std::size_t>(sl)] = true;
+    return m;
+  });
+  /// Whether the row-wide nodes' loads are broadcast along the row (`lstep` 0: one batch of
+  /// the row's value), so that the nodes' values are the same at every batch of a row.
+  [[gnu::always_inline]] static bool row_wide_loads_broadcast(const index_t* lstep) {
+    bool all = true;
+    for (std::size_t j : row_wide_load_list) all = all && lstep[j] == 0;
+    return all;
+  }
   /// Element-wise node `Q` of the stage is a custom node (its value is its operand's).
   template <std::size_t Q>
   static constexpr bool custom = L.tile_register[c0 + Q] < 0;
@@ -219,8 +304,10 @@ struct stage_batches {
   [[gnu::always_inline]] static bool writes_in_cluster(std::size_t q, const index_t* step) {
     return crosses[q] || writes(q, step);
   }
+  /// Node `Q`'s value into its slot of `v` (a custom node or a sibling computed with the
+  /// node before: nothing).
   template <std::size_t Q>
-  static void node(V* v, const ops_t& ops, T* const* dst, const index_t* step, index_t k) {
+  [[gnu::always_inline]] static void compute(V* v, const ops_t& ops) {
     constexpr auto q = c0 + Q;
     constexpr auto out = static_cast<std::size_t>(L.out_slot[q]);
     if constexpr (!custom<Q> && !sibling_prev[Q]) {  // (a sibling's value: computed with the node before)
@@ -240,7 +327,32 @@ struct stage_batches {
       }
       op_boundary(v[out]);  // each node rounds as its own kernel does (eager's bits)
     }
+  }
+  /// Node `Q` at the batch at element `k`: its value (a row-wide node's, where `Wide`, read
+  /// from the row's batch of it, `wide + Q * W`), written where a store, a reduction or a
+  /// later cluster reads it.
+  template <std::size_t Q, bool Wide>
+  static void node(V* v, const ops_t& ops, T* const* dst, const index_t* step, index_t k,
+                   [[maybe_unused]] const T* wide) {
+    constexpr auto out = static_cast<std::size_t>(L.out_slot[c0 + Q]);
+    if constexpr (Wide && row_wide_node[Q]) v[out] = V::load_aligned(wide + Q * W);
+    else compute<Q>(v, ops);
     if (writes_in_cluster(Q, step)) v[out].store_unaligned(dst[Q] + k);
+  }
+  /// The row's batch of each row-wide node into `wide + q * W`, from the row's broadcast
+  /// batches of its loads (`lrow`).
+  template <std::size_t... I, std::size_t... P>
+  static void row_wide_values(const ops_t& ops, const T* const* lrow, T* wide, std::index_sequence<I...>,
+                              std::index_sequence<P...>) {
+    V v[slot_count];
+    ((v[row_wide_load_list[I]] = V::load_unaligned(lrow[row_wide_load_list[I]])), ...);
+    (
+        [&] {
+          constexpr std::size_t q = row_wide_list[P];
+          compute<q>(v, ops);
+          v[static_cast<std::size_t>(L.out_slot[c0 + q])].store_aligned(wide + q * W);
+        }(),
+        ...);
   }
   /// Cluster `K`'s slots to load and its nodes, as lists (a batch instantiates nothing else).
   template <int K>
@@ -258,29 +370,31 @@ struct stage_batches {
   /// The batch at element `k` of the tile through cluster `K`: the slots it loads from `src`
   /// (by slot: loads, then earlier clusters' values) at `k & mask[slot]` (0 for a broadcast
   /// load: one batch of its value, see `row_body`), values to `dst` (see `writes`).
-  template <int K, std::size_t... I, std::size_t... P>
+  template <int K, bool Wide, std::size_t... I, std::size_t... P>
   static void batch([[maybe_unused]] const ops_t& ops, [[maybe_unused]] const T* const* src,
                     [[maybe_unused]] const index_t* mask, [[maybe_unused]] T* const* dst,
-                    [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k, std::index_sequence<I...>,
-                    std::index_sequence<P...>) {
+                    [[maybe_unused]] const index_t* step, [[maybe_unused]] index_t k, [[maybe_unused]] const T* wide,
+                    std::index_sequence<I...>, std::index_sequence<P...>) {
     V v[slot_count];
     ((v[load_list<K>[I]] = V::load_unaligned(src[load_list<K>[I]] + (k & mask[load_list<K>[I]]))), ...);
-    (node<node_list<K>[P]>(v, ops, dst, step, k), ...);
+    (node<node_list<K>[P], Wide>(v, ops, dst, step, k, wide), ...);
   }
   /// The batches at elements [k, end) of the tile (`end - k` a multiple of `W`) through
   /// cluster `K`: one loop for the full batches and the padded last one.
-  template <int K>
+  template <int K, bool Wide>
   static void batches(const ops_t& ops, const T* const* src, const index_t* mask, T* const* dst, const index_t* step,
-                      index_t k, index_t end) {
+                      index_t k, index_t end, const T* wide) {
     for (; k < end; k += W)
-      batch<K>(ops, src, mask, dst, step, k, std::make_index_sequence<load_list<K>.size()>{},
-               std::make_index_sequence<node_list<K>.size()>{});
+      batch<K, Wide>(ops, src, mask, dst, step, k, wide, std::make_index_sequence<load_list<K>.size()>{},
+                     std::make_index_sequence<node_list<K>.size()>{});
   }
-  /// Every cluster in turn over [k, end).
-  template <int... K>
+  /// Every cluster in turn over [k, end) (`Wide`: the row-wide nodes' values read from the
+  /// row's batches at `wide`).
+  template <bool Wide, int... K>
   static void all_batches(const ops_t& ops, const T* const* src, const index_t* mask, T* const* dst,
-                          const index_t* step, index_t k, index_t end, std::integer_sequence<int, K...>) {
-    (batches<K>(ops, src, mask, dst, step, k, end), ...);
+                          const index_t* step, index_t k, index_t end, const T* wide,
+                          std::integer_sequence<int, K...>) {
+    (batches<K, Wide>(ops, src, mask, dst, step, k, end, wide), ...);
   }
   /// A large stage runs node by node over the whole tile instead, each node with its tile
   /// kernel (operands and results through L1).
@@ -311,9 +425,9 @@ struct stage_batches {
 /// The last, partial batch of a tile (elements [k, m)): zero-padded copies of its operands
 /// through the same clusters, the valid lanes out, so that an element's bits never depend on
 /// where it sits.
-template <class A, const auto& Active, const auto& Keep, int S, Element T>
+template <class A, const auto& Active, const auto& Keep, int S, Element T, bool Wide>
 [[gnu::always_inline]] inline void row_partial_batch(const row_args<T>& r, const T* const* slot, const index_t* mask,
-                                                     T* const* dst, index_t k, index_t m) {
+                                                     T* const* dst, index_t k, index_t m, const T* wide) {
   using B = stage_batches<A, Active, Keep, S, T>;
   constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
   constexpr index_t W = B::W;
@@ -331,16 +445,17 @@ template <class A, const auto& Active, const auto& Keep, int S, Element T>
     load_head<false>(slot[j] + (k & mask[j]), rem).store_aligned(in[j]), src[j] = in[j];
   for (std::size_t q = 0; q < node_count; ++q) src[load_count + q] = to[q] = out[q];
   src[load_count + node_count] = nullptr;
-  B::all_batches(r.ops, src, mask, to, r.step, 0, W, std::make_integer_sequence<int, B::clusters>{});
+  B::template all_batches<Wide>(r.ops, src, mask, to, r.step, 0, W, wide,
+                                std::make_integer_sequence<int, B::clusters>{});
   for (std::size_t q = 0; q < node_count; ++q)
     if (B::writes(q, r.step)) store_head(dst[q] + k, simd<T>::load_aligned(out[q]), rem);
 }
 
 /// Row `row` of a call of `row_body`: its tiles from `lrow` (per load) into `dstart` (per
 /// node), with the broadcast masks `mask` and the nodes' destinations in `dst`.
-template <class A, const auto& Active, const auto& Keep, int S, Element T>
+template <class A, const auto& Active, const auto& Keep, int S, Element T, bool Wide>
 [[gnu::always_inline]] inline void row_tiles(const row_args<T>& r, index_t n, index_t row, const T* const* lrow,
-                                             T* const* dstart, const index_t* mask, T** dst) {
+                                             T* const* dstart, const index_t* mask, T** dst, const T* wide) {
   using B = stage_batches<A, Active, Keep, S, T>;
   constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
   constexpr index_t W = B::W;
@@ -359,21 +474,18 @@ template <class A, const auto& Active, const auto& Keep, int S, Element T>
     } else {
       constexpr auto clusters = std::make_integer_sequence<int, B::clusters>{};
       const index_t k = m / W * W;
-      B::all_batches(ops, slot, mask, dst, r.step, 0, k, clusters);
-      if (k < m) row_partial_batch<A, Active, Keep, S, T>(r, slot, mask, dst, k, m);
+      B::template all_batches<Wide>(ops, slot, mask, dst, r.step, 0, k, wide, clusters);
+      if (k < m) row_partial_batch<A, Active, Keep, S, T, Wide>(r, slot, mask, dst, k, m, wide);
     }
     if (r.after) r.after(r.hook_state, row, i, m);
   }
 }
 
-/// Stage `S`'s row body (see `row_body_fn`): row by row, tile by tile, the tile's batches one after
-/// another, each batch through every element-wise node of the stage in registers (values a
-/// store or a reduction reads are written to their tile register or their tensor as they
-/// come). The last partial batch of a row runs through the same code on zero-padded copies of
-/// its operands, so an element's bits never depend on where it sits (as with the tile kernels).
-template <class A, const auto& Active, const auto& Keep, int S, Element T>
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): a kernel's loop nest with its partial batch
-void row_body(const row_args<T>& r, index_t n) {
+/// The rows of a call of stage `S`'s row body (see `row_body`); `Wide`: the row-wide nodes
+/// computed once per row (`stage_batches::row_wide_node`).
+template <class A, const auto& Active, const auto& Keep, int S, Element T, bool Wide>
+// NOLINTNEXTLINE(readability-function-cognitive-complexity): a kernel's loop nest
+[[gnu::always_inline]] inline void row_rows(const row_args<T>& r, index_t n) {
   using B = stage_batches<A, Active, Keep, S, T>;
   constexpr std::size_t load_count = B::load_count, node_count = B::node_count;
   T* dst[node_count > 0 ? node_count : 1];
@@ -385,6 +497,7 @@ void row_body(const row_args<T>& r, index_t n) {
   const T* lstart[load_count > 0 ? load_count : 1];
   T* dstart[node_count > 0 ? node_count : 1];
   alignas(64) T wide[B::clusters == 0 && load_count > 0 ? load_count : 1][B::clusters == 0 ? tile_elems : 1];
+  alignas(64) T row_batches[Wide ? node_count : 1][B::W];  // the row-wide nodes' batches of the row
   for (std::size_t j = 0; j < B::slot_count; ++j) mask[j] = j >= load_count || r.lstep[j] != 0 ? ~index_t{0} : 0;
   for (std::size_t j = 0; j < load_count; ++j) lstart[j] = r.lrow[j];
   for (std::size_t q = 0; q < node_count; ++q) dstart[q] = r.dst[q];
@@ -400,8 +513,26 @@ void row_body(const row_args<T>& r, index_t n) {
       if constexpr (B::clusters == 0)
         if (r.lstep[j] == 0) std::fill_n(wide[j], std::min(n, tile_elems), lstart[j][0]), lrow[j] = wide[j];
     }
-    row_tiles<A, Active, Keep, S, T>(r, n, row, lrow, dstart, mask, dst);
+    if constexpr (Wide)
+      B::row_wide_values(r.ops, lrow, row_batches[0], std::make_index_sequence<B::row_wide_load_list.size()>{},
+                         std::make_index_sequence<B::row_wide_list.size()>{});
+    row_tiles<A, Active, Keep, S, T, Wide>(r, n, row, lrow, dstart, mask, dst, row_batches[0]);
   }
+}
+
+/// Stage `S`'s row body (see `row_body_fn`): row by row, tile by tile, the tile's batches one after
+/// another, each batch through every element-wise node of the stage in registers (values a
+/// store or a reduction reads are written to their tile register or their tensor as they
+/// come). The last partial batch of a row runs through the same code on zero-padded copies of
+/// its operands, so an element's bits never depend on where it sits (as with the tile kernels).
+/// A stage with row-wide nodes whose loads are broadcast along the rows computes those once
+/// per row (`row_rows` with `Wide`).
+template <class A, const auto& Active, const auto& Keep, int S, Element T>
+void row_body(const row_args<T>& r, index_t n) {
+  using B = stage_batches<A, Active, Keep, S, T>;
+  if constexpr (!B::row_wide_list.empty())
+    if (B::row_wide_loads_broadcast(r.lstep)) return row_rows<A, Active, Keep, S, T, true>(r, n);
+  row_rows<A, Active, Keep, S, T, false>(r, n);
 }
 
 /// Per stage of a graph's loops, its row body.
