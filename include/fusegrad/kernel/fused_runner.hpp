@@ -632,24 +632,17 @@ class fused_runner {
   /// back), stores of one element, reductions.
   struct tile_hooks {
     const T** slot;
-    const T* const* lrow;
     const index_t* lstep;
     const T* divisor;
     T* loadbuf;
-    std::size_t loads, stores, reductions;
+    std::size_t loads;
     const index_t* base;
-    const index_t* is;
     T* const* wp;
-    const int* store_slot;
-    const int* reduce_slot;
-    const char* direct;
-    const char* rmax;
-    const char* per_row;
     running_max<T>* maxes;
     running_sum<T>* rsum;
-    const index_t* rs = nullptr;       ///< per operand: its advance per row (rows after the first of a call)
-    const hook_step* steps = nullptr;  ///< the work of `after`, in order (`plan_hook_steps`)
-    std::size_t step_count = 0;
+    const hook_step* steps;  ///< the work of `after`, in order (`plan_hook_steps`)
+    std::size_t step_count;
+    const index_t* rs = nullptr;  ///< per operand: its advance per row (rows after the first of a call)
     /// Operand `q`'s offset at row `row` of the call.
     [[gnu::always_inline]] index_t at(std::size_t q, index_t row) const {
       return row == 0 ? base[q] : base[q] + row * rs[q];
@@ -672,7 +665,7 @@ class fused_runner {
         const T* src = h.slot[s->slot];
         switch (s->k) {
           case what::store_one: h.wp[s->out][h.at(s->q, row)] = src[0]; break;
-          case what::row_max: row_reduction(src, h.wp[s->out] + h.at(s->q, row), m, true); break;
+          case what::row_max: row_max_into(src, h.wp[s->out] + h.at(s->q, row), m); break;
           case what::row_sum: h.wp[s->out][h.at(s->q, row)] = running_sum<T>::sum_contiguous(src, m); break;
           case what::feed_max: h.maxes[s->r].add(src, m); break;
           case what::feed_sum: h.rsum[s->r].add(src, m); break;
@@ -682,16 +675,13 @@ class fused_runner {
         }
       }
     }
-    /// A row's max or sum of its `m` values at `src` (the row in one tile) into its own output
-    /// `out`: the value the running reduction fed this row alone gives, without its state.
-    static void row_reduction(const T* src, T* out, index_t m, bool mx) {
-      if (mx) {
-        running_max<T> r;
-        r.add(src, m);
-        *out = lanes::max(*out, r.total());
-      } else {
-        *out = running_sum<T>::sum_contiguous(src, m);
-      }
+    /// A row's max of its `m` values at `src` (the row in one tile) into its own output `out`:
+    /// the value the running max fed this row alone gives, without its state. (A row's sum is
+    /// `running_sum::sum_contiguous` of it, the same way.)
+    static void row_max_into(const T* src, T* out, index_t m) {
+      running_max<T> r;
+      r.add(src, m);
+      *out = lanes::max(*out, r.total());
     }
   };
 
@@ -771,12 +761,8 @@ class fused_runner {
             p.tile_register[q] >= 0 ? w.regs + static_cast<std::ptrdiff_t>(p.tile_register[q]) * tile_elems : nullptr;
     }
     scratch& sc = p.sc;
-    const std::size_t reductions = p.span.reductions;
-    b.hooks = tile_hooks{w.slot,        w.lrow,           w.lstep,        sc.divisor.data(), w.loadbuf,    p.span.loads,
-                         p.span.stores, reductions,       nullptr,        plan.is,           sc.wp.data(), p.store_slot,
-                         p.reduce_slot, sc.direct.data(), sc.rmax.data(), sc.per_row.data(), w.maxes,      w.rsum};
-    b.hooks.steps = sc.steps.data();
-    b.hooks.step_count = plan.hook_steps;
+    b.hooks = tile_hooks{w.slot,  w.lstep, sc.divisor.data(), w.loadbuf,      p.span.loads, nullptr, sc.wp.data(),
+                         w.maxes, w.rsum,  sc.steps.data(),   plan.hook_steps};
     b.args = row_args<T>{nodes_.state,
                          w.slot,
                          w.lrow,
@@ -1199,10 +1185,10 @@ class fused_runner {
   }
   /// `sc.per_row`: the reductions to one value per row whose every row has an output of its
   /// own (a row's max or sum: strides along every outer dim of `space` longer than 1), where a
-  /// row is one tile. Its tile hook reduces the row at once into the output (`row_reduction`),
-  /// instead of a running reduction reset, fed and totalled per row: at a softmax's rows of
-  /// 128 values that bookkeeping cost a fifth of the pass. The same values in the same order:
-  /// the same bits.
+  /// row is one tile. Its tile hook reduces the row at once into the output (`row_max_into`,
+  /// or `running_sum::sum_contiguous`) instead of a running reduction reset, fed and totalled
+  /// per row: at a softmax's rows of 128 values that bookkeeping cost a fifth of the pass. The
+  /// same values in the same order: the same bits.
   static void mark_row_outputs(const pass_state& p, const shape& space) {
     scratch& sc = p.sc;
     if (space.empty() || space.back() > tile_elems) return;
