@@ -160,6 +160,12 @@ class program {
     std::vector<shape> output_shapes;   ///< per output
     std::vector<std::size_t> first_of;  ///< per output: the first output that is the same node (itself if none)
     index_t total = 0;                  ///< the loop's elements
+    /// Whether an output is the same node as an earlier one (and so the same tensor in a run).
+    [[nodiscard]] bool repeats_an_output() const {
+      for (std::size_t i = 0; i < first_of.size(); ++i)
+        if (first_of[i] != i) return true;
+      return false;
+    }
   };
   /// The single-loop run of this program on node shapes `sizes` (null: the lowered ones), or
   /// nothing unless the program is one loop, without reductions or splats, whose every stored
@@ -1121,7 +1127,8 @@ bool program<T>::bind_single_instr(std::size_t p, single_loop_run& r) const {
     if (!at) return false;
     P.adv[s] = true;
     r.patches.push_back({p, s, *at});
-    if (*at >= 0) r.read_inputs.push_back(*at);
+    if (*at >= 0 && std::find(r.read_inputs.begin(), r.read_inputs.end(), *at) == r.read_inputs.end())
+      r.read_inputs.push_back(*at);
   }
   r.bound.push_back(P);
   return true;
@@ -1134,7 +1141,7 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
     if (!inputs[static_cast<std::size_t>(i)]->is_contiguous()) return false;
   note_if_awaiting_native();
   const std::size_t n_out = r.output_shapes.size();
-  out.resize(n_out);
+  if (out.size() != n_out) out.resize(n_out);  // (a caller's reused list has the size already)
   for (std::size_t i = 0; i < n_out; ++i)
     out[i] = r.first_of[i] == i ? fusegrad::detail::empty<T>(r.output_shapes[i]) : out[r.first_of[i]];
   const step& st = steps_[0];

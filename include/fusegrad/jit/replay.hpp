@@ -91,6 +91,9 @@ struct traced_call {
   /// The entry's forward bound once for these sizes when it is a single loop that records no
   /// backward (`program::bind_single_loop`): a replay patches in its tensors' addresses alone.
   std::optional<typename program<T>::single_loop_run> single;
+  /// `single` is set, its inputs are the arguments in order and its outputs, each its own
+  /// value, the result in order: a replay runs the loop straight into the result.
+  bool straight = false;
   std::vector<int> input_arg;    ///< per graph input: the argument tensor it is
   bool inputs_are_args = false;  ///< `input_arg` is 0, 1, ... over all argument tensors
   /// Per tensor of the result: output p (>= 0) of `e`, argument tensor j (-1 - j), or `undefined`.
@@ -325,6 +328,7 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
   c->results_are_outputs = c->e && c->result.size() == c->e->outputs.size();
   for (std::size_t r = 0; r < c->result.size(); ++r)
     c->results_are_outputs = c->results_are_outputs && c->result[r] == static_cast<int>(r);
+  c->straight = c->single && c->inputs_are_args && c->results_are_outputs && !c->single->repeats_an_output();
   for (std::size_t r = 0; r < c->result.size(); ++r)
     c->last_use.push_back(std::find(c->result.begin() + static_cast<std::ptrdiff_t>(r) + 1, c->result.end(),
                                     c->result[r]) == c->result.end());
@@ -344,6 +348,9 @@ void replayer<T>::save(function_state& st, const call_key<T>& k, const typename 
 
 template <Element T>
 void replayer<T>::replay(const traced_call<T>& c, std::span<const tensor<T>* const> args, std::vector<tensor<T>>& out) {
+  // One loop, the arguments in and the result out (`x * y + z`): nothing to pick, pause or
+  // rearrange (the loop runs no eager step that a recorder could see).
+  if (c.straight && c.e->fwd->run_single_loop(*c.single, args, out)) return;
   if (c.results_are_outputs) {
     run_outputs(c, args, out);
     return;
