@@ -390,8 +390,8 @@ TEST_CASE("trace_once: a hit reuses the thread's buffers, never a result, and ch
   const auto x = fg::randn<float>({1024}, 30);
   CHECK(same_bits(outer(x), (x * x + x) + ((x * 2.0f) * x + x)));
   CHECK(same_bits(outer(x), (x * x + x) + ((x * 2.0f) * x + x)));
-  // Its three arguments values that the outer trace has not computed yet, in order, its result
-  // the loop's one output: the replay that runs the loop straight into the result.
+  // Called with three values the outer trace has not computed yet, as its arguments in order,
+  // and returning the loop's one output: the replay runs the loop straight into the result.
   auto outer3 = fg::jit([&](const fg::tensor<float>& u) { return xyz(u * 2.0f, u + 1.0f, u * 3.0f) * u; });
   for (int round = 0; round < 3; ++round) CHECK(same_bits(outer3(x), ((x * 2.0f) * (x + 1.0f) + x * 3.0f) * x));
   {

@@ -232,9 +232,9 @@ void run_forward_guarded(const entry<T>& e, std::span<const tensor<T>* const> in
     for (tensor<T>& t : out) t = output_value(t);
     return;
   }
-  if (out.size() != e.outputs.size()) out.resize(e.outputs.size());
-  // The single loop's outputs are fresh tensors, as `output_value` leaves them, but for one that
-  // repeats an earlier output: that one gets its own tensor of the same values.
+  // The single loop's outputs (one per output of the entry, which saves nothing) are fresh
+  // tensors, as `output_value` leaves them, but for one that repeats an earlier output: that
+  // one gets its own tensor of the same values.
   for (std::size_t p = 0; p < out.size(); ++p)
     if (single->first_of[p] != p) out[p] = output_value(out[p]);
 }
