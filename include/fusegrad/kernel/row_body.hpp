@@ -386,8 +386,8 @@ struct stage_batches {
   static void batches(const ops_t& ops, const T* const* src, const index_t* mask, T* const* dst, const index_t* step,
                       index_t k, index_t end, const T* wide) {
     // Each slot's pointer steps on by its own stride (0 or a batch) in the loop's own array,
-    // which nothing else can reach: read from the runner's slots, the pointers were loaded
-    // again at every batch (a SIMD store may alias anything), and masking the offset took two
+    // which nothing else can reach: read from the runner's slots, the pointers would be loaded
+    // again at every batch (a SIMD store may alias anything), and masking the offset takes two
     // instructions per load where the step takes one.
     const T* at[slot_count];
     index_t stride[slot_count];
