@@ -411,3 +411,51 @@ TEST_CASE("a jitted loop over several tiles and a partial one equals eager bit f
     CHECK(y.grad().to_vector() == ye.grad().to_vector());
   }
 }
+
+// A call traces the element types its tensor arguments hold (a TU that jits only float
+// functions compiles no double tracer); work on the other type inside the function runs
+// eagerly, op by op, so its values are eager mode's and reading one is no graph break.
+TEST_CASE("a call traces its arguments' element types; the other type's work runs eagerly, eager's bits") {
+  const auto w = fg::randn<double>({5}, 7);
+  auto body = [&](const fg::tensor<float>& x) {
+    const double s = fg::sum(fg::exp(w) * 2.0).item();  // double: not traced in a float call
+    return fg::tanh(x) * static_cast<float>(s) + x;
+  };
+  auto f = fg::jit(body);
+  fg::reset_counters();
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto x = fg::randn<float>({8}, 1).requires_grad(true);
+    auto xe = x.detach().requires_grad(true);
+    const auto out = f(x), oe = body(xe);
+    fg::sum(out).backward();
+    fg::sum(oe).backward();
+    CHECK(differing_bits(out, oe) == 0);
+    CHECK(differing_bits(x.grad(), xe.grad()) == 0);
+  }
+  CHECK(fg::counters().graph_breaks == 0);
+  CHECK(f.compiles() == 1);
+  for (const auto& e : f.entries()) CHECK(e.dtype == "float32");
+
+  // A float and a double argument: both traced, so reading the double value is a graph break.
+  auto g = fg::jit([](const fg::tensor<float>& x, const fg::tensor<double>& y) {
+    return fg::tanh(x) * static_cast<float>(fg::sum(fg::exp(y)).item());
+  });
+  fg::reset_counters();
+  const auto x = fg::randn<float>({8}, 2);
+  const auto y = fg::randn<double>({5}, 3);
+  CHECK(differing_bits(g(x, y), fg::tanh(x) * static_cast<float>(fg::sum(fg::exp(y)).item())) == 0);
+  CHECK(fg::counters().graph_breaks == 1);
+
+  // A double function called inside a float one traces its own type, and the outer call's
+  // double ops after it run eagerly again.
+  auto inner = fg::jit([](const fg::tensor<double>& v) { return fg::exp(v) * 2.0; });
+  auto outer = fg::jit([&](const fg::tensor<float>& v) {
+    const auto d = inner(w);
+    return v * static_cast<float>(fg::sum(d * d).item());
+  });
+  const auto v = fg::randn<float>({4}, 4);
+  const auto de = fg::exp(w) * 2.0;
+  CHECK(differing_bits(outer(v), v * static_cast<float>(fg::sum(de * de).item())) == 0);
+  CHECK(inner.compiles() == 1);
+}

@@ -153,6 +153,31 @@ TEST_CASE("trace_once: what a replay could not redo is refused while tracing, na
                           "that is not one of its arguments (computed by "),
         fg::error);
   }
+  SUBCASE("work on the other element type") {
+    const auto w = fg::randn<double>({3}, 3);
+    auto f = fg::jit(
+        [&w](const fg::tensor<float>& a) {
+          auto d = fg::exp(w);  // double work inside a float function: not in the float graph
+          (void)d;
+          return a * 2.0f;
+        },
+        {.name = "mixed", .trace_once = true});
+    CHECK_THROWS_WITH_AS(f(x),
+                         doctest::Contains("a pointwise op: 'mixed' (jitted with trace_once=true) computes on "
+                                           "float64 tensors, but its tensor arguments are float32"),
+                         fg::error);
+    auto g = fg::jit(
+        [&w](const fg::tensor<float>& a) {
+          (void)fg::sum(w);
+          return a * 2.0f;
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(g(x), doctest::Contains("sum: 'function' (jitted with trace_once=true) computes on float64"),
+                         fg::error);
+    // What it did not trace before the refusal is no record: the next call traces again.
+    CHECK_THROWS_AS(g(x), fg::error);
+    CHECK(fg::detail::active_recorder<double>() == nullptr);
+  }
   SUBCASE("a hook registered inside the function") {
     auto f = fg::jit(
         [](const fg::tensor<float>& a) {

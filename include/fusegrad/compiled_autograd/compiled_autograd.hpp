@@ -185,7 +185,10 @@ void capture(const std::vector<tensor<T>>& roots, std::vector<tensor<T>>&& grads
   typename trace_t::flush_record rec;
   auto& programs = global_state().programs_for(o);
   const auto fallbacks_before = programs.fallbacks.load(std::memory_order_relaxed);
-  fusegrad::detail::jit::tracing_scope<fusegrad::detail::jit::deferred_t<void, T>> fr(programs);
+  namespace J = fusegrad::detail::jit;
+  // (T only: the backward of a graph of T computes on T; what a hook computes on the other
+  // type runs eagerly)
+  J::tracing_scope<J::deferred_t<void, T>, J::traced_only<T>> fr(programs);
   trace_t& tr = fr.template tracer<T>();
   if (want_plan) {
     tr.recording = &rec;

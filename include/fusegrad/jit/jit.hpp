@@ -85,6 +85,18 @@ jit_entry_info entry_info(const entry<T>& e) {
   return {std::string(dtype_name<T>()), e.guards_text(), e.fwd_graph.to_string(e.names), e.code_text(), e.dynamic};
 }
 
+/// The element types a call with arguments `Args` traces: those its tensor arguments hold
+/// (a tensor, a map or range of tensors), both where they hold both or none (a function of
+/// what it captured, or of tensors inside a type of the user's own).
+template <class... Args>
+constexpr traced traced_by() {
+  constexpr bool f = (std::is_same_v<typename element_of<std::remove_cvref_t<Args>>::type, float> || ...);
+  constexpr bool d = (std::is_same_v<typename element_of<std::remove_cvref_t<Args>>::type, double> || ...);
+  if constexpr (f && !d) return traced::float_only;
+  else if constexpr (d && !f) return traced::double_only;
+  else return traced::both;
+}
+
 /// The parameter list of a callable with one non-template call operator (empty otherwise).
 template <class M>
 struct call_signature {
@@ -181,7 +193,8 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
           "and returns void, a tensor, or a std::vector, std::array, std::map<std::string, ...>, pair or tuple of "
           "these; this function's arguments or result are of another type. Call fg::jit without trace_once");
     }
-    detail::jit::tracing_scope<detail::jit::deferred_t<void, F>> fr(*st_);
+    namespace J = detail::jit;
+    J::tracing_scope<J::deferred_t<void, F>, J::traced_by<Args...>()> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);
     using R = std::invoke_result_t<const F&, Args...>;
@@ -217,10 +230,10 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     }
     J::held_args<E> held;  // (out of `key`: a replay has none to destroy)
     key.hold(held);
-    J::tracing_scope<J::deferred_t<void, F>> fr(*st_);
+    J::tracing_scope<J::deferred_t<void, F>, J::traced_only<E>> fr(*st_);
     int i = 0;
     (fr.name_arg(args, i++), ...);
-    J::once_recording<E> rec;  // (after the scope: its tracers are the thread's recorders)
+    J::once_recording<E> rec(*st_);  // (after the scope: its tracer is the thread's recorder)
     std::vector<const detail::tensor_impl<E>*> results;
     std::vector<std::size_t> counts;
     std::vector<std::string> keys;

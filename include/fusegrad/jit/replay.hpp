@@ -16,6 +16,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -118,12 +120,12 @@ struct replayer {
   /// on the thread's last record takes neither the function's lock nor a reference to the
   /// record; a record the function's cache dropped since still stands for its signature.
   static const traced_call<T>* find(function_state& st, const call_key<T>& k);
-  /// After a traced call with signature `k`: checks that its trace (`rec`; `other_flushes`:
-  /// graphs of the other element type) can stand for it, naming what cannot, and keeps its
-  /// record. `results`: the result's tensors (null: undefined), its containers' lengths and keys.
+  /// After a traced call with signature `k`: checks that its trace (`rec`) can stand for it,
+  /// naming what cannot, and keeps its record. `results`: the result's tensors (null:
+  /// undefined), its containers' lengths and keys.
   static void save(function_state& st, const call_key<T>& k, const typename trace<T>::flush_record& rec,
-                   int other_flushes, const std::vector<const tensor_impl<T>*>& results,
-                   std::vector<std::size_t> counts, std::vector<std::string> keys);
+                   const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
+                   std::vector<std::string> keys);
   /// The result's tensors of record `c` run on `args` (a call's argument tensors), into `out`.
   static void replay(const traced_call<T>& c, std::span<const tensor<T>* const> args, std::vector<tensor<T>>& out);
 
@@ -140,44 +142,91 @@ struct replayer {
                            std::vector<tensor<T>>& outs);
 };
 
-/// What the tracers of a trace_once call's traced run report (their flushes), from its
-/// construction, before the function runs, to `save`, after it returned. Its members are
-/// out of line, held by the precompiled runtime with the tracers' own (runtime/jit.hpp).
+/// The recorder of the element type a trace_once call does not trace (`T`, not its
+/// arguments'): a replay runs one graph of one element type, so work on `T` inside the
+/// function could not be replayed, and is refused where it happens, by name.
+template <Element T>
+class refusing_recorder final : public recorder<T> {
+ public:
+  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  explicit refusing_recorder(const std::string& fn) : fn_(fn) {}
+  tensor<T> pointwise(int, T, const tensor<T>&, const tensor<T>*) override { refuse("a pointwise op"); }
+  tensor<T> reduce(reduce_op k, const tensor<T>&, const std::vector<bool>&, bool) override {
+    refuse(k == reduce_op::sum ? "sum" : k == reduce_op::mean ? "mean" : "max");
+  }
+  tensor<T> sum_to(const tensor<T>&, const shape&) override { refuse("sum_to"); }
+  tensor<T> expand(const tensor<T>&, const shape&, const std::vector<bool>&) override { refuse("expand"); }
+  void sync(std::string_view) override {}  // nothing of `T` is pending (`graph_break()` asks every type)
+  std::vector<tensor<T>> replay(
+      const ir::graph<T>&, const std::vector<int>&, const std::vector<tensor<T>>&, const std::vector<shape>*,
+      const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>*) override {
+    refuse("a compiled function");
+  }
+  tensor<T> call(bool, std::string_view name, const shape&,
+                 std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>, const tensor<T>&, const tensor<T>*,
+                 std::uint64_t) override {
+    refuse(name);
+  }
+  tensor<T> custom(int, const tensor<T>&, const std::vector<tensor<T>>&,
+                   const std::function<std::vector<tensor<T>>(const tensor<T>&)>&) override {
+    refuse("fg::function");
+  }
+  std::size_t inline_begin() override { refuse("a compiled function"); }
+  void inline_end(std::size_t) override { refuse("a compiled function"); }
+  void accumulate_grad(const tensor<T>&) override { refuse("backward"); }
+  bool add_hook(const tensor<T>&, const hook<T>&) override { return false; }  // not its tensor
+  bool remove_hook(const tensor<T>&, std::uint64_t, bool&) override { return false; }
+
+ private:
+  [[noreturn]] void refuse(std::string_view op) const {
+    fail(op, "'", fn_, "' (jitted with trace_once=true) computes on ", dtype_name<T>(),
+         " tensors, but its tensor arguments are ", dtype_name<other>(),
+         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without "
+         "trace_once");
+  }
+  const std::string& fn_;
+};
+
+/// What the tracer of a trace_once call's traced run reports (its flushes), from its
+/// construction, before the function runs, to `save`, after it returned; meanwhile the other
+/// element type's work is refused. Its members are out of line, held by the precompiled
+/// runtime with the tracers' own (runtime/jit.hpp).
 template <Element T>
 class once_recording {
  public:
   using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
-  once_recording();  // while this thread's tracers are a tracing_scope's
+  explicit once_recording(const function_state& st);  // while this thread's tracer of T is a tracing_scope's
   ~once_recording();
   once_recording(const once_recording&) = delete;
   once_recording& operator=(const once_recording&) = delete;
-  /// `replayer<T>::save` with what the tracers reported.
+  /// `replayer<T>::save` with what the tracer reported.
   void save(function_state& st, const call_key<T>& k, const std::vector<const tensor_impl<T>*>& results,
             std::vector<std::size_t> counts, std::vector<std::string> keys);
 
  private:
   trace<T>* t_;
-  trace<other>* o_;
   typename trace<T>::flush_record rec_;
-  typename trace<other>::flush_record other_rec_;
+  refusing_recorder<other> refuse_;
+  recorder<other>* prev_other_;
 };
 
 template <Element T>
-once_recording<T>::once_recording()
-    : t_(static_cast<trace<T>*>(active_recorder<T>())), o_(static_cast<trace<other>*>(active_recorder<other>())) {
+once_recording<T>::once_recording(const function_state& st)
+    : t_(static_cast<trace<T>*>(active_recorder<T>())),
+      refuse_(st.opts.name),
+      prev_other_(std::exchange(active_recorder<other>(), &refuse_)) {
   t_->recording = &rec_;
-  o_->recording = &other_rec_;
 }
 template <Element T>
 once_recording<T>::~once_recording() {
   t_->recording = nullptr;
-  o_->recording = nullptr;
+  active_recorder<other>() = prev_other_;
 }
 template <Element T>
 void once_recording<T>::save(function_state& st, const call_key<T>& k,
                              const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
                              std::vector<std::string> keys) {
-  replayer<T>::save(st, k, rec_, other_rec_.flushes, results, std::move(counts), std::move(keys));
+  replayer<T>::save(st, k, rec_, results, std::move(counts), std::move(keys));
 }
 
 /// Records kept per function and element type: the signatures a caller cycles through are
@@ -270,15 +319,9 @@ std::shared_ptr<const traced_call<T>> replayer<T>::find_shared(function_state& s
 template <Element T>
 // NOLINTNEXTLINE(readability-function-cognitive-complexity): the checks of a trace_once replay, in order
 void replayer<T>::save(function_state& st, const call_key<T>& k, const typename trace<T>::flush_record& rec,
-                       int other_flushes, const std::vector<const tensor_impl<T>*>& results,
-                       std::vector<std::size_t> counts, std::vector<std::string> keys) {
+                       const std::vector<const tensor_impl<T>*>& results, std::vector<std::size_t> counts,
+                       std::vector<std::string> keys) {
   const std::string& fn = st.opts.name;
-  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
-  if (other_flushes > 0)
-    fail("jit", "'", fn, "' (jitted with trace_once=true) traced ops on ", dtype_name<other>(),
-         " tensors, but its tensor arguments are ", dtype_name<T>(),
-         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without "
-         "trace_once");
   // A graph that ran eagerly (past the recompile limit, or too large to compile) has no
   // program to replay: such a signature calls the function each time, as the default mode.
   if (rec.flushes > 0 && !rec.compiled) return;
