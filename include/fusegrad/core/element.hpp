@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <string_view>
+#include <type_traits>
 
 namespace fusegrad {
 
@@ -20,5 +21,11 @@ constexpr std::string_view dtype_name() noexcept {
   if constexpr (std::same_as<T, float>) return "float32";
   else return "float64";
 }
+
+namespace detail {
+/// The one element type that is not `T` (what a tracer of one type leaves to the other).
+template <Element T>
+using other_element_t = std::conditional_t<std::same_as<T, float>, double, float>;
+}  // namespace detail
 
 }  // namespace fusegrad

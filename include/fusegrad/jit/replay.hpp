@@ -147,43 +147,44 @@ struct replayer {
 /// function could not be replayed, and is refused where it happens, by name.
 template <Element T>
 class refusing_recorder final : public recorder<T> {
- public:
-  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
-  explicit refusing_recorder(const std::string& fn) : fn_(fn) {}
-  tensor<T> pointwise(int, T, const tensor<T>&, const tensor<T>*) override { refuse("a pointwise op"); }
-  tensor<T> reduce(reduce_op k, const tensor<T>&, const std::vector<bool>&, bool) override {
-    refuse(k == reduce_op::sum ? "sum" : k == reduce_op::mean ? "mean" : "max");
+  // Static, so that GCC sees `noreturn` where it checks a template's non-dependent return.
+  [[noreturn]] static void refuse(const std::string& fn, std::string_view op) {
+    fail(op, "'", fn, "' (jitted with trace_once=true) computes on ", dtype_name<T>(),
+         " tensors, but its tensor arguments are ", dtype_name<other_element_t<T>>(),
+         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without "
+         "trace_once");
   }
-  tensor<T> sum_to(const tensor<T>&, const shape&) override { refuse("sum_to"); }
-  tensor<T> expand(const tensor<T>&, const shape&, const std::vector<bool>&) override { refuse("expand"); }
+
+ public:
+  explicit refusing_recorder(const std::string& fn) : fn_(fn) {}
+  tensor<T> pointwise(int, T, const tensor<T>&, const tensor<T>*) override { refuse(fn_, "a pointwise op"); }
+  tensor<T> reduce(reduce_op k, const tensor<T>&, const std::vector<bool>&, bool) override {
+    refuse(fn_, k == reduce_op::sum ? "sum" : k == reduce_op::mean ? "mean" : "max");
+  }
+  tensor<T> sum_to(const tensor<T>&, const shape&) override { refuse(fn_, "sum_to"); }
+  tensor<T> expand(const tensor<T>&, const shape&, const std::vector<bool>&) override { refuse(fn_, "expand"); }
   void sync(std::string_view) override {}  // nothing of `T` is pending (`graph_break()` asks every type)
   std::vector<tensor<T>> replay(
       const ir::graph<T>&, const std::vector<int>&, const std::vector<tensor<T>>&, const std::vector<shape>*,
       const std::vector<std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>>*) override {
-    refuse("a compiled function");
+    refuse(fn_, "a compiled function");
   }
   tensor<T> call(bool, std::string_view name, const shape&,
                  std::function<tensor<T>(const tensor<T>&, const tensor<T>&)>, const tensor<T>&, const tensor<T>*,
                  std::uint64_t) override {
-    refuse(name);
+    refuse(fn_, name);
   }
   tensor<T> custom(int, const tensor<T>&, const std::vector<tensor<T>>&,
                    const std::function<std::vector<tensor<T>>(const tensor<T>&)>&) override {
-    refuse("fg::function");
+    refuse(fn_, "fg::function");
   }
-  std::size_t inline_begin() override { refuse("a compiled function"); }
-  void inline_end(std::size_t) override { refuse("a compiled function"); }
-  void accumulate_grad(const tensor<T>&) override { refuse("backward"); }
+  std::size_t inline_begin() override { refuse(fn_, "a compiled function"); }
+  void inline_end(std::size_t) override { refuse(fn_, "a compiled function"); }
+  void accumulate_grad(const tensor<T>&) override { refuse(fn_, "backward"); }
   bool add_hook(const tensor<T>&, const hook<T>&) override { return false; }  // not its tensor
   bool remove_hook(const tensor<T>&, std::uint64_t, bool&) override { return false; }
 
  private:
-  [[noreturn]] void refuse(std::string_view op) const {
-    fail(op, "'", fn_, "' (jitted with trace_once=true) computes on ", dtype_name<T>(),
-         " tensors, but its tensor arguments are ", dtype_name<other>(),
-         "; a replay runs one graph of one element type. Pass the tensors as arguments, or call fg::jit without "
-         "trace_once");
-  }
   const std::string& fn_;
 };
 
@@ -194,7 +195,6 @@ class refusing_recorder final : public recorder<T> {
 template <Element T>
 class once_recording {
  public:
-  using other = std::conditional_t<std::is_same_v<T, float>, double, float>;
   explicit once_recording(const function_state& st);  // while this thread's tracer of T is a tracing_scope's
   ~once_recording();
   once_recording(const once_recording&) = delete;
@@ -206,21 +206,21 @@ class once_recording {
  private:
   trace<T>* t_;
   typename trace<T>::flush_record rec_;
-  refusing_recorder<other> refuse_;
-  recorder<other>* prev_other_;
+  refusing_recorder<other_element_t<T>> refuse_;
+  recorder<other_element_t<T>>* prev_other_;
 };
 
 template <Element T>
 once_recording<T>::once_recording(const function_state& st)
     : t_(static_cast<trace<T>*>(active_recorder<T>())),
       refuse_(st.opts.name),
-      prev_other_(std::exchange(active_recorder<other>(), &refuse_)) {
+      prev_other_(std::exchange(active_recorder<other_element_t<T>>(), &refuse_)) {
   t_->recording = &rec_;
 }
 template <Element T>
 once_recording<T>::~once_recording() {
   t_->recording = nullptr;
-  active_recorder<other>() = prev_other_;
+  active_recorder<other_element_t<T>>() = prev_other_;
 }
 template <Element T>
 void once_recording<T>::save(function_state& st, const call_key<T>& k,
