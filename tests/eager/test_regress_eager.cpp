@@ -387,6 +387,29 @@ TEST_CASE("reused_vector: a scope's buffer is the thread's next one; a nested sc
   CHECK(again->capacity() >= 4);  // the larger buffer was kept for the next scope
 }
 
+TEST_CASE("small_vector: resize_for_overwrite keeps the elements it had, inline and past it") {
+  // The jit's signature makes room for its words this way and then writes them: the old words
+  // must survive a growth from inline storage to the heap, and the size be the one asked.
+  using sv = fg::small_vector<std::int64_t, 4>;
+  for (std::size_t had : {0u, 2u, 4u, 6u})
+    for (std::size_t grow : {0u, 1u, 3u, 9u}) {
+      CAPTURE(had);
+      CAPTURE(grow);
+      sv v;
+      for (std::size_t i = 0; i < had; ++i) v.push_back(static_cast<std::int64_t>(10 + i));
+      v.resize_for_overwrite(had + grow);
+      REQUIRE(v.size() == had + grow);
+      CHECK(v.capacity() >= had + grow);
+      for (std::size_t i = 0; i < had; ++i) CHECK(v[i] == static_cast<std::int64_t>(10 + i));
+      for (std::size_t i = had; i < had + grow; ++i) v[i] = -static_cast<std::int64_t>(i);  // the caller's writes
+      for (std::size_t i = had; i < had + grow; ++i) CHECK(v[i] == -static_cast<std::int64_t>(i));
+    }
+  sv shrink{1, 2, 3};
+  shrink.resize_for_overwrite(1);  // shrinking keeps the prefix, as resize does
+  CHECK(shrink.size() == 1);
+  CHECK(shrink[0] == 1);
+}
+
 TEST_CASE("small_vector: copies and moves between inline and heap storage keep the values") {
   // shape and strides hold up to 6 dims inline; past that, on the heap. Every pairing of the
   // two forms through copy and move, construction and assignment, against std::vector.

@@ -65,7 +65,14 @@ struct plan {
 };
 
 /// The name of size `d` of graph input `i` where it is dynamic: `s<i>_<d>`.
-inline std::string size_name(std::size_t i, std::size_t d) { return "s" + std::to_string(i) + "_" + std::to_string(d); }
+inline std::string size_name(std::size_t i, std::size_t d) {
+  // Appended, not `"s" + std::to_string(i)`: GCC 12 warns falsely (-Wrestrict) on that inlined.
+  std::string s = "s";
+  s += std::to_string(i);
+  s += '_';
+  s += std::to_string(d);
+  return s;
+}
 
 /// The node whose collected tensors hold flat index `flat` (`collected::tensors`), and which
 /// of them it is.

@@ -143,6 +143,12 @@ class small_vector {
     if (n > size_) std::fill(data() + size_, data() + n, v);
     size_ = n;
   }
+  /// Resizes to `n`, leaving new elements uninitialised for the caller to write (as
+  /// `std::make_unique_for_overwrite` does): no fill before the values that overwrite it.
+  void resize_for_overwrite(size_type n) {
+    reserve(n);
+    size_ = n;
+  }
   void assign(size_type n, const T& v) {
     size_ = 0;
     resize(n, v);
@@ -228,7 +234,8 @@ class small_vector {
     std::memmove(data(), p, n * sizeof(T));
     size_ = n;
   }
-  void grow_to(size_type n) {
+  // Out of line and cold: `push_back` and `reserve` stay a compare and a store where inlined.
+  [[gnu::noinline, gnu::cold]] void grow_to(size_type n) {
     n = std::max(n, N);
     // NOLINTBEGIN(bugprone-sizeof-expression): the size of an element, which may be a pointer
     T* p = static_cast<T*>(::operator new(n * sizeof(T)));

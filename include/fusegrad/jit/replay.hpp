@@ -242,7 +242,7 @@ void replayer<T>::seal(call_key<T>& k) {
   std::size_t len = 1;  // the numbers written below, to make room for them at once
   for (std::size_t i = 0; i < n; ++i) len += ts[i]->defined() ? 5 + ts[i]->raw_impl()->sizes.size() : 3;
   const std::size_t at = k.flat.size();
-  k.flat.resize(at + len);
+  k.flat.resize_for_overwrite(at + len);  // (every new word is written below)
   std::int64_t* const f = k.flat.data();
   f[0] = grad_mode;
   f[1] = static_cast<std::int64_t>(at - 2);  // (`add_arg` appended the layout)

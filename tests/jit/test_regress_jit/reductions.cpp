@@ -23,7 +23,10 @@ struct reduction {
     std::string s = kind == red_kind::sum ? "sum" : kind == red_kind::mean ? "mean" : "max";
     if (full) return s + "(x)";
     s += "(x, {";
-    for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(dims[i]);  // (appended: GCC 12 warns falsely on `"," + std::to_string(...)`)
+    }
     return s + "}" + (keepdim ? ", keepdim)" : ")");
   }
 };
