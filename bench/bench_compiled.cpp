@@ -18,6 +18,10 @@
 //   BM_xyz/<variant>  out = x * y + z, forward only (bandwidth bound: 3 reads, 1 write):
 //       fused, hand (a plain loop), eager, eigen, and copy: memcpy of 2N floats, which moves
 //       the same number of bytes (the goal: fused >= 0.85 of copy's throughput)
+//   BM_forty_fwd_bwd/<variant>  the 40-node function of tests/compile/test_compile_40.cpp
+//       (tools/compile_time/forty.hpp) on three float inputs, forward + backward(): fused
+//       (fg::compile) and eager; a graph whose backward sums many gradients to their operands'
+//       shapes (docs/performance.md, "fg::compile")
 
 #include <benchmark/benchmark.h>
 
@@ -28,6 +32,7 @@
 
 #include "fusegrad/fusegrad.hpp"
 #include "fusegrad/jit/program.hpp"
+#include "../tools/compile_time/forty.hpp"
 #include "hand_loops.hpp"
 
 #if defined(FUSEGRAD_HAVE_EIGEN)
@@ -251,6 +256,27 @@ void BM_coscos_fwd_hand(benchmark::State& state) {
   set_bytes(state, n, 3);
 }
 
+template <bool Compiled>
+void BM_forty_fwd_bwd(benchmark::State& state) {
+  const long n = state.range(0);
+  const auto cf = fg::compile(forty);
+  fg::tensor<float> x = fg::randn<float>({n}, 1).requires_grad(true), y = fg::randn<float>({n}, 2).requires_grad(true),
+                    z = fg::randn<float>({n}, 3).requires_grad(true);
+  for (auto _ : state) {
+    x.zero_grad();
+    y.zero_grad();
+    z.zero_grad();
+    fg::tensor<float> out = Compiled ? cf(x, y, z) : forty(x, y, z);
+    out.backward();
+    benchmark::DoNotOptimize(x.grad().data_ptr());
+  }
+}
+
+void forty_sizes(benchmark::internal::Benchmark* b) {
+  for (int e : {10, 14, 16, 20}) b->Arg(1L << e);
+  b->Unit(benchmark::kMicrosecond);
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   b->Arg(10);  // the fixed cost of a call (compiled forward + backward at N = 10)
   for (int e = 10; e <= 24; e += 2) b->Arg(1L << e);
@@ -274,6 +300,8 @@ BENCHMARK(BM_coscos_fwd_bwd_eigen)->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_fused)->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_ir)->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_hand)->Apply(sizes);
+BENCHMARK(BM_forty_fwd_bwd<true>)->Name("BM_forty_fwd_bwd_fused")->Apply(forty_sizes);
+BENCHMARK(BM_forty_fwd_bwd<false>)->Name("BM_forty_fwd_bwd_eager")->Apply(forty_sizes);
 BENCHMARK(BM_xyz_fused)->Apply(sizes);
 BENCHMARK(BM_xyz_hand)->Apply(sizes);
 BENCHMARK(BM_xyz_copy)->Apply(sizes);
