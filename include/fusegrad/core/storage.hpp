@@ -35,10 +35,15 @@ namespace detail {
 ///    again each time: a buffer the allocator maps afresh costs a page fault per 4 KiB on its
 ///    first writes (a ten-layer tanh chain over 2^24 floats frees nine 64 MiB buffers per
 ///    step, and runs much slower when they do not all stay cached: docs/eager.md, "Memory").
+///    The byte budget is the limit that matters; `max_entries` only bounds the search, and is
+///    set above the buffers one training step frees (a compiled forward and backward of a
+///    40-node function frees 60 of one size), since each buffer dropped is faulted in again.
 class buffer_cache {
  public:
   static constexpr std::size_t min_bytes = std::size_t{64} << 10;
-  static constexpr std::size_t max_entries = 32;
+  /// A lookup searches from the newest entry, so a step that takes back buffers of the size it
+  /// just freed finds each at the end, whatever the count.
+  static constexpr std::size_t max_entries = 256;
   /// The default of `fusegrad::buffer_cache_limit()`: an eighth of the machine's memory,
   /// from 256 MiB to 4 GiB (what a training step's activations and gradients take).
   static std::size_t default_limit() noexcept {
