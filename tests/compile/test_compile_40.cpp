@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <fusegrad/compile.hpp>  // fg::compile, with the eager tensors and gradcheck
@@ -44,22 +45,36 @@ std::vector<T> grads_of(const fg::tensor<T>& t) {
 
 }  // namespace
 
-TEST_CASE("a 40-node function: fused values and gradients equal eager") {
+// Where nothing is broadcast the backward runs two loops (its sums to operands' shapes read as
+// the identity: `unreduced`); a broadcast operand takes the general loops, ten of them.
+using grads = fg::detail::compiled_graph_of<fg::backend::fused, fg::policy::cost_streamed, analysis>;
+static_assert(fg::detail::schedule_v<analysis, grads::backward, grads::grad_roots>.stages == 10 &&
+                  fg::detail::schedule_v<fg::detail::unreduced<analysis>, grads::backward, grads::grad_roots>.stages ==
+                      2 &&
+                  fg::detail::unreduced_loops_pay<analysis, grads::backward, grads::grad_roots>(),
+              "the backward is compiled both ways: two loops where nothing is broadcast, ten where "
+              "something is");
+
+TEST_CASE("a 40-node function: fused values and gradients equal eager, with and without a broadcast") {
   const auto f = fg::compile(forty);
   const fg::shape s{5, 13};
-  auto make = [&](auto tag, std::uint64_t seed) {
-    using T = decltype(tag);
-    return fg::randn<T>(s, seed).requires_grad(true);
-  };
-  auto xa = make(double{}, 1), ya = make(double{}, 2), za = make(double{}, 3);
-  auto xb = make(double{}, 1), yb = make(double{}, 2), zb = make(double{}, 3);
-  const fg::tensor<double> va = forty(xa, ya, za), vb = f(xb, yb, zb);
-  va.backward();
-  vb.backward();
-  CHECK(vb.item() == doctest::Approx(va.item()).epsilon(1e-12));
-  for (auto [p, q] : {std::pair{&xa, &xb}, std::pair{&ya, &yb}, std::pair{&za, &zb}}) {
-    const auto u = grads_of(*p), v = grads_of(*q);
-    for (std::size_t i = 0; i < u.size(); ++i) CHECK(v[i] == doctest::Approx(u[i]).epsilon(1e-12));
+  for (const fg::shape& zs : {s, fg::shape{13}, fg::shape{5, 1}}) {
+    const std::string z_shape = fg::to_string(zs);
+    CAPTURE(z_shape);
+    auto make = [&](const fg::shape& sh, std::uint64_t seed) {
+      return fg::randn<double>(sh, seed).requires_grad(true);
+    };
+    auto xa = make(s, 1), ya = make(s, 2), za = make(zs, 3);
+    auto xb = make(s, 1), yb = make(s, 2), zb = make(zs, 3);
+    const fg::tensor<double> va = forty(xa, ya, za), vb = f(xb, yb, zb);
+    va.backward();
+    vb.backward();
+    CHECK(vb.item() == doctest::Approx(va.item()).epsilon(1e-12));
+    for (auto [p, q] : {std::pair{&xa, &xb}, std::pair{&ya, &yb}, std::pair{&za, &zb}}) {
+      const auto u = grads_of(*p), v = grads_of(*q);
+      REQUIRE(u.size() == v.size());
+      for (std::size_t i = 0; i < u.size(); ++i) CHECK(v[i] == doctest::Approx(u[i]).epsilon(1e-12));
+    }
   }
 }
 

@@ -38,23 +38,16 @@ void fused_shapes(node_eval<T>& g, const role* roles, const bool* active, std::s
 }
 
 /// Whether pass `Active` of `A` also gets loops for `unreduced<A>` (its gradients summed to
-/// unbroadcast shapes as the identity): where those take fewer loops over memory and every one
-/// of them keeps its batches in registers. A pass saved is then memory traffic saved (the
-/// ten-layer tanh chain's backward stores and re-reads each layer's term otherwise: see
-/// docs/compile.md, "Gradients summed to an operand's shape"); where the fewer loops would run
-/// node by node over tiles, the general loops, in registers, are as fast, and a second set of
-/// loops would only add to the compile time.
+/// unbroadcast shapes as the identity): where those take fewer loops over memory. Each loop
+/// saved is a store and a re-read of the values that crossed it, whether the one loop keeps
+/// its batches in registers (the ten-layer tanh chain's backward stores and re-reads each
+/// layer's term otherwise: see docs/compile.md, "Gradients summed to an operand's shape") or
+/// runs node by node over tiles, in L1 (the 40-node test function's backward: two loops against
+/// ten; docs/performance.md, "fg::compile").
 template <class A, const auto& Active, const auto& Keep>
 constexpr bool unreduced_loops_pay() {
-  if constexpr (!reads_a_sum_to_shape<A, Active>()) {
-    return false;
-  } else if constexpr (schedule_v<unreduced<A>, Active, Keep>.stages >= schedule_v<A, Active, Keep>.stages) {
-    return false;
-  } else {
-    for (int S = 0; S < schedule_v<unreduced<A>, Active, Keep>.stages; ++S)
-      if (!stage_in_registers<unreduced<A>, Active, Keep>(S)) return false;
-    return true;
-  }
+  if constexpr (!reads_a_sum_to_shape<A, Active>()) return false;
+  else return schedule_v<unreduced<A>, Active, Keep>.stages < schedule_v<A, Active, Keep>.stages;
 }
 
 /// Whether every `sumto` node of pass `Active` that `unreduced` reads as the identity keeps

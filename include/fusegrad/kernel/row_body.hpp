@@ -70,8 +70,7 @@ constexpr bool slow_node(std::size_t c) {
 }
 
 /// The most slow ops on one path through the nodes of stage `S` (a chain a batch waits on),
-/// and how many element-wise nodes the stage has: read from the schedule alone (deciding
-/// whether a pass's `unreduced` loops are worth compiling builds no layout).
+/// and how many element-wise nodes the stage has, read from the schedule.
 template <class A, const auto& Active, const auto& Keep>
 constexpr std::pair<int, std::size_t> slow_chain(int S) {
   constexpr auto& sch = schedule_v<A, Active, Keep>;
