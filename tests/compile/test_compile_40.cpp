@@ -46,8 +46,9 @@ std::vector<T> grads_of(const fg::tensor<T>& t) {
 }  // namespace
 
 // Where nothing is broadcast the backward runs two loops (its sums to operands' shapes read as
-// the identity: `unreduced`); a broadcast operand takes the general loops, ten of them.
-using grads = fg::detail::compiled_graph_of<fg::backend::fused, fg::policy::cost_streamed, analysis>;
+// the identity: `unreduced`); a broadcast operand takes the general loops, ten of them. The
+// function holds one plan, the one for values in cache.
+using grads = fg::detail::compiled_graph_of<fg::backend::fused, fg::policy::cost_cached, analysis>;
 static_assert(fg::detail::schedule_v<analysis, grads::backward, grads::grad_roots>.stages == 10 &&
                   fg::detail::schedule_v<fg::detail::unreduced<analysis>, grads::backward, grads::grad_roots>.stages ==
                       2 &&
