@@ -460,18 +460,6 @@ inline std::pair<V, V> small_sincos(const V& x) {
 }
 #endif
 
-/// `{sin(x), cos(x)}` of a batch, class by class: out of line, so that `sincos` inlines only
-/// its usual path (as `by_reduction_class` does).
-template <class V>
-[[gnu::noinline, gnu::cold]] std::pair<V, V> sincos_by_class(const V& x) {
-  using T = typename V::value_type;
-  T in[V::size], s[V::size], c[V::size];
-  x.store_unaligned(in);
-  trig_by_class<trig_fn::sin, T>(in, s, static_cast<int>(V::size));
-  trig_by_class<trig_fn::cos, T>(in, c, static_cast<int>(V::size));
-  return {V::load_unaligned(s), V::load_unaligned(c)};
-}
-
 /// `F` of a batch, class by class: `small` (the same bits as `F` on that class, possibly
 /// cheaper) inline when every |x| <= 20π, the evaluation per class out of line otherwise
 /// (its lanes through memory to a function of the element type).
@@ -514,7 +502,15 @@ inline std::pair<V, V> sincos(const V& x) {
   } else {
     if (xsimd::all(xsimd::abs(x) <= xsimd::constants::twentypi<V>())) [[likely]]
       return detail_trig::small_sincos(x);
-    return detail_trig::sincos_by_class(x);
+    // The other class out of line, through arrays of this call's own: a reference to `x`
+    // passed to an out-of-line function would let the caller's array of batches escape (a
+    // fused loop keeps its values in one), and every value of the loop would be stored.
+    using T = typename V::value_type;
+    T lanes[V::size], s[V::size], c[V::size];
+    x.store_unaligned(lanes);
+    detail_trig::trig_by_class<detail_trig::trig_fn::sin, T>(lanes, s, static_cast<int>(V::size));
+    detail_trig::trig_by_class<detail_trig::trig_fn::cos, T>(lanes, c, static_cast<int>(V::size));
+    return {V::load_unaligned(s), V::load_unaligned(c)};
   }
 }
 /// `tan`, as `sin` (xsimd's tan reduces its argument as sin and cos do).
