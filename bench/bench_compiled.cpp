@@ -12,7 +12,10 @@
 //       hand       two hand-written xsimd loops that recompute cos(x) in the backward
 //       hand_save  two hand-written xsimd loops that save cos(x) and cos(cos(x))
 //       hand_lanes, hand_save_lanes  the same two with fusegrad::lanes::cos/sin (xsimd's steps
-//                  written inline: faster); the best hand loop at a size is the fastest of the four
+//                  written inline: faster)
+//       hand_save_blocks_lanes  hand_save_lanes with its forward over blocks of 256 elements,
+//                  one cosine per pass (the two cosines of an element wait on each other);
+//                  the best hand loop at a size is the fastest of the hand loops
 //       eager      the same expression op by op on the tape
 //       eigen      Eigen arrays: forward expression, then the gradient expressions
 //   BM_xyz/<variant>  out = x * y + z, forward only (bandwidth bound: 3 reads, 1 write):
@@ -114,6 +117,20 @@ void BM_coscos_fwd_bwd_hand_save(benchmark::State& state) {
   std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size()), c1(out.size()), c2(out.size());
   for (auto _ : state) {
     hand_forward_save<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
+    hand_backward_save<Trig>(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
+    benchmark::DoNotOptimize(gx.data());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n, 12);
+}
+
+template <class Trig>
+void BM_coscos_fwd_bwd_hand_save_blocks(benchmark::State& state) {
+  const long n = state.range(0);
+  inputs in(n);
+  std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size()), c1(out.size()), c2(out.size());
+  for (auto _ : state) {
+    hand_forward_save_blocks<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
     hand_backward_save<Trig>(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
     benchmark::DoNotOptimize(gx.data());
     benchmark::ClobberMemory();
@@ -292,6 +309,9 @@ BENCHMARK(BM_coscos_fwd_bwd_hand_sincos<lanes_trig>)->Name("BM_coscos_fwd_bwd_ha
 BENCHMARK(BM_coscos_fwd_bwd_hand_save<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand_save")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_lanes")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand_save<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_save_lanes")->Apply(sizes);
+BENCHMARK(BM_coscos_fwd_bwd_hand_save_blocks<lanes_trig>)
+    ->Name("BM_coscos_fwd_bwd_hand_save_blocks_lanes")
+    ->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_policy<fg::policy::min_cut>)->Name("BM_coscos_fwd_bwd_fused_min_cut")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_eager)->Apply(sizes);
 #if defined(FUSEGRAD_HAVE_EIGEN)

@@ -1,6 +1,7 @@
 #pragma once
 // Hand-written reference loops the benchmarks put beside fusegrad's kernels: what a careful
 // programmer would write for these expressions with xsimd, one pass each way.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -91,6 +92,34 @@ __attribute__((noinline)) void hand_forward_save(const float* __restrict x, cons
     (c2 * B::load_unaligned(y + i)).store_unaligned(out + i);
   }
   for (; i < n; ++i) {
+    c1s[i] = std::cos(x[i]);
+    c2s[i] = std::cos(c1s[i]);
+    out[i] = c2s[i] * y[i];
+  }
+}
+
+// The saving forward over blocks of 256 elements, one cosine per pass: the second cosine
+// waits on the first, and a loop that takes each batch through both waits on that latency
+// (the out-of-order window does not hold two evaluations of tens of instructions each), where
+// over a block the batches of one cosine overlap. cos(x) goes to its saved array, which the
+// second pass reads back from L1. With `hand_backward_save`, whose two sines do not wait on
+// each other, the best hand loop of this work on a Zen 4 core (docs/performance.md).
+template <class Trig = xsimd_trig>
+__attribute__((noinline)) void hand_forward_save_blocks(const float* __restrict x, const float* __restrict y,
+                                                        float* __restrict out, float* __restrict c1s,
+                                                        float* __restrict c2s, long n) {
+  constexpr long block = 256;
+  const long full = n / W * W;
+  for (long i0 = 0; i0 < full; i0 += block) {
+    const long end = std::min(i0 + block, full);
+    for (long i = i0; i < end; i += W) Trig::cos(B::load_unaligned(x + i)).store_unaligned(c1s + i);
+    for (long i = i0; i < end; i += W) {
+      const B c2 = Trig::cos(B::load_unaligned(c1s + i));
+      c2.store_unaligned(c2s + i);
+      (c2 * B::load_unaligned(y + i)).store_unaligned(out + i);
+    }
+  }
+  for (long i = full; i < n; ++i) {
     c1s[i] = std::cos(x[i]);
     c2s[i] = std::cos(c1s[i]);
     out[i] = c2s[i] * y[i];
