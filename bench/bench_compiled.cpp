@@ -110,27 +110,15 @@ void BM_coscos_fwd_bwd_policy(benchmark::State& state) {
   set_bytes(state, n, 8);
 }
 
-template <class Trig>
+/// `Blocks`: the forward over blocks, one cosine per pass (`hand_forward_save_blocks`).
+template <class Trig, bool Blocks = false>
 void BM_coscos_fwd_bwd_hand_save(benchmark::State& state) {
   const long n = state.range(0);
   inputs in(n);
   std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size()), c1(out.size()), c2(out.size());
   for (auto _ : state) {
-    hand_forward_save<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
-    hand_backward_save<Trig>(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
-    benchmark::DoNotOptimize(gx.data());
-    benchmark::ClobberMemory();
-  }
-  set_bytes(state, n, 12);
-}
-
-template <class Trig>
-void BM_coscos_fwd_bwd_hand_save_blocks(benchmark::State& state) {
-  const long n = state.range(0);
-  inputs in(n);
-  std::vector<float> out(static_cast<std::size_t>(n)), gx(out.size()), gy(out.size()), c1(out.size()), c2(out.size());
-  for (auto _ : state) {
-    hand_forward_save_blocks<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
+    if constexpr (Blocks) hand_forward_save_blocks<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
+    else hand_forward_save<Trig>(in.x.data(), in.y.data(), out.data(), c1.data(), c2.data(), n);
     hand_backward_save<Trig>(in.x.data(), in.y.data(), in.g.data(), c1.data(), c2.data(), gx.data(), gy.data(), n);
     benchmark::DoNotOptimize(gx.data());
     benchmark::ClobberMemory();
@@ -309,7 +297,7 @@ BENCHMARK(BM_coscos_fwd_bwd_hand_sincos<lanes_trig>)->Name("BM_coscos_fwd_bwd_ha
 BENCHMARK(BM_coscos_fwd_bwd_hand_save<xsimd_trig>)->Name("BM_coscos_fwd_bwd_hand_save")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_lanes")->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_hand_save<lanes_trig>)->Name("BM_coscos_fwd_bwd_hand_save_lanes")->Apply(sizes);
-BENCHMARK(BM_coscos_fwd_bwd_hand_save_blocks<lanes_trig>)
+BENCHMARK(BM_coscos_fwd_bwd_hand_save<lanes_trig, true>)
     ->Name("BM_coscos_fwd_bwd_hand_save_blocks_lanes")
     ->Apply(sizes);
 BENCHMARK(BM_coscos_fwd_bwd_policy<fg::policy::min_cut>)->Name("BM_coscos_fwd_bwd_fused_min_cut")->Apply(sizes);
