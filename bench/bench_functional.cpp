@@ -3,6 +3,7 @@
 // run. Header-only (<fusegrad/functional.hpp>), no tensors.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
@@ -202,6 +203,44 @@ __attribute__((noinline)) float hand_ccy_sincos(const float* __restrict x, const
   return xsimd::hadd(acc);
 }
 
+/// `hand_ccy_sincos<true>` with the first `sincos` of a block of 256 elements taken before
+/// the second (the same operations and the same sum order: the same bits): a batch taken
+/// through both waits on the first, and on a Zen 4 core the out-of-order window does not
+/// cover that latency, where over a block the batches of one `sincos` overlap. The best hand
+/// loop from about 2^10 (docs/performance.md).
+__attribute__((noinline)) float hand_ccy_sincos_blocks(const float* __restrict x, const float* __restrict y,
+                                                       float* __restrict gx, float* __restrict gy, long n) {
+  namespace L = fusegrad::lanes;
+  constexpr long block = 256;
+  alignas(64) float s1b[block], c1b[block];
+  BF acc(0.0f);
+  const long full = n / WF * WF;
+  for (long i0 = 0; i0 < full; i0 += block) {
+    const long m = std::min(block, full - i0);
+    for (long i = 0; i < m; i += WF) {
+      const auto [s1, c1] = L::sincos(BF::load_unaligned(x + i0 + i));
+      s1.store_aligned(s1b + i);
+      c1.store_aligned(c1b + i);
+    }
+    for (long i = 0; i < m; i += WF) {
+      const BF yv = BF::load_unaligned(y + i0 + i);
+      const auto [s2, c2] = L::sincos(BF::load_aligned(c1b + i));
+      acc += c2 * yv;
+      (yv * s2 * BF::load_aligned(s1b + i)).store_unaligned(gx + i0 + i);
+      c2.store_unaligned(gy + i0 + i);
+    }
+  }
+  auto body = [&](BF xv, BF yv, BF& dx) {  // the last, partial batch
+    const auto [s1, c1] = L::sincos(xv);
+    const auto [s2, c2] = L::sincos(c1);
+    acc += c2 * yv;
+    dx = yv * s2 * s1;
+    return c2;
+  };
+  masked_loop(x + full, y + full, gx + full, gy + full, n - full, body);
+  return xsimd::hadd(acc);
+}
+
 struct ccy_data {
   std::vector<float> x, y, gx, gy;
   explicit ccy_data(long n) : x(static_cast<std::size_t>(n)), y(x.size()), gx(x.size()), gy(x.size()) {
@@ -264,6 +303,14 @@ void BM_ccy_hand_sincos(benchmark::State& s) {
 }
 BENCHMARK(BM_ccy_hand_sincos<false>)->Name("BM_ccy_hand_sincos")->Arg(10)->Arg(1000)->Arg(1 << 16)->Arg(1 << 20);
 BENCHMARK(BM_ccy_hand_sincos<true>)->Name("BM_ccy_hand_sincos_lanes")->Arg(10)->Arg(1000)->Arg(1 << 16)->Arg(1 << 20);
+void BM_ccy_hand_sincos_blocks(benchmark::State& s) {
+  ccy_data d(s.range(0));
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(hand_ccy_sincos_blocks(d.x.data(), d.y.data(), d.gx.data(), d.gy.data(), s.range(0)));
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_ccy_hand_sincos_blocks)->Arg(10)->Arg(1000)->Arg(1 << 16)->Arg(1 << 20);
 BENCHMARK(BM_ccy_hand)->Arg(10)->Arg(1000)->Arg(1 << 20);
 BENCHMARK(BM_ccy_hand_masked)->Arg(10)->Arg(1000)->Arg(1 << 20);
 BENCHMARK(BM_ccy_hand_lanes)->Arg(10)->Arg(1000)->Arg(1 << 20);
