@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <new>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
@@ -111,6 +112,83 @@ TEST_CASE("cos(cos(x)) * y in float: value_and_grad against eager, all lengths 0
       CHECK(gx[static_cast<std::size_t>(i)] == doctest::Approx(ex[static_cast<std::size_t>(i)]).epsilon(1e-6));
       CHECK(gy[static_cast<std::size_t>(i)] == ey[static_cast<std::size_t>(i)]);
     }
+  }
+}
+
+// A slow op whose operand holds a slow op (cos(cos(x))) has that operand computed a tile ahead
+// (functional/stages.hpp): which subexpressions are staged, and, over lengths on both sides of
+// the tiles' and batches' boundaries, the same values and gradients as eager: every staged
+// tree read back at its own batch.
+namespace staging {
+using x_t = fg::span_arg<0, float>;
+using y_t = fg::span_arg<1, float>;
+template <class E>
+constexpr auto stages_of() {
+  return fg::detail::fn::unique_stages<E>(fg::detail::fn::part_stages<0, E>());
+}
+using cc = decltype(fg::sum(fg::cos(fg::cos(x_t{})) * y_t{}));
+using inner = decltype(fg::cos(x_t{}));
+static_assert(std::is_same_v<decltype(stages_of<cc>()), fg::detail::fn::type_list<fg::detail::fn::stage<1, inner, 0>>>,
+              "cos(cos(x)) * y: the inner cos is computed a tile ahead");
+using scs = decltype(fg::sum(fg::sin(fg::cos(fg::sin(x_t{})))));
+static_assert(std::is_same_v<decltype(stages_of<scs>()),
+                             fg::detail::fn::type_list<fg::detail::fn::stage<1, decltype(fg::sin(x_t{})), 0>,
+                                                       fg::detail::fn::stage<1, decltype(fg::cos(fg::sin(x_t{}))), 0>>>,
+              "a chain of three slow ops: two stages, innermost first");
+using flat = decltype(fg::sum(fg::cos(x_t{}) * fg::sin(y_t{}) + fg::exp(x_t{} * 2.0f)));
+static_assert(std::is_same_v<decltype(stages_of<flat>()), fg::detail::fn::type_list<>>,
+              "no slow op reads another: nothing staged");
+using twice = decltype(fg::sum(fg::cos(fg::cos(x_t{})) * fg::cos(x_t{})));
+static_assert(std::is_same_v<decltype(stages_of<twice>()), fg::detail::fn::type_list<>>,
+              "a subexpression whose type occurs twice is not staged (found by its type)");
+}  // namespace staging
+
+TEST_CASE_TEMPLATE("staged chains of slow ops: values and gradients equal eager across tiles", T, float, double) {
+  auto chain2 = [](const auto& x, const auto& y) { return fg::sum(fg::cos(fg::cos(x)) * y); };
+  auto chain3 = [](const auto& x, const auto& y) { return fg::sum(fg::sin(fg::cos(fg::sin(x))) * y + y); };
+  // two reductions over different lengths: each runs a pass of its own (the stage of one is
+  // skipped in the other's pass)
+  auto part = [](const auto& v, fg::index_t start) {  // the elements from `start` to the last but one
+    if constexpr (requires { v.numel(); }) return fg::narrow(v, 0, start, v.numel() - 1);
+    else return fg::slice(v, start, fg::size(v) - 1);
+  };
+  auto two = [&](const auto& x, const auto& y) {
+    return fg::sum(fg::cos(fg::cos(x)) * y) + fg::sum(fg::tanh(part(y, 1)) * part(x, 0));
+  };
+  const T tol = std::is_same_v<T, float> ? T(2e-6) : T(1e-14);
+  auto check = [&](auto f, int n) {
+    CAPTURE(n);
+    const auto un = static_cast<std::size_t>(n);
+    std::vector<T> xs(un), ys(un), gx(un, T(-9)), gy(un, T(-9));
+    for (int i = 0; i < n; ++i)
+      xs[static_cast<std::size_t>(i)] = T(0.37) * T(i % 97) - T(17.0),
+      ys[static_cast<std::size_t>(i)] = T(1) + T(0.01) * T(i % 13);
+    const T v = fg::value_and_grad(f, fg::argnums<0, 1>).into(std::span<T>(gx), std::span<T>(gy))(xs, ys);
+    auto tx = fg::from_vector<T>(xs), ty = fg::from_vector<T>(ys);
+    tx.requires_grad(true), ty.requires_grad(true);
+    auto out = f(tx, ty);
+    out.backward();
+    CHECK(v == out.item());  // the same elements' values, the same sum: bit for bit
+    for (int i = 0; i < n; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      CHECK(std::abs(gx[u] - tx.grad().data()[i]) <= tol * (1 + std::abs(tx.grad().data()[i])));
+      CHECK(std::abs(gy[u] - ty.grad().data()[i]) <= tol * (1 + std::abs(ty.grad().data()[i])));
+    }
+  };
+  for (int n : {2, 3, 7, 8, 9, 17, 255, 256, 257, 300, 511, 513, 1000}) {
+    check(chain2, n);
+    check(chain3, n);
+    check(two, n);
+  }
+}
+
+TEST_CASE("staged chains under forward mode: the jacobian of cos(cos(x)) against its closed form") {
+  for (int n : {5, 300}) {
+    const auto xs = sample(-3, 3, n);
+    const auto j = fg::jacobian([](const auto& x) { return fg::cos(fg::cos(x)); })(xs);
+    const auto un = static_cast<std::size_t>(n);
+    REQUIRE(j.size() == un * un);
+    for (std::size_t r = 0; r < un; r += 7) CHECK(close(j[r * un + r], std::sin(std::cos(xs[r])) * std::sin(xs[r])));
   }
 }
 

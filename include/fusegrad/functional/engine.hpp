@@ -9,7 +9,10 @@
 /// A pass walks the elements SIMD batch by batch, in tiles of `tile_elems` elements: for each
 /// batch it evaluates the element-wise parts forward (`fwd`, in registers) and, in a
 /// backward pass, pushes each reduction's adjoint back through them (`back`) right away:
-/// nothing is saved, nothing reloaded. Gradients of ranges are stored as they come (added,
+/// nothing is saved to memory. A slow op's operand that holds a slow op itself (the inner
+/// `cos` of `cos(cos(x))`) is computed over the tile's full batches first, its value trees
+/// into an L1 buffer that the batches read back (functional/stages.hpp): a batch then waits
+/// on one slow op, not on a chain of them. Gradients of ranges are stored as they come (added,
 /// where the argument appears sliced at several offsets); the reductions' values and the
 /// scalars' gradients (sums over the elements) go through a tile buffer into fusegrad's one
 /// summation (`running_sum`, core/accumulate.hpp), so a sum here has the bits of eager
@@ -24,6 +27,7 @@
 
 #include "fusegrad/core/accumulate.hpp"
 #include "fusegrad/functional/eval.hpp"
+#include "fusegrad/functional/stages.hpp"
 #include "fusegrad/functional/values.hpp"
 #include "fusegrad/ops/op.hpp"
 
@@ -68,8 +72,9 @@ struct is_span_slot : std::bool_constant<is_span_slot_v<S>> {};
 
 // ---- where the leaves' values come from ---------------------------------------------------
 
-/// Inside the loop: batch `pos` (of `rem` valid lanes when not `Full`).
-template <class Vs, bool Full, class Slots, bool Back>
+/// Inside the loop: batch `pos` (of `rem` valid lanes when not `Full`); the first `Limit`
+/// stages of `Buf` (`stage_buffers`) read from their trees at the tile's batch `tile_batch`.
+template <class Vs, bool Full, class Slots, bool Back, class Buf = no_stages, int Limit = 0>
 struct batch_ctx {
   using T = typename kind<Vs>::elem;
   using Vb = batch_of<Vs>;
@@ -78,6 +83,16 @@ struct batch_ctx {
   const Slots& slots;
   const Vb* hoisted_values;  ///< per mark: a hoisted subexpression's value in every lane
   index_t pos, rem;
+  const Buf* staged = nullptr;
+  std::size_t tile_batch = 0;
+
+  /// Which stage node `E` is, where this context reads it (-1: computed here).
+  template <class E>
+  static constexpr int stage_of = Buf::template index<E> < Limit ? Buf::template index<E> : -1;
+  template <class E>
+  const auto& staged_tree() const {
+    return staged->template get<stage_of<E>>(tile_batch);
+  }
 
   template <std::size_t I>
   Vb leaf(const scalar_arg<I, T>&) const {
@@ -408,19 +423,21 @@ struct pass_io {
 /// repeating reused subexpressions.)
 /// `put(std::integral_constant<int, q>, v)` takes the batch `v` of summed quantity `q` (into a
 /// tile buffer's slot, or registers).
-template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, class Put>
+template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slots, int NM, class Put,
+          class Buf = no_stages>
 // Above the complexity bound: one if-constexpr branch per pass kind (forward or backward, full or
 // partial batch), one inlined body in the element loop.
 // Always inlined: at -O2 GCC left it out of line in `sum_register_chunks`, a call per batch.
 // NOLINTNEXTLINE(readability-function-cognitive-complexity)
 [[gnu::always_inline]] inline void run_batch(const E& e, const Slots& slots,
                                              const pass_io<Vs, std::tuple_size_v<Slots>>& io, index_t pos, index_t rem,
-                                             const Put& put, const batch_of<Vs>* red_adj) {
+                                             const Put& put, const batch_of<Vs>* red_adj, const Buf* staged = nullptr,
+                                             std::size_t tile_batch = 0) {
   using Vb = batch_of<Vs>;
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
   constexpr std::uint64_t scalars = summed_scalars<Mask, E, Slots>;
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
-  const batch_ctx<Vs, Full, Slots, Back> c{slots, io.hoisted, pos, rem};
+  const batch_ctx<Vs, Full, Slots, Back, Buf, Buf::count> c{slots, io.hoisted, pos, rem, staged, tile_batch};
   using State = batch_state<Vs, NA, NM>;
   State st;  // (not `{}`: the pending adjoints are written before they are read, `has` says which)
   st.out = io.out, st.add = io.add, st.pos = pos, st.rem = rem;
@@ -493,7 +510,47 @@ struct pass_sums {
   static constexpr int NS = std::popcount(scalars);
   static constexpr int NQ = (NM + NS) * nc;
   static constexpr int NQ1 = NQ > 0 ? NQ : 1;
+  /// The batch context, by the stages it reads.
+  template <bool Full, class Buf, int Limit>
+  using ctx = batch_ctx<Vs, Full, Slots, Back, Buf, Limit>;
+  /// The stages computed a tile ahead (`stages.hpp`), where their trees fit the budget.
+  using stages = decltype([]<class... S>(type_list<S...>) {
+    if constexpr (sizeof...(S) == 0) {
+      return no_stages{};
+    } else {
+      using Buf = stage_buffers<Vs, ctx, S...>;
+      if constexpr (sizeof(Buf) <= stage_buffer_bytes) return Buf{};
+      else return no_stages{};
+    }
+  }(unique_stages<E>(part_stages<0, E>())));
 };
+
+/// A tile's stages (its full batches of elements [t0, t0 + m)), innermost first, each batch by
+/// batch into its trees, each reading the stages before it. (The stages of a reduction this
+/// pass does not run are skipped; a partial last batch computes its own: a short call runs as
+/// it did without stages.)
+template <class P, class E, class Slots, class Buf>
+[[gnu::always_inline]] inline void stage_tile(const E& e, const Slots& slots, const typename P::io_t& io, index_t t0,
+                                              index_t m, Buf& staged) {
+  constexpr index_t W = P::W;
+  [&]<int... K>(std::integer_sequence<int, K...>) {
+    (
+        [&] {
+          using St = typename Buf::template stage_at<K>;
+          if (St::red >= 0 && io.only >= 0 && io.only != St::red) return;
+          const auto& node = *find_node<typename St::type>(e);
+          for (index_t j = 0; j + W <= m; j += W) {
+            const auto b = static_cast<std::size_t>(j / W);
+            staged.template put<K>(b, [&] {
+              return fwd<St::base>(typename P::template ctx<true, Buf, K>{slots, io.hoisted, t0 + j, W, &staged, b},
+                                   node);
+            });
+          }
+        }(),
+        ...);
+  }
+  (std::make_integer_sequence<int, Buf::count>{});
+}
 
 /// Marks the summed quantities this pass uses: the reductions it runs, and backward their
 /// hoisted subexpressions and the scalars.
@@ -589,8 +646,11 @@ template <class P, class E, class Slots>
   using Vs = typename P::Vs;
   constexpr index_t W = P::W;
   constexpr int nc = P::nc, NM = P::NM, NQ = P::NQ;
+  using Stages = typename P::stages;
+  [[maybe_unused]] Stages staged;  // (uninitialised: each stage's trees are written before they are read)
   for (index_t t0 = start; t0 < n; t0 += tile_elems) {
     const index_t m = std::min(tile_elems, n - t0);
+    if constexpr (Stages::count > 0) stage_tile<P>(e, slots, io, t0, m, staged);
     index_t j = 0;
     auto put = [&](auto q, const batch_of<Vs>& v) {
       std::array<T*, nc> p;
@@ -598,7 +658,8 @@ template <class P, class E, class Slots>
       store_comps(v, p.data(), 0);
     };
     for (; j + W <= m; j += W)
-      run_batch<P::Back, true, P::Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, W, put, red_adj);
+      run_batch<P::Back, true, P::Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, W, put, red_adj, &staged,
+                                                          static_cast<std::size_t>(j / W));
     if (j < m) run_batch<P::Back, false, P::Mask, Vs, E, Slots, NM>(e, slots, io, t0 + j, m - j, put, red_adj);
     if (short_call) {
       for (int q = 0; q < NQ; ++q)

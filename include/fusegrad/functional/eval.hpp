@@ -387,12 +387,21 @@ constexpr bool sibling_node() {
 
 /// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)`,
 /// `c.reduction<B>(r)` and, in contexts that hoist, `c.hoisted<B>(h)` give the leaves' values.
+/// Which of the span engine's stages (functional/stages.hpp) node `E` is, where context `C`
+/// reads its value tree instead of computing it (-1: none; other contexts stage nothing).
+template <class C, class E>
+constexpr int staged_in() {
+  if constexpr (requires { C::template stage_of<E>; }) return C::template stage_of<E>;
+  else return -1;
+}
+
 template <int B, class C, class E>
 constexpr auto fwd(const C& c, const E& e) {
   if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value), {}};
   else if constexpr (is_arg_v<E>) return vt<decltype(c.leaf(e))>{c.leaf(e), {}};
   else if constexpr (C::hoisting && hoistable_v<E>)
     return vt<decltype(c.template hoisted<B>(e))>{c.template hoisted<B>(e), {}};
+  else if constexpr (staged_in<C, E>() >= 0) return c.template staged_tree<E>();
   else if constexpr (is_element_v<E>) return vt<decltype(c.element(e))>{c.element(e), {}};
   else if constexpr (is_real_reduction_v<E>)
     return vt<decltype(c.template reduction<B>(e))>{c.template reduction<B>(e), {}};

@@ -58,10 +58,6 @@ inline constexpr int register_slow_chain = 1;
 /// The most element-wise nodes of a stage run in clusters (see `stage_batches::cluster_of`)
 /// when they cannot all run in registers; a larger stage runs node by node over each tile.
 inline constexpr std::size_t cluster_stage_nodes = 32;
-/// An op costing this much (3 streamed loads per element, in the plan's units) or more is slow:
-/// its latency (tens of cycles per batch) is what a batch waits for.
-inline constexpr int slow_op_cost = 3 * cost_units_per_load;
-
 /// Whether canonical node `c` of `A` computes a slow op (a custom node computes nothing: its
 /// value is its operand's).
 template <class A>

@@ -107,6 +107,14 @@ constexpr int op_cost_units() {
   // NOLINTNEXTLINE(bugprone-incorrect-roundings): costs are small and positive; std::lround is not constexpr
   return static_cast<int>(op_cost<Op>() * cost_units_per_load + 0.5);
 }
+/// An op costing this much (3 streamed loads per element, in the plan's units) or more is slow:
+/// its latency (tens of cycles per batch) is what a batch waits for.
+inline constexpr int slow_op_cost = 3 * cost_units_per_load;
+/// Whether `Op` is slow (`slow_op_cost`).
+template <class Op>
+constexpr bool slow_op() {
+  return op_cost_units<Op>() >= slow_op_cost;
+}
 
 /// Whether `Op` has a sibling: another op on the same operand whose value comes out of the same
 /// work (`sin` and `cos`: one reduction of the argument gives both). Such an op names it
