@@ -72,9 +72,9 @@ struct is_span_slot : std::bool_constant<is_span_slot_v<S>> {};
 
 // ---- where the leaves' values come from ---------------------------------------------------
 
-/// Inside the loop: batch `pos` (of `rem` valid lanes when not `Full`); the first `Limit`
-/// stages of `Buf` (`stage_buffers`) read from their trees at the tile's batch `tile_batch`.
-template <class Vs, bool Full, class Slots, bool Back, class Buf = no_stages, int Limit = 0>
+/// Inside the loop: batch `pos` (of `rem` valid lanes when not `Full`); the stages of `Buf`
+/// (`stage_buffers`) read from their trees at the tile's batch `tile_batch`.
+template <class Vs, bool Full, class Slots, bool Back, class Buf = no_stages>
 struct batch_ctx {
   using T = typename kind<Vs>::elem;
   using Vb = batch_of<Vs>;
@@ -88,7 +88,7 @@ struct batch_ctx {
 
   /// Which stage node `E` is, where this context reads it (-1: computed here).
   template <class E>
-  static constexpr int stage_of = Buf::template index<E> < Limit ? Buf::template index<E> : -1;
+  static constexpr int stage_of = Buf::template index<E>;
   template <class E>
   const auto& staged_tree() const {
     return staged->template get<stage_of<E>>(tile_batch);
@@ -437,7 +437,7 @@ template <bool Back, bool Full, std::uint64_t Mask, class Vs, class E, class Slo
   constexpr int NA = static_cast<int>(std::tuple_size_v<Slots>);
   constexpr std::uint64_t scalars = summed_scalars<Mask, E, Slots>;
   constexpr std::uint64_t spans = slot_mask<Slots, is_span_slot>() & Mask;
-  const batch_ctx<Vs, Full, Slots, Back, Buf, Buf::count> c{slots, io.hoisted, pos, rem, staged, tile_batch};
+  const batch_ctx<Vs, Full, Slots, Back, Buf> c{slots, io.hoisted, pos, rem, staged, tile_batch};
   using State = batch_state<Vs, NA, NM>;
   State st;  // (not `{}`: the pending adjoints are written before they are read, `has` says which)
   st.out = io.out, st.add = io.add, st.pos = pos, st.rem = rem;
@@ -511,8 +511,8 @@ struct pass_sums {
   static constexpr int NQ = (NM + NS) * nc;
   static constexpr int NQ1 = NQ > 0 ? NQ : 1;
   /// The batch context, by the stages it reads.
-  template <bool Full, class Buf, int Limit>
-  using ctx = batch_ctx<Vs, Full, Slots, Back, Buf, Limit>;
+  template <bool Full, class Buf>
+  using ctx = batch_ctx<Vs, Full, Slots, Back, Buf>;
   /// The stages computed a tile ahead (`stages.hpp`), where their trees fit the budget.
   using stages = decltype([]<class... S>(type_list<S...>) {
     if constexpr (sizeof...(S) == 0) {
@@ -525,10 +525,9 @@ struct pass_sums {
   }(unique_stages<E>(part_stages<0, E>())));
 };
 
-/// A tile's stages (its full batches of elements [t0, t0 + m)), innermost first, each batch by
-/// batch into its trees, each reading the stages before it. (The stages of a reduction this
-/// pass does not run are skipped; a partial last batch computes its own: a short call runs as
-/// it did without stages.)
+/// A tile's stages (its full batches of elements [t0, t0 + m)), each batch by batch into its
+/// trees (no stage holds another). The stages of a reduction this pass does not run are
+/// skipped; a partial last batch computes its own: a short call runs as it did without stages.
 template <class P, class E, class Slots, class Buf>
 [[gnu::always_inline]] inline void stage_tile(const E& e, const Slots& slots, const typename P::io_t& io, index_t t0,
                                               index_t m, Buf& staged) {
@@ -542,8 +541,7 @@ template <class P, class E, class Slots, class Buf>
           for (index_t j = 0; j + W <= m; j += W) {
             const auto b = static_cast<std::size_t>(j / W);
             staged.template put<K>(b, [&] {
-              return fwd<St::base>(typename P::template ctx<true, Buf, K>{slots, io.hoisted, t0 + j, W, &staged, b},
-                                   node);
+              return fwd<St::base>(typename P::template ctx<true, no_stages>{slots, io.hoisted, t0 + j, W}, node);
             });
           }
         }(),

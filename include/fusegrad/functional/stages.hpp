@@ -1,12 +1,15 @@
 #pragma once
 /// \file fusegrad/functional/stages.hpp
 /// Which subexpressions of an element-wise part the span engine computes a tile ahead: the
-/// operand of a slow op (a transcendental function, `slow_op`) that holds a slow op itself.
+/// operand of a slow op (a transcendental function, `slow_op`) that holds a slow op itself, on
+/// no path more than one.
 /// Evaluated batch by batch in one body, `cos(cos(x))` makes every batch wait on two slow ops
 /// in turn; computed over a tile first (its value trees into an L1 buffer), the inner `cos`
 /// runs one batch after another with nothing to wait on, and the outer one reads its trees
-/// back. The same ops on the same lanes: the same bits. As `fg::compile`'s clusters do
-/// (kernel/row_body.hpp), a path through one pass holds at most one slow op.
+/// back. The same ops on the same lanes: the same bits. In a longer chain only the innermost
+/// such operand is staged: a stage holding another would copy the inner one's tree into its
+/// own, and on a Zen 4 core those stores cost more than the wait they save (three `tanh` with
+/// two nested stages ran slower than none; with the inner one alone, faster).
 
 #include <algorithm>
 #include <array>
@@ -75,16 +78,17 @@ constexpr int occurrences() {
   (std::make_index_sequence<arity_v<E>>{});
 }
 
-/// Whether child `J` of `E` is a stage: `E` is slow and the child holds a slow op.
+/// Whether child `J` of `E` is a stage: `E` is slow and the child holds a slow op, on no path
+/// more than one (no stage inside it).
 template <class E, std::size_t J>
-inline constexpr bool staged_child_v = slow_node<E>() && (slow_depth<child_t<E, J>>() > 0);
+inline constexpr bool staged_child_v = slow_node<E>() && (slow_depth<child_t<E, J>>() == 1);
 /// Child `J` of `E` (first mark `B`, in the part of reduction `R`) as a list of its stage, if it is one.
 template <int B, int R, class E, std::size_t J>
 using child_stage =
     std::conditional_t<staged_child_v<E, J>, type_list<stage<child_base<E, J>(B), child_t<E, J>, R>>, type_list<>>;
 
-/// The stages inside `E` (first mark `B`, in the part of reduction `R`), innermost first: each
-/// child of a slow node that holds a slow op, after the stages inside it.
+/// The stages inside `E` (first mark `B`, in the part of reduction `R`), in the order of the
+/// walk: each child of a slow node that holds one slow op on its longest path.
 template <int B, int R, class E>
 constexpr auto stages_in() {
   if constexpr (slow_depth<E>() < 2) {
@@ -137,17 +141,16 @@ struct no_stages {
   static constexpr int index = -1;
 };
 
-/// The value trees of stages `S...` for one tile of `Vs` batches, with their contexts' types:
-/// raw storage, as a tree's values would be zeroed first (`num`'s member initialiser); a
-/// stage's batch is written (`put`) before it is read (`get`). `Ctx<Full, Buf, Limit>` is the
-/// engine's batch context; a tree's type does not depend on it.
-template <class Vs, template <bool, class, int> class Ctx, class... S>
+/// The value trees of stages `S...` for one tile of `Vs` batches: raw storage, as a tree's
+/// values would be zeroed first (`num`'s member initialiser); a stage's batch is written
+/// (`put`) before it is read (`get`). `Ctx<Full, Buf>` is the engine's batch context.
+template <class Vs, template <bool, class> class Ctx, class... S>
 struct stage_buffers {
   static constexpr int count = static_cast<int>(sizeof...(S));
   static constexpr std::size_t batches = static_cast<std::size_t>(tile_elems) / simd<typename kind<Vs>::elem>::size;
   template <class St>
   using tree =
-      decltype(fwd<St::base>(std::declval<const Ctx<true, no_stages, 0>&>(), std::declval<const typename St::type&>()));
+      decltype(fwd<St::base>(std::declval<const Ctx<true, no_stages>&>(), std::declval<const typename St::type&>()));
   template <class E>
   static constexpr int index = [] {
     int k = 0, at = -1;
