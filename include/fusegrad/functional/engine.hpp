@@ -9,7 +9,7 @@
 /// A pass walks the elements SIMD batch by batch, in tiles of `tile_elems` elements: for each
 /// batch it evaluates the element-wise parts forward (`fwd`, in registers) and, in a
 /// backward pass, pushes each reduction's adjoint back through them (`back`) right away:
-/// nothing is saved to memory. A slow op's operand that holds a slow op itself (the inner
+/// nothing is saved to memory. A slow op's operand that holds one slow op itself (the inner
 /// `cos` of `cos(cos(x))`) is computed over the tile's full batches first, its value trees
 /// into an L1 buffer that the batches read back (functional/stages.hpp): a batch then waits
 /// on one slow op, not on a chain of them. Gradients of ranges are stored as they come (added,
