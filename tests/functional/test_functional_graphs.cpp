@@ -128,17 +128,17 @@ constexpr auto stages_of() {
 }
 using cc = decltype(fg::sum(fg::cos(fg::cos(x_t{})) * y_t{}));
 using inner = decltype(fg::cos(x_t{}));
-static_assert(std::is_same_v<decltype(stages_of<cc>()), fg::detail::fn::type_list<fg::detail::fn::stage<1, inner, 0>>>,
+static_assert(std::is_same_v<decltype(stages_of<cc>()), fg::detail::type_list<fg::detail::fn::stage<1, inner, 0>>>,
               "cos(cos(x)) * y: the inner cos is computed a tile ahead");
 using scs = decltype(fg::sum(fg::sin(fg::cos(fg::sin(x_t{})))));
 static_assert(std::is_same_v<decltype(stages_of<scs>()),
-                             fg::detail::fn::type_list<fg::detail::fn::stage<1, decltype(fg::sin(x_t{})), 0>>>,
+                             fg::detail::type_list<fg::detail::fn::stage<1, decltype(fg::sin(x_t{})), 0>>>,
               "a chain of three slow ops: the innermost operand staged, no stage inside another");
 using flat = decltype(fg::sum(fg::cos(x_t{}) * fg::sin(y_t{}) + fg::exp(x_t{} * 2.0f)));
-static_assert(std::is_same_v<decltype(stages_of<flat>()), fg::detail::fn::type_list<>>,
+static_assert(std::is_same_v<decltype(stages_of<flat>()), fg::detail::type_list<>>,
               "no slow op reads another: nothing staged");
 using twice = decltype(fg::sum(fg::cos(fg::cos(x_t{})) * fg::cos(x_t{})));
-static_assert(std::is_same_v<decltype(stages_of<twice>()), fg::detail::fn::type_list<>>,
+static_assert(std::is_same_v<decltype(stages_of<twice>()), fg::detail::type_list<>>,
               "a subexpression whose type occurs twice is not staged (found by its type)");
 }  // namespace staging
 

@@ -13,6 +13,12 @@ struct type_list {
   static constexpr std::size_t size = sizeof...(Ts);
 };
 
+/// The types of `a`, then those of `b`.
+template <class... A, class... B>
+constexpr type_list<A..., B...> operator+(type_list<A...>, type_list<B...>) {
+  return {};
+}
+
 /// Index of type `E` in a type list (-1: absent).
 template <class E, class... Ts>
 constexpr int type_index(type_list<Ts...>) {

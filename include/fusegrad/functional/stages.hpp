@@ -14,24 +14,17 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
-#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
 
 #include "fusegrad/core/simd.hpp"
+#include "fusegrad/core/type_list.hpp"
 #include "fusegrad/functional/eval.hpp"
 #include "fusegrad/functional/values.hpp"
 #include "fusegrad/ops/op.hpp"
 
 namespace fusegrad::detail::fn {
-
-template <class... S>
-struct type_list {};
-template <class... A, class... B>
-constexpr type_list<A..., B...> operator+(type_list<A...>, type_list<B...>) {
-  return {};
-}
 
 /// Subexpression `S` of an element-wise part: its first mark `B` (`fwd<B>` evaluates it), and
 /// the reduction whose part holds it (`R`; -1 for an element-wise output).
