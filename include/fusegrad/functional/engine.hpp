@@ -510,15 +510,14 @@ struct pass_sums {
   static constexpr int NS = std::popcount(scalars);
   static constexpr int NQ = (NM + NS) * nc;
   static constexpr int NQ1 = NQ > 0 ? NQ : 1;
-  /// The batch context, by the stages it reads.
-  template <bool Full, class Buf>
-  using ctx = batch_ctx<Vs, Full, Slots, Back, Buf>;
+  /// The context a stage's full batches are computed in.
+  using stage_ctx = batch_ctx<Vs, true, Slots, Back>;
   /// The stages computed a tile ahead (`stages.hpp`), where their trees fit the budget.
   using stages = decltype([]<class... S>(type_list<S...>) {
     if constexpr (sizeof...(S) == 0) {
       return no_stages{};
     } else {
-      using Buf = stage_buffers<Vs, ctx, S...>;
+      using Buf = stage_buffers<Vs, stage_ctx, S...>;
       if constexpr (sizeof(Buf) <= stage_buffer_bytes) return Buf{};
       else return no_stages{};
     }
@@ -541,7 +540,7 @@ template <class P, class E, class Slots, class Buf>
           for (index_t j = 0; j + W <= m; j += W) {
             const auto b = static_cast<std::size_t>(j / W);
             staged.template put<K>(b, [&] {
-              return fwd<St::base>(typename P::template ctx<true, no_stages>{slots, io.hoisted, t0 + j, W}, node);
+              return fwd<St::base>(typename P::stage_ctx{slots, io.hoisted, t0 + j, W}, node);
             });
           }
         }(),

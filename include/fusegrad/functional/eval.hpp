@@ -385,8 +385,6 @@ constexpr bool sibling_node() {
   }
 }
 
-/// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)`,
-/// `c.reduction<B>(r)` and, in contexts that hoist, `c.hoisted<B>(h)` give the leaves' values.
 /// Which of the span engine's stages (functional/stages.hpp) node `E` is, where context `C`
 /// reads its value tree instead of computing it (-1: none; other contexts stage nothing).
 template <class C, class E>
@@ -395,6 +393,9 @@ constexpr int staged_in() {
   else return -1;
 }
 
+/// The value tree of `e` in context `c`: `c.leaf(arg)`, `c.constant(x)`,
+/// `c.reduction<B>(r)` and, in contexts that hoist, `c.hoisted<B>(h)` give the leaves' values
+/// (and, in the span engine's batches, `c.staged_tree<E>()` a stage's whole tree).
 template <int B, class C, class E>
 constexpr auto fwd(const C& c, const E& e) {
   if constexpr (is_constant_v<E>) return vt<decltype(c.constant(e.value))>{c.constant(e.value), {}};

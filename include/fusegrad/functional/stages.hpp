@@ -134,22 +134,19 @@ struct no_stages {
   static constexpr int index = -1;
 };
 
-/// The value trees of stages `S...` for one tile of `Vs` batches: raw storage, as a tree's
-/// values would be zeroed first (`num`'s member initialiser); a stage's batch is written
-/// (`put`) before it is read (`get`). `Ctx<Full, Buf>` is the engine's batch context.
-template <class Vs, template <bool, class> class Ctx, class... S>
+/// The value trees of stages `S...` for one tile of `Vs` batches, each computed in context `Ctx`
+/// (the engine's batch context that stages nothing): raw storage, as a tree's values would be
+/// zeroed first (`num`'s member initialiser); a stage's batch is written (`put`) before it is
+/// read (`get`).
+template <class Vs, class Ctx, class... S>
 struct stage_buffers {
   static constexpr int count = static_cast<int>(sizeof...(S));
   static constexpr std::size_t batches = static_cast<std::size_t>(tile_elems) / simd<typename kind<Vs>::elem>::size;
   template <class St>
-  using tree =
-      decltype(fwd<St::base>(std::declval<const Ctx<true, no_stages>&>(), std::declval<const typename St::type&>()));
+  using tree = decltype(fwd<St::base>(std::declval<const Ctx&>(), std::declval<const typename St::type&>()));
+  /// Which stage node type `E` is (-1: none).
   template <class E>
-  static constexpr int index = [] {
-    int k = 0, at = -1;
-    ((std::is_same_v<E, typename S::type> ? at = k : 0, ++k), ...);
-    return at;
-  }();
+  static constexpr int index = type_index<E>(type_list<typename S::type...>{});
   /// Stage `K`'s trees.
   template <int K>
   using stage_at = std::tuple_element_t<static_cast<std::size_t>(K), std::tuple<S...>>;
