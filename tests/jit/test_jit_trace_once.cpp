@@ -198,6 +198,66 @@ TEST_CASE("trace_once: what a replay could not redo is refused while tracing, na
     CHECK_THROWS_WITH_AS(r(x.detach().requires_grad(true)), doctest::Contains("(register_hook or retain_grad)"),
                          fg::error);
   }
+  SUBCASE("a hook put on an argument, or taken off it, inside the function") {
+    // The argument is no traced tensor, but a replay would leave it without the hook (found
+    // by the fuzzer: the argument returned with a hook that scales its gradient).
+    auto f = fg::jit(
+        [](fg::tensor<float> a) {
+          a.register_hook([](const fg::tensor<float>& g) { return g * 10.0f; });
+          return a;
+        },
+        {.trace_once = true});
+    auto a = x.detach().requires_grad(true);
+    CHECK_THROWS_WITH_AS(f(a), doctest::Contains("register_hook: a tensor hook"), fg::error);
+    CHECK_THROWS_WITH_AS(f(a), doctest::Contains("register_hook: a tensor hook"), fg::error);  // still no record
+    fg::sum(a).backward();
+    CHECK(a.grad().to_vector() == std::vector<float>(6, 1.0f));  // the refused hook was not installed
+    auto b = x.detach().requires_grad(true);
+    const std::uint64_t id = b.register_hook([](const fg::tensor<float>& g) { return g * 10.0f; });
+    auto g = fg::jit(
+        [id](fg::tensor<float> t) {
+          t.remove_hook(id);
+          return t * 2.0f;
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(g(b), doctest::Contains("remove_hook: a tensor hook removed inside"), fg::error);
+    fg::sum(b).backward();
+    CHECK(b.grad().to_vector() == std::vector<float>(6, 10.0f));  // still there
+    // retain_grad on an argument computed outside (not a leaf): refused, and it is not left
+    // marked as retaining.
+    auto c = x.detach().requires_grad(true);
+    auto d = c * 3.0f;
+    auto keep = fg::jit(
+        [](fg::tensor<float> t) {
+          t.retain_grad();
+          return t * 2.0f;
+        },
+        {.trace_once = true});
+    CHECK_THROWS_WITH_AS(keep(d), doctest::Contains("(register_hook or retain_grad)"), fg::error);
+    fg::sum(d * 2.0f).backward();
+    CHECK_FALSE(d.grad().defined());
+  }
+  SUBCASE("reading an argument's values in C++") {
+    // Found by the fuzzer: `a * a.item()` replayed the first call's number for new values.
+    auto f = fg::jit([](const fg::tensor<float>& a) { return a * a.item(); }, {.trace_once = true});
+    const auto one = fg::randn<float>({}, 5);
+    CHECK_THROWS_WITH_AS(
+        f(one), doctest::Contains("item: 'function' (jitted with trace_once=true) reads the values of argument 0"),
+        fg::error);
+    auto g = fg::jit([](const fg::tensor<float>& a, const fg::tensor<float>& b) { return b * a.to_vector()[0]; },
+                     {.trace_once = true});
+    CHECK_THROWS_WITH_AS(
+        g(x, y),
+        doctest::Contains("to_vector: 'function' (jitted with trace_once=true) reads the values of argument 0"),
+        fg::error);
+    auto h = fg::jit([](const fg::tensor<float>& a) { return a * a.reshape({2, 3}).at({1, 2}); }, {.trace_once = true});
+    CHECK_THROWS_WITH_AS(h(x), doctest::Contains("reads the values of argument 0 (through a view of it)"), fg::error);
+    // A tensor of the function's own (not an argument) is a constant of the trace, read freely.
+    auto k =
+        fg::jit([](const fg::tensor<float>& a) { return a * fg::full<float>({}, 2.0f).item(); }, {.trace_once = true});
+    CHECK(k(x).to_vector() == (x * 2.0f).to_vector());
+    CHECK(k(y).to_vector() == (y * 2.0f).to_vector());  // replayed
+  }
   SUBCASE("a random op inside the function") {
     auto f =
         fg::jit([](const fg::tensor<float>& a) { return a * fg::randn<float>(a.shape(), 3); }, {.trace_once = true});

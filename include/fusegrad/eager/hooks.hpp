@@ -68,13 +68,15 @@ tensor<T> run_hooks(const std::vector<hook<T>>& hs, tensor<T> g) {
 
 /// Puts hook `h` on tensor `t` (which requires grad): into the captured graph of the fg::jit
 /// trace that `t` is pending in, else onto the tape (its grad_fn's output slot, or the leaf).
+/// A recording trace sees every tensor's hook, pending or not: a trace_once trace refuses
+/// them all, since a replay, which does not call the function, would not put them on.
 template <Element T>
 void install_hook(const tensor<T>& t, hook<T> h) {
-  auto& i = *t.raw_impl();    // defined: the callers checked
-  if (i.lazy) [[unlikely]] {  // traced by fg::jit: the hook joins the captured graph's backward
-    if (auto* r = active_recorder<T>(); r && r->add_hook(t, h)) return;
-    i.lazy->realize("register_hook");  // another trace's tensor: computed, then hooked as usual
-  }
+  auto& i = *t.raw_impl();  // defined: the callers checked
+  if (auto* r = active_recorder<T>(); r && r->add_hook(t, h)) [[unlikely]]
+    return;  // joins the captured graph's backward
+  if (i.lazy) [[unlikely]]
+    i.lazy->realize("register_hook");  // another trace's tensor: computed, then hooked
   if (i.grad_fn) i.grad_fn->pre_hooks(i.output_nr).push_back(std::move(h));
   else i.leaf_hooks.push_back(std::move(h));
 }
@@ -109,11 +111,11 @@ std::uint64_t tensor<T>::register_hook(F&& f) {
 template <Element T>
 bool tensor<T>::remove_hook(std::uint64_t id) {
   auto& i = checked("remove_hook");
-  if (i.lazy) [[unlikely]] {
-    bool removed = false;
-    if (auto* r = detail::active_recorder<T>(); r && r->remove_hook(*this, id, removed)) return removed;
+  bool removed = false;
+  if (auto* r = detail::active_recorder<T>(); r && r->remove_hook(*this, id, removed)) [[unlikely]]
+    return removed;  // (a recording trace sees every tensor's, as `install_hook`)
+  if (i.lazy) [[unlikely]]
     i.lazy->realize("remove_hook");
-  }
   auto& hs = i.grad_fn ? i.grad_fn->pre_hooks(i.output_nr) : i.leaf_hooks;
   const auto it = std::find_if(hs.begin(), hs.end(), [&](const auto& h) { return h.id == id; });
   if (it == hs.end()) return false;
@@ -126,7 +128,6 @@ void tensor<T>::retain_grad() {
   auto& i = checked("retain_grad");
   if (!i.grad_fn && !(i.lazy && i.requires_grad)) return;  // leaves keep their gradient anyway
   if (i.retains_grad) return;
-  i.retains_grad = true;
   std::weak_ptr<detail::tensor_impl<T>> self = impl_;
   hook<T> h{detail::next_id(), [self](const tensor<T>& g) -> std::optional<tensor<T>> {
               if (auto s = self.lock()) {
@@ -139,6 +140,7 @@ void tensor<T>::retain_grad() {
             }};
   h.retains_grad = true;  // runs after the tensor's other hooks, whenever they were registered
   detail::install_hook(*this, std::move(h));
+  i.retains_grad = true;  // (after: a trace that refuses the hook leaves the tensor as it was)
 }
 
 }  // namespace fusegrad

@@ -23,6 +23,10 @@ namespace ir {
 template <Element T>
 class graph;
 }  // namespace ir
+namespace detail {
+template <Element T>
+struct tensor_impl;
+}  // namespace detail
 
 namespace detail {
 /// What the run-time tracer implements: eager ops on this thread hand their work to it
@@ -70,6 +74,10 @@ struct recorder {
   /// `t.remove_hook(id)` on such a tensor (`removed`: whether `id` was one of its hooks).
   /// False: `t` is not this recorder's.
   virtual bool remove_hook(const tensor<T>& t, std::uint64_t id, bool& removed) = 0;
+  /// The caller's C++ reads the values of computed tensor `t` (`item`, `to_vector`, `at`;
+  /// op `op`): a recorder that replays without calling the function refuses it where `t` is,
+  /// or views, one of the call's arguments.
+  virtual void read_values(const tensor_impl<T>& t, std::string_view op) = 0;
 
  protected:
   ~recorder() = default;

@@ -25,6 +25,7 @@
 #include "fusegrad/core/mutex.hpp"
 #include "fusegrad/core/shape.hpp"
 #include "fusegrad/core/storage.hpp"
+#include "fusegrad/eager/recorder.hpp"
 
 namespace fusegrad {
 
@@ -145,7 +146,7 @@ class tensor {
   [[nodiscard]] T* data_ptr() const { return synced("data_ptr").first(); }
   /// The value of a one-element tensor.
   [[nodiscard]] T item() const {
-    const auto& i = synced("item");
+    const auto& i = read_by_caller("item");
     if (fusegrad::numel(i.sizes) != 1)
       detail::fail("item", "a tensor of shape ", to_string(i.sizes), " has ", fusegrad::numel(i.sizes),
                    " elements; expected exactly one element");
@@ -257,6 +258,14 @@ class tensor {
       i.lazy->realize(op);
     return i;
   }
+  /// `synced`, where the caller's C++ reads the elements' values: a recording trace is told
+  /// (`recorder::read_values`).
+  detail::tensor_impl<T>& read_by_caller(std::string_view op) const {
+    auto& i = synced(op);
+    if (auto* r = detail::active_recorder<T>()) [[unlikely]]
+      r->read_values(i, op);
+    return i;
+  }
   std::shared_ptr<detail::tensor_impl<T>> impl_;
 };
 
@@ -354,7 +363,7 @@ void for_each_offset(const shape& s, const strides& st, index_t offset, F&& f) {
 
 template <Element T>
 std::vector<T> tensor<T>::to_vector() const {
-  const auto& i = synced("to_vector");
+  const auto& i = read_by_caller("to_vector");
   std::vector<T> out;
   out.reserve(static_cast<std::size_t>(fusegrad::numel(i.sizes)));
   const T* p = i.store ? i.store->data() : nullptr;
@@ -364,7 +373,7 @@ std::vector<T> tensor<T>::to_vector() const {
 
 template <Element T>
 T tensor<T>::at(std::initializer_list<index_t> idx) const {
-  const auto& i = synced("at");
+  const auto& i = read_by_caller("at");
   if (idx.size() != i.sizes.size())
     detail::fail("at", "got ", idx.size(), " indices for a tensor of shape ", to_string(i.sizes), "; expected ",
                  i.sizes.size());

@@ -143,17 +143,22 @@ class trace final : public recorder<T>, public lazy_source {
     if (const auto& impl = g.raw_impl(); impl && impl->lazy == this) accumulated_.push_back(impl->lazy_node);
   }
   bool add_hook(const tensor<T>& t, const hook<T>& h) override {
-    const auto& impl = t.raw_impl();
-    if (!impl || impl->lazy != this) return false;
-    if (traces_once())
+    if (traces_once())  // on any tensor, a traced one or not (an argument)
       fail(
           "register_hook", "a tensor hook (register_hook or retain_grad) registered inside '", st_->opts.name,
           "', which is jitted with trace_once=true, would run only for the call that traced it: a replay does not call "
-          "the function. Register it on the result after the call, or call fg::jit without trace_once");
+          "the function. Register it outside the function (on an argument before the call, on the result after it), "
+          "or call fg::jit without trace_once");
+    const auto& impl = t.raw_impl();
+    if (!impl || impl->lazy != this) return false;
     hooks_.emplace_back(impl->lazy_node, h);
     return true;
   }
   bool remove_hook(const tensor<T>& t, std::uint64_t id, bool& removed) override {
+    if (traces_once())
+      fail("remove_hook", "a tensor hook removed inside '", st_->opts.name,
+           "', which is jitted with trace_once=true, would be removed only for the call that traced it: a replay does "
+           "not call the function. Remove it outside the function, or call fg::jit without trace_once");
     const auto& impl = t.raw_impl();
     if (!impl || impl->lazy != this) return false;
     const auto it = std::find_if(hooks_.begin(), hooks_.end(),
@@ -161,6 +166,9 @@ class trace final : public recorder<T>, public lazy_source {
     removed = it != hooks_.end();
     if (removed) hooks_.erase(it);
     return true;
+  }
+  void read_values(const tensor_impl<T>& t, std::string_view op) override {
+    if (traces_once()) refuse_argument_read(t, op);
   }
   void realize(std::string_view why) override { flush(why, true); }
   void sync(std::string_view why) override { flush(why, true); }
@@ -258,6 +266,9 @@ class trace final : public recorder<T>, public lazy_source {
   /// point asked): throws, naming the op, when a replay of the graph could not stand for
   /// calling the function.
   void refuse_unreplayable(std::string_view why, bool is_break) const;
+  /// Under trace_once: fails where the function's C++ reads the values of `t` (op `op`) and
+  /// `t` shares its storage with an argument (is one, or a view of one).
+  void refuse_argument_read(const tensor_impl<T>& t, std::string_view op) const;
 
   // The phases of flush(), in the order it runs them (fusegrad/jit/flush.hpp).
   void note_flush_for_capture();
@@ -456,6 +467,19 @@ void trace<T>::refuse_unreplayable(std::string_view why, bool is_break) const {
          ". A replay does not call the function, so a tensor captured from outside, made inside it by a factory or a "
          "random op (randn, rand, zeros, ...), or computed by an op the tracer does not capture (matmul, views) "
          "would keep its first call's value. Pass it as an argument, or call fg::jit without trace_once");
+  }
+}
+
+template <Element T>
+void trace<T>::refuse_argument_read(const tensor_impl<T>& t, std::string_view op) const {
+  if (!t.store) return;
+  for (const arg_name& a : names_) {
+    if (static_cast<const tensor_impl<T>*>(a.impl)->store != t.store) continue;
+    fail(op, "'", st_->opts.name, "' (jitted with trace_once=true) reads the values of argument ", a.arg,
+         a.impl == &t ? "" : " (through a view of it)",
+         " in its C++, which the tracer does not see; a replay does not call the function, so what the function "
+         "computed from them would keep the first call's values. Compute with the argument's ops (traced), pass a "
+         "number as an argument of its own (part of the signature), or call fg::jit without trace_once");
   }
 }
 
