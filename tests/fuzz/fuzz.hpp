@@ -118,6 +118,8 @@ struct stats {
   long compile_executions = 0;
   long mismatches = 0;
   long fd_checks = 0;  ///< run-time programs whose eager gradients matched finite differences
+  long replays = 0;    ///< of the path runs compared, trace_once calls that replayed a record
+  long refused = 0;    ///< trace_once calls refused at trace time, as documented (a hook inside, ...)
 };
 
 /// The run-time program fuzzer (tests/fuzz/runtime_fuzz.cpp); returns false on a mismatch.

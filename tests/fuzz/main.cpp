@@ -84,12 +84,12 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "fusegrad_fuzz seed %llu: %ld run-time graphs (%ld invalid: eager threw) in %.1f s, %.1f graphs/s, %ld path runs "
-      "compared, %ld eager gradients against finite differences; %ld compile-time graph cases (%ld path runs) in %.2f "
-      "s; %ld comparisons masked by %d known-issue "
-      "switches; %ld mismatches\n",
+      "compared (%ld of them trace_once replays; %ld trace_once calls refused as documented), %ld eager gradients "
+      "against finite differences; %ld compile-time graph cases (%ld path runs) in %.2f s; %ld comparisons masked by "
+      "%d known-issue switches; %ld mismatches\n",
       static_cast<unsigned long long>(o.seed), st.graphs, st.invalid, t - t_compile,
-      t > t_compile ? static_cast<double>(st.graphs) / (t - t_compile) : 0.0, st.executions, st.fd_checks,
-      st.compile_graphs, st.compile_executions, t_compile, masked, masks, st.mismatches);
+      t > t_compile ? static_cast<double>(st.graphs) / (t - t_compile) : 0.0, st.executions, st.replays, st.refused,
+      st.fd_checks, st.compile_graphs, st.compile_executions, t_compile, masked, masks, st.mismatches);
   if (fusegrad::native::current_mode() != fusegrad::native::mode::off) {
     const auto c = fusegrad::native::counters();
     std::printf("native code: %llu kernels compiled, %llu memory hits, %llu disk hits, %llu failures\n",

@@ -157,6 +157,9 @@ struct path_desc {
   bool jit = false;
   bool jit_eager_backend = false;
   int ca = 0;  ///< 0: the eager engine; 1: compiled autograd, fused; 2: compiled autograd, eager backend
+  /// `fg::jit` with `trace_once`: a call of a new signature traces, a later one replays the
+  /// record without calling the program.
+  bool trace_once = false;
 };
 
 /// A self-contained reproducer: the program, the inputs of the shape sets, and a main that

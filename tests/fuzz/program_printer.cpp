@@ -210,7 +210,10 @@ std::string print_reproducer(const program& p, const std::vector<shape_set>& set
        "void run(int set, bool through_path) {\n";
   if (path.jit)
     o << "  static auto jitted = fg::jit(program"
-      << (path.jit_eager_backend ? ", {.backend = fg::jit_backend::eager}" : "") << ");\n";
+      << (path.jit_eager_backend ? ", {.backend = fg::jit_backend::eager}"
+          : path.trace_once      ? ", {.trace_once = true}"
+                                 : "")
+      << ");\n";
   o << "  std::vector<D> in = inputs(set);\n  try {\n";
   o << "    std::vector<D> out = " << (path.jit ? "through_path ? jitted(in) : program(in)" : "program(in)") << ";\n";
   o << "    D loss;\n    for (std::size_t i = 0; i < " << p.outputs.size()

@@ -27,11 +27,16 @@ struct outcome {
   double scale = 0;  ///< the largest finite |x| over the program's values (reference runs)
 };
 
-/// The jitted function's body: the interpreter.
+/// The jitted function's body: the interpreter. `runs` counts its calls (a trace_once replay
+/// makes none).
 struct jit_body {
   const program* p;
   std::shared_ptr<hook_log>* log;
-  std::vector<D> operator()(const std::vector<D>& in) const { return interpret(*p, in, *log); }
+  long* runs;
+  std::vector<D> operator()(const std::vector<D>& in) const {
+    ++*runs;
+    return interpret(*p, in, *log);
+  }
 };
 using jitted = fg::jit_function<jit_body>;
 
@@ -181,6 +186,8 @@ const std::vector<plan>& plans() {
       {{"compiled autograd (fused) over an eager forward", false, false, 1}, {0, 1}},
       {{"compiled autograd (eager backend) over an eager forward", false, false, 2}, {2}},
       {{"fg::jit forward + compiled autograd (fused)", true, false, 1}, {0, 2}},
+      // Each shape set is its own signature: its first call traces, its second replays.
+      {{"fg::jit (trace_once)", true, false, 0, true}, {0, 0, 1, 1}},
   };
   return ps;
 }
@@ -309,24 +316,42 @@ std::string finite_difference_mismatch(const program& p0, const shape_set& ss, l
   return why;
 }
 
+/// Whether `o` is trace_once's documented refusal of a function it cannot replay (a hook
+/// registered inside, an opaque call, a tensor read from outside the arguments, ...): each
+/// such error ends with what to do instead.
+bool refused_by_trace_once(const outcome& o) {
+  return o.fg_error && o.what.find("call fg::jit without trace_once") != std::string::npos;
+}
+
 struct checker {
   const std::vector<shape_set>& sets;
   long* executions = nullptr;
   long* masked_count = nullptr;
+  long* replays = nullptr;  ///< trace_once calls compared that replayed a record
+  long* refused = nullptr;  ///< trace_once calls refused (`refused_by_trace_once`) where eager ran
 
   /// Runs every call of plan `pl` on `p`; the first mismatch ("" if none) and the call's index.
   std::string check(const program& p, const plan& pl, const std::vector<outcome>& refs, int* failing_call) {
     std::shared_ptr<hook_log> log;
+    long runs = 0;
     std::optional<jitted> jf;
     if (pl.path.jit)
-      jf.emplace(jit_body{&p, &log}, fg::jit_options{.recompile_limit = 8,
-                                                     .name = "fuzz",
-                                                     .backend = pl.path.jit_eager_backend ? fg::jit_backend::eager
-                                                                                          : fg::jit_backend::fused});
+      jf.emplace(jit_body{&p, &log, &runs},
+                 fg::jit_options{.recompile_limit = 8,
+                                 .name = "fuzz",
+                                 .backend = pl.path.jit_eager_backend ? fg::jit_backend::eager : fg::jit_backend::fused,
+                                 .trace_once = pl.path.trace_once});
     for (std::size_t c = 0; c < pl.calls.size(); ++c) {
       const int s = pl.calls[c];
       const outcome& ref = refs[static_cast<std::size_t>(s)];
+      const long runs_before = runs;
       const outcome got = execute(p, sets[static_cast<std::size_t>(s)], s, pl.path, jf ? &*jf : nullptr, &log, &ref);
+      if (pl.path.trace_once && !ref.threw && refused_by_trace_once(got)) {
+        if (refused) ++*refused;
+        continue;
+      }
+      const bool replayed = pl.path.trace_once && runs == runs_before;
+      if (replayed && replays) ++*replays;
       if (const char* m = masked_by(p, pl, ref)) {
         count_masked(m);
         if (masked_count) ++*masked_count;
@@ -535,7 +560,7 @@ bool run_runtime_fuzz(const options& o, stats& st, double deadline_s) {
     if (g % 8 == 7) fg::compiled_autograd::reset();
     const program p = generate(o.seed, static_cast<std::uint64_t>(g));
     const std::vector<shape_set> sets = make_shape_sets(p);
-    checker ck{sets, &st.executions, &st.masked};
+    checker ck{sets, &st.executions, &st.masked, &st.replays, &st.refused};
     const std::vector<outcome> refs = ck.references(p);
     ++st.graphs;
     const bool invalid = std::all_of(refs.begin(), refs.end(), [](const outcome& r) { return r.threw; });
