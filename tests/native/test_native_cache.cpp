@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fusegrad/compiled_autograd/options.hpp>
 #include <fusegrad/native/code_cache.hpp>
 
 namespace fs = std::filesystem;
@@ -589,6 +590,11 @@ TEST_CASE("native: options from the environment; bad options are errors") {
   const native::mode before = native::current_mode();
   native::set_mode(native::mode::sync);
   CHECK(native::current_mode() == native::mode::sync);
+  // fg::config()'s switch is the same mode, as compiled autograd's is its own.
+  fusegrad::config().native = native::mode::off;
+  CHECK(native::current_mode() == native::mode::off);
+  native::set_mode(native::mode::async);
+  CHECK(fusegrad::config().native == native::mode::async);
   native::set_mode(before);
 }
 

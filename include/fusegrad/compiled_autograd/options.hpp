@@ -1,8 +1,8 @@
 #pragma once
 /// \file fusegrad/compiled_autograd/options.hpp
-/// Compiled autograd's switches: `fg::config().compiled_autograd`, the `enable` / `disable`
-/// scopes of a thread and the options they carry (see compiled_autograd.hpp for what a
-/// captured backward does).
+/// Compiled autograd's switches: `fg::config().compiled_autograd` (beside `fg::config()`'s
+/// other process-wide switch, `native`), the `enable` / `disable` scopes of a thread and the
+/// options they carry (see compiled_autograd.hpp for what a captured backward does).
 
 #include <atomic>
 #include <concepts>
@@ -12,6 +12,7 @@
 #include "fusegrad/compile/backend.hpp"
 #include "fusegrad/jit/options.hpp"
 #include "fusegrad/kernel/fused.hpp"
+#include "fusegrad/native/options.hpp"
 
 namespace fusegrad {
 
@@ -47,9 +48,22 @@ class compiled_autograd_switch {
   std::atomic<bool> on_{false};
 };
 
+/// The `native` switch of `fg::config()`: how run-time programs get native code, the mode
+/// that `FUSEGRAD_NATIVE` sets at start and `fg::native::set_mode` sets from code.
+class native_mode_switch {
+ public:
+  native_mode_switch& operator=(native::mode m) noexcept {
+    native::set_mode(m);
+    return *this;
+  }
+  // NOLINTNEXTLINE(google-explicit-constructor): reads like the mode it is
+  operator native::mode() const noexcept { return native::current_mode(); }
+};
+
 /// Process-wide switches (like `torch._dynamo.config`).
 struct config_t {
   compiled_autograd_switch compiled_autograd;  ///< capture every backward (see compiled_autograd.hpp)
+  native_mode_switch native;                   ///< native code for run-time programs (docs/jit.md)
 };
 inline config_t& config() noexcept {
   static config_t c;
