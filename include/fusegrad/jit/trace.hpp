@@ -39,9 +39,9 @@ class trace final : public recorder<T>, public lazy_source {
     st_ = &st;
     names_.clear();
   }
-  /// Names an argument's tensor: `key` for a map entry, else "arg<arg>" or "arg<arg>[<elem>]".
-  /// Names an argument's tensor for logs and guards. (Out of the class body: the precompiled
-  /// runtime holds it, so a user TU compiles none of the names' vector.)
+  /// Names an argument's tensor for logs and guards: `key` for a map entry, else "arg<arg>" or
+  /// "arg<arg>[<elem>]"; a trace_once trace also knows its arguments by it. (Out of the class
+  /// body: the precompiled runtime holds it, so a user TU compiles none of the names' vector.)
   void name(const void* impl, int arg, int elem, const std::string* key);
 
   tensor<T> pointwise(int op, T scalar, const tensor<T>& a, const tensor<T>* b) override {
