@@ -485,6 +485,47 @@ TEST_CASE("trace_once: a hit reuses the thread's buffers, never a result, and ch
   }
 }
 
+TEST_CASE("trace_once: a call whose signature extends or cuts short the last replay's is told apart from it") {
+  // A hit compares the call with the thread's last record as its words come, without writing
+  // them first: each call below follows one whose signature is a prefix of its own, or the
+  // other way round (an undefined tensor against a defined one, a rank added or dropped, a
+  // tensor more or fewer), and must trace or replay its own.
+  int calls = 0;
+  auto body = [&](const fg::tensor<float>& w, const std::vector<fg::tensor<float>>& v, const fg::tensor<float>& z) {
+    ++calls;
+    fg::tensor<float> r = w * 2.0f;
+    for (const auto& t : v) r = r + fg::sum(t);
+    return z.defined() ? r * fg::sum(z) : r;
+  };
+  auto f = fg::jit(body, {.recompile_limit = 64, .trace_once = true});
+  const auto a3 = fg::randn<float>({3}, 1), a13 = fg::randn<float>({1, 3}, 2), a31 = fg::randn<float>({3, 1}, 3);
+  const auto z = fg::randn<float>({2}, 4);
+  const fg::tensor<float> none;
+  struct call {
+    std::vector<fg::tensor<float>> v;
+    fg::tensor<float> z;
+  };
+  const std::vector<call> sigs = {{{a3}, none},  {{a3}, z}, {{a13}, z},       {{a31}, z},
+                                  {{a3, a3}, z}, {{}, z},   {{a3, a13}, none}};
+  const auto w = fg::randn<float>({1}, 5);
+  auto run = [&](const call& c) {
+    const int before = calls;
+    const fg::tensor<float> r = f(w, c.v, c.z);
+    const int traced = calls - before;
+    CHECK(same_bits(r, body(w, c.v, c.z)));
+    return traced;
+  };
+  for (const call& c : sigs) CHECK(run(c) == 1);  // each a new signature
+  // Every ordered pair in turn: the second of each is a hit, whatever the thread replayed last.
+  for (std::size_t i = 0; i < sigs.size(); ++i)
+    for (std::size_t j = 0; j < sigs.size(); ++j) {
+      CAPTURE(i);
+      CAPTURE(j);
+      CHECK(run(sigs[i]) == 0);
+      CHECK(run(sigs[j]) == 0);
+    }
+}
+
 TEST_CASE("trace_once: a hit on a view of the traced sizes, a long signature, and arguments the function moves from") {
   // The signature holds sizes, not strides: a strided view of the traced sizes hits, and the
   // replay reads it as a view (its program's loops read it made contiguous).

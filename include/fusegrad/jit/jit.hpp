@@ -216,7 +216,6 @@ class jit_function : public detail::jit::fixed_signature_call<jit_function<F>, F
     using R = std::invoke_result_t<const F&, Args...>;
     J::call_key<E> key;
     (J::add_arg(key, args), ...);
-    J::replayer<E>::seal(key);
     if (const J::traced_call<E>* c = J::replayer<E>::find(*st_, key)) {
       struct replay_results;
       detail::reused_vector<tensor<E>, replay_results> ts;

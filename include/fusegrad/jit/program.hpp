@@ -1141,12 +1141,15 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
     if (!inputs[static_cast<std::size_t>(i)]->is_contiguous()) return false;
   note_if_awaiting_native();
   const std::size_t n_out = r.output_shapes.size();
-  if (out.size() != n_out) out.resize(n_out);  // (a caller's reused list has the size already)
-  for (std::size_t i = 0; i < n_out; ++i)
-    out[i] = r.first_of[i] == i ? fusegrad::detail::empty<T>(r.output_shapes[i]) : out[r.first_of[i]];
+  out.clear();  // (a caller's reused list keeps its buffer)
+  for (std::size_t i = 0; i < n_out; ++i) {
+    if (r.first_of[i] == i) out.push_back(fusegrad::detail::empty<T>(r.output_shapes[i]));
+    else out.push_back(out[r.first_of[i]]);
+  }
   const step& st = steps_[0];
-  const loop_tables t = loop_tables_for(st.code.size());  // (the loop reduces nothing: no state to reset)
-  ptrs* const pv = t.pv;
+  thread_local std::vector<ptrs> bound;  // grows only (the loop reduces nothing: no state to pass)
+  if (bound.size() < r.bound.size()) bound.resize(r.bound.size());
+  ptrs* const pv = bound.data();
   std::copy(r.bound.begin(), r.bound.end(), pv);
   // (the impls' own addresses: the inputs are defined and computed, as their signature says,
   // and the outputs were made above)
@@ -1157,7 +1160,7 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
     else pv[p].src[field] = at;
   }
   const index_t tile = tile_of(st, r.total);
-  run_bound_loop(0, tile, r.total, pv, loop_buffer(static_cast<std::size_t>(st.registers * tile)), t.red);
+  run_bound_loop(0, tile, r.total, pv, loop_buffer(static_cast<std::size_t>(st.registers * tile)), nullptr);
   return true;
 }
 

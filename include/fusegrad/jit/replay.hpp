@@ -112,14 +112,14 @@ struct traced_call {
 /// the precompiled runtime holds them (runtime/jit.hpp).
 template <Element T>
 struct replayer {
-  /// Fills `k`'s flat signature from its layout and tensors, under the grad mode.
-  static void seal(call_key<T>& k);
-  /// The record whose signature `k` matches, or null: the one this thread replayed last for
-  /// `st` when it does, else one of `st`'s (made most recently used), which this thread then
-  /// holds in place of its last (the pointer is valid until the thread's next `find`). A hit
-  /// on the thread's last record takes neither the function's lock nor a reference to the
-  /// record; a record the function's cache dropped since still stands for its signature.
-  static const traced_call<T>* find(function_state& st, const call_key<T>& k);
+  /// The record whose signature `k` (its layout appended, not yet sealed) matches, or null:
+  /// the one this thread replayed last for `st` when it does, compared without sealing `k`;
+  /// else, `k` sealed, one of `st`'s (made most recently used), which this thread then holds
+  /// in place of its last (the pointer is valid until the thread's next `find`). A hit on the
+  /// thread's last record takes neither the function's lock nor a reference to the record; a
+  /// record the function's cache dropped since still stands for its signature. `k` leaves
+  /// sealed unless that first comparison matched.
+  static const traced_call<T>* find(function_state& st, call_key<T>& k);
   /// After a traced call with signature `k`: checks that its trace (`rec`) can stand for it,
   /// naming what cannot, and keeps its record. `results`: the result's tensors (null:
   /// undefined), its containers' lengths and keys.
@@ -130,7 +130,19 @@ struct replayer {
   static void replay(const traced_call<T>& c, std::span<const tensor<T>* const> args, std::vector<tensor<T>>& out);
 
  private:
+  /// Fills `k`'s flat signature from its layout and tensors, under the grad mode.
+  static void seal(call_key<T>& k);
+  /// The signature's words after the layout — the number of tensors, then each one's (see
+  /// `call_key::flat`) — each passed to `put` in order, under `grad_mode`; false as soon as
+  /// `put` returns false. One definition for `seal`, which writes them, and
+  /// `matches_unsealed`, which compares them with a record's as they come.
+  template <class Put>
+  static bool tensor_words(const call_key<T>& k, bool grad_mode, Put&& put);
+  /// Whether record `c`'s signature is sealed `k`'s.
   static bool matches(const traced_call<T>& c, const call_key<T>& k);
+  /// Whether record `c`'s signature is the one `k` would have sealed (`seal` skipped: a hit
+  /// never writes the words it compares).
+  static bool matches_unsealed(const traced_call<T>& c, const call_key<T>& k);
   /// `find` among `st`'s records.
   static std::shared_ptr<const traced_call<T>> find_shared(function_state& st, const call_key<T>& k);
   /// Record `c`'s entry run on `args`: its outputs' tensors into `outs`.
@@ -235,20 +247,12 @@ void once_recording<T>::save(function_state& st, const call_key<T>& k,
 inline constexpr std::size_t max_traced_calls = 64;
 
 template <Element T>
-void replayer<T>::seal(call_key<T>& k) {
-  // (the lists' buffers read once: each access of a small_vector asks where its elements are)
+template <class Put>
+bool replayer<T>::tensor_words(const call_key<T>& k, bool grad_mode, Put&& put) {
+  // (the list's buffer read once: each access of a small_vector asks where its elements are)
   const tensor<T>* const* const ts = k.tensors.data();
   const std::size_t n = k.tensors.size();
-  const bool grad_mode = is_grad_enabled();
-  std::size_t len = 1;  // the numbers written below, to make room for them at once
-  for (std::size_t i = 0; i < n; ++i) len += ts[i]->defined() ? 5 + ts[i]->raw_impl()->sizes.size() : 3;
-  const std::size_t at = k.flat.size();
-  k.flat.resize_for_overwrite(at + len);  // (every new word is written below)
-  std::int64_t* const f = k.flat.data();
-  f[0] = grad_mode;
-  f[1] = static_cast<std::int64_t>(at - 2);  // (`add_arg` appended the layout)
-  std::int64_t* w = f + at;
-  *w++ = static_cast<std::int64_t>(n);
+  if (!put(static_cast<std::int64_t>(n))) return false;
   for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
     const tensor_impl<T>* a = ts[i]->raw_impl().get();
     std::int64_t same_as = -1, alias_of = -1;
@@ -259,16 +263,26 @@ void replayer<T>::seal(call_key<T>& k) {
       if (same_as < 0 && a == b) same_as = static_cast<std::int64_t>(j);
       if (alias_of < 0 && store && store == b->store.get()) alias_of = static_cast<std::int64_t>(j);
     }
-    *w++ = same_as;
-    *w++ = alias_of;
-    *w++ = a != nullptr;
+    if (!(put(same_as) && put(alias_of) && put(a != nullptr))) return false;
     if (!a) continue;
-    *w++ = grad_mode && a->requires_grad;
     const index_t* const d = a->sizes.data();
     const std::size_t rank = a->sizes.size();
-    *w++ = static_cast<std::int64_t>(rank);
-    for (std::size_t r = 0; r < rank; ++r) *w++ = d[r];  // (a loop: `std::copy` calls memmove for these few)
+    if (!(put(grad_mode && a->requires_grad) && put(static_cast<std::int64_t>(rank)))) return false;
+    for (std::size_t r = 0; r < rank; ++r)
+      if (!put(d[r])) return false;
   }
+  return true;
+}
+
+template <Element T>
+void replayer<T>::seal(call_key<T>& k) {
+  const bool grad_mode = is_grad_enabled();
+  k.flat[0] = grad_mode;
+  k.flat[1] = static_cast<std::int64_t>(k.flat.size() - 2);  // (`add_arg` appended the layout)
+  tensor_words(k, grad_mode, [&](std::int64_t w) {
+    k.flat.push_back(w);
+    return true;
+  });
 }
 
 template <Element T>
@@ -286,16 +300,35 @@ bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
 }
 
 template <Element T>
-const traced_call<T>* replayer<T>::find(function_state& st, const call_key<T>& k) {
+bool replayer<T>::matches_unsealed(const traced_call<T>& c, const call_key<T>& k) {
+  const std::size_t at = k.flat.size();  // (the layout's end)
+  const std::int64_t* p = c.flat.data();
+  const std::int64_t* const end = p + c.flat.size();
+  const bool grad_mode = is_grad_enabled();
+  if (c.flat.size() <= at || p[0] != grad_mode || p[1] != static_cast<std::int64_t>(at - 2)) return false;
+  const std::int64_t* const b = k.flat.data();
+  for (std::size_t i = 2; i < at; ++i)
+    if (p[i] != b[i]) return false;
+  p += at;
+  // (no bound check per word: the words after the layout say how many follow — the number of
+  // tensors, each one's rank — so while every word matched, the record has the next one)
+  return tensor_words(k, grad_mode, [&](std::int64_t w) { return *p++ == w; }) && p == end &&
+         std::equal(c.keys.begin(), c.keys.end(), k.keys.begin(), k.keys.end(),
+                    [](const std::string& a, const std::string* b) { return a == *b; });
+}
+
+template <Element T>
+const traced_call<T>* replayer<T>::find(function_state& st, call_key<T>& k) {
   struct last_replay {
     std::uint64_t function = 0;  // `function_state::id` (0: none)
     std::shared_ptr<const traced_call<T>> record;
   };
   thread_local last_replay last;
-  if (last.function == st.id && matches(*last.record, k)) {
+  if (last.function == st.id && matches_unsealed(*last.record, k)) {
     bump(counter_cells().cache_hits);
     return last.record.get();
   }
+  seal(k);
   std::shared_ptr<const traced_call<T>> c = find_shared(st, k);
   if (!c) return nullptr;
   last.function = st.id;
