@@ -246,6 +246,23 @@ void once_recording<T>::save(function_state& st, const call_key<T>& k,
 /// few; one that varies without bound (a new size each call) would grow the list forever.
 inline constexpr std::size_t max_traced_calls = 64;
 
+/// Of the tensors `ts[0, i)`, the first that is `ts[i]` itself and the first sharing its
+/// storage (-1: none; both -1 for an undefined `ts[i]`). Quadratic over a call: calls pass few.
+template <Element T>
+[[gnu::always_inline]] inline std::pair<std::int64_t, std::int64_t> earlier_same_and_alias(const tensor<T>* const* ts,
+                                                                                           std::size_t i) {
+  const tensor_impl<T>* a = ts[i]->raw_impl().get();
+  std::int64_t same_as = -1, alias_of = -1;
+  const storage<T>* const store = a ? a->store.get() : nullptr;
+  for (std::size_t j = 0; a && j < i; ++j) {
+    const tensor_impl<T>* b = ts[j]->raw_impl().get();
+    if (!b) continue;
+    if (same_as < 0 && a == b) same_as = static_cast<std::int64_t>(j);
+    if (alias_of < 0 && store && store == b->store.get()) alias_of = static_cast<std::int64_t>(j);
+  }
+  return {same_as, alias_of};
+}
+
 template <Element T>
 template <class Put>
 bool replayer<T>::tensor_words(const call_key<T>& k, bool grad_mode, Put&& put) {
@@ -253,16 +270,9 @@ bool replayer<T>::tensor_words(const call_key<T>& k, bool grad_mode, Put&& put) 
   const tensor<T>* const* const ts = k.tensors.data();
   const std::size_t n = k.tensors.size();
   if (!put(static_cast<std::int64_t>(n))) return false;
-  for (std::size_t i = 0; i < n; ++i) {  // (quadratic: calls pass few tensors)
+  for (std::size_t i = 0; i < n; ++i) {
     const tensor_impl<T>* a = ts[i]->raw_impl().get();
-    std::int64_t same_as = -1, alias_of = -1;
-    const storage<T>* const store = a ? a->store.get() : nullptr;
-    for (std::size_t j = 0; a && j < i; ++j) {
-      const tensor_impl<T>* b = ts[j]->raw_impl().get();
-      if (!b) continue;
-      if (same_as < 0 && a == b) same_as = static_cast<std::int64_t>(j);
-      if (alias_of < 0 && store && store == b->store.get()) alias_of = static_cast<std::int64_t>(j);
-    }
+    const auto [same_as, alias_of] = earlier_same_and_alias(ts, i);
     if (!(put(same_as) && put(alias_of) && put(a != nullptr))) return false;
     if (!a) continue;
     const index_t* const d = a->sizes.data();
