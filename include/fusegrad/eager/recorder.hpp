@@ -24,11 +24,6 @@ template <Element T>
 class graph;
 }  // namespace ir
 namespace detail {
-template <Element T>
-struct tensor_impl;
-}  // namespace detail
-
-namespace detail {
 /// What the run-time tracer implements: eager ops on this thread hand their work to it
 /// instead of computing (see fusegrad/jit/trace.hpp).
 template <Element T>
@@ -77,7 +72,7 @@ struct recorder {
   /// The caller's C++ reads the values of computed tensor `t` (`item`, `to_vector`, `at`;
   /// op `op`): a recorder that replays without calling the function refuses it where `t` is,
   /// or views, one of the call's arguments.
-  virtual void read_values(const tensor_impl<T>& t, std::string_view op) = 0;
+  virtual void read_values(const tensor<T>& t, std::string_view op) = 0;
 
  protected:
   ~recorder() = default;

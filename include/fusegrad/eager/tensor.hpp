@@ -263,7 +263,7 @@ class tensor {
   detail::tensor_impl<T>& read_by_caller(std::string_view op) const {
     auto& i = synced(op);
     if (auto* r = detail::active_recorder<T>()) [[unlikely]]
-      r->read_values(i, op);
+      r->read_values(*this, op);
     return i;
   }
   std::shared_ptr<detail::tensor_impl<T>> impl_;

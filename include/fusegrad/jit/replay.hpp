@@ -195,7 +195,7 @@ class refusing_recorder final : public recorder<T> {
   void accumulate_grad(const tensor<T>&) override { refuse(fn_, "backward"); }
   bool add_hook(const tensor<T>&, const hook<T>&) override { return false; }  // not its tensor
   bool remove_hook(const tensor<T>&, std::uint64_t, bool&) override { return false; }
-  void read_values(const tensor_impl<T>&, std::string_view) override {}  // not its element type's
+  void read_values(const tensor<T>&, std::string_view) override {}  // not its element type's
 
  private:
   const std::string& fn_;

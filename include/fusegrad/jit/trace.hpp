@@ -167,8 +167,8 @@ class trace final : public recorder<T>, public lazy_source {
     if (removed) hooks_.erase(it);
     return true;
   }
-  void read_values(const tensor_impl<T>& t, std::string_view op) override {
-    if (traces_once()) refuse_argument_read(t, op);
+  void read_values(const tensor<T>& t, std::string_view op) override {
+    if (traces_once()) refuse_argument_read(*t.raw_impl(), op);
   }
   void realize(std::string_view why) override { flush(why, true); }
   void sync(std::string_view why) override { flush(why, true); }

@@ -91,7 +91,7 @@ class rule_recorder final : public recorder<T>, public lazy_source {
   void accumulate_grad(const tensor<T>&) override {}
   bool add_hook(const tensor<T>&, const hook<T>&) override { return false; }
   bool remove_hook(const tensor<T>&, std::uint64_t, bool&) override { return false; }
-  void read_values(const tensor_impl<T>&, std::string_view) override {}
+  void read_values(const tensor<T>&, std::string_view) override {}
 
  private:
   [[noreturn]] void refuse(std::string_view why) const {
