@@ -259,7 +259,7 @@ void tanh10_hand_save(benchmark::State& s) {
   // The saved layers in one buffer, each starting 17 cache lines past the last one's end: ten
   // separate allocations of one size start at the same offset in a page, and the backward,
   // which reads all ten at one index, then loses cache ways and stalls on 4 KiB aliasing
-  // (3-20% slower at every size on an AMD EPYC, measured beside this layout).
+  // (docs/performance.md, the tanh chain, measured beside this layout).
   const long stride = n + 17 * 16;
   std::vector<float> hs(static_cast<std::size_t>(stride * layers));
   std::array<float*, layers> hp{};

@@ -1039,10 +1039,14 @@ T* program<T>::loop_buffer(std::size_t n) {
 
 template <Element T>
 typename program<T>::loop_tables program<T>::loop_tables_for(std::size_t n) {
-  thread_local std::vector<ptrs> pv;  // (sized per loop: the reduction states start empty)
+  // Grow only: a run binds every instruction's pointers and resets the states of those that
+  // reduce (`bind_instructions`, `bind_single_loop`), so nothing a longer loop left is read.
+  thread_local std::vector<ptrs> pv;
   thread_local std::vector<reduction_state> red;
-  pv.resize(n);
-  red.resize(n);
+  if (pv.size() < n) {
+    pv.resize(n);
+    red.resize(n);
+  }
   return {pv.data(), red.data()};
 }
 
@@ -1147,9 +1151,7 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
     else out.push_back(out[r.first_of[i]]);
   }
   const step& st = steps_[0];
-  thread_local std::vector<ptrs> bound;  // grows only (the loop reduces nothing: no state to pass)
-  if (bound.size() < r.bound.size()) bound.resize(r.bound.size());
-  ptrs* const pv = bound.data();
+  ptrs* const pv = loop_tables_for(r.bound.size()).pv;  // (the loop reduces nothing: no state to pass)
   std::copy(r.bound.begin(), r.bound.end(), pv);
   // (the impls' own addresses: the inputs are defined and computed, as their signature says,
   // and the outputs were made above)

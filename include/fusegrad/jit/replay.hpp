@@ -113,12 +113,12 @@ struct traced_call {
 template <Element T>
 struct replayer {
   /// The record whose signature `k` (its layout appended, not yet sealed) matches, or null:
-  /// the one this thread replayed last for `st` when it does, compared without sealing `k`;
-  /// else, `k` sealed, one of `st`'s (made most recently used), which this thread then holds
-  /// in place of its last (the pointer is valid until the thread's next `find`). A hit on the
-  /// thread's last record takes neither the function's lock nor a reference to the record; a
-  /// record the function's cache dropped since still stands for its signature. `k` leaves
-  /// sealed unless that first comparison matched.
+  /// the one this thread replayed last for `st` when it does, else one of `st`'s (made most
+  /// recently used), which this thread then holds in place of its last (the pointer is valid
+  /// until the thread's next `find`). Each is compared as `k`'s words are computed, none
+  /// written. A hit on the thread's last record takes neither the function's lock nor a
+  /// reference to the record; a record the function's cache dropped since still stands for
+  /// its signature. On a miss `k` leaves sealed, ready for the record the traced call makes.
   static const traced_call<T>* find(function_state& st, call_key<T>& k);
   /// After a traced call with signature `k`: checks that its trace (`rec`) can stand for it,
   /// naming what cannot, and keeps its record. `results`: the result's tensors (null:
@@ -134,15 +134,13 @@ struct replayer {
   static void seal(call_key<T>& k);
   /// The signature's words after the layout — the number of tensors, then each one's (see
   /// `call_key::flat`) — each passed to `put` in order, under `grad_mode`; false as soon as
-  /// `put` returns false. One definition for `seal`, which writes them, and
-  /// `matches_unsealed`, which compares them with a record's as they come.
+  /// `put` returns false. One definition for `seal`, which writes them, and `matches`, which
+  /// compares them with a record's as they come.
   template <class Put>
   static bool tensor_words(const call_key<T>& k, bool grad_mode, Put&& put);
-  /// Whether record `c`'s signature is sealed `k`'s.
+  /// Whether record `c`'s signature is the one unsealed `k` would seal (computed word by word
+  /// against the record's, none written).
   static bool matches(const traced_call<T>& c, const call_key<T>& k);
-  /// Whether record `c`'s signature is the one `k` would have sealed (`seal` skipped: a hit
-  /// never writes the words it compares).
-  static bool matches_unsealed(const traced_call<T>& c, const call_key<T>& k);
   /// `find` among `st`'s records.
   static std::shared_ptr<const traced_call<T>> find_shared(function_state& st, const call_key<T>& k);
   /// Record `c`'s entry run on `args`: its outputs' tensors into `outs`.
@@ -297,20 +295,6 @@ void replayer<T>::seal(call_key<T>& k) {
 
 template <Element T>
 bool replayer<T>::matches(const traced_call<T>& c, const call_key<T>& k) {
-  // (inline, word by word: a signature is a few dozen words, for which a call of `memcmp`
-  // costs more than the comparison)
-  const std::size_t n = k.flat.size();
-  if (c.flat.size() != n) return false;
-  const std::int64_t* const a = c.flat.data();
-  const std::int64_t* const b = k.flat.data();
-  std::int64_t diff = 0;
-  for (std::size_t i = 0; i < n; ++i) diff |= a[i] ^ b[i];
-  return diff == 0 && std::equal(c.keys.begin(), c.keys.end(), k.keys.begin(), k.keys.end(),
-                                 [](const std::string& a, const std::string* b) { return a == *b; });
-}
-
-template <Element T>
-bool replayer<T>::matches_unsealed(const traced_call<T>& c, const call_key<T>& k) {
   const std::size_t at = k.flat.size();  // (the layout's end)
   const std::int64_t* p = c.flat.data();
   const std::int64_t* const end = p + c.flat.size();
@@ -334,13 +318,15 @@ const traced_call<T>* replayer<T>::find(function_state& st, call_key<T>& k) {
     std::shared_ptr<const traced_call<T>> record;
   };
   thread_local last_replay last;
-  if (last.function == st.id && matches_unsealed(*last.record, k)) {
+  if (last.function == st.id && matches(*last.record, k)) {
     bump(counter_cells().cache_hits);
     return last.record.get();
   }
-  seal(k);
   std::shared_ptr<const traced_call<T>> c = find_shared(st, k);
-  if (!c) return nullptr;
+  if (!c) {
+    seal(k);
+    return nullptr;
+  }
   last.function = st.id;
   last.record = std::move(c);
   return last.record.get();
