@@ -663,6 +663,26 @@ TEST_CASE("trace_once: a single-loop program bound once runs with the general ru
   CHECK(refused([](auto u, auto v) { return std::vector<int>{(u * fg::mean(v)).id}; }));     // two loops
   CHECK(refused([](auto u, auto) { return std::vector<int>{u.id}; }));                       // an input handed out
   CHECK(!refused([](auto u, auto v) { return std::vector<int>{(u * v).id, (u + v).id}; }));  // two outputs: bound
+
+  // A one-element input splatted into the loop: bound, its value filled in on each run as the
+  // general run fills it; a mean's averaged expand of one is left to the general run.
+  fg::ir::graph<float> h;
+  const fg::ir::value<float> u{&h, h.add_input({n})}, s{&h, h.add_input({})};
+  const prog q(h, {(u * s + u).id});
+  REQUIRE(q.steps()[0].splats == 1);
+  const std::optional<prog::single_loop_run> with_splat = q.bind_single_loop(nullptr);
+  REQUIRE(with_splat.has_value());
+  for (const float sv : {0.5f, -3.25f}) {
+    CAPTURE(sv);
+    const auto S = fg::full<float>({}, sv);
+    const std::vector<const fg::tensor<float>*> in{&X, &S};
+    std::vector<fg::tensor<float>> got, want;
+    REQUIRE(q.run_single_loop(*with_splat, in, got));
+    q.run_into(in, want, nullptr, nullptr, prog::input_check::guarded);
+    CHECK(same_bits(got[0], want[0]));
+  }
+  const fg::ir::value<float> averaged{&h, h.add_expand(s.id, u.id, fg::ir::graph<float>::all_dims, true)};
+  CHECK(!prog(h, {(u * averaged).id}).bind_single_loop(nullptr).has_value());
 }
 
 TEST_CASE("trace_once: a record's bound loop serves its own shapes, any contiguous inputs, and no other layout") {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fusegrad/compiled_autograd/key.hpp"
+#include "fusegrad/core/reused_vector.hpp"
 #include "fusegrad/jit/trace.hpp"
 
 namespace fusegrad {
@@ -62,6 +63,10 @@ struct plan {
     std::uint32_t index, leaf = 0;
   };
   std::vector<hook_source> hooks;
+  /// The program bound once for these sizes where it is one element-wise loop
+  /// (`program::bind_single_loop`): a hit without unkeyed inputs patches in its tensors'
+  /// addresses alone.
+  std::optional<typename fusegrad::detail::jit::program<T>::single_loop_run> single;
 };
 
 /// The name of size `d` of graph input `i` where it is dynamic: `s<i>_<d>`.
@@ -332,14 +337,17 @@ std::shared_ptr<const plan<T>> make_plan(const flush_record<T>& rec, const colle
   const auto by_impl = sources_by_impl(col, p->same);
   if (!find_inputs(*p, rec, by_impl) || !find_outputs(*p, rec, col) || !find_call_slots(*p, rec, col)) return nullptr;
   find_unkeyed(*p, col);
+  if (p->unkeyed.empty()) p->single = rec.e->fwd->bind_single_loop(rec.e->dynamic ? &p->shapes : nullptr);
   return p;
 }
 
-/// The graph's inputs for a hit, in `inputs`: the collected tensors, root gradients and this
-/// tape's scalar inputs the plan names; false where one is missing or the sources that were
-/// one tensor at the capture are no longer.
+/// The graph's inputs for a hit, in `inputs`: the collected tensors and root gradients the
+/// plan names, by address (no node runs on a hit, so the tape's tensors stay where the walk
+/// found them), and this tape's scalar inputs, made into 0-d tensors kept in `scalars`; false
+/// where one is missing or the sources that were one tensor at the capture are no longer.
 template <Element T>
-bool gather_inputs(const plan<T>& p, const collected<T>& col, std::vector<tensor<T>>& inputs) {
+bool gather_inputs(const plan<T>& p, const collected<T>& col, std::vector<const tensor<T>*>& inputs,
+                   std::vector<tensor<T>>& scalars) {
   using from = typename plan<T>::from;
   auto tensor_of = [&](const typename plan<T>::source& src) {
     return src.kind == from::root ? &col.grads[src.index] : col.tensors[src.index];
@@ -348,16 +356,18 @@ bool gather_inputs(const plan<T>& p, const collected<T>& col, std::vector<tensor
     const tensor<T>*ta = tensor_of(a), *tb = tensor_of(b);
     if (!ta || !tb || ta->raw_impl() != tb->raw_impl()) return false;
   }
+  scalars.reserve(p.inputs.size());  // (the addresses taken below stay valid)
   for (const auto& src : p.inputs) {
     if (src.kind == from::scalar) {  // this tape's value of the node's scalar
       T v;
       if (src.index >= col.order.size() || !col.order[src.index]->scalar_input(v)) return false;
-      inputs.push_back(fusegrad::full<T>(shape{}, v));
+      scalars.push_back(fusegrad::full<T>(shape{}, v));
+      inputs.push_back(&scalars.back());
       continue;
     }
     const tensor<T>* t = tensor_of(src);
     if (!t || !t->defined()) return false;
-    inputs.push_back(*t);
+    inputs.push_back(t);
   }
   return true;
 }
@@ -404,13 +414,6 @@ void accumulate_outputs(const plan<T>& p, const collected<T>& col, std::vector<t
   }
 }
 
-/// Empties a thread's buffer of graph inputs on the way out, even where the run throws.
-template <Element T>
-struct clear_inputs {
-  std::vector<tensor<T>>& v;
-  ~clear_inputs() { v.clear(); }
-};
-
 /// A cache hit: the captured graph run on the values the key walk collected, its outputs
 /// accumulated into the leaves (PyTorch's AccumulateGrad: a fresh buffer is taken over).
 /// False, having changed nothing, where the inputs do not fit the plan's program (the caller
@@ -419,12 +422,14 @@ struct clear_inputs {
 template <Element T>
 bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
   const auto& e = *p.e;
-  thread_local std::vector<tensor<T>> inputs;
-  inputs.clear();
-  clear_inputs<T> clear_on_exit{inputs};
-  if (col.leaves.size() != p.leaf_count || !gather_inputs(p, col, inputs)) return false;
+  struct plan_inputs;
+  struct plan_scalars;
+  struct plan_outputs;
+  fusegrad::detail::reused_vector<const tensor<T>*, plan_inputs> inputs;
+  fusegrad::detail::reused_vector<tensor<T>, plan_scalars> scalars;
+  if (col.leaves.size() != p.leaf_count || !gather_inputs(p, col, *inputs, *scalars)) return false;
   for (const std::uint32_t i : p.unkeyed)
-    if (!fits_guard(e.inputs[i], inputs[i])) return false;
+    if (!fits_guard(e.inputs[i], *(*inputs)[i])) return false;
   const std::vector<fusegrad::detail::jit::call_fn<T>>* fns = &p.fns;
   std::vector<fusegrad::detail::jit::call_fn<T>> with_hooks;
   if (!p.hooks.empty()) {
@@ -432,13 +437,18 @@ bool run_plan(const plan<T>& p, const collected<T>& col, bool retain_graph) {
     fns = &with_hooks;
   }
   fusegrad::detail::bump(fusegrad::detail::counter_cells().cache_hits);
-  std::vector<tensor<T>> res;
+  // The key's sizes are the capture's, and so the shapes of the inputs it holds: only an
+  // unkeyed input (a leaf's gradient so far, whose dynamic sizes its guard lets vary) leaves
+  // the program a shape to check.
+  using check = typename fusegrad::detail::jit::program<T>::input_check;
+  fusegrad::detail::reused_vector<tensor<T>, plan_outputs> res;
   {
     no_grad off;
-    res = e.fwd->run(std::move(inputs), e.dynamic ? &p.shapes : nullptr, fns);  // taken over, not copied
+    if (!p.single || !e.fwd->run_single_loop(*p.single, *inputs, *res))
+      e.fwd->run_into(*inputs, *res, e.dynamic ? &p.shapes : nullptr, fns,
+                      p.unkeyed.empty() ? check::guarded : check::shapes);
   }
-  inputs.clear();
-  accumulate_outputs(p, col, res);
+  accumulate_outputs(p, col, *res);
   if (!retain_graph)
     for (node<T>* n : col.order) n->release_saved();
   return true;

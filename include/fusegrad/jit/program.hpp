@@ -143,9 +143,10 @@ class program {
 
   /// A run of a program that is one element-wise loop over its inputs, bound once for one set
   /// of node shapes (`bind_single_loop`): each instruction's pointers as `bind_instructions`
-  /// sets them, but for the inputs' and outputs' addresses, which `run_single_loop` patches
-  /// in per call. A caller that runs the program on the same shapes call after call (a
-  /// `trace_once` replay) skips the value table and the binding.
+  /// sets them, but for the inputs' and outputs' addresses and the one-element inputs' splats,
+  /// which `run_single_loop` patches in per call. A caller that runs the program on the same
+  /// shapes call after call (a `trace_once` replay, a compiled autograd hit) skips the value
+  /// table and the binding.
   struct single_loop_run {
     /// Where a pointer of an instruction comes from in a run: input `from` (>= 0) or output
     /// `-1 - from`; `field` 0 and 1 are its operands, 2 its destination.
@@ -154,8 +155,16 @@ class program {
       int field;
       int from;
     };
+    /// An operand that is one-element input `from` splatted into slot `slot`.
+    struct splat_patch {
+      std::size_t instr;
+      int field;
+      int from;
+      int slot;
+    };
     std::vector<loop_ptrs<T>> bound;  ///< per instruction: registers and stream flags (pointers: null)
     std::vector<patch> patches;
+    std::vector<splat_patch> splats;
     std::vector<int> read_inputs;       ///< the inputs the loop streams (each must be contiguous)
     std::vector<shape> output_shapes;   ///< per output
     std::vector<std::size_t> first_of;  ///< per output: the first output that is the same node (itself if none)
@@ -168,8 +177,9 @@ class program {
     }
   };
   /// The single-loop run of this program on node shapes `sizes` (null: the lowered ones), or
-  /// nothing unless the program is one loop, without reductions or splats, whose every stored
-  /// value is an output and whose every output a stored value.
+  /// nothing unless the program is one loop, without reductions, whose splats are of inputs
+  /// (and none a mean's averaged expand), whose every stored value is an output and whose
+  /// every output a stored value.
   [[nodiscard]] std::optional<single_loop_run> bind_single_loop(const std::vector<shape>* sizes) const;
   /// Runs the program as `run_into` with `input_check::guarded` would, on the shapes `r` was
   /// bound for (the caller's guards imply them), with the same bits: false (nothing run) when
@@ -1079,7 +1089,7 @@ void program<T>::run_loop(std::size_t l, std::vector<tensor<T>>& vals, const sha
 template <Element T>
 std::optional<typename program<T>::single_loop_run> program<T>::bind_single_loop(
     const std::vector<shape>* sizes) const {
-  if (steps_.size() != 1 || steps_[0].eager || steps_[0].rows >= 0 || reduces_[0] || steps_[0].splats > 0) return {};
+  if (steps_.size() != 1 || steps_[0].eager || steps_[0].rows >= 0 || reduces_[0]) return {};
   const step& st = steps_[0];
   single_loop_run r;
   r.total = numel(size_of(sizes, static_cast<std::size_t>(st.space_node)));
@@ -1127,6 +1137,13 @@ bool program<T>::bind_single_instr(std::size_t p, single_loop_run& r) const {
       P.src_reg[s] = sr.reg;
       continue;
     }
+    if (sr.splat) {  // (a one-element value: in a program of one loop, an input)
+      const auto& n = g_.nodes()[static_cast<std::size_t>(in.node)];
+      const auto& u = g_.nodes()[static_cast<std::size_t>(sr.node)];
+      if (u.kind != ir::node_kind::input || (n.kind == ir::node_kind::expand && n.average)) return false;
+      r.splats.push_back({p, s, u.index, sr.slot});
+      continue;
+    }
     const auto at = single_loop_place(sr.node);
     if (!at) return false;
     P.adv[s] = true;
@@ -1162,7 +1179,14 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
     else pv[p].src[field] = at;
   }
   const index_t tile = tile_of(st, r.total);
-  run_bound_loop(0, tile, r.total, pv, loop_buffer(static_cast<std::size_t>(st.registers * tile)), nullptr);
+  T* const regs = loop_buffer(static_cast<std::size_t>((st.registers + st.splats) * tile));
+  for (const auto& sp : r.splats) {  // as `bind_instructions` fills them
+    const T v = inputs[static_cast<std::size_t>(sp.from)]->raw_impl()->first()[0];
+    T* const at = regs + (st.registers + sp.slot) * tile;
+    std::fill(at, at + std::min(tile, r.total), v);
+    pv[sp.instr].src[sp.field] = at;
+  }
+  run_bound_loop(0, tile, r.total, pv, regs, nullptr);
   return true;
 }
 

@@ -457,3 +457,41 @@ TEST_CASE("a hit whose graph reads a leaf's gradient so far equals the eager eng
   CHECK(fg::counters().compiled_autograd_captures == 1);
   CHECK(fg::counters().compiled_autograd_direct == 5);
 }
+
+TEST_CASE(
+    "a hit of a backward that is one loop gives eager's bits: a splatted root gradient, long tiles, a short call") {
+  // The backward of sum(tanh(x * w)) is one element-wise loop whose only scalar is the root
+  // gradient (a splat of an input): a hit runs it bound once for the key's sizes
+  // (program::bind_single_loop), patching in the tensors' addresses and the splat's value on
+  // each call. Its bits must be the general run's, which are eager's: over whole and partial
+  // long tiles, at a size below one SIMD batch, and with another root gradient on each call.
+  ca_off guard;
+  fg::set_last_cache_bytes(1);
+  struct restore {
+    ~restore() { fg::set_last_cache_bytes(0); }
+  } restore_last_cache;
+  fg::compiled_autograd::reset();
+  fg::reset_counters();
+  for (const fg::index_t n : {3 * fg::detail::jit::program<float>::max_tile + 123, fg::index_t{5}}) {
+    CAPTURE(n);
+    auto w = (fg::randn<float>({n}, 91) * 0.5f + 1.0f).detach().requires_grad(true);
+    auto grads = [&](bool compiled, std::uint64_t seed) {
+      const auto x = fg::randn<float>({n}, seed).requires_grad(true);
+      const auto loss = fg::sum(fg::tanh(x * w));
+      w.zero_grad();
+      std::optional<fg::compiled_autograd::enable> on;
+      if (compiled) on.emplace();
+      loss.backward(fg::full<float>({}, 0.25f * static_cast<float>(seed % 7) - 0.6f));
+      return std::pair{x.grad().to_vector(), w.grad().to_vector()};
+    };
+    for (std::uint64_t seed = 92; seed < 95; ++seed) {  // the capture, then hits on fresh tapes
+      CAPTURE(seed);
+      const auto want = grads(false, seed);
+      const auto got = grads(true, seed);
+      CHECK(got.first == want.first);
+      CHECK(got.second == want.second);
+    }
+  }
+  CHECK(fg::counters().compiled_autograd_captures == 2);  // one per size
+  CHECK(fg::counters().compiled_autograd_direct == 4);
+}
