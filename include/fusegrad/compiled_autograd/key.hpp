@@ -389,7 +389,12 @@ walk_key& make_key(const std::vector<tensor<T>>& roots) {
   key_walk<T> walk{key, call, collected_of<T>()};
   walk.start();
   walk.add_root(roots);
-  for (std::size_t q = 0; q < walk.col.order.size(); ++q) walk.add_node(walk.col.order[q]);  // (the walk queues more)
+  for (std::size_t q = 0; q < walk.col.order.size(); ++q) {  // (the walk queues more)
+    // The nodes lie wherever the forward allocated them: each is a cache miss, which the
+    // next queued node's prefetch overlaps with this node's walk.
+    if (q + 1 < walk.col.order.size()) __builtin_prefetch(walk.col.order[q + 1]);
+    walk.add_node(walk.col.order[q]);
+  }
   walk.finish();
   return key;
 }
