@@ -351,10 +351,7 @@ TEST_CASE("long tiles: a captured chain over three long tiles and a partial one 
   // program::max_tile elements (program::tile_for, tile_of): the whole tiles, the partial last
   // one and the splatted scalar must give eager's bits, on the capture and on hits.
   ca_off guard;
-  fg::set_last_cache_bytes(1);
-  struct restore {
-    ~restore() { fg::set_last_cache_bytes(0); }
-  } restore_last_cache;
+  long_tiles streamed;
   fg::compiled_autograd::reset();
   const fg::index_t n = 3 * fg::detail::jit::program<float>::max_tile + 123;
   const auto x = fg::randn<float>({n}, 21).requires_grad(true);
@@ -466,10 +463,7 @@ TEST_CASE(
   // each call. Its bits must be the general run's, which are eager's: over whole and partial
   // long tiles, at a size below one SIMD batch, and with another root gradient on each call.
   ca_off guard;
-  fg::set_last_cache_bytes(1);
-  struct restore {
-    ~restore() { fg::set_last_cache_bytes(0); }
-  } restore_last_cache;
+  long_tiles streamed;
   fg::compiled_autograd::reset();
   fg::reset_counters();
   for (const fg::index_t n : {3 * fg::detail::jit::program<float>::max_tile + 123, fg::index_t{5}}) {

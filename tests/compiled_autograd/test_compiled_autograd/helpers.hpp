@@ -24,6 +24,15 @@ struct ca_off {  // every test starts and ends with compiled autograd off
   ~ca_off() { fg::config().compiled_autograd = false; }
 };
 
+/// For its scope, loops stream from memory (a last-level cache of one byte), so that a long
+/// loop walks its space in tiles of up to `program::max_tile` elements.
+struct long_tiles {
+  long_tiles() { fg::set_last_cache_bytes(1); }
+  ~long_tiles() { fg::set_last_cache_bytes(0); }
+  long_tiles(const long_tiles&) = delete;
+  long_tiles& operator=(const long_tiles&) = delete;
+};
+
 /// The leaves' gradients, left by a captured backward of `loss`, equal those of an eager
 /// backward of it (run with the gradients cleared; `loss`'s tape must have been retained).
 inline void check_matches_eager(const fg::tensor<double>& loss, std::vector<fg::tensor<double>> leaves) {
