@@ -35,6 +35,7 @@
 
 #include "fusegrad/fusegrad.hpp"
 #include "fusegrad/jit/program.hpp"
+#include "one_thread.hpp"
 #include "../tools/compile_time/forty.hpp"
 #include "hand_loops.hpp"
 

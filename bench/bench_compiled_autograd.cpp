@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "fusegrad/fusegrad.hpp"
+#include "one_thread.hpp"
 #include "hand_loops.hpp"
 
 namespace fg = fusegrad;

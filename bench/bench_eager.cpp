@@ -36,6 +36,7 @@
 #endif
 
 #include "fusegrad/fusegrad.hpp"
+#include "one_thread.hpp"
 
 namespace fg = fusegrad;
 

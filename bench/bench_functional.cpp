@@ -15,6 +15,7 @@
 #include <fusegrad/eager/factories.hpp>
 #include <fusegrad/functional.hpp>
 #include <fusegrad/functional/tensor.hpp>
+#include "one_thread.hpp"
 
 namespace fg = fusegrad;
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "fusegrad/fusegrad.hpp"
+#include "one_thread.hpp"
 #include "hand_loops.hpp"
 
 namespace fg = fusegrad;

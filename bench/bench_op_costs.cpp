@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <fusegrad/fusegrad.hpp>
+#include "one_thread.hpp"
 
 namespace fg = fusegrad;
 

@@ -5,8 +5,8 @@
 // faster of the two.
 //
 //   cmake --preset bench && cmake --build build/bench --target bench_plans
-//   FUSEGRAD_NUM_THREADS=1 build/bench/bench/bench_plans --benchmark_min_time=0.2 \
-//       --benchmark_min_warmup_time=0.2
+//   FUSEGRAD_NUM_THREADS=1 build/bench/bench/bench_plans --benchmark_min_time=0.2
+//   (add --benchmark_min_warmup_time=0.2 for steadier first repetitions)
 //
 // Keep the warm-up: at 2^24 a case runs one iteration in its minimum time, and without a
 // warm-up that is the library's first call, whose every new buffer faults its pages in, against
@@ -27,6 +27,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "fusegrad/fusegrad.hpp"
+#include "one_thread.hpp"
 #include "hand_loops.hpp"
 
 namespace fg = fusegrad;

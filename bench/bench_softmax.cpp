@@ -41,6 +41,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "fusegrad/fusegrad.hpp"
+#include "one_thread.hpp"
 
 #if defined(FUSEGRAD_HAVE_TORCH)
 #include <torch/torch.h>
