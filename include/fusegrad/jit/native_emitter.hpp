@@ -132,13 +132,10 @@ class native_emitter {
   /// segment, where 8 cut it in two; a 20-layer chain's backward (25 streams) ran slower in one
   /// segment than in two (measured: docs/performance.md).
   static constexpr std::size_t max_streams = 16;
-  /// An op as costly as a transcendental: a segment holds at most one, whose constants then
-  /// stay in registers (two such ops in one batch body spill them, which separate loops over a
-  /// tile in L1 do not).
-  [[nodiscard]] bool expensive(const instr& in) const {
-    const auto& n = node_of(in);
-    return n.kind == ir::node_kind::pointwise && cost_of<T>(n.op) >= 3 * cost_units_per_load / 2;
-  }
+  /// An op as costly as a transcendental (`program::costly`): a segment holds at most one,
+  /// whose constants then stay in registers (two such ops in one batch body spill them, which
+  /// separate loops over a tile in L1 do not).
+  [[nodiscard]] bool expensive(const instr& in) const { return program<T>::costly(node_of(in)); }
   /// Cuts loop `st` into segments, in order: at most `max_streams` streams and one `expensive`
   /// op each.
   [[nodiscard]] std::vector<segment> plan_segments(const step& st);

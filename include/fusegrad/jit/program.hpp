@@ -50,8 +50,8 @@ class program {
  public:
   /// Elements per tile: `tile_elems` (a tile's values stay in L1), except in a run of a loop
   /// that streams at least `many_streams` tensors (reads from memory or stores) and more bytes
-  /// than the last-level cache holds (`fg::last_cache_bytes()`, `tile_of`): its tiles grow up
-  /// to 16384 elements (`tile_for`)
+  /// than the last-level cache holds (`fg::last_cache_bytes()`, `tile_of`), and has at most one
+  /// `costly` op: its tiles grow up to 16384 elements (`tile_for`)
   /// while its tile registers and splats hold at most `tile_bytes` (half of a 512 KiB L2).
   /// There the memory system, not L1, sets the pace, and it keeps up only when each tensor is
   /// read in long runs (a captured 20-layer chain's backward streams 62 tensors, and runs
@@ -67,6 +67,14 @@ class program {
            static_cast<std::size_t>(t) * sizeof(T) * static_cast<std::size_t>(std::max(buffers, 1)) > tile_bytes)
       t /= 2;
     return t;
+  }
+
+  /// An op as costly as a transcendental (at least 1.5 streamed loads, `cost_of`). A loop of
+  /// two or more is bound by its arithmetic, not by memory: it keeps short tiles at any size
+  /// (its tile buffers and the values it reads back stay in L1, where long tiles put them in
+  /// L2), and the native emitter gives each such op a segment of its own.
+  [[nodiscard]] static bool costly(const ir::node<T>& n) {
+    return n.kind == ir::node_kind::pointwise && cost_of<T>(n.op) >= 3 * cost_units_per_load / 2;
   }
 
   /// The lowered form, which the interpreter runs and the native emitter (jit/native_emitter.hpp)
@@ -941,7 +949,9 @@ void program<T>::count_streams(const lowering& lw, step& st) const {
   std::sort(streamed.begin(), streamed.end());
   const auto streams = std::unique(streamed.begin(), streamed.end()) - streamed.begin();
   st.streams = static_cast<int>(streams);
-  st.tile = tile_for(st.streams, st.registers + st.splats);
+  const auto costly_ops =
+      std::count_if(st.code.begin(), st.code.end(), [&](const instr& in) { return costly(g_.at(in.node)); });
+  st.tile = costly_ops > 1 ? min_tile : tile_for(st.streams, st.registers + st.splats);
 }
 
 template <Element T>
