@@ -380,6 +380,13 @@ class program {
   bool bind_single_instr(std::size_t p, single_loop_run& r) const;
   /// This thread's tile registers and splats: at least `n` elements, reused run after run.
   static T* loop_buffer(std::size_t n);
+  /// Splat slot `slot` of a loop's splat area `splats` filled with `v` for a run of `total`
+  /// elements in tiles of `tile`; the operand pointer that reads it.
+  static T* fill_splat(T* splats, int slot, index_t tile, index_t total, T v) noexcept {
+    T* const at = splats + static_cast<index_t>(slot) * tile;
+    std::fill(at, at + std::min(tile, total), v);
+    return at;
+  }
   /// This thread's per-instruction pointers and reduction states for a loop of `n`
   /// instructions, reused run after run.
   struct loop_tables {
@@ -1190,12 +1197,9 @@ bool program<T>::run_single_loop(const single_loop_run& r, std::span<const tenso
   }
   const index_t tile = tile_of(st, r.total);
   T* const regs = loop_buffer(static_cast<std::size_t>((st.registers + st.splats) * tile));
-  for (const auto& sp : r.splats) {  // as `bind_instructions` fills them
-    const T v = inputs[static_cast<std::size_t>(sp.from)]->raw_impl()->first()[0];
-    T* const at = regs + (st.registers + sp.slot) * tile;
-    std::fill(at, at + std::min(tile, r.total), v);
-    pv[sp.instr].src[sp.field] = at;
-  }
+  for (const auto& sp : r.splats)
+    pv[sp.instr].src[sp.field] = fill_splat(regs + st.registers * tile, sp.slot, tile, r.total,
+                                            inputs[static_cast<std::size_t>(sp.from)]->raw_impl()->first()[0]);
   run_bound_loop(0, tile, r.total, pv, regs, nullptr);
   return true;
 }
@@ -1228,9 +1232,7 @@ void program<T>::bind_instructions(const step& st, std::vector<tensor<T>>& vals,
         if (n.kind == ir::node_kind::expand && n.average)
           v /= static_cast<T>(
               fusegrad::detail::reduced_count(size_of(sizes, k), ir::dims_mask(n.dims, size_of(sizes, k).size())));
-        T* sp = splats + sr.slot * tile;
-        std::fill(sp, sp + std::min(tile, total), v);
-        P.src[s] = sp;
+        P.src[s] = fill_splat(splats, sr.slot, tile, total, v);
       } else {
         P.src[s] = vals[u].data_ptr();
         P.adv[s] = true;
